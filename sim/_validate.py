@@ -1,0 +1,39 @@
+"""Small argument checks shared by the library: each raises ValueError/TypeError naming the field."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+
+def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
+    """Return ``value`` as an int; raise if it is not an integer > 0 (or >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if isinstance(value, numbers.Real) and float(value).is_integer():
+            value = int(value)
+        else:
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be {bound}, got {value}")
+    return value
+
+
+def positive_float(name: str, value, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a finite float; raise if it is not > 0 (or >= 0)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{name} must be a finite number {bound}, got {value}")
+    return value
+
+
+def fraction(name: str, value, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a float in (0, 1] (or [0, 1])."""
+    value = positive_float(name, value, allow_zero=allow_zero)
+    if value > 1:
+        raise ValueError(f"{name} must be at most 1, got {value}")
+    return value

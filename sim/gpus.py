@@ -1,0 +1,67 @@
+"""GPU presets: peak dense throughput, memory and bandwidth from published specs.
+
+Read from ``sim/data/gpus.csv`` (the team's reference table; every number's source is in its
+``sources`` column, see ``sim/data/NOTICE.md``). All TFLOP/s figures are dense (no 2:4 sparsity).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from ._validate import positive_float
+
+
+@dataclass(frozen=True, slots=True)
+class GPU:
+    name: str
+    memory_gb: float
+    memory_bandwidth_gbps: float
+    fp16_tflops: float
+    fp8_tflops: float = 0.0  # 0: no FP8 tensor cores
+    int8_tops: float = 0.0
+    fp4_tflops: float = 0.0
+    link_bandwidth_gbps: float = 0.0  # per direction, scale-up link (NVLink)
+
+    def __post_init__(self):
+        for f in ("memory_gb", "memory_bandwidth_gbps", "fp16_tflops"):
+            positive_float(f, getattr(self, f))
+        for f in ("fp8_tflops", "int8_tops", "fp4_tflops", "link_bandwidth_gbps"):
+            positive_float(f, getattr(self, f), allow_zero=True)
+
+
+_ALIASES = {"a100": "A100-80GB-SXM", "h100": "H100-80GB-SXM", "h200": "H200-141GB-SXM",
+            "l40s": "L40S", "b200": "B200-HGX", "mi300x": "MI300X"}
+
+
+@lru_cache(maxsize=1)
+def _gpu_rows() -> dict:
+    text = resources.files("sim").joinpath("data/gpus.csv").read_text()
+    out = {}
+    for row in csv.DictReader(text.splitlines()):
+        num = lambda k: float(row[k]) if row[k] else 0.0  # noqa: E731
+        out[row["gpu"].lower()] = GPU(
+            name=row["gpu"], memory_gb=num("mem_capacity_gb"),
+            memory_bandwidth_gbps=num("mem_bandwidth_gbps"), fp16_tflops=num("fp16_dense_tflops"),
+            fp8_tflops=num("fp8_dense_tflops"), int8_tops=num("int8_dense_tops"),
+            fp4_tflops=num("fp4_dense_tflops"), link_bandwidth_gbps=num("scaleup_bw_unidir_gbps"))
+    return out
+
+
+def gpu_presets() -> list[str]:
+    return sorted(_ALIASES)
+
+
+def get_gpu(gpu) -> GPU:
+    """Resolve ``"a100"``, ``"h100"``, ``"h200"``, ``"l40s"``, ``"b200"``, ``"mi300x"`` (or a GPU)."""
+    if isinstance(gpu, GPU):
+        return gpu
+    if not isinstance(gpu, str):
+        raise TypeError(f"gpu must be a preset name or GPU, got {type(gpu).__name__}")
+    key = _ALIASES.get(gpu.strip().lower(), gpu).lower()
+    rows = _gpu_rows()
+    if key not in rows:
+        raise ValueError(f"gpu {gpu!r} is not a preset; choose one of {gpu_presets()}")
+    return rows[key]

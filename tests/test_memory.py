@@ -1,0 +1,104 @@
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from sim import (CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE, blocks_needed, get_model,
+                 kv_cache_bytes, memory_budget)
+
+
+def test_constants():
+    assert (CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE) == (512, 16, 1800)
+
+
+@given(st.integers(1, 10**6), st.integers(1, 128), st.integers(1, 64), st.integers(1, 256),
+       st.sampled_from([2, 1, 0.5, 4]))
+def test_kv_cache_bytes_formula(n, layers, heads, d, dtype):
+    assert kv_cache_bytes(n, layers, heads, d, dtype) == 2 * n * layers * heads * d * dtype
+
+
+def test_kv_cache_bytes_matches_reference_table():
+    # models.csv: kv_cache_bytes_per_token_fp16 (an independent computation)
+    for name, expected in [("llama-2-7b", 524288), ("llama-3.1-70b", 327680),
+                           ("qwen2.5-7b", 57344), ("tinyllama-1.1b", 22528)]:
+        m = get_model(name)
+        assert kv_cache_bytes(1, m.num_hidden_layers, m.num_key_value_heads, m.head_dim) == expected
+
+
+@pytest.mark.parametrize("arg", ["N", "n_layers", "n_heads_kv", "d_head"])
+@pytest.mark.parametrize("bad", [0, -3])
+def test_kv_cache_bytes_rejects_non_positive_naming_argument(arg, bad):
+    kwargs = dict(N=10, n_layers=2, n_heads_kv=2, d_head=8)
+    kwargs[arg] = bad
+    with pytest.raises(ValueError, match=arg):
+        kv_cache_bytes(**kwargs)
+    with pytest.raises(ValueError, match="dtype"):
+        kv_cache_bytes(1, 1, 1, 1, dtype=0)
+
+
+@given(st.integers(0, 10**7), st.integers(1, 4096))
+def test_blocks_needed_is_ceil(tokens, bs):
+    assert blocks_needed(tokens, bs) == math.ceil(tokens / bs)
+    assert blocks_needed(tokens) == -(-tokens // 16)
+
+
+def test_blocks_needed_bad_input():
+    with pytest.raises(ValueError, match="tokens"):
+        blocks_needed(-1)
+    with pytest.raises(ValueError, match="block_size"):
+        blocks_needed(3, 0)
+
+
+def test_memory_budget_fits_and_its_numbers():
+    b = memory_budget("llama-3.1-8b", 80)
+    m = get_model("llama-3.1-8b")
+    assert b.fits
+    assert b.weights_bytes == m.total_params() * 2
+    assert b.kv_bytes_per_token == 131072
+    assert b.kv_budget_bytes == pytest.approx(80e9 * 0.9 - b.weights_bytes)
+    assert b.max_kv_tokens == int(b.kv_budget_bytes // 131072)
+    assert b.kv_blocks == b.max_kv_tokens // 16
+    assert b.max_batch_size(4096) == b.kv_blocks // 256
+    assert b.max_batch_size(1) == b.kv_blocks
+    assert "fits" in b.advice
+
+
+def test_memory_budget_70b_on_one_80gb_gpu_advises_quantization_and_tp():
+    b = memory_budget("llama-3.1-70b", 80)
+    assert not b.fits and b.kv_blocks == 0
+    assert "quantize the weights to 8 bits" in b.advice.lower()
+    assert "2 GPUs with tensor parallelism" in b.advice
+    assert "short by" in b.advice
+    # following the advice works
+    assert memory_budget("llama-3.1-70b", 80, weight_dtype="int8").fits
+    assert memory_budget("llama-3.1-70b", 80, tensor_parallel=2).fits
+
+
+def test_memory_budget_advises_4_bits_when_8_do_not_fit():
+    b = memory_budget("llama-3.1-70b", 48)  # 70.6 GB at int8 > 43.2 usable; int4 = 35 GB fits
+    assert "quantize the weights to 4 bits" in b.advice.lower()
+    assert "4 GPUs" in b.advice
+
+
+def test_memory_budget_405b_says_even_4_bits_do_not_fit():
+    b = memory_budget("llama-3.1-405b", 80)
+    assert "even 4-bit" in b.advice.lower()
+    assert "8 GPUs" in b.advice or "16 GPUs" in b.advice
+
+
+def test_quantized_kv_doubles_tokens():
+    a = memory_budget("llama-2-7b", 40)
+    b = memory_budget("llama-2-7b", 40, kv_dtype="fp8")
+    assert b.kv_bytes_per_token == a.kv_bytes_per_token / 2
+    assert b.max_kv_tokens == pytest.approx(2 * a.max_kv_tokens, abs=1)
+
+
+def test_memory_budget_bad_values():
+    with pytest.raises(ValueError, match="gpu_memory_gb"):
+        memory_budget("llama-2-7b", 0)
+    with pytest.raises(ValueError, match="gpu_memory_utilization"):
+        memory_budget("llama-2-7b", 80, gpu_memory_utilization=1.5)
+    with pytest.raises(ValueError, match="weight_dtype"):
+        memory_budget("llama-2-7b", 80, weight_dtype="fp3")
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        memory_budget("llama-2-7b", 80, tensor_parallel=0)
