@@ -1,0 +1,51 @@
+"""Cost models: one call ``cost(batch) -> seconds`` prices an engine iteration.
+
+A batch (:class:`~sim.replica.Batch`) says how many prefill tokens it computes (per request:
+new tokens and cached context), how many requests decode one token, and the context they attend
+over. Any callable with that signature is a cost model; these are the simple ones. The roofline
+and calibrated models live in :mod:`sim.roofline` and :mod:`sim.calibrate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._validate import positive_float
+
+
+@dataclass(frozen=True, slots=True)
+class ConstantCost:
+    """Every iteration takes ``seconds``."""
+
+    seconds: float
+
+    def __post_init__(self):
+        positive_float("seconds", self.seconds)
+
+    def __call__(self, batch) -> float:
+        return self.seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LinearCost:
+    """``base + per_prefill_token x prefill tokens + per_decode_token x decode tokens
+    + per_context_token x context tokens`` (the tokens all requests attend over)."""
+
+    base: float = 0.0
+    per_prefill_token: float = 0.0
+    per_decode_token: float = 0.0
+    per_context_token: float = 0.0
+
+    def __post_init__(self):
+        for f in ("base", "per_prefill_token", "per_decode_token", "per_context_token"):
+            positive_float(f, getattr(self, f), allow_zero=True)
+        if not (self.base or self.per_prefill_token or self.per_decode_token
+                or self.per_context_token):
+            raise ValueError("LinearCost needs at least one positive coefficient")
+
+    def __call__(self, batch) -> float:
+        t = (self.base + self.per_prefill_token * batch.num_prefill_tokens
+             + self.per_decode_token * batch.num_decode_tokens)
+        if self.per_context_token:
+            t += self.per_context_token * batch.context_tokens
+        return t

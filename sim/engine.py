@@ -1,0 +1,212 @@
+"""The SimPy serving engine and ``run(workload, ...) -> Result``.
+
+One SimPy environment; an arrival process feeds requests to one replica process. The replica
+runs **one SimPy event per engine iteration**::
+
+    batch = scheduler.schedule(state, now)      # form the batch (admit, allocate, preempt)
+    dt = cost_model(batch)                      # price it
+    yield env.timeout(dt)                       # the iteration runs
+    state.postprocess(batch, env.now)           # emit tokens, finish, free blocks
+
+and sleeps on an event that the next arrival succeeds when it has nothing to do. Token
+convention (vLLM): the iteration completing a prefill emits the first token, every later
+iteration one more. ``run`` is pure: no files, no global state; same inputs, same output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import pandas as pd
+import simpy
+
+from ._validate import positive_int
+from .constants import CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
+from .metrics import Result, build_result
+from .replica import ReplicaState
+from .request import Request
+from .schedulers import ChunkedPrefill, make_scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Everything a run needs besides the workload; ``dataclasses.replace`` it for sweeps.
+
+    ``kv_blocks=None``: derived from ``memory_budget(model, gpu)`` when both are given, else
+    ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model of ``model`` on ``gpu``
+    (defaults: ``"llama-3.1-8b"`` on ``"h100"``).
+    """
+
+    scheduler: object = "chunked"
+    cost_model: object = None
+    max_batch_size: int = 256
+    chunk_size: int = CHUNK_SIZE
+    token_budget: int | None = None
+    kv_blocks: int | None = None
+    block_size: int = KV_BLOCK_SIZE
+    model: object = None
+    gpu: object = None
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel: int = 1
+    seed: int = 0
+    progress: bool = False
+
+    def __post_init__(self):
+        positive_int("max_batch_size", self.max_batch_size)
+        positive_int("chunk_size", self.chunk_size)
+        positive_int("block_size", self.block_size)
+        positive_int("tensor_parallel", self.tensor_parallel)
+        positive_int("seed", self.seed, allow_zero=True)
+        if self.token_budget is not None:
+            positive_int("token_budget", self.token_budget)
+        if self.kv_blocks is not None:
+            positive_int("kv_blocks", self.kv_blocks)
+        policy = self.policy()
+        if isinstance(policy, ChunkedPrefill) and policy.chunk_size < self.max_batch_size:
+            raise ValueError(
+                f"chunk_size ({policy.chunk_size}) must be >= max_batch_size "
+                f"({self.max_batch_size}): every running decode needs one token of the budget "
+                f"(vLLM's max_num_batched_tokens >= max_num_seqs)")
+        if self.cost_model is not None and not callable(self.cost_model):
+            raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
+                            f"{self.cost_model!r}")
+
+    def policy(self):
+        return make_scheduler(self.scheduler, chunk_size=self.chunk_size,
+                              token_budget=self.token_budget)
+
+    def resolved_kv_blocks(self) -> int:
+        if self.kv_blocks is not None:
+            return self.kv_blocks
+        if self.model is not None and self.gpu is not None:
+            from .gpus import get_gpu
+            from .memory import memory_budget
+            budget = memory_budget(self.model, get_gpu(self.gpu).memory_gb,
+                                   tensor_parallel=self.tensor_parallel,
+                                   gpu_memory_utilization=self.gpu_memory_utilization,
+                                   block_size=self.block_size)
+            if not budget.fits:
+                raise ValueError(f"model {self.model!r} on gpu {self.gpu!r}: {budget.advice}")
+            return budget.kv_blocks
+        return KV_BLOCKS_AVAILABLE
+
+    def resolved_cost_model(self):
+        if self.cost_model is not None:
+            return self.cost_model
+        from .roofline import RooflineCost
+        return RooflineCost(self.model or "llama-3.1-8b", self.gpu or "h100",
+                            tensor_parallel=self.tensor_parallel)
+
+
+def _requests_from(workload):
+    from workloads import from_records, validate
+    if not isinstance(workload, pd.DataFrame):
+        if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
+            raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
+                            f"got {type(workload).__name__}")
+        workload = from_records(workload)
+    df = validate(workload)
+    hashes = df["hash_ids"].tolist() if "hash_ids" in df.columns else [None] * len(df)
+    reqs = [Request(i, rid, a, p, o, h) for i, (rid, a, p, o, h) in enumerate(zip(
+        df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
+        df["num_output_tokens"].tolist(), hashes))]
+    return df, reqs
+
+
+def run(workload, config: SimConfig | None = None, **overrides) -> Result:
+    """Simulate ``workload`` (DataFrame or request records) and return a :class:`Result`.
+
+    Settings come from ``config`` and/or keyword overrides of :class:`SimConfig` fields, e.g.
+    ``run(df, scheduler="continuous", cost_model=LinearCost(...), max_batch_size=64)``.
+    """
+    config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
+        config or SimConfig())
+    df, requests = _requests_from(workload)
+    policy = config.policy()
+    cost = config.resolved_cost_model()
+    kv_blocks = config.resolved_kv_blocks()
+    wall = time.perf_counter()
+    env = simpy.Environment()
+    state = ReplicaState(kv_blocks, config.block_size, config.max_batch_size)
+    records = []
+    replica = _Replica(env, state, policy, cost, records, config.progress, len(requests))
+    env.process(_arrivals(env, state, requests, replica))
+    env.process(replica.loop())
+    env.run()
+    replica.close()
+    if len(state.finished) != len(requests):  # a bug, never a silent loss
+        raise RuntimeError(f"{len(requests) - len(state.finished)} request(s) neither finished "
+                           f"nor rejected")
+    return build_result(requests, state, records, config, kv_blocks,
+                        wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
+
+
+def _arrivals(env, state, requests, replica):
+    limit = state.kv_blocks * state.block_size
+    for r in requests:
+        if r.arrival_time > env.now:
+            yield env.timeout(r.arrival_time - env.now)
+        need = r.num_prompt_tokens + r.num_output_tokens
+        if need > limit:
+            state.reject(r, f"needs {-(-need // state.block_size)} KV blocks for "
+                            f"{need} tokens but the pool has {state.kv_blocks}", env.now)
+            continue
+        state.waiting.append(r)
+        replica.wake()
+
+
+class _Replica:
+    """One serving replica: one SimPy process, one event per iteration."""
+
+    def __init__(self, env, state, policy, cost, records, progress, total):
+        self.env, self.state, self.policy, self.cost = env, state, policy, cost
+        self.records = records
+        self.idle = None
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=total, unit="req", desc="simulating", leave=False)
+
+    def wake(self):
+        if self.idle is not None and not self.idle.triggered:
+            self.idle.succeed()
+
+    def loop(self):
+        env, state, policy, cost, records = self.env, self.state, self.policy, self.cost, \
+            self.records
+        append = records.append
+        timeout = env.timeout
+        while True:
+            if not state.has_work():
+                self.idle = env.event()
+                yield self.idle
+                self.idle = None
+                continue
+            now = env.now
+            state.num_preempted_now = 0
+            batch = policy.schedule(state, now)
+            if not batch.prefills and not batch.num_decode_tokens:
+                raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
+                                   f"{len(state.waiting)} waiting and {len(state.running)} running")
+            dt = cost(batch)
+            if not dt >= 0 or dt == math.inf:
+                raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}")
+            append((now, dt, len(state.running), len(state.waiting), batch.num_prefill_tokens,
+                    batch.num_decode_tokens, state.kv_blocks - state.free_blocks,
+                    state.num_preempted_now))
+            yield timeout(dt)
+            state.postprocess(batch, env.now)
+            if self.bar is not None and not state.iteration & 1023:
+                self.bar.n = len(state.finished)
+                self.bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.n = len(self.state.finished)
+            self.bar.close()
+
+
+__all__ = ["SimConfig", "run", "Result"]

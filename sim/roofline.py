@@ -1,0 +1,253 @@
+"""Roofline cost model from published GPU specs, with efficiencies fitted to measured kernels.
+
+Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), bytes /
+(bandwidth x memory_eff), kernel_floor)``:
+
+- GEMMs (fused QKV, O, gate+up, down; MoE: the top-k experts' FLOPs and the weights of the
+  experts touched), reading their weights once per iteration;
+- prefill attention of each chunk of ``c`` new tokens over ``p`` cached ones (causal:
+  ``4 c (p + c/2) d_q`` FLOPs) and decode attention (each sequence reads its whole KV context);
+- elementwise ops (two RMSNorms, RoPE, SiLU-mul, two residual adds), memory-bound;
+- tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
+  layer, priced from measured NCCL timings (interpolated by size) or a ring model;
+- the LM head once per iteration for the tokens that sample, and a per-iteration overhead.
+
+The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
+``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; GPUs without
+measurements use the mean of the fitted ones. Linear-op time depends only on the number of
+tokens, so it is memoised per token count (the hot path is a dict lookup).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from ._validate import positive_float, positive_int
+from .gpus import get_gpu
+from .memory import bytes_per_value
+from .models import get_model
+
+ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+ACT_BYTES = 2  # activations in fp16/bf16
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineParams:
+    gemm_compute_eff: float = 0.72
+    gemm_memory_eff: float = 0.78
+    elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
+    kernel_floor_s: float = 3e-6
+    attn_prefill_compute_eff: float = 0.55
+    attn_decode_memory_eff: float = 0.7
+    overhead_s: float = 1e-3
+    allreduce_eff: float = 0.7
+    allreduce_latency_s: float = 2e-5
+
+    def __post_init__(self):
+        for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
+                  "attn_decode_memory_eff", "allreduce_eff"):
+            v = positive_float(f, getattr(self, f))
+            if v > 1:
+                raise ValueError(f"{f} must be at most 1, got {v}")
+        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s"):
+            positive_float(f, getattr(self, f), allow_zero=True)
+
+
+@lru_cache(maxsize=1)
+def _fitted() -> dict:
+    path = resources.files("sim").joinpath("data/roofline_fit.json")
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def fitted_params(gpu_key: str) -> RooflineParams:
+    """The fitted efficiencies of ``gpu_key`` ("a100", "h100"), else the mean of those fitted."""
+    fits = _fitted().get("params", {})
+    if not fits:
+        return RooflineParams()
+    if gpu_key in fits:
+        p = fits[gpu_key]
+    else:
+        keys = list(fits)
+        p = {k: (float(np.mean([fits[g][k] for g in keys])) if not isinstance(fits[keys[0]][k], dict)
+                 else {op: float(np.mean([fits[g][k][op] for g in keys])) for op in fits[keys[0]][k]})
+             for k in fits[keys[0]]}
+    return RooflineParams(**p)
+
+
+@lru_cache(maxsize=1)
+def _allreduce_table() -> dict:
+    import csv
+    text = resources.files("sim").joinpath("data/profiles/vidur_all_reduce_ms.csv").read_text()
+    table = {}
+    for row in csv.DictReader(text.splitlines()):
+        table.setdefault((row["gpu"], int(row["num_workers"])), []).append(
+            (float(row["size_bytes"]), float(row["all_reduce_ms"]) * 1e-3))
+    return {k: (np.array([s for s, _ in sorted(v)]), np.array([t for _, t in sorted(v)]))
+            for k, v in table.items()}
+
+
+_GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
+             "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x"}
+
+
+class RooflineCost:
+    """``cost(batch) -> seconds`` for ``model`` on ``gpu`` (see module docstring)."""
+
+    name = "roofline"
+
+    def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
+                 weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None):
+        self.model = get_model(model)
+        self.gpu = get_gpu(gpu)
+        self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
+        self.tp = positive_int("tensor_parallel", tensor_parallel)
+        if self.model.num_key_value_heads % self.tp and self.tp % self.model.num_key_value_heads:
+            raise ValueError(f"tensor_parallel {self.tp} must divide or be a multiple of "
+                             f"num_key_value_heads {self.model.num_key_value_heads}")
+        self.weight_dtype = weight_dtype
+        self.wb = bytes_per_value("weight_dtype", weight_dtype)
+        self.kvb = bytes_per_value("kv_dtype", kv_dtype)
+        self.params = params or fitted_params(self.gpu_key)
+        g = self.gpu
+        self.bw = g.memory_bandwidth_gbps * 1e9
+        self.peak_fp16 = g.fp16_tflops * 1e12
+        key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
+        if key in ("fp8",) or self.wb == 1 and key != "int8":
+            self.peak = (g.fp8_tflops or g.fp16_tflops) * 1e12
+        elif key == "int8":
+            self.peak = (g.int8_tops or g.fp16_tflops) * 1e12
+        else:  # fp16/bf16, and weight-only int4 (dequantised to fp16 in the kernel)
+            self.peak = self.peak_fp16
+        self._linear_cache = {}
+        m, tp = self.model, self.tp
+        # decode attention per context token per layer: K and V read, 4 d_q FLOPs
+        kv_heads = max(1, m.num_key_value_heads // tp)
+        self._kv_bytes_per_ctx = 2 * kv_heads * m.head_dim * self.kvb
+        self._q_per_gpu = m.q_size / tp
+        p = self.params
+        self._decode_s_per_ctx = m.num_hidden_layers * max(
+            4 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
+            self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff))
+        layers = m.num_hidden_layers
+        self._attn_floor = layers * p.kernel_floor_s
+        self._prefill_coeffs = (  # prefill_attention_time = max(a n (p + n/2), b (p + n) + c n)
+            layers * 4.0 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
+            layers * self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff),
+            layers * 2 * self._q_per_gpu * ACT_BYTES / (self.bw * p.attn_decode_memory_eff))
+
+    def with_params(self, **changes) -> "RooflineCost":
+        return RooflineCost(self.model, self.gpu, tensor_parallel=self.tp,
+                            weight_dtype=self.weight_dtype, kv_dtype=self.kvb,
+                            params=replace(self.params, **changes))
+
+    # -- per-op costs (per layer, seconds) ---------------------------------------------
+    def _gemm(self, tokens, k_in, n_out, weight_copies=1.0):
+        p = self.params
+        flops = 2.0 * tokens * k_in * n_out
+        nbytes = weight_copies * k_in * n_out * self.wb + tokens * (k_in + n_out) * ACT_BYTES
+        return max(flops / (self.peak * p.gemm_compute_eff),
+                   nbytes / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
+
+    def _elementwise(self, op, nbytes):
+        p = self.params
+        return max(nbytes / (self.bw * p.elementwise_eff[op]), p.kernel_floor_s)
+
+    def op_times(self, tokens) -> dict:
+        """Seconds per layer of each linear/elementwise op for ``tokens`` tokens."""
+        m, tp = self.model, self.tp
+        h, inter = m.hidden_size, m.intermediate_size
+        qkv = (m.q_size + 2 * m.kv_size) / tp
+        if m.is_moe:
+            k, e = m.num_experts_per_tok, m.num_local_experts
+            touched = e * (1.0 - (1.0 - k / e) ** tokens)  # expected distinct experts
+            up = self._gemm(tokens * k, h, 2 * inter / tp, touched / k)
+            down = self._gemm(tokens * k, inter / tp, h, touched / k)
+            act_tokens = tokens * k
+        else:
+            up = self._gemm(tokens, h, 2 * inter / tp)
+            down = self._gemm(tokens, inter / tp, h)
+            act_tokens = tokens
+        return {
+            "attn_pre_proj": self._gemm(tokens, h, qkv),
+            "attn_post_proj": self._gemm(tokens, m.q_size / tp, h),
+            "mlp_up_proj": up,
+            "mlp_down_proj": down,
+            "input_layernorm": self._elementwise("input_layernorm", tokens * h * 2 * ACT_BYTES),
+            "post_attention_layernorm": self._elementwise("post_attention_layernorm",
+                                                          tokens * h * 2 * ACT_BYTES),
+            "attn_rope": self._elementwise("attn_rope", tokens * 2 * (m.q_size + m.kv_size) / tp
+                                           * ACT_BYTES),
+            "mlp_act": self._elementwise("mlp_act", act_tokens * 3 * inter / tp * ACT_BYTES),
+            "add": self._elementwise("add", tokens * 3 * h * ACT_BYTES),
+        }
+
+    def allreduce_time(self, nbytes) -> float:
+        if self.tp == 1:
+            return 0.0
+        table = _allreduce_table().get((self.gpu_key, self.tp))
+        if table is not None:
+            sizes, times = table
+            return float(np.interp(nbytes, sizes, times, right=None)) if nbytes <= sizes[-1] \
+                else float(times[-1] * nbytes / sizes[-1])
+        link = self.gpu.link_bandwidth_gbps * 1e9
+        if not link:
+            link = 32e9  # PCIe Gen4 x16 per direction
+        p = self.params
+        return p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (link * p.allreduce_eff)
+
+    def linear_time(self, tokens, sampled) -> float:
+        """Everything but attention and overhead for an iteration of ``tokens`` tokens."""
+        key = (tokens, sampled)
+        t = self._linear_cache.get(key)
+        if t is None:
+            ops = self.op_times(tokens)
+            layer = sum(ops.values()) + ops["add"]  # two residual adds per layer
+            layer += 2 * self.allreduce_time(tokens * self.model.hidden_size * ACT_BYTES)
+            t = self.model.num_hidden_layers * layer
+            if sampled:
+                t += self._gemm(sampled, self.model.hidden_size, self.model.vocab_size / self.tp)
+            self._linear_cache[key] = t
+        return t
+
+    def prefill_attention_time(self, new, cached) -> float:
+        m, p = self.model, self.params
+        flops = 4.0 * new * (cached + new / 2.0) * self._q_per_gpu
+        nbytes = (cached + new) * self._kv_bytes_per_ctx + 2 * new * self._q_per_gpu * ACT_BYTES
+        return m.num_hidden_layers * max(flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
+                                         nbytes / (self.bw * p.attn_decode_memory_eff),
+                                         p.kernel_floor_s)
+
+    def __call__(self, batch) -> float:
+        # hot path (one call per iteration): a memo lookup plus closed forms; measured ~2x
+        # faster than calling the per-op helpers
+        n_dec = batch.num_decode_tokens
+        prefills = batch.prefills
+        key = (batch.num_prefill_tokens + n_dec, n_dec + len(prefills))
+        t = self._linear_cache.get(key)
+        if t is None:
+            t = self.linear_time(*key)
+        t += self.params.overhead_s
+        if n_dec:
+            d = batch.decode_context_tokens * self._decode_s_per_ctx
+            t += d if d > self._attn_floor else self._attn_floor
+        if prefills:
+            a, b, c = self._prefill_coeffs
+            floor = self._attn_floor
+            for new, cached in prefills:
+                x = a * new * (cached + 0.5 * new)
+                y = b * (cached + new) + c * new
+                x = x if x > y else y
+                t += x if x > floor else floor
+        return t
+
+    def __repr__(self):
+        return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, "
+                f"weights={self.weight_dtype})")

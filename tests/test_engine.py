@@ -1,0 +1,304 @@
+import numpy as np
+import pandas as pd
+import pytest
+import simpy
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import sim
+from sim import simulate_continuous_batching, simulate_static_batching
+from sim.costs import ConstantCost, LinearCost
+from sim.engine import SimConfig, run
+from sim.request import DECODE, PREFILL
+from sim.schedulers import make_scheduler
+
+
+def _df(arrivals, prompts, outputs):
+    return pd.DataFrame({"arrival_time": arrivals, "num_prompt_tokens": prompts,
+                         "num_output_tokens": outputs})
+
+
+class Checked:
+    """Wraps a policy; after each schedule checks the block-pool invariant and records which
+    requests emit a token in each iteration (a brute-force per-token trace)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+        self.name = policy.name
+        self.emitters = []
+
+    def schedule(self, state, now):
+        batch = self.policy.schedule(state, now)
+        i, bs = state.iteration, state.block_size
+        in_batch = {r.index: new for (new, _), r in zip(batch.prefills, batch.prefill_requests)}
+        held, emit = 0, []
+        for r in state.running.values():
+            if r.status == DECODE:
+                held += -(-(r.num_cached + i - r.decode_start) // bs)
+                emit.append(r.index)
+            else:
+                assert r.status == PREFILL
+                done = r.num_computed + in_batch.get(r.index, 0)
+                held += -(-done // bs)
+                if done == r.prefill_target:
+                    emit.append(r.index)
+        assert 0 <= state.free_blocks <= state.kv_blocks
+        assert held == state.kv_blocks - state.free_blocks, (held, state.free_blocks)
+        assert len(state.running) <= state.max_batch_size
+        assert batch.num_decode_tokens == sum(r.status == DECODE for r in state.running.values())
+        self.emitters.append(emit)
+        return batch
+
+
+def _token_times(result, checked):
+    end = (result.iterations["start"] + result.iterations["duration"]).to_numpy()
+    times = {}
+    for it, emit in enumerate(checked.emitters):
+        for idx in emit:
+            times.setdefault(idx, []).append(end[it])
+    return times
+
+
+workloads = st.lists(st.tuples(st.floats(0, 5), st.integers(1, 120), st.integers(1, 40)),
+                     min_size=1, max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(workloads, st.sampled_from(["static", "continuous", "chunked"]), st.integers(4, 40),
+       st.integers(1, 8), st.sampled_from([1, 4, 16]))
+def test_every_request_once_blocks_within_pool_and_per_token_trace(rows, sched, kv_blocks,
+                                                                    max_bs, block_size):
+    rows.sort()
+    df = _df(*zip(*rows))
+    checked = Checked(make_scheduler(sched, chunk_size=16))
+    cost = LinearCost(base=0.01, per_prefill_token=0.001, per_decode_token=0.002)
+    res = run(df, scheduler=checked, cost_model=cost, kv_blocks=kv_blocks, block_size=block_size,
+              max_batch_size=max_bs, chunk_size=16)
+    req = res.requests
+    assert len(req) == len(df) and list(req["request_id"]) == list(range(len(df)))
+    assert set(req["status"]) <= {"finished", "rejected"}
+    too_big = -(-(df.num_prompt_tokens + df.num_output_tokens) // block_size) > kv_blocks
+    assert (req["status"] == "rejected").tolist() == too_big.tolist()
+    assert (req.loc[too_big, "reason"].str.contains("KV blocks")).all()
+    assert (res.iterations["kv_blocks_used"] <= kv_blocks).all()
+    # per-token brute force: each finished request emits exactly n tokens, the last at finish
+    times = _token_times(res, checked)
+    itls = []
+    for i, r in req.iterrows():
+        if r.status != "finished":
+            assert i not in times
+            continue
+        t = times[i]
+        assert len(t) == r.num_output_tokens
+        assert t[0] == pytest.approx(r.first_token_time) and t[-1] == pytest.approx(r.finish_time)
+        itls += list(np.diff(t))
+        if r.num_output_tokens > 1:
+            assert r.max_itl == pytest.approx(max(np.diff(t)))
+    np.testing.assert_allclose(np.sort(res.itl()), np.sort(itls), rtol=1e-12, atol=1e-12)
+    if itls:
+        np.testing.assert_allclose(res.itl_percentiles([50, 90, 99]),
+                                   np.percentile(itls, [50, 90, 99]), rtol=1e-9)
+        assert res.summary()["itl_mean"] == pytest.approx(np.mean(itls))
+    assert req["num_preemptions"].sum() == res.iterations["num_preemptions"].sum()
+
+
+def test_one_request_alone_closed_form():
+    cost = LinearCost(base=0.005, per_prefill_token=1e-4, per_decode_token=2e-4,
+                      per_context_token=1e-6)
+    p, n = 1000, 20
+    for sched, chunk in [("continuous", 512), ("static", 512), ("chunked", 2048), ("chunked", 256)]:
+        res = run(_df([1.0], [p], [n]), scheduler=sched, cost_model=cost, chunk_size=chunk,
+                  max_batch_size=8)
+        r = res.requests.iloc[0]
+        # prefill iterations: chunks of min(chunk, remaining) over the cached prefix
+        ttft, done = 0.0, 0
+        budget = chunk if sched == "chunked" else p
+        while done < p:
+            c = min(budget, p - done)
+            ttft += 0.005 + 1e-4 * c + 1e-6 * (done + c)
+            done += c
+        decodes = sum(0.005 + 2e-4 + 1e-6 * (p + j) for j in range(1, n))
+        assert r.ttft == pytest.approx(ttft, rel=1e-12)
+        assert r.e2e == pytest.approx(ttft + decodes, rel=1e-12)
+        assert r.tpot == pytest.approx(decodes / (n - 1))
+        assert r.tpot_incl_ttft == pytest.approx((ttft + decodes) / n)
+        assert r.queueing_delay == 0 and r.first_scheduled_time == 1.0
+        assert len(res.iterations) == -(-p // budget) + n - 1
+
+
+def test_md1_mean_wait_matches_pollaczek_khinchine():
+    rng = np.random.default_rng(2024)
+    n, d, rho = 40000, 0.01, 0.7
+    lam = rho / d
+    arrivals = np.cumsum(rng.exponential(1 / lam, n))
+    res = run(_df(arrivals, np.full(n, 8), np.ones(n, dtype=int)), scheduler="continuous",
+              cost_model=ConstantCost(d), max_batch_size=1)
+    wq = rho * d / (2 * (1 - rho))  # Pollaczek-Khinchine for deterministic service
+    measured = res.requests["queueing_delay"].to_numpy()[n // 10:].mean()  # drop warm-up
+    assert measured == pytest.approx(wq, rel=0.05)
+    assert res.summary()["busy_fraction"] == pytest.approx(rho, rel=0.03)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(1, 25), min_size=1, max_size=25), st.integers(1, 6))
+def test_all_at_once_reproduces_step_level_batching(lengths, b):
+    df = _df(np.zeros(len(lengths)), np.full(len(lengths), 3), lengths)
+    for sched, ref in [("static", simulate_static_batching),
+                       ("continuous", simulate_continuous_batching),
+                       ("chunked", simulate_continuous_batching)]:
+        res = run(df, scheduler=sched, cost_model=ConstantCost(1.0), max_batch_size=b,
+                  chunk_size=64, kv_blocks=10**6)
+        expected = ref(lengths, b)
+        assert res.requests["finish_time"].tolist() == [float(s) for s in expected.finish_steps]
+        assert res.requests["first_token_time"].tolist() == [float(s) for s in expected.start_steps]
+        assert len(res.iterations) == expected.steps
+        util = (res.iterations["num_running"].sum()) / (b * expected.steps)
+        assert util == pytest.approx(expected.utilization)
+
+
+def test_long_prompt_stalls_decodes_under_continuous_not_chunked():
+    cost = LinearCost(base=0.01, per_prefill_token=1e-4, per_decode_token=1e-4)
+    n_dec = 8
+    arrivals = [0.0] * n_dec + [0.5]
+    df = _df(arrivals, [16] * n_dec + [8192], [200] * n_dec + [5])
+    itl = {}
+    for sched in ("continuous", "chunked"):
+        res = run(df, scheduler=sched, cost_model=cost, max_batch_size=16, chunk_size=512,
+                  kv_blocks=10**5)
+        itl[sched] = res.requests["max_itl"].iloc[:n_dec].max()
+    prefill_whole = 0.01 + 1e-4 * 8192 + 1e-4 * n_dec
+    one_budget = 0.01 + 1e-4 * 512
+    assert itl["continuous"] == pytest.approx(prefill_whole, rel=0.01)
+    assert itl["chunked"] == pytest.approx(one_budget, rel=0.01)
+    assert itl["continuous"] > 10 * itl["chunked"]
+
+
+def test_continuous_token_budget_admits_oversized_first_prompt():
+    cost = ConstantCost(1.0)
+    df = _df([0, 0, 0], [100, 10, 10], [2, 2, 2])
+    res = run(df, scheduler="continuous", token_budget=50, cost_model=cost)
+    it = res.iterations
+    assert it["num_prefill_tokens"].tolist()[:2] == [100, 20]
+
+
+@pytest.mark.parametrize("sched", ["static", "continuous", "chunked"])
+def test_tight_kv_pool_preempts_and_finishes_everything(sched):
+    rng = np.random.default_rng(5)
+    n = 300
+    df = _df(np.sort(rng.uniform(0, 2, n)), rng.integers(20, 200, n), rng.integers(20, 300, n))
+    res = run(df, scheduler=sched, cost_model=LinearCost(0.01, 1e-5, 1e-4), kv_blocks=64,
+              max_batch_size=32, chunk_size=64)
+    assert (res.requests["status"] == "finished").all()
+    assert res.requests["num_preemptions"].sum() > 0
+    assert res.summary()["num_preemptions"] > 0
+    assert res.iterations["kv_blocks_used"].max() <= 64
+
+
+def test_impossible_request_rejected_with_reason_others_finish():
+    df = _df([0, 0, 1], [10, 5000, 10], [10, 10, 10])
+    res = run(df, cost_model=ConstantCost(0.01), kv_blocks=100)
+    assert res.requests["status"].tolist() == ["finished", "rejected", "finished"]
+    assert "314 KV blocks" in res.requests["reason"].iloc[1]
+    assert np.isnan(res.requests["ttft"].iloc[1])
+
+
+def test_same_seed_same_result_bit_for_bit():
+    rng = np.random.default_rng(9)
+    df = _df(np.sort(rng.uniform(0, 5, 500)), rng.integers(1, 800, 500), rng.integers(1, 200, 500))
+    a = run(df, kv_blocks=300, seed=3)
+    b = run(df, kv_blocks=300, seed=3)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    pd.testing.assert_frame_equal(a.iterations, b.iterations)
+    sa, sb = a.summary(), b.summary()
+    sa.pop("wall_seconds"), sb.pop("wall_seconds")
+    assert sa == sb
+
+
+def test_one_simpy_event_per_iteration(monkeypatch):
+    count = {"n": 0}
+    original = simpy.Environment.schedule
+
+    def counting(self, event, priority=1, delay=0):
+        count["n"] += 1
+        return original(self, event, priority, delay)
+
+    monkeypatch.setattr(simpy.Environment, "schedule", counting)
+    df = _df(np.arange(50) * 0.5, np.full(50, 100), np.full(50, 400))
+    res = run(df, cost_model=ConstantCost(0.01))
+    tokens = int(df.num_output_tokens.sum())
+    # iterations + arrivals + process start/stop and wake-ups; never one per token
+    assert count["n"] <= len(res.iterations) + 3 * len(df) + 10
+    assert len(res.iterations) < tokens / 5
+
+
+def test_bad_config_and_workload_errors():
+    df = _df([0], [10], [10])
+    with pytest.raises(ValueError, match="max_batch_size"):
+        run(df, max_batch_size=0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        run(df, chunk_size=64, max_batch_size=256)
+    with pytest.raises(ValueError, match="scheduler"):
+        run(df, scheduler="fastest")
+    with pytest.raises(ValueError, match="kv_blocks"):
+        SimConfig(kv_blocks=-1)
+    with pytest.raises(TypeError, match="cost_model"):
+        run(df, cost_model=3.0)
+    with pytest.raises(ValueError, match="cost model returned"):
+        run(df, cost_model=lambda b: -1.0)
+    with pytest.raises(ValueError, match="num_prompt_tokens: row 1"):
+        run(_df([0, 1], [5, -2], [1, 1]))
+    with pytest.raises(ValueError, match="num_output_tokens: row 0"):
+        run(_df([0], [5], [1.5]))
+    with pytest.raises(ValueError, match="arrival_time: row 2"):
+        run(_df([0, 1, 0.5], [5, 5, 5], [1, 1, 1]))
+    with pytest.raises(ValueError, match="arrival_time: row 0"):
+        run(_df([np.nan], [5], [1]))
+    with pytest.raises(ValueError, match="missing column"):
+        run(pd.DataFrame({"arrival_time": [0]}))
+    with pytest.raises(TypeError):
+        run(42)
+
+
+def test_records_input_and_user_callable_cost():
+    recs = [{"arrival_time": 0.0, "num_prompt_tokens": 4, "num_output_tokens": 3,
+             "request_id": "a"},
+            {"arrival_time": 0.1, "num_prompt_tokens": 4, "num_output_tokens": 1,
+             "request_id": "b"}]
+    seen = []
+
+    def cost(batch):
+        seen.append(batch.items())
+        return 0.5
+
+    res = run(recs, cost_model=cost)
+    assert res.requests["request_id"].tolist() == ["a", "b"]
+    assert seen[0] == [(4, 4)]
+    assert seen[1] == [(4, 4), (1, 5)]  # b's prefill beside a's first decode (context 5)
+
+
+def test_summary_slo_attainment_and_goodput():
+    df = _df([0, 0, 0, 0], [10, 10, 10, 10], [5, 5, 5, 5])
+    res = run(df, scheduler="static", cost_model=ConstantCost(1.0), max_batch_size=2)
+    s = res.summary(slo={"ttft": 2.0})
+    # batch 1 TTFT 1 s, batch 2 TTFT 6 s
+    assert s["slo_attainment"] == 0.5
+    assert s["goodput"] == pytest.approx(2 / 10)
+    s = res.summary(slo={"ttft": 10, "e2e": 5.0, "itl": 1.0})
+    assert s["slo_attainment"] == 0.5
+    assert s["request_throughput"] == pytest.approx(0.4)
+    assert s["output_token_throughput"] == pytest.approx(2.0)
+    assert s["slot_utilization"] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="slo"):
+        res.summary(slo={"latency": 1})
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        for q in ("mean", "p50", "p90", "p95", "p99"):
+            assert f"{key}_{q}" in s
+
+
+def test_default_config_runs_with_roofline_and_memory_budget():
+    df = _df([0, 0.1], [500, 800], [50, 60])
+    res = run(df, model="llama-3.1-8b", gpu="h100")
+    assert res.kv_blocks == sim.memory_budget("llama-3.1-8b", 80).kv_blocks
+    assert res.cost_model_name == "roofline"
+    assert (res.requests["status"] == "finished").all()
+    with pytest.raises(ValueError, match="does not fit"):
+        run(df, model="llama-3.1-70b", gpu="a100")

@@ -1,0 +1,84 @@
+"""The one request schema, and its validation.
+
+A workload is a pandas DataFrame with one row per request:
+
+| column | type | meaning |
+|---|---|---|
+| ``request_id`` | any (optional; default ``0..n-1``) | identity, carried into the results |
+| ``arrival_time`` | float seconds from start, non-decreasing, >= 0 | when the request arrives |
+| ``num_prompt_tokens`` | int >= 1 | prompt (prefill) length |
+| ``num_output_tokens`` | int >= 1 | tokens to generate |
+| ``hash_ids`` | list of ints (optional) | prefix-block ids, ``attrs["block_size"]`` tokens each |
+| ``session_id``, ``turn`` | optional | multi-turn conversations |
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+REQUIRED = ("arrival_time", "num_prompt_tokens", "num_output_tokens")
+COLUMNS = ("request_id",) + REQUIRED
+
+
+def _first_bad(mask) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def validate(df, *, source=None) -> pd.DataFrame:
+    """Check a workload and return it normalised (integer lengths, float arrivals, request ids).
+
+    Raises ``ValueError`` naming the column, the first offending row (0-based position) and its
+    value; ``TypeError`` when ``df`` is not a DataFrame. ``source`` (a file name) prefixes errors.
+    """
+    where = f"{source}: " if source else ""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"{where}workload must be a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"{where}workload is missing column(s) {missing}; it has "
+                         f"{list(df.columns)}")
+    out = df.copy()
+    out.attrs = dict(df.attrs)
+    arrival = pd.to_numeric(out["arrival_time"], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(arrival) | (arrival < 0)
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"{where}arrival_time: row {i} has {df['arrival_time'].iloc[i]!r} "
+                         f"(must be a finite number of seconds >= 0)")
+    if len(arrival) > 1:
+        dec = np.diff(arrival) < 0
+        if dec.any():
+            i = _first_bad(dec) + 1
+            raise ValueError(f"{where}arrival_time: row {i} has {arrival[i]!r}, earlier than row "
+                             f"{i - 1} ({arrival[i - 1]!r}); arrival times must be non-decreasing")
+    out["arrival_time"] = arrival
+    for col in ("num_prompt_tokens", "num_output_tokens"):
+        raw = out[col]
+        vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(vals) | (vals < 1) | (vals != np.round(vals))
+        if bad.any():
+            i = _first_bad(bad)
+            raise ValueError(f"{where}{col}: row {i} has {raw.iloc[i]!r} (must be an integer >= 1)")
+        out[col] = vals.astype(np.int64)
+    if "request_id" not in out.columns:
+        out.insert(0, "request_id", np.arange(len(out), dtype=np.int64))
+    elif out["request_id"].duplicated().any():
+        i = _first_bad(out["request_id"].duplicated().to_numpy())
+        raise ValueError(f"{where}request_id: row {i} repeats id {out['request_id'].iloc[i]!r}")
+    return out.reset_index(drop=True)
+
+
+def from_records(records) -> pd.DataFrame:
+    """A DataFrame from an iterable of dicts (or objects with the schema's attributes)."""
+    rows = []
+    for i, rec in enumerate(records):
+        if isinstance(rec, dict):
+            rows.append(rec)
+        else:
+            try:
+                rows.append({c: getattr(rec, c) for c in REQUIRED}
+                            | ({"request_id": rec.request_id} if hasattr(rec, "request_id") else {}))
+            except AttributeError as e:
+                raise TypeError(f"request record {i} lacks a field: {e}") from None
+    return pd.DataFrame(rows)
