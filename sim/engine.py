@@ -51,6 +51,7 @@ class SimConfig:
     gpu: object = None
     gpu_memory_utilization: float = 0.9
     tensor_parallel: int = 1
+    closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     seed: int = 0
     progress: bool = False
 
@@ -70,6 +71,9 @@ class SimConfig:
                 f"chunk_size ({policy.chunk_size}) must be >= max_batch_size "
                 f"({self.max_batch_size}): every running decode needs one token of the budget "
                 f"(vLLM's max_num_batched_tokens >= max_num_seqs)")
+        if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
+                                                 and hasattr(self.closed_loop, "think_time")):
+            raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")
@@ -133,7 +137,10 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     state = ReplicaState(kv_blocks, config.block_size, config.max_batch_size)
     records = []
     replica = _Replica(env, state, policy, cost, records, config.progress, len(requests))
-    env.process(_arrivals(env, state, requests, replica))
+    if config.closed_loop is None:
+        env.process(_arrivals(env, state, requests, replica))
+    else:
+        _ClosedLoopClients(env, state, requests, replica, config.closed_loop)
     env.process(replica.loop())
     env.run()
     replica.close()
@@ -144,18 +151,51 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
 
 
+def _submit(state, replica, r, now) -> bool:
+    """Queue an arriving request, or reject it when it could never fit; True if queued."""
+    need = r.num_prompt_tokens + r.num_output_tokens
+    if need > state.kv_blocks * state.block_size:
+        state.reject(r, f"needs {-(-need // state.block_size)} KV blocks for "
+                        f"{need} tokens but the pool has {state.kv_blocks}", now)
+        return False
+    state.waiting.append(r)
+    replica.wake()
+    return True
+
+
 def _arrivals(env, state, requests, replica):
-    limit = state.kv_blocks * state.block_size
+    """Open loop: each request arrives at its ``arrival_time``."""
     for r in requests:
         if r.arrival_time > env.now:
             yield env.timeout(r.arrival_time - env.now)
-        need = r.num_prompt_tokens + r.num_output_tokens
-        if need > limit:
-            state.reject(r, f"needs {-(-need // state.block_size)} KV blocks for "
-                            f"{need} tokens but the pool has {state.kv_blocks}", env.now)
-            continue
-        state.waiting.append(r)
-        replica.wake()
+        _submit(state, replica, r, env.now)
+
+
+class _ClosedLoopClients:
+    """Closed loop: ``num_users`` users; each issues the next request (in workload order)
+    ``think_time`` after its previous one finished or was rejected. One event per request."""
+
+    def __init__(self, env, state, requests, replica, loop):
+        self.env, self.state, self.replica = env, state, replica
+        self.pending = iter(requests)
+        self.think = float(loop.think_time)
+        state.on_finish = self._done
+        for _ in range(int(loop.num_users)):
+            self._issue()
+
+    def _issue(self, _event=None):
+        r = next(self.pending, None)
+        if r is None:
+            return
+        r.arrival_time = self.env.now
+        if not _submit(self.state, self.replica, r, self.env.now):
+            self._done(r, self.env.now)
+
+    def _done(self, r, now):
+        if self.think > 0:
+            self.env.timeout(self.think).callbacks.append(self._issue)
+        else:
+            self._issue()
 
 
 class _Replica:

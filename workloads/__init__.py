@@ -1,5 +1,18 @@
-"""Workloads: the request schema, real traces, arrival processes, length distributions."""
+"""Workloads: the request schema, real traces, arrival processes, length distributions and
+prefix-sharing generators. Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
+from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
+from .describe import describe, plot_workload
+from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
+from .lengths import Empirical, Fixed, LogNormal, Normal, Uniform, Zipf
 from .schema import COLUMNS, REQUIRED, from_records, validate
+from .traces import TRACES, load, load_file, save, trace_names
 
-__all__ = ["COLUMNS", "REQUIRED", "from_records", "validate"]
+__all__ = [
+    "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
+    "describe", "plot_workload",
+    "ideal_prefix_hit_ratio", "multi_turn", "shared_prefix", "synthetic",
+    "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",
+    "COLUMNS", "REQUIRED", "from_records", "validate",
+    "TRACES", "load", "load_file", "save", "trace_names",
+]

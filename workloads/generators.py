@@ -1,0 +1,151 @@
+"""Synthetic workloads: independent requests, shared system prompts, multi-turn conversations.
+
+Prefix-sharing generators emit ``hash_ids`` at KV-block granularity (``attrs["block_size"]``):
+block ``k`` of a prompt gets an id that stands for its exact content, so two prompts share block
+``k`` exactly when they share tokens ``0 .. (k+1) * block_size``. A block only partly filled by a
+shared prefix is not shared (the cheat sheet: keep the shared prefix identical from the first
+token, and a multiple of the block size if you can).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from .arrivals import _count, _pos, _rng, constant, gamma, poisson
+from .lengths import as_distribution
+from .schema import validate
+
+
+def _arrivals(n, rate, arrival, cv, rng):
+    if arrival == "poisson":
+        return poisson(n, rate, rng)
+    if arrival == "gamma":
+        return gamma(n, rate, cv, rng)
+    if arrival == "constant":
+        return constant(n, rate)
+    raise ValueError(f"arrival must be 'poisson', 'gamma' or 'constant', got {arrival!r}")
+
+
+def synthetic(n, *, rate, prompt, output, arrival="poisson", cv=1.0, seed=0) -> pd.DataFrame:
+    """``n`` independent requests: lengths from ``prompt``/``output`` (an int or a distribution
+    from :mod:`workloads.lengths`), arrivals from ``arrival`` at ``rate`` requests/s."""
+    rng = _rng(seed)
+    n = _count(n)
+    times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
+    p = as_distribution(prompt).sample(n, rng)
+    o = as_distribution(output).sample(n, rng)
+    return validate(pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p,
+                                  "num_output_tokens": o}))
+
+
+class _BlockIds:
+    """Content ids for blocks: the same (stream, block index, fill) -> the same id."""
+
+    def __init__(self):
+        self._ids = {}
+        self._next = itertools.count()
+
+    def __call__(self, key):
+        got = self._ids.get(key)
+        if got is None:
+            got = self._ids[key] = next(self._next)
+        return got
+
+
+def _hash_ids(ids, stream, prompt, block_size, shared=None):
+    """Block ids of a prompt. ``shared=(stream, tokens)``: its first ``tokens`` tokens are that
+    shared stream's."""
+    out = []
+    for k in range(-(-prompt // block_size)):
+        end = min((k + 1) * block_size, prompt)
+        fill = end - k * block_size
+        if shared is not None and end <= shared[1]:
+            out.append(ids((shared[0], k, fill)))
+        else:
+            out.append(ids((stream, k, fill)))
+    return out
+
+
+def shared_prefix(n, *, n_groups, system_prompt_tokens, user_tokens, output, rate,
+                  arrival="poisson", cv=1.0, block_size=16, seed=0) -> pd.DataFrame:
+    """``n`` requests in ``n_groups`` groups; every prompt of a group starts with the same system
+    prompt of ``system_prompt_tokens`` tokens, followed by its own ``user_tokens``."""
+    rng = _rng(seed)
+    n = _count(n)
+    if not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
+        raise ValueError(f"n_groups must be an integer >= 1, got {n_groups!r}")
+    if not isinstance(system_prompt_tokens, (int, np.integer)) or system_prompt_tokens < 0:
+        raise ValueError(f"system_prompt_tokens must be an integer >= 0, got "
+                         f"{system_prompt_tokens!r}")
+    if not isinstance(block_size, (int, np.integer)) or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
+    groups = rng.integers(0, n_groups, n)
+    user = as_distribution(user_tokens).sample(n, rng)
+    out = as_distribution(output).sample(n, rng)
+    prompts = system_prompt_tokens + user
+    ids = _BlockIds()
+    hashes = [_hash_ids(ids, ("req", i), int(p), block_size, (("sys", int(g)), system_prompt_tokens))
+              for i, (p, g) in enumerate(zip(prompts, groups))]
+    df = pd.DataFrame({"arrival_time": times, "num_prompt_tokens": prompts,
+                       "num_output_tokens": out, "group": groups, "hash_ids": hashes})
+    df.attrs["block_size"] = block_size
+    return validate(df)
+
+
+def multi_turn(n_conversations, *, turns, user_tokens, output, rate, think_time=5.0,
+               system_prompt_tokens=0, block_size=16, seed=0) -> pd.DataFrame:
+    """Conversations starting as a Poisson process at ``rate``; turn ``t``'s prompt holds the
+    system prompt, every earlier turn (user tokens and the model's output) and its new user
+    tokens. Turn ``t + 1`` arrives an exponential ``think_time`` (mean, seconds) after turn ``t``
+    (open loop; see ``ClosedLoop`` for a loop closed on completions)."""
+    rng = _rng(seed)
+    n_conv = _count(n_conversations)
+    think_time = _pos("think_time", think_time, allow_zero=True)
+    starts = poisson(n_conv, _pos("rate", rate), rng)
+    n_turns = as_distribution(turns).sample(n_conv, rng)
+    ids = _BlockIds()
+    rows = []
+    for c in range(n_conv):
+        t = starts[c]
+        context = system_prompt_tokens
+        users = as_distribution(user_tokens).sample(int(n_turns[c]), rng)
+        outs = as_distribution(output).sample(int(n_turns[c]), rng)
+        for turn in range(int(n_turns[c])):
+            prompt = context + int(users[turn])
+            rows.append((t, prompt, int(outs[turn]), c, turn,
+                         _hash_ids(ids, ("conv", c), prompt, block_size,
+                                   (("sys", 0), system_prompt_tokens))))
+            context = prompt + int(outs[turn])
+            t += rng.exponential(think_time) if think_time else 0.0
+    rows.sort(key=lambda r: r[0])
+    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                                     "session_id", "turn", "hash_ids"])
+    df.attrs["block_size"] = block_size
+    return validate(df)
+
+
+def ideal_prefix_hit_ratio(df: pd.DataFrame) -> float:
+    """Fraction of prompt blocks an infinite prefix cache would hit, in arrival order: block ``k``
+    of a request hits when an earlier request had the same ids in blocks ``0..k``."""
+    if "hash_ids" not in df.columns:
+        raise ValueError("workload has no hash_ids column")
+    children = {}  # (parent node, block id) -> node
+    next_node = itertools.count(1)
+    hits = total = 0
+    for ids in df["hash_ids"]:
+        node, matching = 0, True
+        for h in ids:
+            key = (node, h)
+            child = children.get(key)
+            if child is None:
+                matching = False
+                child = children[key] = next(next_node)
+            elif matching:
+                hits += 1
+            node = child
+            total += 1
+    return hits / total if total else float("nan")
