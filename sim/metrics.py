@@ -167,7 +167,7 @@ def build_result(requests, state, records, config, kv_blocks, *, wall_seconds, p
         iters = pd.DataFrame({c: pd.Series(dtype=np.float64 if k < 2 else np.int64)
                               for k, c in enumerate(ITERATION_COLUMNS)})
     iters.insert(0, "iteration", np.arange(len(iters), dtype=np.int64))
-    end = np.asarray(state.iteration_end, dtype=np.float64)
+    end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
     gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
     cover = np.zeros(len(end) + 1, dtype=np.int64)
     extra = []

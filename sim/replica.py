@@ -87,7 +87,6 @@ class ReplicaState:
         self.count_by_phase = [0] * block_size
         self.finish_at = {}  # iteration -> [Request]
         self.iteration = 0
-        self.iteration_end = []  # end time of each iteration
         self.num_preempted_now = 0
         self.total_preemptions = 0
         self.decodes_prepared = -1  # iteration whose decode blocks are already taken
@@ -179,7 +178,6 @@ class ReplicaState:
     # -- the iteration's effects ----------------------------------------------------------
     def postprocess(self, batch, now):
         i = self.iteration
-        self.iteration_end.append(now)
         bs = self.block_size
         completed = False
         for (new, _cached), r in zip(batch.prefills, batch.prefill_requests):

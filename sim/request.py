@@ -24,7 +24,7 @@ class Request:
         "status", "num_generated", "num_computed", "prefill_target", "num_cached",
         "gen_base", "decode_start", "phase", "finish_iter", "num_preemptions",
         "first_scheduled_time", "first_token_time", "finish_time", "reason", "segments",
-        "prefix_hashes", "num_prefix_hit_tokens",
+        "prefix_hashes",
     )
 
     def __init__(self, index, request_id, arrival_time, num_prompt_tokens, num_output_tokens,
@@ -50,7 +50,6 @@ class Request:
         self.reason = ""
         self.segments = []  # (first, last) iterations of each run of consecutive tokens
         self.prefix_hashes = prefix_hashes
-        self.num_prefix_hit_tokens = 0
 
     def __repr__(self):
         return (f"Request({self.request_id!r}, {STATUS_NAMES[self.status]}, "

@@ -1,0 +1,254 @@
+"""The ``sim`` command: parses arguments, calls the library, writes files.
+
+    sim run [CONFIG.toml] [--workload NAME|FILE] [--scheduler chunked] ...   the main job
+    sim workload list | describe NAME|FILE [--plot PNG]
+    sim memory MODEL --gpu h100 [--weight-dtype int8] [--tp 2]
+    sim calibrate [--budget 120] [--output PROFILE.json]
+    sim validate [--profile PROFILE.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+DEFAULTS = {
+    "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
+    "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": 256,
+    "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
+    "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
+    "closed_loop_users": None, "think_time": 0.0,
+}
+DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; the Azure LLM "
+                    "inference 2023 'conv' trace (19,366 requests over ~58 min, replayed); "
+                    "chunked prefill (512-token budget), max batch 256, KV pool from the memory "
+                    "budget")
+
+
+def _add_run_args(p):
+    p.add_argument("config", nargs="?", help="TOML file with the same settings as the flags")
+    p.add_argument("--workload", "-w", help="bundled trace name or CSV/JSONL/parquet file")
+    p.add_argument("--num-requests", "-n", type=int, dest="num_requests")
+    p.add_argument("--rate", type=float, help="requests/s (time-scales a trace)")
+    p.add_argument("--scheduler", "-s", choices=["static", "continuous", "chunked"])
+    p.add_argument("--model")
+    p.add_argument("--gpu")
+    p.add_argument("--tp", type=int, dest="tensor_parallel")
+    p.add_argument("--max-batch-size", type=int, dest="max_batch_size")
+    p.add_argument("--chunk-size", type=int, dest="chunk_size")
+    p.add_argument("--token-budget", type=int, dest="token_budget")
+    p.add_argument("--kv-blocks", type=int, dest="kv_blocks")
+    p.add_argument("--block-size", type=int, dest="block_size")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--cost", help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT")
+    p.add_argument("--profile", help="calibrated profile JSON (from `sim calibrate`)")
+    p.add_argument("--closed-loop", type=int, dest="closed_loop_users",
+                   help="closed loop with this many users")
+    p.add_argument("--think-time", type=float, dest="think_time")
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        p.add_argument(f"--slo-{key}", type=float, dest=f"slo_{key}", help=f"{key} SLO, seconds")
+    p.add_argument("--output", "-o", help="output folder (default sim-out)")
+    p.add_argument("--no-plots", action="store_false", dest="plots", default=None)
+    p.add_argument("--quiet", "-q", action="store_true")
+
+
+def settings_from(args) -> dict:
+    s = dict(DEFAULTS)
+    if args.config:
+        path = Path(args.config)
+        if not path.exists():
+            raise SystemExit(f"sim: config file {args.config!r} does not exist")
+        with open(path, "rb") as f:
+            loaded = tomllib.load(f)
+        unknown = set(loaded) - set(DEFAULTS)
+        if unknown:
+            raise SystemExit(f"sim: {args.config}: unknown setting(s) {sorted(unknown)}; "
+                             f"known: {sorted(DEFAULTS)}")
+        s.update(loaded)
+    for key in DEFAULTS:
+        v = getattr(args, key, None)
+        if v is not None:
+            s[key] = v
+    slo = dict(s.get("slo") or {})
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        v = getattr(args, f"slo_{key}", None)
+        if v is not None:
+            slo[key] = v
+    s["slo"] = slo
+    return s
+
+
+def cost_model_from(s):
+    from .costs import ConstantCost, LinearCost
+    if s["profile"]:
+        from .calibrate import CalibratedCost
+        return CalibratedCost.from_file(s["profile"])
+    spec = str(s["cost"])
+    if spec == "roofline":
+        return None  # SimConfig resolves the roofline of model on gpu
+    kind, _, rest = spec.partition(":")
+    try:
+        nums = [float(x) for x in rest.split(",") if x]
+    except ValueError:
+        raise SystemExit(f"sim: --cost {spec!r}: numbers expected after ':'") from None
+    if kind == "constant" and len(nums) == 1:
+        return ConstantCost(nums[0])
+    if kind == "linear" and 1 <= len(nums) <= 4:
+        return LinearCost(*nums)
+    raise SystemExit(f"sim: --cost {spec!r}: use roofline, constant:SECONDS or "
+                     f"linear:BASE,PREFILL,DECODE,CONTEXT")
+
+
+def build(s):
+    """(workload DataFrame, SimConfig) from settings."""
+    import workloads
+    from .constants import CHUNK_SIZE, KV_BLOCK_SIZE
+    from .engine import SimConfig
+    df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
+    closed = (workloads.ClosedLoop(s["closed_loop_users"], s["think_time"])
+              if s["closed_loop_users"] else None)
+    cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
+                    max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"] or CHUNK_SIZE,
+                    token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
+                    block_size=s["block_size"] or KV_BLOCK_SIZE, model=s["model"], gpu=s["gpu"],
+                    tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
+    return df, cfg
+
+
+def format_summary(summary) -> str:
+    rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
+                         f"rejected of {summary['num_requests']:,}")]
+    for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        rows.append((f"{label} (s)", "mean {:.4g}  p50 {:.4g}  p90 {:.4g}  p99 {:.4g}".format(
+            summary[f"{key}_mean"], summary[f"{key}_p50"], summary[f"{key}_p90"],
+            summary[f"{key}_p99"])))
+    rows += [
+        ("throughput", f"{summary['request_throughput']:.3g} req/s, "
+                       f"{summary['output_token_throughput']:,.0f} output tok/s, "
+                       f"{summary['total_token_throughput']:,.0f} total tok/s"),
+        ("batch", f"mean {summary['mean_batch_size']:.1f} running, slot utilization "
+                  f"{summary['slot_utilization']:.0%}, busy {summary['busy_fraction']:.0%}"),
+        ("KV cache", f"{summary['kv_blocks']:,} blocks, mean {summary['kv_usage_mean']:.0%}, "
+                     f"max {summary['kv_usage_max']:.0%}, {summary['num_preemptions']:,} "
+                     f"preemptions"),
+    ]
+    if "slo_attainment" in summary:
+        rows.append(("SLOs", f"{summary['slo_attainment']:.1%} of requests meet all; goodput "
+                             f"{summary['goodput']:.3g} req/s"))
+    rows.append(("wall time", f"{summary['wall_seconds']:.2f} s"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def cmd_run(args) -> int:
+    from .engine import run
+    s = settings_from(args)
+    df, cfg = build(s)
+    show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
+    import dataclasses
+    res = run(df, dataclasses.replace(cfg, progress=show_progress))
+    summary = res.summary(slo=s["slo"] or None)
+    out = Path(s["output"])
+    out.mkdir(parents=True, exist_ok=True)
+    res.requests.to_parquet(out / "requests.parquet", index=False)
+    res.iterations.to_parquet(out / "iterations.parquet", index=False)
+    meta = {k: v for k, v in s.items()}
+    meta["cost_model"] = repr(cfg.resolved_cost_model())
+    meta["kv_blocks"] = res.kv_blocks
+    (out / "summary.json").write_text(json.dumps({"settings": meta, "summary": summary},
+                                                 indent=2, default=str))
+    written = ["requests.parquet", "iterations.parquet", "summary.json"]
+    if s["plots"]:
+        from .plots import save_plots
+        written += [p.name for p in save_plots(res, out)]
+    if not args.quiet:
+        if not args.config and all(getattr(args, k, None) is None for k in
+                                   ("workload", "model", "gpu", "scheduler")):
+            print(f"default scenario: {DEFAULT_SCENARIO}\n")
+        print(f"workload {s['workload']}: {len(df):,} requests; scheduler {cfg.policy()!r}; "
+              f"cost {meta['cost_model']}\n")
+        print(format_summary(summary))
+        print(f"\nwrote {', '.join(written)} to {out}/")
+    return 0
+
+
+def cmd_workload(args) -> int:
+    import workloads
+    if args.action == "list":
+        for name in workloads.trace_names():
+            print(name)
+        return 0
+    if not args.name:
+        raise SystemExit("sim workload describe: give a trace name or a file")
+    df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+    d = workloads.describe(df)
+    width = max(len(k) for k in d)
+    for k, v in d.items():
+        print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if args.plot:
+        workloads.plot_workload(df, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    from .gpus import get_gpu
+    from .memory import GB, memory_budget
+    gb = args.gpu_memory_gb or get_gpu(args.gpu).memory_gb
+    b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+                      tensor_parallel=args.tp, gpu_memory_utilization=args.utilization)
+    print(f"{b.model.name}: {b.model.total_params() / 1e9:.2f} B parameters, weights "
+          f"{b.weights_bytes / GB:.1f} GB, KV {b.kv_bytes_per_token / 1024:.0f} KiB/token")
+    print(b.advice)
+    return 0 if b.fits else 1
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="sim", description="LLM-serving simulator")
+    sub = parser.add_subparsers(dest="command")
+    p_run = sub.add_parser("run", help="simulate a workload (no arguments: the default scenario)")
+    _add_run_args(p_run)
+    p_wl = sub.add_parser("workload", help="list or describe workloads")
+    p_wl.add_argument("action", choices=["list", "describe"])
+    p_wl.add_argument("name", nargs="?")
+    p_wl.add_argument("--num-requests", "-n", type=int)
+    p_wl.add_argument("--rate", type=float)
+    p_wl.add_argument("--seed", type=int, default=0)
+    p_wl.add_argument("--plot", help="write a PNG of the workload")
+    p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
+    p_mem.add_argument("model")
+    p_mem.add_argument("--gpu", default="h100")
+    p_mem.add_argument("--gpu-memory-gb", type=float)
+    p_mem.add_argument("--weight-dtype", default="fp16")
+    p_mem.add_argument("--kv-dtype", default="fp16")
+    p_mem.add_argument("--tp", type=int, default=1)
+    p_mem.add_argument("--utilization", type=float, default=0.9)
+    _add_device_commands(sub)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args) if hasattr(args, "func") else {
+            "run": cmd_run, "workload": cmd_workload, "memory": cmd_memory}[args.command](args)
+    except (ValueError, TypeError) as e:
+        print(f"sim {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _add_device_commands(sub):
+    """``sim calibrate`` and ``sim validate`` (see sim/calibrate.py and sim/validate.py)."""
+    try:
+        from .calibrate import add_cli as add_calibrate
+        from .validate import add_cli as add_validate
+    except ImportError:  # pragma: no cover - modules arrive with the cost-model issue
+        return
+    add_calibrate(sub)
+    add_validate(sub)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Matplotlib figures of a Result (imported lazily; the core never imports this module)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _plt(headless):
+    import matplotlib
+    if headless:
+        matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _cdf(ax, values, label):
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    v = v[np.isfinite(v)]
+    if v.size:
+        ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label)
+
+
+def plot_latencies(results, path=None):
+    """CDFs of TTFT, ITL and E2E; ``results`` is a Result or ``{label: Result}`` to compare."""
+    plt = _plt(path is not None)
+    if not isinstance(results, dict):
+        results = {results.scheduler_name: results}
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    for label, res in results.items():
+        fin = res.requests[res.requests["status"] == "finished"]
+        _cdf(axes[0], fin["ttft"], label)
+        itl = res.itl()
+        if itl.size > 2_000_000:  # plot a deterministic thinning of very long runs
+            itl = np.sort(itl)[:: itl.size // 1_000_000]
+        _cdf(axes[1], itl, label)
+        _cdf(axes[2], fin["e2e"], label)
+    for ax, title in zip(axes, ("TTFT", "inter-token latency", "end-to-end latency")):
+        ax.set(title=title, xlabel="seconds", ylabel="fraction of requests" if ax is axes[0]
+               else "fraction")
+        ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+    axes[1].set_ylabel("fraction of tokens")
+    axes[2].legend(loc="lower right")
+    fig.tight_layout()
+    return _finish(fig, path, plt)
+
+
+def plot_timeline(result, path=None):
+    """Batch size (running requests) and KV-cache usage over simulated time."""
+    plt = _plt(path is not None)
+    it = result.iterations
+    fig, axes = plt.subplots(2, 1, figsize=(12, 5.5), sharex=True)
+    t = it["start"].to_numpy()
+    axes[0].plot(t, it["num_running"], lw=0.8, label="running")
+    axes[0].plot(t, it["num_waiting"], lw=0.8, label="waiting")
+    axes[0].axhline(result.config.max_batch_size, color="grey", ls="--", lw=0.8,
+                    label="max batch size")
+    axes[0].set(ylabel="requests", title="batch size over time")
+    axes[0].legend(loc="upper right")
+    axes[1].plot(t, it["kv_blocks_used"] / result.kv_blocks * 100, lw=0.8)
+    pre = it[it["num_preemptions"] > 0]
+    if len(pre):
+        axes[1].scatter(pre["start"], pre["kv_blocks_used"] / result.kv_blocks * 100, s=6,
+                        color="red", label="preemption", zorder=3)
+        axes[1].legend(loc="upper right")
+    axes[1].set(ylabel="KV blocks used (%)", xlabel="simulated time (s)", ylim=(0, 105),
+                title="KV-cache usage")
+    fig.tight_layout()
+    return _finish(fig, path, plt)
+
+
+def _finish(fig, path, plt):
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig
+
+
+def save_plots(result, outdir) -> list[Path]:
+    """Write ``latency_cdfs.png`` and ``timeline.png`` into ``outdir``."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = [outdir / "latency_cdfs.png", outdir / "timeline.png"]
+    plot_latencies(result, paths[0])
+    plot_timeline(result, paths[1])
+    return paths

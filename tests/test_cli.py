@@ -1,0 +1,66 @@
+import json
+
+import pandas as pd
+import pytest
+
+from sim.cli import main
+
+
+def test_run_small_trace_writes_outputs(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["run", "--workload", "azure-code", "-n", "300", "--scheduler", "continuous",
+               "--max-batch-size", "32", "--kv-blocks", "4000", "--slo-ttft", "1.0",
+               "--slo-itl", "0.1", "-o", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "TTFT (s)" in text and "SLOs" in text
+    req = pd.read_parquet(out / "requests.parquet")
+    assert len(req) == 300
+    it = pd.read_parquet(out / "iterations.parquet")
+    assert len(it) > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["summary"]["num_requests"] == 300
+    assert "slo_attainment" in summary["summary"]
+    assert summary["settings"]["scheduler"] == "continuous"
+    for png in ("latency_cdfs.png", "timeline.png"):
+        assert (out / png).stat().st_size > 10_000
+
+
+def test_run_toml_config_and_flags_override(tmp_path, capsys):
+    cfg = tmp_path / "exp.toml"
+    wl = tmp_path / "w.csv"
+    pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [100, 200, 300],
+                  "num_output_tokens": [10, 20, 30]}).to_csv(wl, index=False)
+    cfg.write_text(f'workload = "{wl}"\nscheduler = "static"\ncost = "constant:0.01"\n'
+                   f'plots = false\noutput = "{tmp_path / "o"}"\n[slo]\ne2e = 1.0\n')
+    assert main(["run", str(cfg), "--max-batch-size", "2"]) == 0
+    s = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert s["settings"]["scheduler"] == "static" and s["settings"]["max_batch_size"] == 2
+    assert s["summary"]["slo_e2e"] == 1.0
+    assert not (tmp_path / "o" / "timeline.png").exists()
+    # 3 requests, batch 2 static, 0.01 s per iteration
+    assert s["summary"]["num_finished"] == 3
+
+
+def test_run_errors_are_clear(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrival_time,num_prompt_tokens,num_output_tokens\n0,5,5\n1,-5,5\n")
+    assert main(["run", "-w", str(bad), "-o", str(tmp_path / "x")]) == 2
+    assert "num_prompt_tokens: row 1" in capsys.readouterr().err
+    assert main(["run", "-w", "azure-code", "-n", "5", "--max-batch-size", "0",
+                 "-o", str(tmp_path / "x")]) == 2
+    assert "max_batch_size" in capsys.readouterr().err
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('shceduler = "static"\n')
+    with pytest.raises(SystemExit, match="unknown setting"):
+        main(["run", str(cfg)])
+
+
+def test_workload_describe_and_memory(tmp_path, capsys):
+    assert main(["workload", "describe", "azure-conv", "--plot", str(tmp_path / "w.png")]) == 0
+    out = capsys.readouterr().out
+    assert "19366" in out.replace(",", "") and (tmp_path / "w.png").exists()
+    assert main(["workload", "list"]) == 0
+    assert "mooncake-conversation" in capsys.readouterr().out
+    assert main(["memory", "llama-3.1-70b", "--gpu", "a100"]) == 1
+    assert "quantize the weights to 8 bits" in capsys.readouterr().out.lower()
