@@ -41,6 +41,7 @@ ACT_BYTES = 2  # activations in fp16/bf16
 class RooflineParams:
     gemm_compute_eff: float = 0.72
     gemm_memory_eff: float = 0.78
+    gemm_latency_s: float = 0.0  # fixed time added to every GEMM (launch, tails)
     elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
     kernel_floor_s: float = 3e-6
     attn_prefill_compute_eff: float = 0.55
@@ -55,7 +56,7 @@ class RooflineParams:
             v = positive_float(f, getattr(self, f))
             if v > 1:
                 raise ValueError(f"{f} must be at most 1, got {v}")
-        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s"):
+        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s"):
             positive_float(f, getattr(self, f), allow_zero=True)
 
 
@@ -148,46 +149,52 @@ class RooflineCost:
                             weight_dtype=self.weight_dtype, kv_dtype=self.kvb,
                             params=replace(self.params, **changes))
 
-    # -- per-op costs (per layer, seconds) ---------------------------------------------
-    def _gemm(self, tokens, k_in, n_out, weight_copies=1.0):
-        p = self.params
-        flops = 2.0 * tokens * k_in * n_out
-        nbytes = weight_copies * k_in * n_out * self.wb + tokens * (k_in + n_out) * ACT_BYTES
-        return max(flops / (self.peak * p.gemm_compute_eff),
-                   nbytes / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
-
-    def _elementwise(self, op, nbytes):
-        p = self.params
-        return max(nbytes / (self.bw * p.elementwise_eff[op]), p.kernel_floor_s)
-
-    def op_times(self, tokens) -> dict:
-        """Seconds per layer of each linear/elementwise op for ``tokens`` tokens."""
-        m, tp = self.model, self.tp
+    def op_work(self, tokens) -> dict:
+        """Per layer, per op: ``(FLOPs, bytes)`` for ``tokens`` tokens (scalars or arrays).
+        Elementwise ops have 0 FLOPs (memory-bound)."""
+        m, tp, wb = self.model, self.tp, self.wb
         h, inter = m.hidden_size, m.intermediate_size
-        qkv = (m.q_size + 2 * m.kv_size) / tp
+        tokens = np.asarray(tokens, dtype=np.float64) if not np.isscalar(tokens) else float(tokens)
+
+        def gemm(t, k_in, n_out, weight_copies=1.0):
+            return (2.0 * t * k_in * n_out,
+                    weight_copies * k_in * n_out * wb + t * (k_in + n_out) * ACT_BYTES)
+
         if m.is_moe:
             k, e = m.num_experts_per_tok, m.num_local_experts
             touched = e * (1.0 - (1.0 - k / e) ** tokens)  # expected distinct experts
-            up = self._gemm(tokens * k, h, 2 * inter / tp, touched / k)
-            down = self._gemm(tokens * k, inter / tp, h, touched / k)
+            up = gemm(tokens * k, h, 2 * inter / tp, touched)
+            down = gemm(tokens * k, inter / tp, h, touched)
             act_tokens = tokens * k
         else:
-            up = self._gemm(tokens, h, 2 * inter / tp)
-            down = self._gemm(tokens, inter / tp, h)
+            up = gemm(tokens, h, 2 * inter / tp)
+            down = gemm(tokens, inter / tp, h)
             act_tokens = tokens
         return {
-            "attn_pre_proj": self._gemm(tokens, h, qkv),
-            "attn_post_proj": self._gemm(tokens, m.q_size / tp, h),
+            "attn_pre_proj": gemm(tokens, h, (m.q_size + 2 * m.kv_size) / tp),
+            "attn_post_proj": gemm(tokens, m.q_size / tp, h),
             "mlp_up_proj": up,
             "mlp_down_proj": down,
-            "input_layernorm": self._elementwise("input_layernorm", tokens * h * 2 * ACT_BYTES),
-            "post_attention_layernorm": self._elementwise("post_attention_layernorm",
-                                                          tokens * h * 2 * ACT_BYTES),
-            "attn_rope": self._elementwise("attn_rope", tokens * 2 * (m.q_size + m.kv_size) / tp
-                                           * ACT_BYTES),
-            "mlp_act": self._elementwise("mlp_act", act_tokens * 3 * inter / tp * ACT_BYTES),
-            "add": self._elementwise("add", tokens * 3 * h * ACT_BYTES),
+            "input_layernorm": (0.0, tokens * h * 2 * ACT_BYTES),
+            "post_attention_layernorm": (0.0, tokens * h * 2 * ACT_BYTES),
+            "attn_rope": (0.0, tokens * 2 * (m.q_size + m.kv_size) / tp * ACT_BYTES),
+            "mlp_act": (0.0, act_tokens * 3 * inter / tp * ACT_BYTES),
+            "add": (0.0, tokens * 3 * h * ACT_BYTES),
         }
+
+    def op_times(self, tokens) -> dict:
+        """Seconds per layer of each linear/elementwise op (scalars or arrays of tokens)."""
+        p = self.params
+        out = {}
+        for op, (flops, nbytes) in self.op_work(tokens).items():
+            if op in GEMM_OPS:
+                t = np.maximum(np.maximum(flops / (self.peak * p.gemm_compute_eff),
+                                          nbytes / (self.bw * p.gemm_memory_eff)),
+                               p.kernel_floor_s) + p.gemm_latency_s
+            else:
+                t = np.maximum(nbytes / (self.bw * p.elementwise_eff[op]), p.kernel_floor_s)
+            out[op] = float(t) if np.ndim(t) == 0 else t
+        return out
 
     def allreduce_time(self, nbytes) -> float:
         if self.tp == 1:
@@ -213,7 +220,10 @@ class RooflineCost:
             layer += 2 * self.allreduce_time(tokens * self.model.hidden_size * ACT_BYTES)
             t = self.model.num_hidden_layers * layer
             if sampled:
-                t += self._gemm(sampled, self.model.hidden_size, self.model.vocab_size / self.tp)
+                p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
+                t += max(2.0 * sampled * h * v / (self.peak * p.gemm_compute_eff),
+                         (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
+                         / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
             self._linear_cache[key] = t
         return t
 
