@@ -140,3 +140,133 @@ class KVCache:
 
     def __len__(self):
         return self.length
+
+
+# -- vectorised kernels of one engine iteration (NumPy, or CuPy via ``xp``) ---------------------
+
+def array_module(device="auto"):
+    """``(xp, device_name)``: CuPy when ``device`` is "gpu"/"auto" and a GPU is usable, else NumPy."""
+    if device not in ("auto", "gpu", "cpu"):
+        raise ValueError(f"device must be 'auto', 'gpu' or 'cpu', got {device!r}")
+    if device in ("auto", "gpu"):
+        try:
+            import cupy
+            if cupy.cuda.is_available():
+                props = cupy.cuda.runtime.getDeviceProperties(0)
+                name = props["name"]
+                return cupy, name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:  # noqa: BLE001 - CuPy missing, or installed without a driver
+            pass
+        if device == "gpu":
+            raise RuntimeError("device='gpu' but no CUDA GPU is usable through CuPy")
+    import platform
+    return np, f"cpu ({platform.processor() or platform.machine()})"
+
+
+def synchronize(xp):
+    if xp is not np:
+        xp.cuda.Device().synchronize()
+
+
+def paged_decode_attention(q, k_pool, v_pool, block_tables, context_lens, scale=None, xp=np):
+    """One query token per sequence over its paged KV cache (vectorised, padded to the longest).
+
+    q ``(b, n_heads, d)``; pools ``(num_blocks, block_size, n_kv, d)``; block_tables
+    ``(b, max_blocks)`` int; context_lens ``(b,)`` (keys ``[0, len)`` of each sequence).
+    Grouped-query attention: head ``h`` reads KV head ``h // (n_heads // n_kv)``.
+    """
+    b, nh, d = q.shape
+    bs, nkv = k_pool.shape[1], k_pool.shape[2]
+    g = nh // nkv
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    k = k_pool[block_tables].reshape(b, -1, nkv, d)  # (b, T, nkv, d)
+    v = v_pool[block_tables].reshape(b, -1, nkv, d)
+    qg = q.reshape(b, nkv, g, d)
+    scores = (qg @ k.transpose(0, 2, 3, 1)) * scale  # (b, nkv, g, T)
+    mask = xp.arange(k.shape[1])[None, :] < xp.asarray(context_lens)[:, None]
+    scores = xp.where(mask[:, None, None, :], scores, -xp.inf)
+    p = softmax(scores, axis=-1, xp=xp)
+    return (p @ v.transpose(0, 2, 1, 3)).reshape(b, nh, d)
+
+
+def prefill_chunk_attention(q, k, v, scale=None, xp=np):
+    """Causal attention of a chunk of ``c`` new queries over ``L = cached + c`` keys.
+
+    q ``(c, n_heads, d)``; k, v ``(L, n_kv, d)``; returns ``(c, n_heads, d)``.
+    """
+    c, nh, d = q.shape
+    nkv = k.shape[1]
+    g = nh // nkv
+    qh = q.reshape(c, nkv, g, d).transpose(1, 2, 0, 3)  # (nkv, g, c, d)
+    kh = k.transpose(1, 0, 2)[:, None]  # (nkv, 1, L, d)
+    vh = v.transpose(1, 0, 2)[:, None]
+    out = scaled_dot_product_attention(qh, kh, vh, causal=True, scale=scale, xp=xp)
+    return out.transpose(2, 0, 1, 3).reshape(c, nh, d)
+
+
+_CUDA_PAGED_DECODE = r"""
+extern "C" __global__ void paged_decode_attention(
+    const float* q, const float* k_pool, const float* v_pool, const int* block_tables,
+    const int* context_lens, float* out, int n_heads, int n_kv, int d, int bs,
+    int max_blocks, float scale) {
+  // one thread block per (sequence, head); thread i holds dimension i. Online softmax over
+  // keys one at a time: the same running max / running sum update as tiled_softmax_dot.
+  int b = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+  int kvh = h / (n_heads / n_kv);
+  extern __shared__ float red[];
+  float qv = tid < d ? q[((long)b * n_heads + h) * d + tid] : 0.f;
+  float m = -INFINITY, s = 0.f, acc = 0.f;
+  int L = context_lens[b];
+  for (int t = 0; t < L; ++t) {
+    int blk = block_tables[(long)b * max_blocks + t / bs];
+    long base = (((long)blk * bs + (t % bs)) * n_kv + kvh) * d;
+    red[tid] = tid < d ? qv * k_pool[base + tid] : 0.f;
+    __syncthreads();
+    for (int stride = blockDim.x / 2; stride > 0; stride >>= 1) {
+      if (tid < stride) red[tid] += red[tid + stride];
+      __syncthreads();
+    }
+    float score = red[0] * scale;
+    __syncthreads();
+    float new_m = fmaxf(m, score);
+    float exp_old = (m == -INFINITY) ? 0.f : expf(m - new_m);
+    float p = expf(score - new_m);
+    s = s * exp_old + p;
+    if (tid < d) acc = acc * exp_old + p * v_pool[base + tid];
+    m = new_m;
+  }
+  if (tid < d) out[((long)b * n_heads + h) * d + tid] = acc / s;
+}
+"""
+
+
+def paged_decode_attention_cuda(q, k_pool, v_pool, block_tables, context_lens, scale=None):
+    """:func:`paged_decode_attention` as a CuPy ``RawKernel`` (float32), reading KV through the
+    block table without gathering it."""
+    import cupy
+    b, nh, d = q.shape
+    nbl, bs, nkv, _ = k_pool.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    kernel = _cuda_kernel()
+    threads = 1 << max(0, (d - 1).bit_length())
+    out = cupy.empty((b, nh, d), dtype=cupy.float32)
+    bt = cupy.ascontiguousarray(block_tables, dtype=cupy.int32)
+    kernel((b, nh), (threads,),
+           (cupy.ascontiguousarray(q, dtype=cupy.float32),
+            cupy.ascontiguousarray(k_pool, dtype=cupy.float32),
+            cupy.ascontiguousarray(v_pool, dtype=cupy.float32), bt,
+            cupy.ascontiguousarray(context_lens, dtype=cupy.int32), out,
+            np.int32(nh), np.int32(nkv), np.int32(d), np.int32(bs), np.int32(bt.shape[1]),
+            np.float32(scale)),
+           shared_mem=threads * 4)
+    return out
+
+
+_KERNEL_CACHE = {}
+
+
+def _cuda_kernel():
+    if "paged" not in _KERNEL_CACHE:  # compiled once per process; no state beyond the cache
+        import cupy
+        _KERNEL_CACHE["paged"] = cupy.RawKernel(_CUDA_PAGED_DECODE, "paged_decode_attention")
+    return _KERNEL_CACHE["paged"]

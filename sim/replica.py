@@ -63,6 +63,10 @@ class Batch:
         return np.array([r.num_cached + i - r.decode_start
                          for r in self._state.running.values() if r.status == DECODE], dtype=np.int64)
 
+    def decode_requests(self) -> list:
+        """The requests decoding this iteration (on demand: O(running))."""
+        return [r for r in self._state.running.values() if r.status == DECODE]
+
     def items(self) -> list:
         out = [(new, new + cached) for new, cached in self.prefills]
         out += [(1, int(c)) for c in self.decode_context_lengths()]

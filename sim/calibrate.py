@@ -1,0 +1,446 @@
+"""Calibration: time the real kernels of an engine iteration on this device, fit a cost model.
+
+``calibrate()`` builds an :class:`~sim.executor.Executor` (CuPy on an NVIDIA GPU, NumPy on the
+CPU otherwise) and times, over a grid, exactly the code an executed iteration runs:
+
+- ``linear``: embedding + every layer's norms, QKV/O/MLP GEMMs, RoPE, residuals, vs tokens T;
+- ``lm_head``: the LM head and greedy pick for ``s`` sequences;
+- ``decode_attention``: K/V write + paged decode attention of ``b`` sequences of context ``L``
+  through their block tables (all layers);
+- ``prefill_attention``: K/V write + causal attention of a ``c``-token chunk over ``p`` cached
+  tokens (all layers);
+Each point is the median of repeats after warm-up (device synchronised). ``linear`` and
+``lm_head`` become log-log interpolation tables over T; the attention ops bilinear tables over
+their grids. Part of each grid is held out of the fit, and the held-out error (median and P90
+absolute percentage error) goes into the profile file with the device, library versions, dtype,
+model dims, date and grid. Then the engine runs a calibration workload with every iteration
+executed for real, and a least-squares fit gives how the isolated op times add up inside real
+iterations (a weight per op, plus bookkeeping per iteration, per sequence and per KV block):
+:class:`CalibratedCost` prices a batch as ``weights . terms``. ``sim run --profile`` uses it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .executor import Executor
+from .kernels import array_module, synchronize
+from .models import ModelConfig, get_model
+
+CPU_MODEL = ModelConfig("cpu-tiny", num_hidden_layers=2, hidden_size=256, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=688, vocab_size=2048)
+GRID = {
+    "linear": [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 320, 384, 448, 512, 640, 768,
+               1024],
+    "lm_head": [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64],
+    "decode_attention": [(b, L) for b in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+                         for L in (16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)],
+    "prefill_attention": [(c, p) for c in (8, 16, 32, 64, 96, 128, 192, 256, 384, 512)
+                          for p in (0, 64, 128, 256, 384, 512, 768, 1024, 1536)],
+}
+QUICK_GRID = {  # a coarse grid for smoke runs (seconds, not minutes)
+    "linear": [1, 4, 16, 64, 256], "lm_head": [1, 4, 16],
+    "decode_attention": [(b, L) for b in (1, 4, 16) for L in (16, 128, 512)],
+    "prefill_attention": [(c, p) for c in (8, 64, 256) for p in (0, 256, 1024)],
+}
+PROFILE_FORMAT = "llm-serving-sim calibration profile v1"
+REPEATS = 3  # timed runs per point per pass, after WARMUP untimed runs
+WARMUP = 5
+
+
+def _median_time(fn, xp, samples):
+    synchronize(xp)
+    t = time.perf_counter()
+    fn()
+    synchronize(xp)
+    samples.append(time.perf_counter() - t)
+
+
+class _Bench:
+    """The timed operations, each a closure over prepared inputs."""
+
+    def __init__(self, ex: Executor):
+        self.ex, self.xp = ex, ex.xp
+        self.rng = np.random.default_rng(1)
+
+    def _x(self, *shape):
+        return self.xp.asarray(self.rng.standard_normal(shape).astype(self.ex.dtype))
+
+    def linear(self, t):
+        ex, xp = self.ex, self.xp
+        plan = {"tokens": xp.asarray(self.rng.integers(0, ex.model.vocab_size, t)),
+                "pos": xp.asarray(np.arange(t))}
+
+        def run():
+            x = ex.emb[plan["tokens"]]
+            for i in range(len(ex.layers)):
+                x = ex.layer(i, x, plan, attention=False)
+        return run
+
+    def lm_head(self, s):
+        ex = self.ex
+        x = self._x(s, ex.model.hidden_size)
+
+        def run():
+            picks = (x @ ex.lm).argmax(axis=-1)
+            if ex.xp is not np:
+                picks.get()
+        return run
+
+    def decode_attention(self, b, length):
+        ex = self.ex
+        keys = [("cal-d", i) for i in range(b)]
+        for k in keys:
+            ex.release(k)
+        plan = ex._plan([], [(k, length) for k in keys])
+        q, k_, v = self._x(b, ex.nh, ex.d), self._x(b, ex.nkv, ex.d), self._x(b, ex.nkv, ex.d)
+
+        def run():
+            for i in range(len(ex.layers)):
+                ex.attention(i, q, k_, v, plan)
+        return run, keys
+
+    def prefill_attention(self, c, p):
+        ex = self.ex
+        key = ("cal-p", 0)
+        ex.release(key)
+        plan = ex._plan([(key, c, p)], [])
+        q, k_, v = self._x(c, ex.nh, ex.d), self._x(c, ex.nkv, ex.d), self._x(c, ex.nkv, ex.d)
+
+        def run():
+            for i in range(len(ex.layers)):
+                ex.attention(i, q, k_, v, plan)
+        return run, [key]
+
+
+def _loglog_interp(x, xs, ys):
+    """Piecewise power law through (xs, ys): linear in log-log, extrapolating the end segments."""
+    lx, lxs, lys = np.log(np.asarray(x, dtype=np.float64)), np.log(xs), np.log(ys)
+    i = np.clip(np.searchsorted(lxs, lx) - 1, 0, len(lxs) - 2)
+    w = (lx - lxs[i]) / (lxs[i + 1] - lxs[i])
+    return np.exp(lys[i] + w * (lys[i + 1] - lys[i]))
+
+
+def _axis(values, transform):
+    v = np.asarray(values, dtype=np.float64)
+    return v if transform == "linear" else np.log(v)
+
+
+def _bilinear(x, y, table):
+    """Interpolate a 2-D timing table: log(time) linear in log(x); along y, log(time) linear in
+    log(y) (``y_transform="log"``: power laws, e.g. decode batch x context) or time linear in y
+    (``"linear"``: attention over a cached prefix is affine in its length), extrapolating the
+    edge cells."""
+    ax = np.log(np.asarray(table["x"], dtype=np.float64))
+    lz = np.log(np.asarray(table["z"]))
+    px = np.log(np.asarray(x, dtype=np.float64))
+    i = np.clip(np.searchsorted(ax, px) - 1, 0, len(ax) - 2)
+    wx = (px - ax[i]) / (ax[i + 1] - ax[i])
+    linear_y = table["y_transform"] == "linear"
+    ay = _axis(table["y"], table["y_transform"])
+    py = _axis(y, table["y_transform"])
+    j = np.clip(np.searchsorted(ay, py) - 1, 0, len(ay) - 2)
+    wy = (py - ay[j]) / (ay[j + 1] - ay[j])
+    lo = (1 - wx) * lz[i, j] + wx * lz[i + 1, j]  # log time on the two y grid lines
+    hi = (1 - wx) * lz[i, j + 1] + wx * lz[i + 1, j + 1]
+    if linear_y:
+        return np.maximum((1 - wy) * np.exp(lo) + wy * np.exp(hi), 0.0)
+    return np.exp((1 - wy) * lo + wy * hi)
+
+
+Y_TRANSFORM = {"decode_attention": "log", "prefill_attention": "linear"}  # p may be 0
+
+
+def _fit_and_holdout(op, points, times, seed):
+    """(fitted model, held-out error): 1-D ops hold out interior points; 2-D ops hold out whole
+    interior rows and columns of the grid, predicted by interpolating the remaining sub-grid."""
+    t = np.asarray(times)
+    rng = np.random.default_rng(seed)
+    if not isinstance(points[0], (tuple, list)):
+        xs = np.asarray(points, dtype=np.float64)
+        mask = np.zeros(len(xs), dtype=bool)
+        inner = np.arange(1, len(xs) - 1)
+        mask[rng.choice(inner, size=max(1, len(inner) // 4), replace=False)] = True
+        model = {"kind": "table1d", "x": xs[~mask].tolist(), "y": t[~mask].tolist()}
+        err = _ape(_loglog_interp(xs[mask], xs[~mask], t[~mask]), t[mask])
+        return model, err
+    pts = np.asarray(points, dtype=np.float64)
+    xs, ys = np.unique(pts[:, 0]), np.unique(pts[:, 1])
+    z = np.full((len(xs), len(ys)), np.nan)
+    for (x, y), v in zip(pts, t):
+        z[np.searchsorted(xs, x), np.searchsorted(ys, y)] = v
+    hx = rng.choice(np.arange(1, len(xs) - 1), size=max(1, (len(xs) - 2) // 3), replace=False)
+    hy = rng.choice(np.arange(1, len(ys) - 1), size=max(1, (len(ys) - 2) // 3), replace=False)
+    kx = np.setdiff1d(np.arange(len(xs)), hx)
+    ky = np.setdiff1d(np.arange(len(ys)), hy)
+    model = {"kind": "table2d", "x": xs[kx].tolist(), "y": ys[ky].tolist(),
+             "z": z[np.ix_(kx, ky)].tolist(), "y_transform": Y_TRANSFORM[op]}
+    test = np.isin(np.searchsorted(xs, pts[:, 0]), hx) | np.isin(np.searchsorted(ys, pts[:, 1]), hy)
+    err = _ape(_bilinear(pts[test, 0], pts[test, 1], model), t[test])
+    return model, err
+
+
+def _ape(pred, meas):
+    e = np.abs(np.asarray(pred) / np.asarray(meas) - 1) * 100
+    return {"median_ape_pct": float(np.median(e)), "p90_ape_pct": float(np.percentile(e, 90)),
+            "points": int(len(e))}
+
+
+def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_size=16,
+              seed=0, progress=False, grid=None, engine_requests=300) -> dict:
+    """Time the grid within about ``budget_s`` seconds, then fit the op weights on an engine
+    run of ``engine_requests`` executed requests; return the profile (a dict)."""
+    xp, device_name = array_module(device)
+    on_gpu = xp is not np
+    model = get_model(model) if model is not None else CPU_MODEL
+    dtype = dtype or "float32"
+    grid = grid or GRID
+    need = max(b * -(-L // block_size) for b, L in grid["decode_attention"])
+    need += max(-(-(c + p) // block_size) for c, p in grid["prefill_attention"]) + 64
+    need = max(need, ENGINE["kv_blocks"] + 64)  # _fit_in_engine
+    ex = Executor(model, num_blocks=need, block_size=block_size, xp=xp, dtype=dtype, seed=seed)
+    bench = _Bench(ex)
+    ops = []
+    for op, points in grid.items():
+        for pt in points:
+            args = pt if isinstance(pt, tuple) else (pt,)
+            made = getattr(bench, op)(*args)
+            fn, keys = made if isinstance(made, tuple) else (made, [])
+            ops.append([op, pt, fn, keys, []])
+    start = time.perf_counter()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=budget_s, unit="s", desc="calibrating", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s")
+    passes = 0
+    while True:  # passes over the whole grid until the budget is spent (>= 3 passes)
+        for item in ops:
+            fn, samples = item[2], item[4]
+            for _ in range(WARMUP):  # an engine runs similar iterations back to back: time the
+                fn()                 # steady state (after a large op, a small one needs ~5 runs)
+            for _ in range(REPEATS):
+                _median_time(fn, xp, samples)
+        passes += 1
+        elapsed = time.perf_counter() - start
+        if bar is not None:
+            bar.n = min(elapsed, budget_s)
+            bar.refresh()
+        per_pass = elapsed / passes
+        if passes >= 3 and (elapsed + per_pass > budget_s or passes >= 100):
+            break
+    points = {op: [] for op in grid}
+    times = {op: [] for op in grid}
+    for op, pt, _fn, keys, samples in ops:
+        points[op].append(pt)
+        times[op].append(float(np.median(samples)))
+        for k in keys:
+            ex.release(k)
+    fits, heldout = {}, {}
+    for op in grid:
+        fits[op], heldout[op] = _fit_and_holdout(op, points[op], times[op], seed)
+    profile = {
+        "format": PROFILE_FORMAT, "device": device_name, "array_library": xp.__name__,
+        "library_versions": _versions(xp), "dtype": dtype, "block_size": block_size,
+        "model": {k: getattr(model, k) for k in (
+            "name", "num_hidden_layers", "hidden_size", "num_attention_heads",
+            "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim")},
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "budget_s": budget_s, "passes": passes, "seconds": round(time.perf_counter() - start, 1),
+        "decode_feature": "mean" if (on_gpu and ex.raw_kernel) else "max",
+        "grid": {op: {"points": [list(p) if isinstance(p, tuple) else p for p in points[op]],
+                      "median_s": times[op]} for op in grid},
+        "fit": fits, "heldout_error": heldout,
+    }
+    profile["weights"], profile["iteration_error"] = _fit_in_engine(ex, profile, seed,
+                                                                     n=engine_requests)
+    if bar is not None:
+        bar.close()
+    return profile
+
+
+TERMS = ("linear", "lm_head", "decode_attention", "prefill_attention", "base_s", "per_seq_s",
+         "per_block_s")
+DEFAULT_WEIGHTS = {"linear": 1.0, "lm_head": 1.0, "decode_attention": 1.0,
+                   "prefill_attention": 1.0, "base_s": 0.0, "per_seq_s": 0.0, "per_block_s": 0.0}
+ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
+
+
+def engine_workload(n, rate, seed=0):
+    """The synthetic workload calibration and validation run through the engine."""
+    import workloads as wl
+    return wl.synthetic(n, rate=rate, prompt=wl.LogNormal(300, 0.8, max_tokens=1500),
+                        output=wl.LogNormal(48, 0.8, max_tokens=256), seed=seed)
+
+
+def rate_for_load(cost, n, target=0.6, **engine):
+    """The arrival rate at which ``cost`` keeps the replica ``target`` busy (bisection)."""
+    from .engine import run
+    lo, hi = 0.1, 1000.0
+    for _ in range(16):
+        mid = (lo * hi) ** 0.5
+        busy = run(engine_workload(n, mid, engine.get("seed", 0)), cost_model=cost,
+                   **engine).summary()["busy_fraction"]
+        lo, hi = (lo, mid) if busy > target else (mid, hi)
+    return lo
+
+
+def _fit_in_engine(ex, profile, seed, n=300, target_load=0.5):
+    """Run the engine on a calibration workload with every iteration *executed* here, and fit
+    how the isolated op timings add up inside real iterations: a weight per op (caches are
+    colder, threads contend) plus the executor's bookkeeping (per iteration, per sequence, per
+    KV block). Ordinary least squares with a free intercept, so the total time of the
+    calibration run is reproduced (queueing amplifies any bias in it)."""
+    from .engine import run
+    from .executor import ExecutedCost
+    parts = CalibratedCost(dict(profile, weights={}))
+    engine = dict(ENGINE, block_size=ex.block_size, seed=seed + 1000)
+    rate = rate_for_load(parts, n, target_load, **engine)
+    terms = []
+
+    def predictor(batch):
+        terms.append(parts.batch_terms(batch))
+        return float(terms[-1] @ parts.weights)
+
+    executed = ExecutedCost(ex, predictor=predictor)
+    run(engine_workload(n, rate, seed + 1000), cost_model=executed, **engine)
+    measured = np.asarray(executed.records)[:, 0]
+    x = np.asarray(terms)
+    coef = _nonneg_lstsq(x, measured, free=(TERMS.index("base_s"),))
+    return dict(zip(TERMS, (float(v) for v in coef))), _ape(x @ coef, measured)
+
+
+def _nonneg_lstsq(x, y, free=()):
+    """Least squares with coefficients >= 0 except those in ``free`` (drop negative ones and
+    refit; a handful of unknowns)."""
+    keep = np.ones(x.shape[1], dtype=bool)
+    bounded = np.ones(x.shape[1], dtype=bool)
+    bounded[list(free)] = False
+    while True:
+        coef = np.zeros(x.shape[1])
+        coef[keep], *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
+        bad = bounded & (coef < 0)
+        if not bad.any():
+            return coef
+        keep &= ~bad
+
+
+def _versions(xp):
+    out = {"python": platform.python_version(), "numpy": np.__version__}
+    if xp is not np:
+        out["cupy"] = xp.__version__
+        out["cuda_runtime"] = int(xp.cuda.runtime.runtimeGetVersion())
+    return out
+
+
+def save_profile(profile: dict, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(profile, indent=1) + "\n")
+    return path
+
+
+class CalibratedCost:
+    """``cost(batch) -> seconds`` from a calibration profile (see module docstring):
+    ``weights . terms(batch)`` with the terms of :data:`TERMS`."""
+
+    name = "calibrated"
+
+    def __init__(self, profile: dict):
+        if profile.get("format") != PROFILE_FORMAT:
+            raise ValueError(f"not a calibration profile (format {profile.get('format')!r})")
+        self.profile = profile
+        fit = profile["fit"]
+        w = profile.get("weights", {})
+        self.weights = np.array([float(w.get(k, DEFAULT_WEIGHTS[k])) for k in TERMS])
+        self._block_size = int(profile.get("block_size", 16))
+        self._lin = (np.asarray(fit["linear"]["x"]), np.asarray(fit["linear"]["y"]))
+        self._lm = (np.asarray(fit["lm_head"]["x"]), np.asarray(fit["lm_head"]["y"]))
+        self._dec = fit["decode_attention"]
+        self._pre = fit["prefill_attention"]
+        # the padded NumPy kernel costs as if every sequence had the longest context; the GPU
+        # kernel reads each sequence's own context (its cost follows the mean)
+        self._decode_max = profile.get("decode_feature", "max") == "max"
+        self._cache = {}
+
+    @classmethod
+    def from_file(cls, path) -> "CalibratedCost":
+        path = Path(path)
+        if not path.exists():
+            raise ValueError(f"profile {str(path)!r} does not exist")
+        try:
+            return cls(json.loads(path.read_text()))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"profile {str(path)!r} is not JSON: {e}") from None
+
+    def _table(self, key, value, table):
+        k = (key, value)
+        t = self._cache.get(k)
+        if t is None:
+            t = self._cache[k] = float(_loglog_interp(float(value), *table))
+        return t
+
+    def terms(self, prefills=(), decode_lengths=()) -> np.ndarray:
+        """The :data:`TERMS` of an iteration: ``prefills`` ``[(new, cached)]`` and decodes of
+        the given context lengths."""
+        b = len(decode_lengths)
+        tokens = sum(c for c, _ in prefills) + b
+        bs = self._block_size
+        blocks = sum(-(-int(n) // bs) for n in decode_lengths) + sum(-(-(c + p) // bs)
+                                                                    for c, p in prefills)
+        dec = 0.0
+        if b:
+            length = max(decode_lengths) if self._decode_max else sum(decode_lengths) / b
+            dec = float(_bilinear(float(b), float(length), self._dec))
+        pre = sum(float(_bilinear(float(c), float(p), self._pre)) for c, p in prefills)
+        return np.array([self._table("lin", tokens, self._lin),
+                         self._table("lm", b + len(prefills), self._lm), dec, pre, 1.0,
+                         b + len(prefills), blocks])
+
+    def predict(self, prefills=(), decode_lengths=()) -> float:
+        """Seconds for ``prefills`` ``[(new, cached)]`` and decodes of the given contexts."""
+        return float(self.terms(prefills, decode_lengths) @ self.weights)
+
+    def batch_terms(self, batch) -> np.ndarray:
+        lengths = batch.decode_context_lengths().tolist() if batch.num_decode_tokens else []
+        return self.terms(batch.prefills, lengths)
+
+    def __call__(self, batch) -> float:
+        return float(self.batch_terms(batch) @ self.weights)
+
+    def __repr__(self):
+        return f"CalibratedCost({self.profile['device']!r}, model={self.profile['model']['name']!r})"
+
+
+def add_cli(sub):
+    p = sub.add_parser("calibrate", help="time the real kernels on this device; write a profile")
+    p.add_argument("--budget", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
+    p.add_argument("--model", default=None, help="preset or HF config (default: a small CPU model)")
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--output", "-o", default="profile.json")
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args) -> int:
+    import sys
+    profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
+                        progress=sys.stderr.isatty())
+    save_profile(profile, args.output)
+    print(f"device {profile['device']} ({profile['array_library']}), model "
+          f"{profile['model']['name']}, {profile['passes']} passes in {profile['seconds']} s")
+    for op, e in profile["heldout_error"].items():
+        print(f"  {op:<18} held-out error: median {e['median_ape_pct']:.1f}%  "
+              f"P90 {e['p90_ape_pct']:.1f}%  ({e['points']} points)")
+    e, w = profile["iteration_error"], profile["weights"]
+    print(f"  {'engine iterations':<18} error: median {e['median_ape_pct']:.1f}%  P90 "
+          f"{e['p90_ape_pct']:.1f}%")
+    print("  weights in engine iterations: " + ", ".join(
+        f"{k} {v:.3g}" for k, v in w.items()))
+    print(f"wrote {args.output}")
+    return 0
