@@ -101,9 +101,6 @@ class ReplicaState:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting)
 
-    def blocks_for(self, tokens) -> int:
-        return -(-tokens // self.block_size)
-
     def held_blocks(self, r) -> int:
         """Blocks ``r`` holds at the start of the current iteration."""
         if r.status == DECODE:

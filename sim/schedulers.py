@@ -22,21 +22,29 @@ from .request import PREFILL
 from ._validate import positive_int
 
 
+def _try_admit(state, now, tokens, prefills, requests) -> bool:
+    """Admit the head of the queue to prefill its first ``tokens`` prompt tokens in this
+    iteration, if the KV blocks for them are free (admission never preempts)."""
+    blocks = -(-tokens // state.block_size)
+    if blocks > state.free_blocks:
+        return False
+    r = state.waiting[0]
+    state.free_blocks -= blocks
+    state.admit(r, now)
+    prefills.append((tokens, 0))
+    requests.append(r)
+    return True
+
+
 def _admit_whole_prompts(state, now, prefills, requests, tokens, budget=None):
     """Admit waiting requests FCFS with their whole (re-)prompt while slots, blocks, budget allow."""
     waiting, running = state.waiting, state.running
     while waiting and len(running) < state.max_batch_size:
-        r = waiting[0]
-        need = r.prefill_target
+        need = waiting[0].prefill_target
         if budget is not None and prefills and tokens + need > budget:
             break
-        blocks = state.blocks_for(need)
-        if blocks > state.free_blocks:
+        if not _try_admit(state, now, need, prefills, requests):
             break
-        state.free_blocks -= blocks
-        state.admit(r, now)
-        prefills.append((need, 0))
-        requests.append(r)
         tokens += need
     return tokens
 
@@ -99,15 +107,9 @@ class ChunkedPrefill:
             budget -= chunk
         waiting, running = state.waiting, state.running
         while budget > 0 and waiting and len(running) < state.max_batch_size:
-            r = waiting[0]
-            chunk = min(r.prefill_target, budget)
-            blocks = -(-chunk // bs)
-            if blocks > state.free_blocks:
+            chunk = min(waiting[0].prefill_target, budget)
+            if not _try_admit(state, now, chunk, prefills, requests):
                 break
-            state.free_blocks -= blocks
-            state.admit(r, now)
-            prefills.append((chunk, 0))
-            requests.append(r)
             tokens += chunk
             budget -= chunk
         return Batch(state, prefills, requests, tokens)
