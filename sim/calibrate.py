@@ -253,6 +253,7 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "budget_s": budget_s, "passes": passes, "seconds": round(time.perf_counter() - start, 1),
         "decode_feature": "mean" if (on_gpu and ex.raw_kernel) else "max",
+        "allocator_pinned": ex.allocator_pinned,
         "grid": {op: {"points": [list(p) if isinstance(p, tuple) else p for p in points[op]],
                       "median_s": times[op]} for op in grid},
         "fit": fits, "heldout_error": heldout,

@@ -80,6 +80,33 @@ def tiled_softmax_dot(q, Ks, Vs, tile=4):
     return acc / s
 
 
+def tiled_softmax_dot_batched(q, Ks, Vs, tile=4, xp=None):
+    """:func:`tiled_softmax_dot` vectorised over leading (batch, head) dimensions, NumPy or CuPy:
+    q ``(..., d)``, Ks ``(..., N, d)``, Vs ``(..., N, dv)`` -> ``(..., dv)``; the same online
+    softmax update, one tile of keys at a time for every row at once."""
+    if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1:
+        raise ValueError(f"tile must be an integer >= 1, got {tile!r}")
+    xp = xp or _array_module(q)
+    if Ks.shape[-2] == 0:
+        raise ValueError("Ks must hold at least one key")
+    if Ks.shape[:-2] != q.shape[:-1] or Vs.shape[:-1] != Ks.shape[:-1] or \
+            Ks.shape[-1] != q.shape[-1]:
+        raise ValueError(f"shapes do not match: q {q.shape}, Ks {Ks.shape}, Vs {Vs.shape}")
+    lead = q.shape[:-1]
+    m = xp.full(lead, -xp.inf)
+    s = xp.zeros(lead)
+    acc = xp.zeros(lead + (Vs.shape[-1],))
+    for start in range(0, Ks.shape[-2], tile):
+        sc = (Ks[..., start:start + tile, :] @ q[..., None])[..., 0]  # (..., t)
+        new_m = xp.maximum(m, sc.max(axis=-1))
+        exp_old = xp.where(m == -xp.inf, 0.0, xp.exp(m - new_m))
+        p = xp.exp(sc - new_m[..., None])
+        s = s * exp_old + p.sum(axis=-1)
+        acc = acc * exp_old[..., None] + (p[..., None, :] @ Vs[..., start:start + tile, :])[..., 0, :]
+        m = new_m
+    return acc / s[..., None]
+
+
 def _array_module(x):
     mod = type(x).__module__.split(".")[0]
     if mod == "cupy":  # imported only when the caller already holds a CuPy array

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim import KVCache, scaled_dot_product_attention, tiled_softmax_dot
+from sim import KVCache, scaled_dot_product_attention, tiled_softmax_dot, tiled_softmax_dot_batched
 
 
 def _full(q, K, V):
@@ -138,3 +138,25 @@ def test_kv_cache_overflow_and_read_semantics():
         c.update(0, np.ones((1, 2, 2)), np.ones((1, 2, 2)))
     with pytest.raises(ValueError, match="max_len"):
         KVCache(1, 0, 1, 1)
+
+
+@settings(max_examples=30)
+@given(st.integers(1, 3), st.integers(1, 4), st.integers(1, 23), st.integers(1, 7),
+       st.integers(0, 2**31))
+def test_batched_tiled_softmax_dot_equals_per_row(batch, heads, n, tile, seed):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(batch, heads, 8)) * 50  # large scores too
+    K, V = rng.normal(size=(batch, heads, n, 8)), rng.normal(size=(batch, heads, n, 3))
+    out = tiled_softmax_dot_batched(q, K, V, tile=tile)
+    for b in range(batch):
+        for h in range(heads):
+            np.testing.assert_allclose(out[b, h], _full(q[b, h], K[b, h], V[b, h]), rtol=1e-6,
+                                       atol=1e-12)
+    assert np.isfinite(out).all()
+
+
+def test_batched_tiled_bad_input():
+    with pytest.raises(ValueError, match="tile"):
+        tiled_softmax_dot_batched(np.ones((2, 3)), np.ones((2, 4, 3)), np.ones((2, 4, 1)), tile=0)
+    with pytest.raises(ValueError, match="shapes"):
+        tiled_softmax_dot_batched(np.ones((2, 3)), np.ones((3, 4, 3)), np.ones((3, 4, 1)))
