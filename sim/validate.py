@@ -26,7 +26,7 @@ METRICS = ["ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p90", "e2e_p99", 
            "itl_p99", "tpot_p50", "request_throughput"]
 
 
-def validate(profile, *, n=400, rate=None, target_load=0.5, repeats=3,
+def validate(profile, *, n=1000, rate=None, target_load=0.5, repeats=3,
              scheduler=ENGINE["scheduler"], chunk_size=ENGINE["chunk_size"],
              max_batch_size=ENGINE["max_batch_size"], kv_blocks=ENGINE["kv_blocks"], seed=0,
              device="cpu") -> dict:
@@ -89,7 +89,7 @@ def add_cli(sub):
                    help="calibration profile (default: calibrate on this device first)")
     p.add_argument("--budget", type=float, default=60.0,
                    help="calibration seconds when no --profile is given (default 60)")
-    p.add_argument("--requests", "-n", type=int, default=400)
+    p.add_argument("--requests", "-n", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--rate", type=float, default=None)
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="cpu")
