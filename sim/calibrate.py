@@ -54,7 +54,7 @@ REPEATS = 3  # timed runs per point per pass, after WARMUP untimed runs
 WARMUP = 5
 
 
-def _median_time(fn, xp, samples):
+def _time_once(fn, xp, samples):
     synchronize(xp)
     t = time.perf_counter()
     fn()
@@ -225,7 +225,7 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
             for _ in range(WARMUP):  # an engine runs similar iterations back to back: time the
                 fn()                 # steady state (after a large op, a small one needs ~5 runs)
             for _ in range(REPEATS):
-                _median_time(fn, xp, samples)
+                _time_once(fn, xp, samples)
         passes += 1
         elapsed = time.perf_counter() - start
         if bar is not None:

@@ -8,7 +8,9 @@ runs **one SimPy event per engine iteration**::
     yield env.timeout(dt)                       # the iteration runs
     state.postprocess(batch, env.now)           # emit tokens, finish, free blocks
 
-and sleeps on an event that the next arrival succeeds when it has nothing to do. Token
+and, with nothing to do, sleeps until the next arrival (open loop: arrivals due by each
+iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
+Token
 convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more. ``run`` is pure: no files, no global state; same inputs, same output.
 """
@@ -156,7 +158,7 @@ def _submit(state, replica, r, now) -> bool:
     need = r.num_prompt_tokens + r.num_output_tokens
     if need > state.kv_blocks * state.block_size:
         state.reject(r, f"needs {-(-need // state.block_size)} KV blocks for "
-                        f"{need} tokens but the pool has {state.kv_blocks}", now)
+                        f"{need} tokens but the pool has {state.kv_blocks}")
         return False
     state.waiting.append(r)
     replica.wake()

@@ -91,8 +91,7 @@ class ReplicaState:
         self.count_by_phase = [0] * block_size
         self.finish_at = {}  # iteration -> [Request]
         self.iteration = 0
-        self.num_preempted_now = 0
-        self.total_preemptions = 0
+        self.num_preempted_now = 0  # preemptions while forming the current batch
         self.decodes_prepared = -1  # iteration whose decode blocks are already taken
         self.finished = []
         self.on_finish = None  # optional callback(request, now), e.g. closed-loop clients
@@ -161,7 +160,6 @@ class ReplicaState:
         r.prefill_target = r.num_prompt_tokens + r.num_generated
         r.num_preemptions += 1
         self.num_preempted_now += 1
-        self.total_preemptions += 1
         self.waiting.appendleft(r)
 
     def _stop_decoding(self, r):
@@ -170,7 +168,7 @@ class ReplicaState:
         self.num_decoding -= 1
         r.finish_iter = -1
 
-    def reject(self, r, reason, now):
+    def reject(self, r, reason):
         r.status = REJECTED
         r.reason = reason
         r.finish_time = None
