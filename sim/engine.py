@@ -10,8 +10,7 @@ runs **one SimPy event per engine iteration**::
 
 and, with nothing to do, sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
-Token
-convention (vLLM): the iteration completing a prefill emits the first token, every later
+Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more. ``run`` is pure: no files, no global state; same inputs, same output.
 """
 
@@ -149,7 +148,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     if len(state.finished) != len(requests):  # a bug, never a silent loss
         raise RuntimeError(f"{len(requests) - len(state.finished)} request(s) neither finished "
                            f"nor rejected")
-    return build_result(requests, state, records, config, kv_blocks,
+    return build_result(requests, records, config, kv_blocks,
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
 
 

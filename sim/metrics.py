@@ -156,7 +156,7 @@ ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_pre
                      "num_decode_tokens", "kv_blocks_used", "num_preemptions")
 
 
-def build_result(requests, state, records, config, kv_blocks, *, wall_seconds, policy,
+def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
                  cost_model) -> Result:
     if records:
         arr = np.array(records, dtype=np.float64)
