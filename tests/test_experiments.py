@@ -35,3 +35,17 @@ def test_sweep_is_deterministic_across_process_pool_and_in_process():
     assert a.equals(b)
     with pytest.raises(ValueError, match="jobs\\[0\\]"):
         sweep([{"config": {}}])
+
+
+def test_sweep_on_a_dask_cluster_matches_local():
+    from dask.distributed import Client, LocalCluster
+
+    import workloads
+    from sim.sweep import sweep
+    df = workloads.load("azure-code", n=200)
+    jobs = [{"workload": df, "config": {"scheduler": s}, "label": {"s": s}}
+            for s in ("continuous", "chunked")]
+    with LocalCluster(n_workers=2, processes=False, threads_per_worker=1,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        on_cluster = sweep(jobs, client=client).drop(columns="wall_seconds")
+    assert on_cluster.equals(sweep(jobs, workers=1).drop(columns="wall_seconds"))
