@@ -1,7 +1,7 @@
 """An iteration-level discrete-event LLM-serving simulator, and the cheat-sheet primitives."""
 
 from .batching import BatchingResult, simulate_continuous_batching, simulate_static_batching
-from .calibrate import CalibratedCost
+from .calibrated import CalibratedCost
 from .constants import CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from .costs import ConstantCost, LinearCost
 from .engine import SimConfig, run

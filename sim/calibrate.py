@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .calibrated import PROFILE_FORMAT, TERMS, CalibratedCost, _bilinear, _loglog_interp
 from .executor import Executor
 from .kernels import array_module, synchronize
 from .models import ModelConfig, get_model
@@ -49,7 +50,6 @@ QUICK_GRID = {  # a coarse grid for smoke runs (seconds, not minutes)
     "decode_attention": [(b, L) for b in (1, 4, 16) for L in (16, 128, 512)],
     "prefill_attention": [(c, p) for c in (8, 64, 256) for p in (0, 256, 1024)],
 }
-PROFILE_FORMAT = "llm-serving-sim calibration profile v1"
 REPEATS = 3  # timed runs per point per pass, after WARMUP untimed runs
 WARMUP = 5
 
@@ -117,41 +117,6 @@ class _Bench:
             for i in range(len(ex.layers)):
                 ex.attention(i, q, k_, v, plan)
         return run, [key]
-
-
-def _loglog_interp(x, xs, ys):
-    """Piecewise power law through (xs, ys): linear in log-log, extrapolating the end segments."""
-    lx, lxs, lys = np.log(np.asarray(x, dtype=np.float64)), np.log(xs), np.log(ys)
-    i = np.clip(np.searchsorted(lxs, lx) - 1, 0, len(lxs) - 2)
-    w = (lx - lxs[i]) / (lxs[i + 1] - lxs[i])
-    return np.exp(lys[i] + w * (lys[i + 1] - lys[i]))
-
-
-def _axis(values, transform):
-    v = np.asarray(values, dtype=np.float64)
-    return v if transform == "linear" else np.log(v)
-
-
-def _bilinear(x, y, table):
-    """Interpolate a 2-D timing table: log(time) linear in log(x); along y, log(time) linear in
-    log(y) (``y_transform="log"``: power laws, e.g. decode batch x context) or time linear in y
-    (``"linear"``: attention over a cached prefix is affine in its length), extrapolating the
-    edge cells."""
-    ax = np.log(np.asarray(table["x"], dtype=np.float64))
-    lz = np.log(np.asarray(table["z"]))
-    px = np.log(np.asarray(x, dtype=np.float64))
-    i = np.clip(np.searchsorted(ax, px) - 1, 0, len(ax) - 2)
-    wx = (px - ax[i]) / (ax[i + 1] - ax[i])
-    linear_y = table["y_transform"] == "linear"
-    ay = _axis(table["y"], table["y_transform"])
-    py = _axis(y, table["y_transform"])
-    j = np.clip(np.searchsorted(ay, py) - 1, 0, len(ay) - 2)
-    wy = (py - ay[j]) / (ay[j + 1] - ay[j])
-    lo = (1 - wx) * lz[i, j] + wx * lz[i + 1, j]  # log time on the two y grid lines
-    hi = (1 - wx) * lz[i, j + 1] + wx * lz[i + 1, j + 1]
-    if linear_y:
-        return np.maximum((1 - wy) * np.exp(lo) + wy * np.exp(hi), 0.0)
-    return np.exp((1 - wy) * lo + wy * hi)
 
 
 Y_TRANSFORM = {"decode_attention": "log", "prefill_attention": "linear"}  # p may be 0
@@ -265,10 +230,6 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
     return profile
 
 
-TERMS = ("linear", "lm_head", "decode_attention", "prefill_attention", "base_s", "per_seq_s",
-         "per_block_s")
-DEFAULT_WEIGHTS = {"linear": 1.0, "lm_head": 1.0, "decode_attention": 1.0,
-                   "prefill_attention": 1.0, "base_s": 0.0, "per_seq_s": 0.0, "per_block_s": 0.0}
 ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
 
 
@@ -344,78 +305,6 @@ def save_profile(profile: dict, path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(profile, indent=1) + "\n")
     return path
-
-
-class CalibratedCost:
-    """``cost(batch) -> seconds`` from a calibration profile (see module docstring):
-    ``weights . terms(batch)`` with the terms of :data:`TERMS`."""
-
-    name = "calibrated"
-
-    def __init__(self, profile: dict):
-        if profile.get("format") != PROFILE_FORMAT:
-            raise ValueError(f"not a calibration profile (format {profile.get('format')!r})")
-        self.profile = profile
-        fit = profile["fit"]
-        w = profile.get("weights", {})
-        self.weights = np.array([float(w.get(k, DEFAULT_WEIGHTS[k])) for k in TERMS])
-        self._block_size = int(profile.get("block_size", 16))
-        self._lin = (np.asarray(fit["linear"]["x"]), np.asarray(fit["linear"]["y"]))
-        self._lm = (np.asarray(fit["lm_head"]["x"]), np.asarray(fit["lm_head"]["y"]))
-        self._dec = fit["decode_attention"]
-        self._pre = fit["prefill_attention"]
-        # the padded NumPy kernel costs as if every sequence had the longest context; the GPU
-        # kernel reads each sequence's own context (its cost follows the mean)
-        self._decode_max = profile.get("decode_feature", "max") == "max"
-        self._cache = {}
-
-    @classmethod
-    def from_file(cls, path) -> "CalibratedCost":
-        path = Path(path)
-        if not path.exists():
-            raise ValueError(f"profile {str(path)!r} does not exist")
-        try:
-            return cls(json.loads(path.read_text()))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"profile {str(path)!r} is not JSON: {e}") from None
-
-    def _table(self, key, value, table):
-        k = (key, value)
-        t = self._cache.get(k)
-        if t is None:
-            t = self._cache[k] = float(_loglog_interp(float(value), *table))
-        return t
-
-    def terms(self, prefills=(), decode_lengths=()) -> np.ndarray:
-        """The :data:`TERMS` of an iteration: ``prefills`` ``[(new, cached)]`` and decodes of
-        the given context lengths."""
-        b = len(decode_lengths)
-        tokens = sum(c for c, _ in prefills) + b
-        bs = self._block_size
-        blocks = sum(-(-int(n) // bs) for n in decode_lengths) + sum(-(-(c + p) // bs)
-                                                                    for c, p in prefills)
-        dec = 0.0
-        if b:
-            length = max(decode_lengths) if self._decode_max else sum(decode_lengths) / b
-            dec = float(_bilinear(float(b), float(length), self._dec))
-        pre = sum(float(_bilinear(float(c), float(p), self._pre)) for c, p in prefills)
-        return np.array([self._table("lin", tokens, self._lin),
-                         self._table("lm", b + len(prefills), self._lm), dec, pre, 1.0,
-                         b + len(prefills), blocks])
-
-    def predict(self, prefills=(), decode_lengths=()) -> float:
-        """Seconds for ``prefills`` ``[(new, cached)]`` and decodes of the given contexts."""
-        return float(self.terms(prefills, decode_lengths) @ self.weights)
-
-    def batch_terms(self, batch) -> np.ndarray:
-        lengths = batch.decode_context_lengths().tolist() if batch.num_decode_tokens else []
-        return self.terms(batch.prefills, lengths)
-
-    def __call__(self, batch) -> float:
-        return float(self.batch_terms(batch) @ self.weights)
-
-    def __repr__(self):
-        return f"CalibratedCost({self.profile['device']!r}, model={self.profile['model']['name']!r})"
 
 
 def add_cli(sub):

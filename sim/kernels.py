@@ -203,7 +203,7 @@ def paged_decode_attention(q, k_pool, v_pool, block_tables, context_lens, scale=
     Grouped-query attention: head ``h`` reads KV head ``h // (n_heads // n_kv)``.
     """
     b, nh, d = q.shape
-    bs, nkv = k_pool.shape[1], k_pool.shape[2]
+    nkv = k_pool.shape[2]
     g = nh // nkv
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     k = k_pool[block_tables].reshape(b, -1, nkv, d)  # (b, T, nkv, d)

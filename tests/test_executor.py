@@ -2,7 +2,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.costs import ConstantCost
 from sim.engine import run
 from sim.executor import ExecutedCost, Executor
 from sim.kernels import (array_module, paged_decode_attention, prefill_chunk_attention,
