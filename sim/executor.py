@@ -218,8 +218,7 @@ class ExecutedCost:
     """A cost model that *executes* each batch on the device and returns its wall time.
 
     ``predictor`` (optional): another cost model priced on the same batches, for the
-    per-iteration comparison. ``records``, per iteration: ``(measured, predicted, sequences,
-    prefill tokens, decodes, KV blocks)``.
+    per-iteration comparison. ``records``, per iteration: ``(measured, predicted)``.
     """
 
     name = "executed"
@@ -234,15 +233,11 @@ class ExecutedCost:
         ex = self.executor
         for key in [k for k in ex.tables if k not in state.running]:
             ex.release(key)  # finished or preempted since the last iteration
-        i = batch.iteration
         prefills = [(r.index, new, cached) for (new, cached), r in
                     zip(batch.prefills, batch.prefill_requests)]
-        decodes = [(r.index, r.num_cached + i - r.decode_start) for r in batch.decode_requests()]
+        decodes = [(r.index, int(n)) for r, n in zip(batch.decode_requests(),
+                                                      batch.decode_context_lengths())]
         seconds = ex.execute(prefills, decodes)
         predicted = self.predictor(batch) if self.predictor is not None else float("nan")
-        bs = ex.block_size
-        blocks = sum(-(-(c + p) // bs) for _, c, p in prefills) + sum(-(-n // bs)
-                                                                     for _, n in decodes)
-        self.records.append((seconds, predicted, len(prefills) + len(decodes),
-                             batch.num_prefill_tokens, len(decodes), blocks))
+        self.records.append((seconds, predicted))
         return seconds

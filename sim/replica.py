@@ -60,8 +60,8 @@ class Batch:
     def decode_context_lengths(self) -> np.ndarray:
         """Context length of each decoding request (computed on demand: O(running))."""
         i = self.iteration
-        return np.array([r.num_cached + i - r.decode_start
-                         for r in self._state.running.values() if r.status == DECODE], dtype=np.int64)
+        return np.array([r.num_cached + i - r.decode_start for r in self.decode_requests()],
+                        dtype=np.int64)
 
     def decode_requests(self) -> list:
         """The requests decoding this iteration (on demand: O(running))."""
