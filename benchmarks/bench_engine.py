@@ -23,7 +23,7 @@ import simpy
 import workloads as wl
 from sim.constants import KV_BLOCKS_AVAILABLE
 from sim.engine import run
-from sim.roofline import RooflineCost
+from sim.costs.roofline import RooflineCost
 
 
 def workload(n, seed=0):

@@ -15,7 +15,7 @@ import argparse
 import pandas as pd
 
 import workloads
-from sim.sweep import sweep
+from sim import sweep
 
 SLO = {"ttft": 2.0, "itl": 0.1}
 

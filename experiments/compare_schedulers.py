@@ -41,7 +41,7 @@ def main(argv=None):
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
         print(table.to_string())
     if a.output:
-        from sim.plots import plot_latencies
+        from sim.results.plots import plot_latencies
         out = Path(a.output)
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "schedulers.csv")

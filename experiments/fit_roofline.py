@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.roofline import ELEMENTWISE_OPS, GEMM_OPS, RooflineCost, RooflineParams
+from sim.costs.roofline import ELEMENTWISE_OPS, GEMM_OPS, RooflineCost, RooflineParams
 
 PROFILE_MODELS = {"Llama-2-7b-hf": "llama-2-7b", "Llama-2-70b-hf": "llama-2-70b",
                   "Meta-Llama-3-8B": "llama-3.1-8b"}  # Llama-3-8B = Llama-3.1-8B's architecture

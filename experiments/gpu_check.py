@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.calibrate import QUICK_GRID, calibrate, save_profile
-from sim.kernels import (array_module, paged_decode_attention, paged_decode_attention_cuda,
-                         prefill_chunk_attention, tiled_softmax_dot)
-from sim.validate import validate
+from sim.costs.kernels import (array_module, paged_decode_attention, paged_decode_attention_cuda,
+                               prefill_chunk_attention, tiled_softmax_dot)
+from sim.costs.timing import QUICK_GRID, save_profile
+from sim.tools.calibration import calibrate
+from sim.tools.validation import validate_profile
 
 
 def check_kernels(xp, seed=0) -> dict:
@@ -89,7 +90,7 @@ def main(argv=None):
     save_profile(profile, out / "profile.json")
     print(f"[{time.perf_counter() - t0:.0f}s] calibrated {profile['model']['name']}: held-out "
           f"{ {k: round(v['median_ape_pct'], 1) for k, v in profile['heldout_error'].items()} }")
-    val = validate(profile, n=a.requests, repeats=a.repeats, device=a.device)
+    val = validate_profile(profile, n=a.requests, repeats=a.repeats, device=a.device)
     val["table"].to_csv(out / "validation.csv")
     summary = {"device": device, "kernels_passed": kernels["passed"],
                "heldout_error": profile["heldout_error"],

@@ -1,4 +1,6 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -11,3 +13,18 @@ matplotlib.use("Agg")
 def rng():
     import numpy as np
     return np.random.default_rng(12345)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def load_script():
+    """Import a script of the repository (``experiments/x.py``) by path, without sys.path."""
+    def load(relpath):
+        path = ROOT / relpath
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    return load

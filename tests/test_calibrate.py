@@ -1,15 +1,16 @@
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from sim.calibrate import (PROFILE_FORMAT, QUICK_GRID, TERMS, CalibratedCost, _bilinear, _fit_and_holdout,
-                           _loglog_interp, calibrate, save_profile)
 from sim.cli import main
-from sim.validate import METRICS, shipped_cpu_profile, validate
+from sim.costs.calibrated import (PROFILE_FORMAT, TERMS, CalibratedCost, _bilinear,
+                                  _loglog_interp, shipped_cpu_profile)
+from sim.costs.timing import QUICK_GRID, _fit_and_holdout, save_profile
+from sim.tools.calibration import calibrate
+from sim.tools.validation import METRICS, validate_profile
 
 SMALL_GRID = QUICK_GRID
 
@@ -91,7 +92,7 @@ def test_shipped_cpu_profile_is_labelled_and_usable():
 
 
 def test_validate_mechanics_small(small_profile):
-    out = validate(small_profile, n=30, repeats=2, target_load=0.4)
+    out = validate_profile(small_profile, n=30, repeats=2, target_load=0.4)
     t = out["table"]
     assert list(t.index) == METRICS
     assert {"executed", "executed_min", "executed_max", "simulated", "error_pct"} <= set(t.columns)
@@ -102,9 +103,8 @@ def test_validate_mechanics_small(small_profile):
     assert len(out["simulated"].requests) == len(out["executed"][0].requests) == 30
 
 
-def test_gpu_check_script_runs_its_pipeline_on_the_cpu(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import gpu_check
+def test_gpu_check_script_runs_its_pipeline_on_the_cpu(tmp_path, load_script):
+    gpu_check = load_script("experiments/gpu_check.py")
     s = gpu_check.main(["--device", "cpu", "--budget", "1", "-n", "20", "--repeats", "1",
                         "--engine-requests", "30", "--quick", "-o", str(tmp_path)])
     assert s["kernels_passed"]
@@ -113,10 +113,10 @@ def test_gpu_check_script_runs_its_pipeline_on_the_cpu(tmp_path):
     assert len(pd.read_csv(tmp_path / "validation.csv")) == len(METRICS)
 
 
-@pytest.mark.benchmark
+@pytest.mark.perf
 def test_cpu_validation_within_10_percent():
     """Calibrate for 60 s, then execute vs simulate (about 4 minutes; machine noise matters)."""
-    out = validate(calibrate(budget_s=60, device="cpu"))
+    out = validate_profile(calibrate(budget_s=60, device="cpu"))
     err = out["table"]["error_pct"].abs()
     print(out["table"].to_string())
     for m in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"):

@@ -6,10 +6,14 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 from sim import simulate_continuous_batching, simulate_static_batching
-from sim.costs import ConstantCost, LinearCost
-from sim.engine import SimConfig, run
-from sim.request import DECODE, PREFILL
-from sim.schedulers import make_scheduler
+from sim.costs.simple import ConstantCost, LinearCost
+from sim.engine import ChunkedPrefill, ContinuousBatching, SimConfig, StaticBatching, run
+from sim.engine.request import DECODE, PREFILL
+
+
+def _knobs(sched, chunk_size):
+    """chunk_size belongs to the chunked policy only (other policies refuse it)."""
+    return {"chunk_size": chunk_size} if sched == "chunked" else {}
 
 
 def _df(arrivals, prompts, outputs):
@@ -26,14 +30,15 @@ class Checked:
         self.name = policy.name
         self.emitters = []
 
-    def schedule(self, state, now):
-        batch = self.policy.schedule(state, now)
-        i, bs = state.iteration, state.block_size
-        in_batch = {r.index: new for (new, _), r in zip(batch.prefills, batch.prefill_requests)}
+    def schedule(self, replica, now):
+        self.policy.schedule(replica, now)
+        batch = replica.batch()
+        i, bs = replica.iteration, replica.block_size
+        in_batch = {rid: new for (new, _), rid in zip(batch.prefills, batch.prefill_ids)}
         held, emit = 0, []
-        for r in state.running.values():
+        for r in replica.running.values():
             if r.status == DECODE:
-                held += -(-(r.num_cached + i - r.decode_start) // bs)
+                held += -(-(r.decode_base_tokens + i - r.decode_start) // bs)
                 emit.append(r.index)
             else:
                 assert r.status == PREFILL
@@ -41,12 +46,13 @@ class Checked:
                 held += -(-done // bs)
                 if done == r.prefill_target:
                     emit.append(r.index)
-        assert 0 <= state.free_blocks <= state.kv_blocks
-        assert held == state.kv_blocks - state.free_blocks, (held, state.free_blocks)
-        assert len(state.running) <= state.max_batch_size
-        assert batch.num_decode_tokens == sum(r.status == DECODE for r in state.running.values())
+        pool = replica.blocks
+        assert 0 <= pool.num_free <= pool.num_blocks
+        assert held == pool.num_used, (held, pool.num_free)
+        assert held == sum(replica.held_blocks(r) for r in replica.running.values())
+        assert len(replica.running) <= replica.max_batch_size
+        assert batch.num_decode_tokens == sum(r.status == DECODE for r in replica.running.values())
         self.emitters.append(emit)
-        return batch
 
 
 def _token_times(result, checked):
@@ -69,10 +75,12 @@ def test_every_request_once_blocks_within_pool_and_per_token_trace(rows, sched, 
                                                                     max_bs, block_size):
     rows.sort()
     df = _df(*zip(*rows))
-    checked = Checked(make_scheduler(sched, chunk_size=16))
+    policy = {"static": StaticBatching(), "continuous": ContinuousBatching(),
+              "chunked": ChunkedPrefill(16)}[sched]
+    checked = Checked(policy)
     cost = LinearCost(base=0.01, per_prefill_token=0.001, per_decode_token=0.002)
     res = run(df, scheduler=checked, cost_model=cost, kv_blocks=kv_blocks, block_size=block_size,
-              max_batch_size=max_bs, chunk_size=16)
+              max_batch_size=max_bs)
     req = res.requests
     assert len(req) == len(df) and list(req["request_id"]) == list(range(len(df)))
     assert set(req["status"]) <= {"finished", "rejected"}
@@ -106,8 +114,8 @@ def test_one_request_alone_closed_form():
                       per_context_token=1e-6)
     p, n = 1000, 20
     for sched, chunk in [("continuous", 512), ("static", 512), ("chunked", 2048), ("chunked", 256)]:
-        res = run(_df([1.0], [p], [n]), scheduler=sched, cost_model=cost, chunk_size=chunk,
-                  max_batch_size=8)
+        res = run(_df([1.0], [p], [n]), scheduler=sched, cost_model=cost, max_batch_size=8,
+                  **_knobs(sched, chunk))
         r = res.requests.iloc[0]
         # prefill iterations: chunks of min(chunk, remaining) over the cached prefix
         ttft, done = 0.0, 0
@@ -146,7 +154,7 @@ def test_all_at_once_reproduces_step_level_batching(lengths, b):
                        ("continuous", simulate_continuous_batching),
                        ("chunked", simulate_continuous_batching)]:
         res = run(df, scheduler=sched, cost_model=ConstantCost(1.0), max_batch_size=b,
-                  chunk_size=64, kv_blocks=10**6)
+                  kv_blocks=10**6, **_knobs(sched, 64))
         expected = ref(lengths, b)
         assert res.requests["finish_time"].tolist() == [float(s) for s in expected.finish_steps]
         assert res.requests["first_token_time"].tolist() == [float(s) for s in expected.start_steps]
@@ -162,8 +170,8 @@ def test_long_prompt_stalls_decodes_under_continuous_not_chunked():
     df = _df(arrivals, [16] * n_dec + [8192], [200] * n_dec + [5])
     itl = {}
     for sched in ("continuous", "chunked"):
-        res = run(df, scheduler=sched, cost_model=cost, max_batch_size=16, chunk_size=512,
-                  kv_blocks=10**5)
+        res = run(df, scheduler=sched, cost_model=cost, max_batch_size=16, kv_blocks=10**5,
+                  **_knobs(sched, 512))
         itl[sched] = res.requests["max_itl"].iloc[:n_dec].max()
     prefill_whole = 0.01 + 1e-4 * 8192 + 1e-4 * n_dec
     one_budget = 0.01 + 1e-4 * 512
@@ -186,7 +194,7 @@ def test_tight_kv_pool_preempts_and_finishes_everything(sched):
     n = 300
     df = _df(np.sort(rng.uniform(0, 2, n)), rng.integers(20, 200, n), rng.integers(20, 300, n))
     res = run(df, scheduler=sched, cost_model=LinearCost(0.01, 1e-5, 1e-4), kv_blocks=64,
-              max_batch_size=32, chunk_size=64)
+              max_batch_size=32, **_knobs(sched, 64))
     assert (res.requests["status"] == "finished").all()
     assert res.requests["num_preemptions"].sum() > 0
     assert res.summary()["num_preemptions"] > 0
@@ -265,9 +273,14 @@ def test_records_input_and_user_callable_cost():
              "request_id": "b"}]
     seen = []
 
-    def cost(batch):
-        seen.append(batch.items())
-        return 0.5
+    class Cost:
+        needs_decode_lengths = True  # items() lists each decode's context
+
+        def __call__(self, batch):
+            seen.append(batch.items())
+            return 0.5
+
+    cost = Cost()
 
     res = run(recs, cost_model=cost)
     assert res.requests["request_id"].tolist() == ["a", "b"]

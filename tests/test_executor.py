@@ -3,10 +3,10 @@ import pandas as pd
 import pytest
 
 from sim.engine import run
-from sim.executor import ExecutedCost, Executor
-from sim.kernels import (array_module, paged_decode_attention, prefill_chunk_attention,
+from sim.costs.executor import ExecutedCost, Executor
+from sim.costs.kernels import (array_module, paged_decode_attention, prefill_chunk_attention,
                          scaled_dot_product_attention, tiled_softmax_dot)
-from sim.models import ModelConfig
+from sim.specs.models import ModelConfig
 
 TINY = ModelConfig("t", 2, 64, 4, 2, 96, 50)
 
@@ -91,13 +91,10 @@ def test_array_module_falls_back_to_numpy_without_gpu():
 
 
 @pytest.mark.gpu
-def test_cupy_paged_kernel_matches_numpy():
+def test_cupy_paged_kernel_matches_numpy(load_script):
     cupy = pytest.importorskip("cupy")
     if not cupy.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import gpu_check
+    gpu_check = load_script("experiments/gpu_check.py")
     result = gpu_check.check_kernels(cupy)
     assert result["passed"], result

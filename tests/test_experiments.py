@@ -1,23 +1,18 @@
 """Each experiment script runs at a small size, and its headline claim holds."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 
-
-def test_compare_schedulers(tmp_path):
-    import compare_schedulers
+def test_compare_schedulers(tmp_path, load_script):
+    compare_schedulers = load_script("experiments/compare_schedulers.py")
     table = compare_schedulers.main(["-n", "600", "--rate", "10", "-o", str(tmp_path)])
     assert table.loc["continuous", "ttft_p50"] < table.loc["static", "ttft_p50"]
     assert table.loc["chunked", "itl_p99"] < table.loc["continuous", "itl_p99"]
     assert (tmp_path / "schedulers_latency_cdfs.png").exists()
 
 
-def test_capacity_sweep():
-    import capacity_sweep
+def test_capacity_sweep(load_script):
+    capacity_sweep = load_script("experiments/capacity_sweep.py")
     table, best = capacity_sweep.main(["-n", "400", "--rates", "1,4,16", "--workers", "2"])
     assert table["ttft_p99"].is_monotonic_increasing
     assert table["slo_attainment"].iloc[0] > table["slo_attainment"].iloc[-1]
@@ -26,7 +21,7 @@ def test_capacity_sweep():
 
 def test_sweep_is_deterministic_across_process_pool_and_in_process():
     import workloads
-    from sim.sweep import sweep
+    from sim import sweep
     df = workloads.load("azure-code", n=200)
     jobs = [{"workload": df, "config": {"scheduler": s}, "label": {"s": s}}
             for s in ("continuous", "chunked")]
@@ -41,7 +36,7 @@ def test_sweep_on_a_dask_cluster_matches_local():
     from dask.distributed import Client, LocalCluster
 
     import workloads
-    from sim.sweep import sweep
+    from sim import sweep
     df = workloads.load("azure-code", n=200)
     jobs = [{"workload": df, "config": {"scheduler": s}, "label": {"s": s}}
             for s in ("continuous", "chunked")]

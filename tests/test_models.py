@@ -3,7 +3,7 @@ import dataclasses
 import pytest
 
 from sim import ModelConfig, get_model, model_presets
-from sim.models import reported_params
+from sim.specs.models import reported_params
 
 
 @pytest.mark.parametrize("name", model_presets())

@@ -1,16 +1,12 @@
 import json
-import sys
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sim import get_gpu, get_model
-from sim.replica import Batch, ReplicaState
-from sim.roofline import RooflineCost, fitted_params
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from sim.engine.batch import Batch
+from sim.costs.roofline import RooflineCost, fitted_params
 
 
 class FakeBatch:
@@ -21,8 +17,8 @@ class FakeBatch:
         self.decode_context_tokens = context
 
 
-def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model():
-    import fit_roofline
+def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_script):
+    fit_roofline = load_script("experiments/fit_roofline.py")
     params, rep = fit_roofline.fit_all()
     stored = json.loads(resources.files("sim").joinpath("data/roofline_fit.json").read_text())
     for gpu, p in params.items():
@@ -111,8 +107,7 @@ def test_faster_gpus_are_faster_and_moe_reads_touched_experts():
 
 def test_hot_path_matches_per_op_sum():
     c = RooflineCost("llama-3.1-8b", "h100")
-    state = ReplicaState(100, 16, 8)
-    batch = Batch(state, [(300, 200)], [None], 300)
+    batch = Batch(0, [(300, 200)], [0], 300, 0, 0)
     ops = c.op_times(300)
     p = c.params
     m = c.model

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import workloads as wl
-from sim.costs import ConstantCost
+from sim.costs.simple import ConstantCost
 from sim.engine import run
 
 # (name, rows, mean rate, prompt mean, prompt p50, prompt p99, output mean, output p50)

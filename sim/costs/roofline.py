@@ -27,10 +27,10 @@ from importlib import resources
 
 import numpy as np
 
-from ._validate import positive_float, positive_int
-from .gpus import get_gpu
-from .memory import bytes_per_value
-from .models import get_model
+from ..checks import positive_float, positive_int
+from ..specs.gpus import get_gpu
+from ..specs.memory import bytes_per_value
+from ..specs.models import get_model
 
 ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")

@@ -15,7 +15,7 @@ import pandas as pd
 
 
 def _one(job, slo):
-    from .engine import run
+    from ..engine import run
     res = run(job["workload"], **job.get("config", {}))
     row = dict(job.get("label", {}))
     row.update(res.summary(slo=slo))

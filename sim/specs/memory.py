@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import fraction, positive_float, positive_int
-from .constants import KV_BLOCK_SIZE
+from ..checks import fraction, positive_float, positive_int
+from ..constants import KV_BLOCK_SIZE
 from .models import ModelConfig, get_model
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,

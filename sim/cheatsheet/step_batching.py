@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-from ._validate import positive_int
+from ..checks import positive_int
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validate import positive_int
+from ..checks import positive_int
 
 
 def quantize(x, bits=8, axis=None, group_size=None):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from ._validate import positive_float
+from ..checks import positive_float
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,22 +1,22 @@
-"""Calibration: time the real kernels of an engine iteration on this device, fit a cost model.
+"""Kernel timing: time the real kernels of an engine iteration on this device, fit tables.
 
-``calibrate()`` builds an :class:`~sim.executor.Executor` (CuPy on an NVIDIA GPU, NumPy on the
-CPU otherwise) and times, over a grid, exactly the code an executed iteration runs:
+:func:`measure_kernels` times, on an :class:`~sim.costs.executor.Executor` (CuPy on an NVIDIA
+GPU, NumPy on the CPU), over a grid, exactly the code an executed iteration runs:
 
 - ``linear``: embedding + every layer's norms, QKV/O/MLP GEMMs, RoPE, residuals, vs tokens T;
 - ``lm_head``: the LM head and greedy pick for ``s`` sequences;
 - ``decode_attention``: K/V write + paged decode attention of ``b`` sequences of context ``L``
   through their block tables (all layers);
 - ``prefill_attention``: K/V write + causal attention of a ``c``-token chunk over ``p`` cached
-  tokens (all layers);
+  tokens (all layers).
+
 Each point is the median of repeats after warm-up (device synchronised). ``linear`` and
 ``lm_head`` become log-log interpolation tables over T; the attention ops bilinear tables over
 their grids. Part of each grid is held out of the fit, and the held-out error (median and P90
-absolute percentage error) goes into the profile file with the device, library versions, dtype,
-model dims, date and grid. Then the engine runs a calibration workload with every iteration
-executed for real, and a least-squares fit gives how the isolated op times add up inside real
-iterations (a weight per op, plus bookkeeping per iteration, per sequence and per KV block):
-:class:`CalibratedCost` prices a batch as ``weights . terms``. ``sim run --profile`` uses it.
+absolute percentage error) goes into the profile with the device, library versions, dtype,
+model dims, date and grid. How the op times add up inside real engine iterations is fitted
+afterwards by running the engine (:mod:`sim.tools.calibration`, above the engine in the layer
+order); :class:`~sim.costs.calibrated.CalibratedCost` prices a batch from the profile.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .calibrated import PROFILE_FORMAT, TERMS, CalibratedCost, _bilinear, _loglog_interp
+from ..specs.models import ModelConfig
+from .calibrated import PROFILE_FORMAT, _bilinear, _loglog_interp
 from .executor import Executor
-from .kernels import array_module, synchronize
-from .models import ModelConfig, get_model
+from .kernels import synchronize
 
 CPU_MODEL = ModelConfig("cpu-tiny", num_hidden_layers=2, hidden_size=256, num_attention_heads=4,
                         num_key_value_heads=2, intermediate_size=688, vocab_size=2048)
@@ -133,7 +133,7 @@ def _fit_and_holdout(op, points, times, seed):
         inner = np.arange(1, len(xs) - 1)
         mask[rng.choice(inner, size=max(1, len(inner) // 4), replace=False)] = True
         model = {"kind": "table1d", "x": xs[~mask].tolist(), "y": t[~mask].tolist()}
-        err = _ape(_loglog_interp(xs[mask], xs[~mask], t[~mask]), t[mask])
+        err = ape(_loglog_interp(xs[mask], xs[~mask], t[~mask]), t[mask])
         return model, err
     pts = np.asarray(points, dtype=np.float64)
     xs, ys = np.unique(pts[:, 0]), np.unique(pts[:, 1])
@@ -147,29 +147,30 @@ def _fit_and_holdout(op, points, times, seed):
     model = {"kind": "table2d", "x": xs[kx].tolist(), "y": ys[ky].tolist(),
              "z": z[np.ix_(kx, ky)].tolist(), "y_transform": Y_TRANSFORM[op]}
     test = np.isin(np.searchsorted(xs, pts[:, 0]), hx) | np.isin(np.searchsorted(ys, pts[:, 1]), hy)
-    err = _ape(_bilinear(pts[test, 0], pts[test, 1], model), t[test])
+    err = ape(_bilinear(pts[test, 0], pts[test, 1], model), t[test])
     return model, err
 
 
-def _ape(pred, meas):
+def ape(pred, meas):
     e = np.abs(np.asarray(pred) / np.asarray(meas) - 1) * 100
     return {"median_ape_pct": float(np.median(e)), "p90_ape_pct": float(np.percentile(e, 90)),
             "points": int(len(e))}
 
 
-def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_size=16,
-              seed=0, progress=False, grid=None, engine_requests=300) -> dict:
-    """Time the grid within about ``budget_s`` seconds, then fit the op weights on an engine
-    run of ``engine_requests`` executed requests; return the profile (a dict)."""
-    xp, device_name = array_module(device)
-    on_gpu = xp is not np
-    model = get_model(model) if model is not None else CPU_MODEL
-    dtype = dtype or "float32"
-    grid = grid or GRID
+def pool_blocks(grid, block_size) -> int:
+    """KV blocks an executor needs to time ``grid`` (the largest decode and prefill points)."""
     need = max(b * -(-L // block_size) for b, L in grid["decode_attention"])
-    need += max(-(-(c + p) // block_size) for c, p in grid["prefill_attention"]) + 64
-    need = max(need, ENGINE["kv_blocks"] + 64)  # _fit_in_engine
-    ex = Executor(model, num_blocks=need, block_size=block_size, xp=xp, dtype=dtype, seed=seed)
+    return need + max(-(-(c + p) // block_size) for c, p in grid["prefill_attention"]) + 64
+
+
+def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, grid=None,
+                    progress=False) -> dict:
+    """Time every op of ``grid`` on executor ``ex`` within about ``budget_s`` seconds (at least
+    3 passes), fit the tables and their held-out errors; return the profile without the
+    in-engine weights (:func:`sim.tools.calibration.calibrate` adds them)."""
+    xp = ex.xp
+    on_gpu = xp is not np
+    grid = grid or GRID
     bench = _Bench(ex)
     ops = []
     for op, points in grid.items():
@@ -182,7 +183,8 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
     bar = None
     if progress:
         from tqdm.auto import tqdm
-        bar = tqdm(total=budget_s, unit="s", desc="calibrating", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s")
+        bar = tqdm(total=budget_s, unit="s", desc="calibrating",
+                   bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s")
     passes = 0
     while True:  # passes over the whole grid until the budget is spent (>= 3 passes)
         for item in ops:
@@ -199,6 +201,8 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
         per_pass = elapsed / passes
         if passes >= 3 and (elapsed + per_pass > budget_s or passes >= 100):
             break
+    if bar is not None:
+        bar.close()
     points = {op: [] for op in grid}
     times = {op: [] for op in grid}
     for op, pt, _fn, keys, samples in ops:
@@ -209,9 +213,10 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
     fits, heldout = {}, {}
     for op in grid:
         fits[op], heldout[op] = _fit_and_holdout(op, points[op], times[op], seed)
-    profile = {
+    model = ex.model
+    return {
         "format": PROFILE_FORMAT, "device": device_name, "array_library": xp.__name__,
-        "library_versions": _versions(xp), "dtype": dtype, "block_size": block_size,
+        "library_versions": _versions(xp), "dtype": ex.dtype, "block_size": ex.block_size,
         "model": {k: getattr(model, k) for k in (
             "name", "num_hidden_layers", "hidden_size", "num_attention_heads",
             "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim")},
@@ -223,61 +228,9 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
                       "median_s": times[op]} for op in grid},
         "fit": fits, "heldout_error": heldout,
     }
-    profile["weights"], profile["iteration_error"] = _fit_in_engine(ex, profile, seed,
-                                                                     n=engine_requests)
-    if bar is not None:
-        bar.close()
-    return profile
 
 
-ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
-
-
-def engine_workload(n, rate, seed=0):
-    """The synthetic workload calibration and validation run through the engine."""
-    import workloads as wl
-    return wl.synthetic(n, rate=rate, prompt=wl.LogNormal(300, 0.8, max_tokens=1500),
-                        output=wl.LogNormal(48, 0.8, max_tokens=256), seed=seed)
-
-
-def rate_for_load(cost, n, target=0.6, **engine):
-    """The arrival rate at which ``cost`` keeps the replica ``target`` busy (bisection)."""
-    from .engine import run
-    lo, hi = 0.1, 1000.0
-    for _ in range(16):
-        mid = (lo * hi) ** 0.5
-        busy = run(engine_workload(n, mid, engine.get("seed", 0)), cost_model=cost,
-                   **engine).summary()["busy_fraction"]
-        lo, hi = (lo, mid) if busy > target else (mid, hi)
-    return lo
-
-
-def _fit_in_engine(ex, profile, seed, n=300, target_load=0.5):
-    """Run the engine on a calibration workload with every iteration *executed* here, and fit
-    how the isolated op timings add up inside real iterations: a weight per op (caches are
-    colder, threads contend) plus the executor's bookkeeping (per iteration, per sequence, per
-    KV block). Ordinary least squares with a free intercept, so the total time of the
-    calibration run is reproduced (queueing amplifies any bias in it)."""
-    from .engine import run
-    from .executor import ExecutedCost
-    parts = CalibratedCost(dict(profile, weights={}))
-    engine = dict(ENGINE, block_size=ex.block_size, seed=seed + 1000)
-    rate = rate_for_load(parts, n, target_load, **engine)
-    terms = []
-
-    def predictor(batch):
-        terms.append(parts.batch_terms(batch))
-        return float(terms[-1] @ parts.weights)
-
-    executed = ExecutedCost(ex, predictor=predictor)
-    run(engine_workload(n, rate, seed + 1000), cost_model=executed, **engine)
-    measured = np.asarray(executed.records)[:, 0]
-    x = np.asarray(terms)
-    coef = _nonneg_lstsq(x, measured, free=(TERMS.index("base_s"),))
-    return dict(zip(TERMS, (float(v) for v in coef))), _ape(x @ coef, measured)
-
-
-def _nonneg_lstsq(x, y, free=()):
+def nonneg_lstsq(x, y, free=()):
     """Least squares with coefficients >= 0 except those in ``free`` (drop negative ones and
     refit; a handful of unknowns)."""
     keep = np.ones(x.shape[1], dtype=bool)
@@ -307,30 +260,3 @@ def save_profile(profile: dict, path) -> Path:
     return path
 
 
-def add_cli(sub):
-    p = sub.add_parser("calibrate", help="time the real kernels on this device; write a profile")
-    p.add_argument("--budget", type=float, default=120.0, help="seconds (default 120)")
-    p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto")
-    p.add_argument("--model", default=None, help="preset or HF config (default: a small CPU model)")
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--output", "-o", default="profile.json")
-    p.set_defaults(func=_cmd)
-
-
-def _cmd(args) -> int:
-    import sys
-    profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
-                        progress=sys.stderr.isatty())
-    save_profile(profile, args.output)
-    print(f"device {profile['device']} ({profile['array_library']}), model "
-          f"{profile['model']['name']}, {profile['passes']} passes in {profile['seconds']} s")
-    for op, e in profile["heldout_error"].items():
-        print(f"  {op:<18} held-out error: median {e['median_ape_pct']:.1f}%  "
-              f"P90 {e['p90_ape_pct']:.1f}%  ({e['points']} points)")
-    e, w = profile["iteration_error"], profile["weights"]
-    print(f"  {'engine iterations':<18} error: median {e['median_ape_pct']:.1f}%  P90 "
-          f"{e['p90_ape_pct']:.1f}%")
-    print("  weights in engine iterations: " + ", ".join(
-        f"{k} {v:.3g}" for k, v in w.items()))
-    print(f"wrote {args.output}")
-    return 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from .kernels import (paged_decode_attention, paged_decode_attention_cuda,
                       prefill_chunk_attention, synchronize)
-from .models import get_model
+from ..specs.models import get_model
 
 
 def pin_allocator() -> bool:
@@ -218,10 +218,14 @@ class ExecutedCost:
     """A cost model that *executes* each batch on the device and returns its wall time.
 
     ``predictor`` (optional): another cost model priced on the same batches, for the
-    per-iteration comparison. ``records``, per iteration: ``(measured, predicted)``.
+    per-iteration comparison. ``records``, per iteration: ``(measured, predicted)``. The
+    executor keeps a request's KV while it is in consecutive batches and releases it when the
+    request is absent from one (finished, preempted, or a prefill that got no chunk: it is
+    re-allocated with the same length when it comes back, which costs the same to attend over).
     """
 
     name = "executed"
+    needs_decode_lengths = True  # the engine gives each batch its decodes' ids and contexts
 
     def __init__(self, executor: Executor, predictor=None):
         self.executor = executor
@@ -229,14 +233,14 @@ class ExecutedCost:
         self.records = []
 
     def __call__(self, batch) -> float:
-        state = batch._state
         ex = self.executor
-        for key in [k for k in ex.tables if k not in state.running]:
-            ex.release(key)  # finished or preempted since the last iteration
-        prefills = [(r.index, new, cached) for (new, cached), r in
-                    zip(batch.prefills, batch.prefill_requests)]
-        decodes = [(r.index, int(n)) for r, n in zip(batch.decode_requests(),
-                                                      batch.decode_context_lengths())]
+        present = set(batch.prefill_ids)
+        present.update(batch.decode_ids)
+        for key in [k for k in ex.tables if k not in present]:
+            ex.release(key)
+        prefills = [(rid, new, cached) for (new, cached), rid in
+                    zip(batch.prefills, batch.prefill_ids)]
+        decodes = [(rid, int(n)) for rid, n in zip(batch.decode_ids, batch.decode_lengths)]
         seconds = ex.execute(prefills, decodes)
         predicted = self.predictor(batch) if self.predictor is not None else float("nan")
         self.records.append((seconds, predicted))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._validate import positive_float
+from ..checks import positive_float
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,14 +7,15 @@
   ``bench serve``); computed exactly from iteration end times and each request's runs of
   consecutive iterations, without materialising one value per token.
 - Percentiles: numpy's linear interpolation, over finished requests.
+
+A :class:`Result` is built by the engine (:mod:`sim.engine.records`); this module knows
+nothing of the engine: it holds columns and computes summaries from them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from .request import STATUS_NAMES
 
 PCTS = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
@@ -40,28 +41,6 @@ def weighted_percentiles(values, weights, qs) -> np.ndarray:
         vhi = v[np.searchsorted(cum, hi, side="right")]
         out.append(vlo + (h - lo) * (vhi - vlo))
     return np.array(out)
-
-
-class _RangeMax:
-    """Sparse table: max of ``a[l..r]`` in O(1) per query (vectorised)."""
-
-    def __init__(self, a):
-        self.levels = [np.asarray(a, dtype=np.float64)]
-        k = 1
-        while 2 * k <= len(a):
-            prev = self.levels[-1]
-            self.levels.append(np.maximum(prev[:-k], prev[k:]))
-            k *= 2
-
-    def query(self, lo, hi):  # inclusive, lo <= hi
-        length = hi - lo + 1
-        j = np.floor(np.log2(length)).astype(np.int64)
-        out = np.empty(len(lo))
-        for level in np.unique(j):
-            m = j == level
-            arr = self.levels[level]
-            out[m] = np.maximum(arr[lo[m]], arr[hi[m] - (1 << level) + 1])
-        return out
 
 
 class Result:
@@ -150,80 +129,3 @@ class Result:
     def __repr__(self):
         return (f"Result({len(self.requests)} requests, {len(self.iterations)} iterations, "
                 f"scheduler={self.scheduler_name})")
-
-
-ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_prefill_tokens",
-                     "num_decode_tokens", "kv_blocks_used", "num_preemptions")
-
-
-def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
-                 cost_model) -> Result:
-    if records:
-        arr = np.array(records, dtype=np.float64)
-        iters = pd.DataFrame({c: arr[:, k] for k, c in enumerate(ITERATION_COLUMNS)})
-        for c in ITERATION_COLUMNS[2:]:
-            iters[c] = iters[c].astype(np.int64)
-    else:
-        iters = pd.DataFrame({c: pd.Series(dtype=np.float64 if k < 2 else np.int64)
-                              for k, c in enumerate(ITERATION_COLUMNS)})
-    iters.insert(0, "iteration", np.arange(len(iters), dtype=np.int64))
-    end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
-    gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
-    cover = np.zeros(len(end) + 1, dtype=np.int64)
-    extra = []
-    n = len(requests)
-    max_itl = np.full(n, np.nan)
-    seg_lo, seg_hi, seg_req = [], [], []
-    for r in requests:
-        prev = None
-        for a, b in r.segments:
-            if b > a:
-                cover[a + 1] += 1
-                cover[b + 1] -= 1
-                seg_lo.append(a + 1)
-                seg_hi.append(b)
-                seg_req.append(r.index)
-            if prev is not None:
-                g = end[a] - end[prev]
-                extra.append(g)
-                max_itl[r.index] = g if np.isnan(max_itl[r.index]) else max(max_itl[r.index], g)
-            prev = b
-    if seg_lo:
-        m = _RangeMax(gap).query(np.array(seg_lo), np.array(seg_hi))
-        np.fmax.at(max_itl, np.array(seg_req), m)
-    weights = np.cumsum(cover)[:-1]
-    itl_data = (gap, weights, np.array(extra, dtype=np.float64))
-
-    arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
-    nanf = lambda x: np.nan if x is None else x  # noqa: E731
-    first_sched = np.array([nanf(r.first_scheduled_time) for r in requests], dtype=np.float64)
-    first_tok = np.array([nanf(r.first_token_time) for r in requests], dtype=np.float64)
-    finish = np.array([nanf(r.finish_time) for r in requests], dtype=np.float64)
-    n_out = np.array([r.num_output_tokens for r in requests], dtype=np.int64)
-    status = np.array([STATUS_NAMES[r.status] for r in requests], dtype=object)
-    done = status == "finished"
-    ttft = np.where(done, first_tok - arrival, np.nan)
-    e2e = np.where(done, finish - arrival, np.nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpot = np.where(done & (n_out > 1), (e2e - ttft) / (n_out - 1), np.nan)
-    df = pd.DataFrame({
-        "request_id": [r.request_id for r in requests],
-        "arrival_time": arrival,
-        "first_scheduled_time": first_sched,
-        "first_token_time": first_tok,
-        "finish_time": finish,
-        "num_prompt_tokens": np.array([r.num_prompt_tokens for r in requests], dtype=np.int64),
-        "num_output_tokens": n_out,
-        "num_preemptions": np.array([r.num_preemptions for r in requests], dtype=np.int64),
-        "status": status,
-        "reason": [r.reason for r in requests],
-        "ttft": ttft,
-        "e2e": e2e,
-        "tpot": tpot,
-        "tpot_incl_ttft": np.where(done, e2e / n_out, np.nan),
-        "queueing_delay": first_sched - arrival,
-        "max_itl": max_itl,
-    })
-    return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
-                  getattr(policy, "name", type(policy).__name__),
-                  getattr(cost_model, "name", type(cost_model).__name__))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from ._validate import positive_int
+from ..checks import positive_int
 
 
 class _Node:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from ._validate import positive_int
+from ..checks import positive_int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """The calibrated cost model: prices a batch from a profile written by ``sim calibrate``.
 
-A profile holds timing tables measured on one device (see :mod:`sim.calibrate`):
+A profile holds timing tables measured on one device (see :mod:`sim.costs.timing` and :mod:`sim.tools.calibration`):
 ``linear`` and ``lm_head`` against token / sequence counts (piecewise power laws), decode
 attention against (batch, context) and prefill attention against (chunk, cached prefix)
 (bilinear tables), plus the weights with which these add up inside real engine iterations.
@@ -61,6 +61,7 @@ class CalibratedCost:
     ``weights . terms(batch)`` with the terms of :data:`TERMS`."""
 
     name = "calibrated"
+    needs_decode_lengths = True  # prices decode attention from each sequence's context
 
     def __init__(self, profile: dict):
         if profile.get("format") != PROFILE_FORMAT:
@@ -118,7 +119,7 @@ class CalibratedCost:
         return float(self.terms(prefills, decode_lengths) @ self.weights)
 
     def batch_terms(self, batch) -> np.ndarray:
-        lengths = batch.decode_context_lengths().tolist() if batch.num_decode_tokens else []
+        lengths = batch.decode_context_lengths().tolist()
         return self.terms(batch.prefills, lengths)
 
     def __call__(self, batch) -> float:
@@ -126,3 +127,9 @@ class CalibratedCost:
 
     def __repr__(self):
         return f"CalibratedCost({self.profile['device']!r}, model={self.profile['model']['name']!r})"
+
+
+def shipped_cpu_profile():
+    """The CPU profile measured on the project's 2-core build machine (bundled data file)."""
+    from importlib import resources
+    return resources.files("sim").joinpath("data/profiles/cpu_calibration.json")

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ._validate import positive_int
+from ..checks import positive_int
 
 
 def softmax(x, axis=-1, xp=np):

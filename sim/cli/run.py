@@ -1,19 +1,25 @@
-"""The ``sim`` command: parses arguments, calls the library, writes files.
+"""``sim run``: settings from flags and an optional TOML file, one simulation, files out.
 
-    sim run [CONFIG.toml] [--workload NAME|FILE] [--scheduler chunked] ...   the main job
-    sim workload list | describe NAME|FILE [--plot PNG]
-    sim memory MODEL --gpu h100 [--weight-dtype int8] [--tp 2]
-    sim calibrate [--budget 120] [--output PROFILE.json]
-    sim validate [--profile PROFILE.json]
+Settings are the flags' names (``DEFAULTS``); a TOML file gives the same keys (plus an ``[slo]``
+table) and flags override it. Writes ``requests.parquet``, ``iterations.parquet``,
+``summary.json`` (settings + metrics) and, unless ``--no-plots``, two PNG figures.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 import tomllib
 from pathlib import Path
+
+from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
+from ..engine.policies import POLICIES
+
+
+def _first_line(cls) -> str:
+    return (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
+
 
 DEFAULTS = {
     "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
@@ -33,13 +39,17 @@ def _add_run_args(p):
     p.add_argument("--workload", "-w", help="bundled trace name or CSV/JSONL/parquet file")
     p.add_argument("--num-requests", "-n", type=int, dest="num_requests")
     p.add_argument("--rate", type=float, help="requests/s (time-scales a trace)")
-    p.add_argument("--scheduler", "-s", choices=["static", "continuous", "chunked"])
+    p.add_argument("--scheduler", "-s", choices=sorted(POLICIES), metavar="NAME",
+                   help="; ".join(f"{name}: {_first_line(cls)}" for name, cls in POLICIES.items())
+                   + " (default chunked)")
     p.add_argument("--model")
     p.add_argument("--gpu")
     p.add_argument("--tp", type=int, dest="tensor_parallel")
     p.add_argument("--max-batch-size", type=int, dest="max_batch_size")
-    p.add_argument("--chunk-size", type=int, dest="chunk_size")
-    p.add_argument("--token-budget", type=int, dest="token_budget")
+    p.add_argument("--chunk-size", type=int, dest="chunk_size",
+                   help=f"chunked: prefill token budget per iteration (default {CHUNK_SIZE})")
+    p.add_argument("--token-budget", type=int, dest="token_budget",
+                   help="continuous: cap on prompt tokens admitted per iteration (default none)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks")
     p.add_argument("--block-size", type=int, dest="block_size")
     p.add_argument("--seed", type=int)
@@ -82,9 +92,9 @@ def settings_from(args) -> dict:
 
 
 def cost_model_from(s):
-    from .costs import ConstantCost, LinearCost
+    from ..costs.simple import ConstantCost, LinearCost
     if s["profile"]:
-        from .calibrate import CalibratedCost
+        from ..costs.calibrated import CalibratedCost
         return CalibratedCost.from_file(s["profile"])
     spec = str(s["cost"])
     if spec == "roofline":
@@ -105,15 +115,14 @@ def cost_model_from(s):
 def build(s):
     """(workload DataFrame, SimConfig) from settings."""
     import workloads
-    from .constants import CHUNK_SIZE, KV_BLOCK_SIZE
-    from .engine import SimConfig
+    from ..engine import SimConfig
     df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
     closed = (workloads.ClosedLoop(s["closed_loop_users"], s["think_time"])
               if s["closed_loop_users"] else None)
     cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
-                    max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"] or CHUNK_SIZE,
+                    max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
-                    block_size=s["block_size"] or KV_BLOCK_SIZE, model=s["model"], gpu=s["gpu"],
+                    block_size=KV_BLOCK_SIZE if s["block_size"] is None else s["block_size"], model=s["model"], gpu=s["gpu"],
                     tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
     return df, cfg
 
@@ -144,11 +153,10 @@ def format_summary(summary) -> str:
 
 
 def cmd_run(args) -> int:
-    from .engine import run
+    from ..engine import run
     s = settings_from(args)
     df, cfg = build(s)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
-    import dataclasses
     res = run(df, dataclasses.replace(cfg, progress=show_progress))
     summary = res.summary(slo=s["slo"] or None)
     out = Path(s["output"])
@@ -162,7 +170,7 @@ def cmd_run(args) -> int:
                                                  indent=2, default=str))
     written = ["requests.parquet", "iterations.parquet", "summary.json"]
     if s["plots"]:
-        from .plots import save_plots
+        from ..results.plots import save_plots
         written += [p.name for p in save_plots(res, out)]
     if not args.quiet:
         if not args.config and all(getattr(args, k, None) is None for k in
@@ -175,80 +183,7 @@ def cmd_run(args) -> int:
     return 0
 
 
-def cmd_workload(args) -> int:
-    import workloads
-    if args.action == "list":
-        for name in workloads.trace_names():
-            print(name)
-        return 0
-    if not args.name:
-        raise SystemExit("sim workload describe: give a trace name or a file")
-    df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
-    d = workloads.describe(df)
-    width = max(len(k) for k in d)
-    for k, v in d.items():
-        print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    if args.plot:
-        workloads.plot_workload(df, args.plot)
-        print(f"wrote {args.plot}")
-    return 0
-
-
-def cmd_memory(args) -> int:
-    from .gpus import get_gpu
-    from .memory import GB, memory_budget
-    gb = args.gpu_memory_gb or get_gpu(args.gpu).memory_gb
-    b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
-                      tensor_parallel=args.tp, gpu_memory_utilization=args.utilization)
-    print(f"{b.model.name}: {b.model.total_params() / 1e9:.2f} B parameters, weights "
-          f"{b.weights_bytes / GB:.1f} GB, KV {b.kv_bytes_per_token / 1024:.0f} KiB/token")
-    print(b.advice)
-    return 0 if b.fits else 1
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="sim", description="LLM-serving simulator")
-    sub = parser.add_subparsers(dest="command")
-    p_run = sub.add_parser("run", help="simulate a workload (no arguments: the default scenario)")
-    _add_run_args(p_run)
-    p_wl = sub.add_parser("workload", help="list or describe workloads")
-    p_wl.add_argument("action", choices=["list", "describe"])
-    p_wl.add_argument("name", nargs="?")
-    p_wl.add_argument("--num-requests", "-n", type=int)
-    p_wl.add_argument("--rate", type=float)
-    p_wl.add_argument("--seed", type=int, default=0)
-    p_wl.add_argument("--plot", help="write a PNG of the workload")
-    p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
-    p_mem.add_argument("model")
-    p_mem.add_argument("--gpu", default="h100")
-    p_mem.add_argument("--gpu-memory-gb", type=float)
-    p_mem.add_argument("--weight-dtype", default="fp16")
-    p_mem.add_argument("--kv-dtype", default="fp16")
-    p_mem.add_argument("--tp", type=int, default=1)
-    p_mem.add_argument("--utilization", type=float, default=0.9)
-    _add_device_commands(sub)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
-    try:
-        return args.func(args) if hasattr(args, "func") else {
-            "run": cmd_run, "workload": cmd_workload, "memory": cmd_memory}[args.command](args)
-    except (ValueError, TypeError) as e:
-        print(f"sim {args.command}: error: {e}", file=sys.stderr)
-        return 2
-
-
-def _add_device_commands(sub):
-    """``sim calibrate`` and ``sim validate`` (see sim/calibrate.py and sim/validate.py)."""
-    try:
-        from .calibrate import add_cli as add_calibrate
-        from .validate import add_cli as add_validate
-    except ImportError:  # pragma: no cover - modules arrive with the cost-model issue
-        return
-    add_calibrate(sub)
-    add_validate(sub)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def add_parser(sub):
+    p = sub.add_parser("run", help="simulate a workload (no arguments: the default scenario)")
+    _add_run_args(p)
+    p.set_defaults(func=cmd_run)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validate import fraction, positive_float, positive_int
+from ..checks import fraction, positive_float, positive_int
 
 
 def _rng(seed) -> np.random.Generator:

@@ -1,0 +1,15 @@
+"""The ``sim`` command: parses arguments, calls the library, prints and writes files.
+
+    sim run [CONFIG.toml] [--workload NAME|FILE] [--scheduler chunked] ...   the main job
+    sim workload list | describe NAME|FILE [--plot PNG]
+    sim memory MODEL --gpu h100 [--weight-dtype int8] [--tp 2]
+    sim calibrate [--budget 120] [--output PROFILE.json]
+    sim validate [--profile PROFILE.json]
+
+The only package that prints or parses argv; it may import anything in ``sim``, and nothing in
+``sim`` imports it. Errors the user can fix end as one line on stderr and exit status 2.
+"""
+
+from .main import main
+
+__all__ = ["main"]

@@ -1,0 +1,78 @@
+"""``sim calibrate`` (time the kernels on this device, write a profile) and ``sim validate``
+(simulated vs executed latencies on this device)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def cmd_calibrate(args) -> int:
+    from ..costs.timing import save_profile
+    from ..tools.calibration import calibrate
+    profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
+                        progress=sys.stderr.isatty())
+    save_profile(profile, args.output)
+    print(f"device {profile['device']} ({profile['array_library']}), model "
+          f"{profile['model']['name']}, {profile['passes']} passes in {profile['seconds']} s")
+    for op, e in profile["heldout_error"].items():
+        print(f"  {op:<18} held-out error: median {e['median_ape_pct']:.1f}%  "
+              f"P90 {e['p90_ape_pct']:.1f}%  ({e['points']} points)")
+    e, w = profile["iteration_error"], profile["weights"]
+    print(f"  {'engine iterations':<18} error: median {e['median_ape_pct']:.1f}%  P90 "
+          f"{e['p90_ape_pct']:.1f}%")
+    print("  weights in engine iterations: " + ", ".join(f"{k} {v:.3g}" for k, v in w.items()))
+    print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_validate(args) -> int:
+    import pandas as pd
+
+    from ..tools.validation import validate_profile
+    if args.profile:
+        profile = json.loads(Path(args.profile).read_text())
+    else:  # calibrate now: the machine's speed drifts, so compare against a fresh profile
+        from ..tools.calibration import calibrate
+        print(f"calibrating on this device for {args.budget:g} s ...")
+        profile = calibrate(budget_s=args.budget, device=args.device)
+    out = validate_profile(profile, n=args.requests, rate=args.rate, repeats=args.repeats,
+                           device=args.device)
+    print(f"device {out['device']} (profile from {out['profile_device']}); {out['requests']} "
+          f"requests at {out['rate']:.3g} req/s, executed {out['repeats']} times "
+          f"({out['iterations_executed']} iterations each), replica busy "
+          f"{out['busy_fraction_executed']:.0%}")
+    e = out["iteration_error"]
+    print(f"per-iteration error: median {e['median_ape_pct']:.1f}%, P90 {e['p90_ape_pct']:.1f}%, "
+          f"total time {e['total_time_error_pct']:+.1f}%")
+    with pd.option_context("display.float_format", "{:.4g}".format):
+        print(out["table"].to_string())
+    if args.output:
+        Path(args.output).mkdir(parents=True, exist_ok=True)
+        out["table"].to_csv(Path(args.output) / "validation.csv")
+    return 0
+
+
+def add_parsers(sub):
+    p = sub.add_parser("calibrate", help="time the real kernels on this device; write a profile")
+    p.add_argument("--budget", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
+                   help="where to time (default auto: a GPU with CuPy if present, else the CPU)")
+    p.add_argument("--model", default=None, help="preset or HF config (default: a small CPU model)")
+    p.add_argument("--dtype", default=None, help="array dtype (default float32)")
+    p.add_argument("--output", "-o", default="profile.json", help="default profile.json")
+    p.set_defaults(func=cmd_calibrate)
+    p = sub.add_parser("validate", help="simulated vs executed TTFT/E2E on this device")
+    p.add_argument("--profile", default=None,
+                   help="calibration profile (default: calibrate on this device first)")
+    p.add_argument("--budget", type=float, default=60.0,
+                   help="calibration seconds when no --profile is given (default 60)")
+    p.add_argument("--requests", "-n", type=int, default=1000, help="default 1000")
+    p.add_argument("--repeats", type=int, default=3, help="executed runs (default 3)")
+    p.add_argument("--rate", type=float, default=None,
+                   help="requests/s (default: the rate keeping the replica ~50%% busy)")
+    p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="cpu",
+                   help="default cpu")
+    p.add_argument("--output", "-o", default=None, help="write validation.csv here")
+    p.set_defaults(func=cmd_validate)

@@ -1,0 +1,56 @@
+"""``sim workload`` (list / describe bundled traces and files) and ``sim memory`` (does a model
+fit on a GPU, and how much KV cache is left)."""
+
+from __future__ import annotations
+
+
+def cmd_workload(args) -> int:
+    import workloads
+    if args.action == "list":
+        for name in workloads.trace_names():
+            print(name)
+        return 0
+    if not args.name:
+        raise SystemExit("sim workload describe: give a trace name or a file")
+    df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+    d = workloads.describe(df)
+    width = max(len(k) for k in d)
+    for k, v in d.items():
+        print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+    if args.plot:
+        workloads.plot_workload(df, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def cmd_memory(args) -> int:
+    from ..specs.gpus import get_gpu
+    from ..specs.memory import GB, memory_budget
+    gb = args.gpu_memory_gb or get_gpu(args.gpu).memory_gb
+    b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
+                      tensor_parallel=args.tp, gpu_memory_utilization=args.utilization)
+    print(f"{b.model.name}: {b.model.total_params() / 1e9:.2f} B parameters, weights "
+          f"{b.weights_bytes / GB:.1f} GB, KV {b.kv_bytes_per_token / 1024:.0f} KiB/token")
+    print(b.advice)
+    return 0 if b.fits else 1
+
+
+def add_parsers(sub):
+    p_wl = sub.add_parser("workload", help="list or describe workloads")
+    p_wl.add_argument("action", choices=["list", "describe"])
+    p_wl.add_argument("name", nargs="?", help="bundled trace name or CSV/JSONL/parquet file")
+    p_wl.add_argument("--num-requests", "-n", type=int, help="first N requests")
+    p_wl.add_argument("--rate", type=float, help="requests/s (time-scales a trace)")
+    p_wl.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    p_wl.add_argument("--plot", help="write a PNG of the workload")
+    p_wl.set_defaults(func=cmd_workload)
+    p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
+    p_mem.add_argument("model", help="model preset or Hugging Face config.json")
+    p_mem.add_argument("--gpu", default="h100", help="GPU preset (default h100)")
+    p_mem.add_argument("--gpu-memory-gb", type=float, help="override the GPU's memory (GB)")
+    p_mem.add_argument("--weight-dtype", default="fp16", help="weight precision (default fp16)")
+    p_mem.add_argument("--kv-dtype", default="fp16", help="KV cache precision (default fp16)")
+    p_mem.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
+    p_mem.add_argument("--utilization", type=float, default=0.9,
+                       help="fraction of GPU memory the engine may use (default 0.9)")
+    p_mem.set_defaults(func=cmd_memory)

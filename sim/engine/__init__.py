@@ -1,0 +1,21 @@
+"""The engine core: the SimPy process, the replica and its KV pool, requests and policies.
+
+Modules: ``request`` (the request state machine), ``decoding`` (how many tokens an iteration
+emits: the lazy decode bookkeeping and ITL from token runs), ``blocks`` (the KV block pool, the
+one owner of KV accounting), ``batch`` (the immutable snapshot a cost model prices),
+``replica`` (queue, running set and the verbs policies act through), ``policies`` (batching
+policies and the table that names them), ``config`` (``SimConfig``), ``records`` (results
+columns), ``simulation`` (``run``).
+
+May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
+roofline), ``sim.results`` (the ``Result`` it returns) and ``workloads`` (validation). Never
+plotting, the CLI, the tools, Dask, or anything that writes files.
+"""
+
+from .batch import Batch
+from .config import SimConfig
+from .policies import POLICIES, ChunkedPrefill, ContinuousBatching, StaticBatching, make_policy
+from .simulation import run
+
+__all__ = ["run", "SimConfig", "Batch", "POLICIES", "make_policy", "StaticBatching",
+           "ContinuousBatching", "ChunkedPrefill"]

@@ -1,0 +1,118 @@
+"""What one engine iteration computes: an immutable snapshot, the only argument of a cost model.
+
+A cost model is any callable ``cost(batch) -> seconds``. The batch is immutable and refers to
+no live state: it says the same thing after the iteration ran as before, whoever keeps it.
+
+- ``prefills``: ``(num_new_tokens, num_cached_tokens)`` per request running (part of) its
+  prefill this iteration, and ``prefill_ids`` the requests' indices in the same order;
+- ``num_decode_tokens``: requests decoding this iteration, attending over
+  ``decode_context_tokens`` tokens in all (their new tokens included). Decode tokens per
+  request come from :mod:`sim.engine.decoding`.
+
+Per-decode detail costs O(running) per iteration, so it is opt-in: a cost model with a class
+attribute ``needs_decode_lengths = True`` gets ``decode_ids`` and ``decode_lengths`` (context
+length of each decoding request); other cost models get ``None`` there and pay nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FIELDS = ("iteration", "prefills", "prefill_ids", "num_prefill_tokens", "num_decode_tokens",
+          "decode_context_tokens", "decode_ids", "decode_lengths")
+
+
+class _Fields:
+    __slots__ = FIELDS
+
+
+class Batch(_Fields):
+    """One iteration's work (see the module docstring); frozen: setting a field raises."""
+
+    __slots__ = ()
+
+    def __init__(self, iteration, prefills, prefill_ids, num_prefill_tokens, num_decode_tokens,
+                 decode_context_tokens, decode_ids=None, decode_lengths=None):
+        values = (iteration, tuple(prefills), tuple(prefill_ids), num_prefill_tokens,
+                  num_decode_tokens, decode_context_tokens, decode_ids, decode_lengths)
+        for name, value in zip(FIELDS, values):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"a Batch is an immutable snapshot; cannot set {name!r}")
+
+    __delattr__ = __setattr__
+
+    def __eq__(self, other):
+        if not isinstance(other, Batch):
+            return NotImplemented
+        return all(_same(getattr(self, f), getattr(other, f)) for f in FIELDS)
+
+    __hash__ = None
+    @property
+    def num_tokens(self) -> int:
+        return self.num_prefill_tokens + self.num_decode_tokens
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.prefills) + self.num_decode_tokens
+
+    @property
+    def prefill_context_tokens(self) -> int:
+        return sum(new + cached for new, cached in self.prefills)
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens attended over by every request of the batch (new tokens included)."""
+        return self.decode_context_tokens + self.prefill_context_tokens
+
+    def decode_context_lengths(self) -> np.ndarray:
+        """Context length of each decoding request; needs ``needs_decode_lengths = True`` on
+        the cost model."""
+        if self.decode_lengths is None:
+            if self.num_decode_tokens == 0:
+                return np.zeros(0, dtype=np.int64)
+            raise AttributeError("this batch carries no per-decode detail: give the cost model "
+                                 "a class attribute needs_decode_lengths = True")
+        return self.decode_lengths
+
+    def items(self) -> list:
+        """``(tokens, context_length)`` per request: prefills, then decodes (one token each)."""
+        out = [(new, new + cached) for new, cached in self.prefills]
+        out += [(1, int(c)) for c in self.decode_context_lengths()]
+        return out
+
+    def __repr__(self):
+        return (f"Batch(iteration={self.iteration}, prefill_tokens={self.num_prefill_tokens} in "
+                f"{len(self.prefills)}, decodes={self.num_decode_tokens})")
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return a is not None and b is not None and np.array_equal(a, b)
+    return a == b
+
+
+class _Building(_Fields):
+    """Same layout as :class:`Batch`, without the guard: filled, then re-classed."""
+
+    __slots__ = ()
+
+
+def make_batch(iteration, prefills, prefill_ids, num_prefill_tokens, num_decode_tokens,
+               decode_context_tokens, decode_ids=None, decode_lengths=None) -> Batch:
+    """The engine's fast constructor (``prefills`` and ``prefill_ids`` already tuples): fill an
+    unguarded object of the same slots layout, then switch its class to :class:`Batch` -
+    measured 0.24 us, against 0.28 us for a plain ``__init__`` and 2.8x slower field reads for
+    a NamedTuple (cost models read fields every iteration)."""
+    b = _Building()
+    b.iteration = iteration
+    b.prefills = prefills
+    b.prefill_ids = prefill_ids
+    b.num_prefill_tokens = num_prefill_tokens
+    b.num_decode_tokens = num_decode_tokens
+    b.decode_context_tokens = decode_context_tokens
+    b.decode_ids = decode_ids
+    b.decode_lengths = decode_lengths
+    b.__class__ = Batch
+    return b

@@ -1,0 +1,80 @@
+"""``SimConfig``: everything a run needs besides the workload, in one frozen dataclass.
+
+Flat knobs (what users sweep and write in TOML). Policy knobs (``chunk_size``,
+``token_budget``) default to ``None``: the named policy's own default (:mod:`sim.engine.policies`
+validates and builds them); a knob set for a policy that does not use it is an error, never
+silently ignored. ``kv_blocks=None``: derived from ``memory_budget(model, gpu)`` when both are
+given, else the cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model
+of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``). Use
+``dataclasses.replace`` for variants; the config is validated when built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..checks import positive_int
+from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
+from .policies import make_policy
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    """Settings of one run; see the module docstring for the defaults."""
+
+    scheduler: object = "chunked"
+    cost_model: object = None
+    max_batch_size: int = 256
+    chunk_size: int | None = None
+    token_budget: int | None = None
+    kv_blocks: int | None = None
+    block_size: int = KV_BLOCK_SIZE
+    model: object = None
+    gpu: object = None
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel: int = 1
+    closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
+    seed: int = 0
+    progress: bool = False
+
+    def __post_init__(self):
+        positive_int("max_batch_size", self.max_batch_size)
+        positive_int("block_size", self.block_size)
+        positive_int("tensor_parallel", self.tensor_parallel)
+        positive_int("seed", self.seed, allow_zero=True)
+        for knob in ("chunk_size", "token_budget", "kv_blocks"):
+            if getattr(self, knob) is not None:
+                positive_int(knob, getattr(self, knob))
+        self.policy()  # the policy validates the knobs it uses
+        if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
+                                                 and hasattr(self.closed_loop, "think_time")):
+            raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
+        if self.cost_model is not None and not callable(self.cost_model):
+            raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
+                            f"{self.cost_model!r}")
+
+    def policy(self):
+        """The batching policy object (built anew from a name; a given object as is)."""
+        return make_policy(self)
+
+    def resolved_kv_blocks(self) -> int:
+        if self.kv_blocks is not None:
+            return self.kv_blocks
+        if self.model is not None and self.gpu is not None:
+            from ..specs.gpus import get_gpu
+            from ..specs.memory import memory_budget
+            budget = memory_budget(self.model, get_gpu(self.gpu).memory_gb,
+                                   tensor_parallel=self.tensor_parallel,
+                                   gpu_memory_utilization=self.gpu_memory_utilization,
+                                   block_size=self.block_size)
+            if not budget.fits:
+                raise ValueError(f"model {self.model!r} on gpu {self.gpu!r}: {budget.advice}")
+            return budget.kv_blocks
+        return KV_BLOCKS_AVAILABLE
+
+    def resolved_cost_model(self):
+        if self.cost_model is not None:
+            return self.cost_model
+        from ..costs.roofline import RooflineCost
+        return RooflineCost(self.model or "llama-3.1-8b", self.gpu or "h100",
+                            tensor_parallel=self.tensor_parallel)

@@ -1,0 +1,160 @@
+"""Token emission: the one module that knows how many tokens an iteration emits.
+
+Today's assumption, kept here and nowhere else: **a decoding request emits exactly one token
+in every iteration** from the iteration after its prefill completed until its last token, and
+writes that token's KV into its cache. Speculative decoding (1..k+1 tokens per iteration)
+changes this module, not the replica, the policies or the metrics.
+
+Decode progress is *lazy* (nothing is touched per token). When a request's prefill completes at
+iteration ``f`` with ``c`` tokens in its KV cache and ``g`` tokens generated,
+:meth:`Decodes.start` records ``decode_start = f``, ``decode_base_tokens = c``,
+``decode_base_generated = g``; at iteration ``i`` it then attends over ``c + i - f`` tokens
+(the new one included) and has generated ``g + (i - f)`` tokens. Its last token comes at
+``finish_iteration = f + n_out - g``. It crosses into a new KV block at the iterations with
+``i % block_size == block_phase``, so the blocks all decodes need at iteration ``i`` are
+``by_phase[i % block_size]``; the requests emitting their last token at ``i`` are
+``finish_at[i]``.
+
+Invariants (tests/test_decoding.py):
+- ``count == sum(by_phase) ==`` number of DECODE requests;
+- ``context_tokens(i) == sum`` over DECODE requests of ``context_length(r, i)`` (O(1));
+- each DECODE request is in ``finish_at[r.finish_iteration]`` (entries of requests preempted
+  since are skipped when popped: their ``finish_iteration`` was reset to -1).
+
+:func:`inter_token_gaps` turns each request's runs of consecutive emitting iterations
+(``Request.segments``) and the iteration end times into ITL values without materialising one
+value per token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .request import DECODE
+
+
+class Decodes:
+    """The DECODE requests of one replica, tracked lazily (O(1) per start, stop and query)."""
+
+    __slots__ = ("block_size", "count", "context_offset", "by_phase", "finish_at")
+
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.count = 0
+        self.context_offset = 0  # sum(decode_base_tokens - decode_start) over DECODE requests
+        self.by_phase = [0] * block_size
+        self.finish_at = {}  # iteration -> [Request]
+
+    def start(self, r, i: int) -> None:
+        """``r``'s prefill completed at iteration ``i`` (that iteration emitted a token): it
+        decodes from iteration ``i + 1``."""
+        bs = self.block_size
+        r.status = DECODE
+        r.decode_base_tokens = r.num_computed
+        r.decode_base_generated = r.num_generated
+        r.decode_start = i
+        r.block_phase = (i + (-r.num_computed) % bs + 1) % bs
+        r.finish_iteration = i + r.num_output_tokens - r.num_generated
+        self.by_phase[r.block_phase] += 1
+        self.context_offset += r.num_computed - i
+        self.count += 1
+        self.finish_at.setdefault(r.finish_iteration, []).append(r)
+
+    def stop(self, r, last: int) -> None:
+        """``r`` leaves DECODE after emitting its token of iteration ``last`` (finished, or
+        preempted before iteration ``last + 1``): record its run of tokens and its progress."""
+        r.num_generated = r.decode_base_generated + last - r.decode_start
+        r.segments.append((r.decode_start, last))
+        self.by_phase[r.block_phase] -= 1
+        self.context_offset -= r.decode_base_tokens - r.decode_start
+        self.count -= 1
+        r.finish_iteration = -1
+
+    def crosses_block(self, r, i: int) -> bool:
+        return r.block_phase == i % self.block_size
+
+    def context_tokens(self, i: int) -> int:
+        """Tokens all decodes attend over at iteration ``i`` (their new tokens included)."""
+        return self.context_offset + self.count * i
+
+    @staticmethod
+    def context_length(r, i: int) -> int:
+        """Tokens ``r`` attends over at iteration ``i`` (its new token included)."""
+        return r.decode_base_tokens + i - r.decode_start
+
+    def held_blocks(self, r, i: int, reserved: bool) -> int:
+        """Blocks ``r`` holds at the start of iteration ``i``; ``reserved``: this iteration's
+        decode blocks were already taken (so ``r`` holds the one it crosses into now)."""
+        held = -(-(r.decode_base_tokens + i - 1 - r.decode_start) // self.block_size)
+        if reserved and r.block_phase == i % self.block_size:
+            held += 1
+        return held
+
+    def finish(self, r, i: int) -> int:
+        """``r`` emitted its last token at iteration ``i``: stop tracking it; returns the KV
+        blocks it held (to free)."""
+        held = -(-(r.decode_base_tokens + i - r.decode_start) // self.block_size)
+        self.stop(r, i)
+        return held
+
+
+def emits_single_token(r, i: int) -> None:
+    """Record a request whose prefill-completing iteration ``i`` emitted its only token."""
+    r.segments.append((i, i))
+
+
+class _RangeMax:
+    """Sparse table: max of ``a[l..r]`` in O(1) per query (vectorised)."""
+
+    def __init__(self, a):
+        self.levels = [np.asarray(a, dtype=np.float64)]
+        k = 1
+        while 2 * k <= len(a):
+            prev = self.levels[-1]
+            self.levels.append(np.maximum(prev[:-k], prev[k:]))
+            k *= 2
+
+    def query(self, lo, hi):  # inclusive, lo <= hi
+        length = hi - lo + 1
+        j = np.floor(np.log2(length)).astype(np.int64)
+        out = np.empty(len(lo))
+        for level in np.unique(j):
+            m = j == level
+            arr = self.levels[level]
+            out[m] = np.maximum(arr[lo[m]], arr[hi[m] - (1 << level) + 1])
+        return out
+
+
+def inter_token_gaps(requests, end):
+    """ITL data from token runs: ``((gaps, weights, extra), max_itl)``.
+
+    ``end[j]``: end time of iteration ``j``. Inside a run ``(a, b)`` a request emits one token
+    per iteration, so its gaps are ``end[j] - end[j-1]`` for ``j`` in ``a+1..b``: the pooled
+    ITL distribution is each iteration's gap weighted by the number of runs covering it
+    (``weights``), plus one ``extra`` gap between consecutive runs of a request (across a
+    preemption). ``max_itl``: each request's largest gap (NaN with fewer than two tokens).
+    """
+    gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
+    cover = np.zeros(len(end) + 1, dtype=np.int64)
+    extra = []
+    max_itl = np.full(len(requests), np.nan)
+    seg_lo, seg_hi, seg_req = [], [], []
+    for r in requests:
+        prev = None
+        for a, b in r.segments:
+            if b > a:
+                cover[a + 1] += 1
+                cover[b + 1] -= 1
+                seg_lo.append(a + 1)
+                seg_hi.append(b)
+                seg_req.append(r.index)
+            if prev is not None:
+                g = end[a] - end[prev]
+                extra.append(g)
+                max_itl[r.index] = g if np.isnan(max_itl[r.index]) else max(max_itl[r.index], g)
+            prev = b
+    if seg_lo:
+        m = _RangeMax(gap).query(np.array(seg_lo), np.array(seg_hi))
+        np.fmax.at(max_itl, np.array(seg_req), m)
+    weights = np.cumsum(cover)[:-1]
+    return (gap, weights, np.array(extra, dtype=np.float64)), max_itl

@@ -1,0 +1,73 @@
+"""From the engine's requests and iteration records to a :class:`~sim.results.metrics.Result`.
+
+Columns are built once, at the end, from the request objects and the per-iteration tuples the
+engine appended (``ITERATION_COLUMNS``). Token times are never stored: ITL comes from each
+request's runs of emitting iterations and the iteration end times
+(:func:`sim.engine.decoding.inter_token_gaps`). Metric definitions: :mod:`sim.results.metrics`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..results.metrics import Result
+from .decoding import inter_token_gaps
+from .request import STATUS_NAMES
+
+ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_prefill_tokens",
+                     "num_decode_tokens", "kv_blocks_used", "num_preemptions")
+
+
+def iterations_frame(records) -> pd.DataFrame:
+    """One row per iteration: ``iteration`` then :data:`ITERATION_COLUMNS`."""
+    if records:
+        arr = np.array(records, dtype=np.float64)
+        iters = pd.DataFrame({c: arr[:, k] for k, c in enumerate(ITERATION_COLUMNS)})
+        for c in ITERATION_COLUMNS[2:]:
+            iters[c] = iters[c].astype(np.int64)
+    else:
+        iters = pd.DataFrame({c: pd.Series(dtype=np.float64 if k < 2 else np.int64)
+                              for k, c in enumerate(ITERATION_COLUMNS)})
+    iters.insert(0, "iteration", np.arange(len(iters), dtype=np.int64))
+    return iters
+
+
+def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
+                 cost_model) -> Result:
+    iters = iterations_frame(records)
+    end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
+    itl_data, max_itl = inter_token_gaps(requests, end)
+    arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
+    nanf = lambda x: np.nan if x is None else x  # noqa: E731
+    first_sched = np.array([nanf(r.first_scheduled_time) for r in requests], dtype=np.float64)
+    first_tok = np.array([nanf(r.first_token_time) for r in requests], dtype=np.float64)
+    finish = np.array([nanf(r.finish_time) for r in requests], dtype=np.float64)
+    n_out = np.array([r.num_output_tokens for r in requests], dtype=np.int64)
+    status = np.array([STATUS_NAMES[r.status] for r in requests], dtype=object)
+    done = status == "finished"
+    ttft = np.where(done, first_tok - arrival, np.nan)
+    e2e = np.where(done, finish - arrival, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(done & (n_out > 1), (e2e - ttft) / (n_out - 1), np.nan)
+    df = pd.DataFrame({
+        "request_id": [r.request_id for r in requests],
+        "arrival_time": arrival,
+        "first_scheduled_time": first_sched,
+        "first_token_time": first_tok,
+        "finish_time": finish,
+        "num_prompt_tokens": np.array([r.num_prompt_tokens for r in requests], dtype=np.int64),
+        "num_output_tokens": n_out,
+        "num_preemptions": np.array([r.num_preemptions for r in requests], dtype=np.int64),
+        "status": status,
+        "reason": [r.reason for r in requests],
+        "ttft": ttft,
+        "e2e": e2e,
+        "tpot": tpot,
+        "tpot_incl_ttft": np.where(done, e2e / n_out, np.nan),
+        "queueing_delay": first_sched - arrival,
+        "max_itl": max_itl,
+    })
+    return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
+                  getattr(policy, "name", type(policy).__name__),
+                  getattr(cost_model, "name", type(cost_model).__name__))

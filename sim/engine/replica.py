@@ -1,0 +1,345 @@
+"""One serving replica's state, and the few verbs a batching policy acts through.
+
+The replica owns the waiting queue, the running set (admission order, oldest first), the KV
+pool (:class:`~sim.engine.blocks.BlockManager`) and the decoding requests
+(:class:`~sim.engine.decoding.Decodes`). A policy (:mod:`sim.engine.policies`) sees the queue
+and the running set read-only and changes them only through these verbs:
+
+- :meth:`Replica.admit` ``(r, num_tokens)`` - move any waiting request into the running set to
+  prefill its first ``num_tokens`` tokens this iteration (False, nothing changed, when no slot
+  or not enough free blocks: admission never preempts);
+- :meth:`Replica.schedule_chunk` ``(r, num_tokens)`` - continue a running prefill, preempting
+  victims for its blocks if needed (False when ``r`` itself was the victim);
+- :meth:`Replica.preempt` ``(r)`` - recompute preemption: free all of ``r``'s blocks, back to
+  the head of the queue;
+- the victim rule: ``policy.select_victim(replica)`` if the policy has one, else the most
+  recently admitted running request (vLLM).
+
+Each iteration, :meth:`form_batch` (the engine) reserves the blocks every decode crosses into,
+preempting victims if the pool is short - every running decode emits a token every iteration -
+then calls the policy, which adds prefill work, and snapshots the batch for the cost model
+(:meth:`batch` takes the same snapshot at any time); :meth:`postprocess` applies its effects
+when the iteration ends.
+
+Invariants (tests/test_replica.py; the engine's brute-force per-token trace under hypothesis):
+- ``blocks.num_free + sum(held_blocks(r) for r running) == blocks.num_blocks``, never below 0;
+- ``len(running) <= max_batch_size``; every running request is PREFILL or DECODE;
+- a request is in exactly one of: waiting, running, finished (which includes rejected);
+- per-iteration work is O(admitted + finished + preempted), never O(running).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from functools import partial
+
+import numpy as np
+
+from .batch import Batch, make_batch
+from .blocks import BlockManager, blocks_for
+from .decoding import Decodes, emits_single_token
+from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
+
+
+def _refuse(self, *args, **kwargs):
+    raise TypeError("a replica's queue and running set are read-only to policies: act through "
+                    "replica.admit / schedule_chunk / preempt")
+
+
+class WaitingQueue(deque):
+    """The waiting queue as policies see it: a deque (reads at C speed), mutations refused.
+    The replica mutates it through the base class (``deque.append(q, r)``)."""
+
+    append = appendleft = extend = extendleft = pop = popleft = remove = clear = _refuse
+    rotate = insert = __setitem__ = __delitem__ = __iadd__ = _refuse
+
+
+class RunningSet(dict):
+    """The running set as policies see it: ``index -> Request`` in admission order (oldest
+    first); mutations refused. The replica mutates it through ``dict``."""
+
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _refuse
+    __ior__ = _refuse
+
+
+_enqueue, _enqueue_head, _dequeue_head, _dequeue = (deque.append, deque.appendleft,
+                                                    deque.popleft, deque.remove)
+_set_running, _del_running = dict.__setitem__, dict.__delitem__
+
+
+def newest_running(replica):
+    """The default victim: the most recently admitted running request (vLLM, Sarathi)."""
+    running = replica.running
+    return running[next(reversed(running))]
+
+
+class Replica:
+    """State of one replica; see the module docstring for the verbs and invariants."""
+
+    def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None):
+        self.blocks = BlockManager(kv_blocks, block_size)
+        self.block_size = self.blocks.block_size
+        self.max_batch_size = max_batch_size
+        self.decodes = Decodes(self.block_size)
+        self.waiting = WaitingQueue()
+        self.running = RunningSet()  # index -> Request, admission order
+        self.prefilling = ()  # PREFILL requests in admission order (a tuple: read-only)
+        self.select_victim = select_victim or newest_running
+        self.enqueue = partial(_enqueue, self.waiting)  # no Python frame per arrival (hot)
+        self.capacity_tokens = self.blocks.capacity_tokens
+        self.iteration = 0
+        self.now = 0.0
+        # this iteration's prefill work, in order: the requests, their indices, (new, cached)
+        # per request, their prefill tokens in all
+        self._prefill_reqs = []
+        self._prefill_ids = []
+        self._prefills = []
+        self._prefill_tokens = 0
+        self.num_preempted_now = 0  # preemptions while forming the current batch
+        self._decodes_reserved = -1  # iteration whose decode blocks are already taken
+        self.finished = []
+        self.on_finish = None  # optional callback(request, now), e.g. closed-loop clients
+
+    # -- what a policy reads ----------------------------------------------------------------
+    @property
+    def num_decoding(self) -> int:
+        return self.decodes.count
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.blocks.num_free
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # ``prefilling``: a tuple attribute (see __init__), replaced on every change
+
+    def is_scheduled(self, r) -> bool:
+        """Whether ``r`` already has prefill work in this iteration."""
+        return r.scheduled_iteration == self.iteration
+
+    def held_blocks(self, r) -> int:
+        """Blocks ``r`` holds at the start of the current iteration."""
+        if r.status == DECODE:
+            i = self.iteration
+            return self.decodes.held_blocks(r, i, self._decodes_reserved == i)
+        return blocks_for(r.num_computed + self._scheduled_tokens(r), self.block_size)
+
+    def _scheduled_tokens(self, r) -> int:
+        if r.scheduled_iteration != self.iteration:
+            return 0
+        return self._prefills[self._prefill_reqs.index(r)][0]
+
+    # -- the verbs ----------------------------------------------------------------------------
+    def admit(self, r, num_tokens: int) -> bool:
+        """Admit waiting request ``r`` (any position in the queue) to prefill its first
+        ``num_tokens`` tokens this iteration; False when no batch slot or not enough free KV
+        blocks (nothing changes: admission never preempts)."""
+        if r.status != WAITING or not 0 < num_tokens <= r.prefill_target:
+            self._refuse_admit(r, num_tokens)
+        if len(self.running) >= self.max_batch_size:
+            return False
+        blocks = -(-num_tokens // self.block_size)  # blocks_for, inlined (hot)
+        if blocks > self.blocks.num_free:
+            return False
+        waiting = self.waiting
+        if waiting and waiting[0] is r:
+            _dequeue_head(waiting)
+        else:
+            try:
+                _dequeue(waiting, r)  # O(queue); FCFS policies always take the head
+            except ValueError:
+                raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
+        self.blocks.num_free -= blocks  # BlockManager.allocate, inlined (hot): checked above
+        r.status = PREFILL
+        if r.first_scheduled_time is None:
+            r.first_scheduled_time = self.now
+        _set_running(self.running, r.index, r)
+        self.prefilling += (r,)
+        r.scheduled_iteration = self.iteration
+        self._prefill_reqs.append(r)
+        self._prefill_ids.append(r.index)
+        self._prefills.append((num_tokens, 0))
+        self._prefill_tokens += num_tokens
+        return True
+
+    def schedule_chunk(self, r, num_tokens: int) -> bool:
+        """Continue running prefill ``r`` by ``num_tokens`` tokens this iteration, taking the
+        blocks they need and preempting victims when the pool is short; False when ``r``
+        itself was preempted (then it is waiting again)."""
+        done = r.num_computed
+        i = self.iteration
+        if (r.status != PREFILL or r.scheduled_iteration == i
+                or not 0 < num_tokens <= r.prefill_target - done):
+            self._refuse_chunk(r, num_tokens)
+        bs = self.block_size
+        need = -(-(done + num_tokens) // bs) - (-(-done // bs))  # blocks_for, inlined (hot)
+        blocks = self.blocks
+        if need > blocks.num_free:
+            while need > blocks.num_free:
+                victim = self.select_victim(self)
+                self.preempt(victim)
+                if victim is r:
+                    return False
+        blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
+        r.scheduled_iteration = i
+        self._prefill_reqs.append(r)
+        self._prefill_ids.append(r.index)
+        self._prefills.append((num_tokens, done))
+        self._prefill_tokens += num_tokens
+        return True
+
+    @staticmethod
+    def _refuse_admit(r, num_tokens):
+        if r.status != WAITING:
+            raise ValueError(f"admit: {r!r} is not waiting")
+        raise ValueError(f"admit: num_tokens must be in 1..{r.prefill_target} for {r!r}, "
+                         f"got {num_tokens}")
+
+    def _refuse_chunk(self, r, num_tokens):
+        if r.status != PREFILL:
+            raise ValueError(f"schedule_chunk: {r!r} is not prefilling")
+        if r.scheduled_iteration == self.iteration:
+            raise ValueError(f"schedule_chunk: {r!r} already has work in this iteration")
+        raise ValueError(f"schedule_chunk: num_tokens must be in "
+                         f"1..{r.prefill_target - r.num_computed} for {r!r}, got {num_tokens}")
+
+    def preempt(self, r) -> None:
+        """Recompute preemption: free all of ``r``'s blocks; it goes back to the head of the
+        queue and will re-prefill its prompt plus the tokens it had generated."""
+        i = self.iteration
+        bs = self.block_size
+        if r.status == DECODE:
+            self.blocks.free(self.decodes.held_blocks(r, i, self._decodes_reserved == i))
+            self.decodes.stop(r, i - 1)
+        elif r.status == PREFILL:
+            held = r.num_computed
+            if r.scheduled_iteration == i:  # a victim loses its work in this batch
+                k = self._prefill_reqs.index(r)
+                new = self._prefills[k][0]
+                held += new
+                self._prefill_tokens -= new
+                del self._prefill_reqs[k], self._prefill_ids[k], self._prefills[k]
+                r.scheduled_iteration = -1
+            self.blocks.free(-(-held // bs))
+            ps = self.prefilling
+            k = ps.index(r)
+            self.prefilling = ps[:k] + ps[k + 1:]
+        else:
+            raise ValueError(f"preempt: {r!r} is not running")
+        _del_running(self.running, r.index)
+        r.status = WAITING
+        r.num_computed = 0
+        r.prefill_target = r.num_prompt_tokens + r.num_generated
+        r.num_preemptions += 1
+        self.num_preempted_now += 1
+        _enqueue_head(self.waiting, r)
+
+    # -- the engine's side ------------------------------------------------------------------
+    def enqueue(self, r) -> None:  # replaced per instance by a C-level bound append
+        _enqueue(self.waiting, r)
+
+    def reject(self, r, reason: str) -> None:
+        r.status = REJECTED
+        r.reason = reason
+        r.finish_time = None
+        self.finished.append(r)
+
+    def _reserve_decode_blocks(self, i):
+        decodes, blocks = self.decodes, self.blocks
+        need = decodes.by_phase[i % self.block_size]  # blocks the decodes cross into now
+        while need > blocks.num_free:
+            victim = self.select_victim(self)
+            if victim.status == DECODE and decodes.crosses_block(victim, i):
+                need -= 1
+            self.preempt(victim)
+        blocks.allocate(need)
+
+    def batch(self, detail: bool = False) -> Batch:
+        """Snapshot of this iteration's work; ``detail``: include each decode's id and context
+        length (O(running))."""
+        i = self.iteration
+        d = self.decodes
+        ids = lengths = None
+        if detail:
+            decoding = [r for r in self.running.values() if r.status == DECODE]
+            ids = tuple(r.index for r in decoding)
+            lengths = np.array([d.context_length(r, i) for r in decoding], dtype=np.int64)
+        if lengths is not None:
+            lengths.flags.writeable = False
+        return make_batch(i, tuple(self._prefills), tuple(self._prefill_ids),
+                          self._prefill_tokens, d.count, d.context_offset + d.count * i, ids,
+                          lengths)
+
+    def form_batch(self, schedule, now, detail: bool = False) -> Batch:
+        """One iteration's batch: give every decode the block it crosses into (preempting
+        victims - never a decode that already has its block - while the pool is short), let
+        ``schedule(self, now)`` (the policy) add prefill work, then snapshot it as
+        :meth:`batch` does (inlined: one Python call per iteration is ~1% of the engine's time,
+        measured)."""
+        self.now = now
+        self.num_preempted_now = 0
+        i = self.iteration
+        if self.decodes.by_phase[i % self.block_size]:
+            self._reserve_decode_blocks(i)
+        self._decodes_reserved = i
+        schedule(self, now)
+        if detail:
+            return self.batch(True)
+        d = self.decodes
+        return make_batch(i, tuple(self._prefills), tuple(self._prefill_ids),
+                          self._prefill_tokens, d.count, d.context_offset + d.count * i)
+
+    def postprocess(self, now) -> None:
+        """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
+        requests and free their blocks."""
+        i = self.iteration
+        bs = self.block_size
+        decodes = self.decodes
+        completed = False
+        for r, (new, _cached) in zip(self._prefill_reqs, self._prefills):
+            r.num_computed += new
+            if r.num_computed < r.prefill_target:
+                continue
+            completed = True
+            r.num_generated += 1  # the prefill's iteration emits a token
+            if r.first_token_time is None:
+                r.first_token_time = now
+            if r.num_generated >= r.num_output_tokens:
+                emits_single_token(r, i)
+                self.blocks.free(-(-r.num_computed // bs))
+                _del_running(self.running, r.index)
+                self._finish(r, now)
+                continue
+            decodes.start(r, i)
+        if completed:
+            self.prefilling = tuple([r for r in self.prefilling if r.status == PREFILL])
+        done = decodes.finish_at.pop(i, None)  # the decodes emitting their last token
+        if done:
+            freed = 0
+            for r in done:
+                if r.status == DECODE and r.finish_iteration == i:  # else preempted since
+                    freed += decodes.finish(r, i)
+                    _del_running(self.running, r.index)
+                    self._finish(r, now)
+            self.blocks.free(freed)
+        if self._prefill_reqs:
+            self._prefill_reqs = []
+            self._prefill_ids = []
+            self._prefills = []
+            self._prefill_tokens = 0
+        self.iteration = i + 1
+
+    def _finish(self, r, now):
+        r.status = FINISHED
+        r.finish_time = now
+        self.finished.append(r)
+        if self.on_finish is not None:
+            self.on_finish(r, now)
+
+    def __repr__(self):
+        counts = {name: 0 for name in STATUS_NAMES}
+        for r in self.running.values():
+            counts[STATUS_NAMES[r.status]] += 1
+        return (f"Replica(iteration={self.iteration}, waiting={len(self.waiting)}, "
+                f"prefill={counts['prefill']}, decode={counts['decode']}, {self.blocks!r})")

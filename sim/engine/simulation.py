@@ -1,0 +1,190 @@
+"""The SimPy serving engine and ``run(workload, config) -> Result``.
+
+One SimPy environment; one replica process running **one SimPy event per engine iteration**::
+
+    batch = replica.form_batch(policy.schedule, now)
+        # reserve the decodes' KV blocks (preempting if short), let the policy add prefill
+        # work through the replica's verbs, snapshot the batch (immutable)
+    dt = cost_model(batch)               # price it
+    yield env.timeout(dt)                # the iteration runs
+    replica.postprocess(env.now)         # emit tokens, finish, free blocks
+
+With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
+iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
+Token convention (vLLM): the iteration completing a prefill emits the first token, every later
+iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
+same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
+a reason; a request lost is a bug and raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import pandas as pd
+import simpy
+
+from ..results.metrics import Result
+from .config import SimConfig
+from .records import build_result
+from .replica import Replica
+from .request import Request
+
+
+def _requests_from(workload):
+    from workloads import from_records, validate
+    if not isinstance(workload, pd.DataFrame):
+        if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
+            raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
+                            f"got {type(workload).__name__}")
+        workload = from_records(workload)
+    df = validate(workload)
+    reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
+        df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
+        df["num_output_tokens"].tolist()))]
+    return df, reqs
+
+
+def run(workload, config: SimConfig | None = None, **overrides) -> Result:
+    """Simulate ``workload`` (DataFrame or request records) and return a :class:`Result`.
+
+    Settings come from ``config`` and/or keyword overrides of :class:`SimConfig` fields, e.g.
+    ``run(df, scheduler="continuous", cost_model=LinearCost(...), max_batch_size=64)``.
+    """
+    config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
+        config or SimConfig())
+    df, requests = _requests_from(workload)
+    policy = config.policy()
+    cost = config.resolved_cost_model()
+    kv_blocks = config.resolved_kv_blocks()
+    wall = time.perf_counter()
+    env = simpy.Environment()
+    replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
+                      getattr(policy, "select_victim", None))
+    records = []
+    process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
+    if config.closed_loop is None:
+        process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
+    else:
+        _ClosedLoopClients(env, replica, requests, process, config.closed_loop)
+    env.process(process.loop())
+    env.run()
+    process.close()
+    if len(replica.finished) != len(requests):  # a bug, never a silent loss
+        raise RuntimeError(f"{len(requests) - len(replica.finished)} request(s) neither finished "
+                           f"nor rejected")
+    return build_result(requests, records, config, kv_blocks,
+                        wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
+
+
+def _submit(replica, process, r) -> bool:
+    """Queue an arriving request, or reject it when it could never fit; True if queued."""
+    need = r.num_prompt_tokens + r.num_output_tokens
+    if need > replica.capacity_tokens:
+        replica.reject(r, f"needs {-(-need // replica.block_size)} KV blocks for "
+                          f"{need} tokens but the pool has {replica.blocks.num_blocks}")
+        return False
+    replica.enqueue(r)
+    process.wake()
+    return True
+
+
+class _ClosedLoopClients:
+    """Closed loop: ``num_users`` users; each issues the next request (in workload order)
+    ``think_time`` after its previous one finished or was rejected. One event per request."""
+
+    def __init__(self, env, replica, requests, process, loop):
+        self.env, self.replica, self.process = env, replica, process
+        self.pending = iter(requests)
+        self.think = float(loop.think_time)
+        replica.on_finish = self._done
+        for _ in range(int(loop.num_users)):
+            self._issue()
+
+    def _issue(self, _event=None):
+        r = next(self.pending, None)
+        if r is None:
+            return
+        r.arrival_time = self.env.now
+        if not _submit(self.replica, self.process, r):
+            self._done(r, self.env.now)
+
+    def _done(self, r, now):
+        if self.think > 0:
+            self.env.timeout(self.think).callbacks.append(self._issue)
+        else:
+            self._issue()
+
+
+class _ReplicaProcess:
+    """One serving replica: one SimPy process, one event per iteration.
+
+    Open-loop arrivals are pulled, not pushed: before forming each batch the replica queues
+    every request whose ``arrival_time`` has come (in order), and an idle replica sleeps until
+    the next arrival. That is the same arrival process as one SimPy event per request, minus
+    those events (measured: ~15% of the run time at 100k requests).
+    """
+
+    def __init__(self, env, replica, policy, cost, records, progress, total):
+        self.env, self.replica, self.policy, self.cost = env, replica, policy, cost
+        self.records = records
+        self.arrivals = ()
+        self.idle = None
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=total, unit="req", desc="simulating", leave=False)
+
+    def wake(self):
+        if self.idle is not None and not self.idle.triggered:
+            self.idle.succeed()
+
+    def loop(self):
+        env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
+        append = self.records.append
+        timeout = env.timeout
+        schedule = policy.schedule
+        form_batch, postprocess = replica.form_batch, replica.postprocess
+        detail = bool(getattr(cost, "needs_decode_lengths", False))
+        blocks = replica.blocks
+        running, waiting = replica.running, replica.waiting
+        arrivals = self.arrivals
+        n_arrivals = len(arrivals)
+        bar = self.bar
+        nxt = 0
+        while True:
+            now = env.now
+            while nxt < n_arrivals and arrivals[nxt].arrival_time <= now:
+                _submit(replica, self, arrivals[nxt])
+                nxt += 1
+            if not running and not waiting:
+                if nxt < n_arrivals:
+                    yield timeout(arrivals[nxt].arrival_time - now)
+                else:
+                    self.idle = env.event()
+                    yield self.idle
+                    self.idle = None
+                continue
+            batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
+            if not batch.prefills and not batch.num_decode_tokens:
+                raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
+                                   f"{len(replica.waiting)} waiting and {len(replica.running)} "
+                                   f"running")
+            dt = cost(batch)
+            if not dt >= 0 or dt == math.inf:
+                raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}")
+            append((now, dt, len(running), len(waiting), batch.num_prefill_tokens,
+                    batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
+                    replica.num_preempted_now))
+            yield timeout(dt)
+            postprocess(env.now)
+            if bar is not None and not replica.iteration & 1023:
+                bar.n = len(replica.finished)
+                bar.refresh()
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.n = len(self.replica.finished)
+            self.bar.close()

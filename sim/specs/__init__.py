@@ -1,0 +1,9 @@
+"""Hardware and model specs: what a model is, what a GPU can do, what fits in its memory.
+
+``models`` (architecture presets from Hugging Face configs, parameter counts), ``gpus`` (GPU
+presets: peaks, bandwidth, memory), ``memory`` (``kv_cache_bytes``, ``blocks_needed``,
+``memory_budget``), ``quantization`` (``quantize`` / ``dequantize``). Data tables are bundled in
+``sim/data`` (sources in its NOTICE.md) and read-only.
+
+May import: ``sim.checks``, ``sim.constants``. Nothing else of ``sim``.
+"""

@@ -1,0 +1,91 @@
+"""Calibration on this device: time the kernels, then fit how they add up in real iterations.
+
+:func:`calibrate` = :func:`sim.costs.timing.measure_kernels` (isolated kernel tables with
+held-out errors) + :func:`fit_in_engine`: the engine runs a calibration workload with every
+iteration *executed* for real (:class:`~sim.costs.executor.ExecutedCost`), and a least-squares
+fit gives the weight of each op inside real iterations (caches are colder, threads contend)
+plus the executor's bookkeeping per iteration, per sequence and per KV block. The result is a
+profile (a dict; :func:`sim.costs.timing.save_profile` writes it) that
+:class:`~sim.costs.calibrated.CalibratedCost` prices batches from; ``sim run --profile`` uses it.
+
+This module runs the engine, so it lives above it (tools), not among the cost models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..costs.calibrated import TERMS, CalibratedCost
+from ..costs.executor import ExecutedCost, Executor
+from ..costs.kernels import array_module
+from ..costs.timing import CPU_MODEL, GRID, ape, measure_kernels, nonneg_lstsq, pool_blocks
+from ..engine import run
+from ..specs.models import get_model
+
+ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
+
+
+def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_size=16,
+              seed=0, progress=False, grid=None, engine_requests=300) -> dict:
+    """Time the grid within about ``budget_s`` seconds, then fit the op weights on an engine
+    run of ``engine_requests`` executed requests; return the profile (a dict)."""
+    xp, device_name = array_module(device)
+    model = get_model(model) if model is not None else CPU_MODEL
+    grid = grid or GRID
+    need = max(pool_blocks(grid, block_size), ENGINE["kv_blocks"] + 64)  # + fit_in_engine
+    ex = Executor(model, num_blocks=need, block_size=block_size, xp=xp,
+                  dtype=dtype or "float32", seed=seed)
+    profile = measure_kernels(ex, device_name, budget_s=budget_s, seed=seed, grid=grid,
+                              progress=progress)
+    profile["weights"], profile["iteration_error"] = fit_in_engine(ex, profile, seed,
+                                                                    n=engine_requests)
+    return profile
+
+
+def engine_workload(n, rate, seed=0):
+    """The synthetic workload calibration and validation run through the engine."""
+    import workloads as wl
+    return wl.synthetic(n, rate=rate, prompt=wl.LogNormal(300, 0.8, max_tokens=1500),
+                        output=wl.LogNormal(48, 0.8, max_tokens=256), seed=seed)
+
+
+def rate_for_load(cost, n, target=0.6, **engine):
+    """The arrival rate at which ``cost`` keeps the replica ``target`` busy (bisection)."""
+    lo, hi = 0.1, 1000.0
+    for _ in range(16):
+        mid = (lo * hi) ** 0.5
+        busy = run(engine_workload(n, mid, engine.get("seed", 0)), cost_model=cost,
+                   **engine).summary()["busy_fraction"]
+        lo, hi = (lo, mid) if busy > target else (mid, hi)
+    return lo
+
+
+class _Recorder:
+    """Prices each executed batch with the profile's unweighted terms, keeping the terms."""
+
+    needs_decode_lengths = True
+
+    def __init__(self, parts):
+        self.parts, self.terms = parts, []
+
+    def __call__(self, batch):
+        self.terms.append(self.parts.batch_terms(batch))
+        return float(self.terms[-1] @ self.parts.weights)
+
+
+def fit_in_engine(ex, profile, seed, n=300, target_load=0.5):
+    """Run the engine on a calibration workload with every iteration *executed* here, and fit
+    how the isolated op timings add up inside real iterations: a weight per op plus the
+    executor's bookkeeping (per iteration, per sequence, per KV block). Least squares with a
+    free intercept, so the total time of the calibration run is reproduced (queueing amplifies
+    any bias in it). Returns ``(weights, iteration_error)``."""
+    parts = CalibratedCost(dict(profile, weights={}))
+    engine = dict(ENGINE, block_size=ex.block_size, seed=seed + 1000)
+    rate = rate_for_load(parts, n, target_load, **engine)
+    recorder = _Recorder(parts)
+    executed = ExecutedCost(ex, predictor=recorder)
+    run(engine_workload(n, rate, seed + 1000), cost_model=executed, **engine)
+    measured = np.asarray(executed.records)[:, 0]
+    x = np.asarray(recorder.terms)
+    coef = nonneg_lstsq(x, measured, free=(TERMS.index("base_s"),))
+    return dict(zip(TERMS, (float(v) for v in coef))), ape(x @ coef, measured)
