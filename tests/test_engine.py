@@ -32,7 +32,7 @@ class Checked:
 
     def schedule(self, replica, now):
         self.policy.schedule(replica, now)
-        batch = replica.batch()
+        batch = replica.batch(detail=True)
         i, bs = replica.iteration, replica.block_size
         in_batch = {rid: new for (new, _), rid in zip(batch.prefills, batch.prefill_ids)}
         held, emit = 0, []

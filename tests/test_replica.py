@@ -64,7 +64,7 @@ def test_admit_takes_any_waiting_request_and_refuses_without_slot_or_blocks():
     assert list(rep.waiting) == [reqs[0], reqs[2]] and rep.blocks.num_free == 2
     assert rep.admit(reqs[2], 4)
     assert not rep.admit(reqs[0], 1)  # max_batch_size 2 reached
-    batch = rep.batch()
+    batch = rep.batch(detail=True)
     assert batch.prefills == ((5, 0), (4, 0)) and batch.prefill_ids == (1, 2)
     assert batch.num_prefill_tokens == 9 and rep.is_scheduled(reqs[2])
 
@@ -105,7 +105,7 @@ def test_preempting_a_request_that_already_has_work_drops_it_from_the_batch():
     _begin(rep, 0.0)
     assert rep.admit(a, 16) and rep.admit(b, 8)  # 4 + 2 blocks: pool full
     rep.preempt(a)  # a policy may preempt anyone, even work it scheduled this iteration
-    batch = rep.batch()
+    batch = rep.batch(detail=True)
     assert batch.prefills == ((8, 0),) and batch.prefill_ids == (1,)
     assert batch.num_prefill_tokens == 8 and rep.blocks.num_free == 4
     assert a.status == WAITING and rep.waiting[0] is a and _held_total(rep) == 2

@@ -107,7 +107,7 @@ def test_faster_gpus_are_faster_and_moe_reads_touched_experts():
 
 def test_hot_path_matches_per_op_sum():
     c = RooflineCost("llama-3.1-8b", "h100")
-    batch = Batch(0, [(300, 200)], [0], 300, 0, 0)
+    batch = Batch(0, [(300, 200)], 300, 0, 0)
     ops = c.op_times(300)
     p = c.params
     m = c.model

@@ -6,8 +6,10 @@
     sim calibrate [--budget 120] [--output PROFILE.json]
     sim validate [--profile PROFILE.json]
 
-The only package that prints or parses argv; it may import anything in ``sim``, and nothing in
-``sim`` imports it. Errors the user can fix end as one line on stderr and exit status 2.
+The only package that prints or parses argv. Errors the user can fix end as one line on
+stderr and exit status 2.
+
+May import: anything in ``sim``; nothing in ``sim`` imports it.
 """
 
 from .main import main

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 
 def cmd_workload(args) -> int:
+    """``sim workload list`` prints the bundled trace names; ``describe`` prints a workload's
+    statistics (``workloads.describe``) and, with ``--plot``, writes a PNG of it."""
     import workloads
     if args.action == "list":
         for name in workloads.trace_names():
@@ -24,6 +26,9 @@ def cmd_workload(args) -> int:
 
 
 def cmd_memory(args) -> int:
+    """``sim memory``: parameters, weight and KV bytes of a model, and whether it fits on the
+    GPU with room for KV cache (exit status 1 when it does not, with the advice to quantize or
+    add GPUs)."""
     from ..specs.gpus import get_gpu
     from ..specs.memory import GB, memory_budget
     gb = args.gpu_memory_gb or get_gpu(args.gpu).memory_gb

@@ -1,4 +1,9 @@
-"""``sim``'s parser and dispatch: one sub-command per module of this package."""
+"""``sim``'s parser and dispatch.
+
+Each module of this package adds its sub-commands (``add_parser(s)``) and sets ``func`` on
+them; :func:`main` parses, calls it, and turns the library's ``ValueError``/``TypeError``
+(which name the field and value) into one line on stderr and exit status 2 — no traceback.
+A bad flag value is argparse's error (status 2 as well)."""
 
 from __future__ import annotations
 

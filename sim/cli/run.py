@@ -21,6 +21,7 @@ def _first_line(cls) -> str:
     return (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
 
 
+# every setting of ``sim run`` with its default; a TOML file may give any of these keys
 DEFAULTS = {
     "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
     "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": 256,
@@ -35,6 +36,7 @@ DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; 
 
 
 def _add_run_args(p):
+    """The flags of ``sim run``; each maps to a key of ``DEFAULTS`` (the TOML file's keys)."""
     p.add_argument("config", nargs="?", help="TOML file with the same settings as the flags")
     p.add_argument("--workload", "-w", help="bundled trace name or CSV/JSONL/parquet file")
     p.add_argument("--num-requests", "-n", type=int, dest="num_requests")
@@ -66,6 +68,8 @@ def _add_run_args(p):
 
 
 def settings_from(args) -> dict:
+    """The run's settings: ``DEFAULTS``, then the TOML file (unknown keys are an error), then
+    every flag given on the command line; ``--slo-*`` flags merge into the ``[slo]`` table."""
     s = dict(DEFAULTS)
     if args.config:
         path = Path(args.config)
@@ -92,6 +96,9 @@ def settings_from(args) -> dict:
 
 
 def cost_model_from(s):
+    """The cost model the settings name: ``--profile`` (a calibrated profile) wins, else
+    ``--cost``: ``roofline`` (``None``: SimConfig builds the roofline of model on gpu),
+    ``constant:SECONDS`` or ``linear:BASE,PREFILL,DECODE,CONTEXT``."""
     from ..costs.simple import ConstantCost, LinearCost
     if s["profile"]:
         from ..costs.calibrated import CalibratedCost
@@ -122,12 +129,13 @@ def build(s):
     cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
-                    block_size=KV_BLOCK_SIZE if s["block_size"] is None else s["block_size"], model=s["model"], gpu=s["gpu"],
-                    tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
+                    block_size=KV_BLOCK_SIZE if s["block_size"] is None else s["block_size"],
+                    model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
     return df, cfg
 
 
 def format_summary(summary) -> str:
+    """The summary as the aligned plain-text table ``sim run`` prints (units in the labels)."""
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}")]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
@@ -153,6 +161,8 @@ def format_summary(summary) -> str:
 
 
 def cmd_run(args) -> int:
+    """``sim run``: simulate, write the files, print the scenario line and the summary (a
+    progress bar on stderr for long runs in a terminal)."""
     from ..engine import run
     s = settings_from(args)
     df, cfg = build(s)

@@ -21,7 +21,7 @@ tokens, so it is memoised per token count (the hot path is a dict lookup).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -143,11 +143,6 @@ class RooflineCost:
             layers * 4.0 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
             layers * self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff),
             layers * 2 * self._q_per_gpu * ACT_BYTES / (self.bw * p.attn_decode_memory_eff))
-
-    def with_params(self, **changes) -> "RooflineCost":
-        return RooflineCost(self.model, self.gpu, tensor_parallel=self.tp,
-                            weight_dtype=self.weight_dtype, kv_dtype=self.kvb,
-                            params=replace(self.params, **changes))
 
     def op_work(self, tokens) -> dict:
         """Per layer, per op: ``(FLOPs, bytes)`` for ``tokens`` tokens (scalars or arrays).

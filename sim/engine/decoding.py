@@ -104,12 +104,14 @@ def emits_single_token(r, i: int) -> None:
 
 
 class _RangeMax:
-    """Sparse table: max of ``a[l..r]`` in O(1) per query (vectorised)."""
+    """Sparse table: max of ``a[l..r]`` in O(1) per query (vectorised), for ranges of at most
+    ``max_len`` elements (levels beyond it are not built: memory ~ log2(max_len) copies)."""
 
-    def __init__(self, a):
+    def __init__(self, a, max_len=None):
         self.levels = [np.asarray(a, dtype=np.float64)]
+        limit = len(a) if max_len is None else min(len(a), max_len)
         k = 1
-        while 2 * k <= len(a):
+        while 2 * k <= limit:
             prev = self.levels[-1]
             self.levels.append(np.maximum(prev[:-k], prev[k:]))
             k *= 2
@@ -135,26 +137,20 @@ def inter_token_gaps(requests, end):
     preemption). ``max_itl``: each request's largest gap (NaN with fewer than two tokens).
     """
     gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
-    cover = np.zeros(len(end) + 1, dtype=np.int64)
-    extra = []
     max_itl = np.full(len(requests), np.nan)
-    seg_lo, seg_hi, seg_req = [], [], []
-    for r in requests:
-        prev = None
-        for a, b in r.segments:
-            if b > a:
-                cover[a + 1] += 1
-                cover[b + 1] -= 1
-                seg_lo.append(a + 1)
-                seg_hi.append(b)
-                seg_req.append(r.index)
-            if prev is not None:
-                g = end[a] - end[prev]
-                extra.append(g)
-                max_itl[r.index] = g if np.isnan(max_itl[r.index]) else max(max_itl[r.index], g)
-            prev = b
-    if seg_lo:
-        m = _RangeMax(gap).query(np.array(seg_lo), np.array(seg_hi))
-        np.fmax.at(max_itl, np.array(seg_req), m)
+    runs = [(r.index, a, b) for r in requests for a, b in r.segments]
+    if not runs:
+        return (gap, np.zeros(len(end), dtype=np.int64), np.zeros(0)), max_itl
+    req, lo, hi = np.array(runs, dtype=np.int64).T
+    inner = hi > lo  # runs of 2+ tokens: gaps inside the run
+    cover = np.zeros(len(end) + 1, dtype=np.int64)
+    np.add.at(cover, lo[inner] + 1, 1)
+    np.add.at(cover, hi[inner] + 1, -1)
     weights = np.cumsum(cover)[:-1]
-    return (gap, weights, np.array(extra, dtype=np.float64)), max_itl
+    after = req[1:] == req[:-1]  # a run that follows another run of the same request
+    extra = end[lo[1:][after]] - end[hi[:-1][after]]
+    np.fmax.at(max_itl, req[1:][after], extra)
+    if inner.any():
+        m = _RangeMax(gap, int((hi - lo).max())).query(lo[inner] + 1, hi[inner])
+        np.fmax.at(max_itl, req[inner], m)
+    return (gap, weights, extra), max_itl

@@ -20,17 +20,16 @@ ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_pre
 
 
 def iterations_frame(records) -> pd.DataFrame:
-    """One row per iteration: ``iteration`` then :data:`ITERATION_COLUMNS`."""
-    if records:
-        arr = np.array(records, dtype=np.float64)
-        iters = pd.DataFrame({c: arr[:, k] for k, c in enumerate(ITERATION_COLUMNS)})
-        for c in ITERATION_COLUMNS[2:]:
-            iters[c] = iters[c].astype(np.int64)
-    else:
-        iters = pd.DataFrame({c: pd.Series(dtype=np.float64 if k < 2 else np.int64)
-                              for k, c in enumerate(ITERATION_COLUMNS)})
-    iters.insert(0, "iteration", np.arange(len(iters), dtype=np.int64))
-    return iters
+    """One row per iteration: ``iteration`` then :data:`ITERATION_COLUMNS`. ``records``: the
+    flat float64 buffer the engine filled (``array("d")``, one row after another), read
+    without a copy."""
+    k = len(ITERATION_COLUMNS)
+    arr = np.frombuffer(records, dtype=np.float64).reshape(-1, k) if len(records) else \
+        np.zeros((0, k))
+    cols = {"iteration": np.arange(len(arr), dtype=np.int64)}
+    for j, c in enumerate(ITERATION_COLUMNS):
+        cols[c] = arr[:, j].copy() if j < 2 else arr[:, j].astype(np.int64)
+    return pd.DataFrame(cols, copy=False)
 
 
 def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
@@ -39,10 +38,10 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
     end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
     itl_data, max_itl = inter_token_gaps(requests, end)
     arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
-    nanf = lambda x: np.nan if x is None else x  # noqa: E731
-    first_sched = np.array([nanf(r.first_scheduled_time) for r in requests], dtype=np.float64)
-    first_tok = np.array([nanf(r.first_token_time) for r in requests], dtype=np.float64)
-    finish = np.array([nanf(r.finish_time) for r in requests], dtype=np.float64)
+    # None (never scheduled / no token / not finished) becomes NaN in a float array
+    first_sched = np.array([r.first_scheduled_time for r in requests], dtype=np.float64)
+    first_tok = np.array([r.first_token_time for r in requests], dtype=np.float64)
+    finish = np.array([r.finish_time for r in requests], dtype=np.float64)
     n_out = np.array([r.num_output_tokens for r in requests], dtype=np.int64)
     status = np.array([STATUS_NAMES[r.status] for r in requests], dtype=object)
     done = status == "finished"

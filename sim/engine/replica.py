@@ -89,10 +89,9 @@ class Replica:
         self.capacity_tokens = self.blocks.capacity_tokens
         self.iteration = 0
         self.now = 0.0
-        # this iteration's prefill work, in order: the requests, their indices, (new, cached)
-        # per request, their prefill tokens in all
+        # this iteration's prefill work, in order: the requests, (new, cached) per request,
+        # their prefill tokens in all
         self._prefill_reqs = []
-        self._prefill_ids = []
         self._prefills = []
         self._prefill_tokens = 0
         self.num_preempted_now = 0  # preemptions while forming the current batch
@@ -100,26 +99,15 @@ class Replica:
         self.finished = []
         self.on_finish = None  # optional callback(request, now), e.g. closed-loop clients
 
-    # -- what a policy reads ----------------------------------------------------------------
-    @property
-    def num_decoding(self) -> int:
-        return self.decodes.count
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.blocks.num_free
-
-    def has_work(self) -> bool:
-        return bool(self.running or self.waiting)
-
-    # ``prefilling``: a tuple attribute (see __init__), replaced on every change
-
+    # -- what a policy reads: waiting, running, prefilling, blocks.num_free, decodes.count,
+    # max_batch_size, iteration, and these -------------------------------------------------
     def is_scheduled(self, r) -> bool:
         """Whether ``r`` already has prefill work in this iteration."""
         return r.scheduled_iteration == self.iteration
 
     def held_blocks(self, r) -> int:
-        """Blocks ``r`` holds at the start of the current iteration."""
+        """Blocks ``r`` holds now: a decode, including the block it crosses into this
+        iteration once reserved; a prefill, including those taken for its work this iteration."""
         if r.status == DECODE:
             i = self.iteration
             return self.decodes.held_blocks(r, i, self._decodes_reserved == i)
@@ -158,7 +146,6 @@ class Replica:
         self.prefilling += (r,)
         r.scheduled_iteration = self.iteration
         self._prefill_reqs.append(r)
-        self._prefill_ids.append(r.index)
         self._prefills.append((num_tokens, 0))
         self._prefill_tokens += num_tokens
         return True
@@ -184,7 +171,6 @@ class Replica:
         blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
         r.scheduled_iteration = i
         self._prefill_reqs.append(r)
-        self._prefill_ids.append(r.index)
         self._prefills.append((num_tokens, done))
         self._prefill_tokens += num_tokens
         return True
@@ -219,7 +205,7 @@ class Replica:
                 new = self._prefills[k][0]
                 held += new
                 self._prefill_tokens -= new
-                del self._prefill_reqs[k], self._prefill_ids[k], self._prefills[k]
+                del self._prefill_reqs[k], self._prefills[k]
                 r.scheduled_iteration = -1
             self.blocks.free(-(-held // bs))
             ps = self.prefilling
@@ -253,23 +239,22 @@ class Replica:
             if victim.status == DECODE and decodes.crosses_block(victim, i):
                 need -= 1
             self.preempt(victim)
-        blocks.allocate(need)
+        blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
 
     def batch(self, detail: bool = False) -> Batch:
-        """Snapshot of this iteration's work; ``detail``: include each decode's id and context
-        length (O(running))."""
+        """Snapshot of this iteration's work; ``detail``: include which requests prefill and
+        each decode's id and context length (O(running))."""
         i = self.iteration
         d = self.decodes
-        ids = lengths = None
+        prefill_ids = ids = lengths = None
         if detail:
+            prefill_ids = tuple([r.index for r in self._prefill_reqs])
             decoding = [r for r in self.running.values() if r.status == DECODE]
-            ids = tuple(r.index for r in decoding)
+            ids = tuple([r.index for r in decoding])
             lengths = np.array([d.context_length(r, i) for r in decoding], dtype=np.int64)
-        if lengths is not None:
             lengths.flags.writeable = False
-        return make_batch(i, tuple(self._prefills), tuple(self._prefill_ids),
-                          self._prefill_tokens, d.count, d.context_offset + d.count * i, ids,
-                          lengths)
+        return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
+                          d.context_tokens(i), prefill_ids, ids, lengths)
 
     def form_batch(self, schedule, now, detail: bool = False) -> Batch:
         """One iteration's batch: give every decode the block it crosses into (preempting
@@ -287,8 +272,8 @@ class Replica:
         if detail:
             return self.batch(True)
         d = self.decodes
-        return make_batch(i, tuple(self._prefills), tuple(self._prefill_ids),
-                          self._prefill_tokens, d.count, d.context_offset + d.count * i)
+        return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
+                          d.context_offset + d.count * i)
 
     def postprocess(self, now) -> None:
         """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
@@ -325,7 +310,6 @@ class Replica:
             self.blocks.free(freed)
         if self._prefill_reqs:
             self._prefill_reqs = []
-            self._prefill_ids = []
             self._prefills = []
             self._prefill_tokens = 0
         self.iteration = i + 1

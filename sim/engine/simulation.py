@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from array import array
 
 import pandas as pd
 import simpy
@@ -63,7 +64,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     env = simpy.Environment()
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None))
-    records = []
+    records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
@@ -143,7 +144,7 @@ class _ReplicaProcess:
 
     def loop(self):
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
-        append = self.records.append
+        append = self.records.extend  # one flat row of ITERATION_COLUMNS per iteration
         timeout = env.timeout
         schedule = policy.schedule
         form_batch, postprocess = replica.form_batch, replica.postprocess

@@ -1,28 +1,63 @@
 """Results: per-request and per-iteration DataFrames, and summaries in the usual conventions.
 
-- TTFT = first token - arrival; E2E = finish - arrival; queueing delay = first scheduled - arrival.
-- TPOT = (E2E - TTFT) / (n - 1) (vLLM / GenAI-Perf); ``tpot_incl_ttft`` = E2E / n (LLMPerf,
-  guidellm); NaN for a one-token request.
-- ITL: every gap between consecutive tokens of a request, pooled over all requests (vLLM
-  ``bench serve``); computed exactly from iteration end times and each request's runs of
-  consecutive iterations, without materialising one value per token.
-- Percentiles: numpy's linear interpolation, over finished requests.
-
 A :class:`Result` is built by the engine (:mod:`sim.engine.records`); this module knows
 nothing of the engine: it holds columns and computes summaries from them.
+
+``requests``: one row per request, in workload order. ``status`` is ``"finished"`` or
+``"rejected"`` (never fits the KV pool; ``reason`` says why); a rejected request's times and
+latencies are NaN. Per request (n = ``num_output_tokens``):
+
+- TTFT = first token - arrival; E2E = finish - arrival; queueing delay = first scheduled - arrival.
+- TPOT = (E2E - TTFT) / (n - 1) (vLLM / GenAI-Perf); ``tpot_incl_ttft`` = E2E / n (LLMPerf,
+  guidellm); TPOT is NaN for a one-token request.
+- ``max_itl``: the request's largest gap between consecutive tokens (NaN when n = 1).
+
+``iterations``: one row per engine iteration: ``start``, ``duration`` (what the cost model
+returned), the batch's ``num_prefill_tokens`` and ``num_decode_tokens``, and the replica once the
+batch was formed: ``num_running``, ``num_waiting``, ``kv_blocks_used`` (this iteration's blocks
+already reserved), ``num_preemptions`` (made to form it; their sum equals the requests' sum).
+
+ITL (inter-token latency): every gap between consecutive tokens of a request, pooled over all
+requests (vLLM ``bench serve``), so a request weighs by its number of tokens. Stored without one
+value per token as ``(gaps, weights, extra)``: ``gaps[j] = end[j] - end[j-1]`` (iteration end
+times), ``weights[j]`` = how many requests emitted a token in both iterations ``j-1`` and ``j``,
+``extra`` = the gap across each preemption that split a request's tokens. The pooled multiset is
+``repeat(gaps, weights) ++ extra``. Invariants, per finished request: n - 1 gaps, summing to
+E2E - TTFT; so ``len(itl()) == sum(n - 1)`` and ``sum(itl()) == sum(E2E - TTFT)``, and
+``max_itl >= TPOT``.
+
+:meth:`Result.summary` conventions:
+
+- Latency percentiles: numpy's linear interpolation (``np.percentile``), over finished requests
+  (TTFT, TPOT, E2E, queueing delay; NaNs dropped) or over pooled tokens (ITL).
+- The window: from the first arrival of any request (rejected ones included) to the last finish;
+  ``duration`` = its length. Throughputs count finished requests and their tokens per second of
+  the window; ``busy_fraction`` = sum of iteration durations / window (<= 1 for one replica).
+- Occupancy is time-weighted over busy time (an iteration counts for its duration, not once):
+  ``mean_batch_size`` = sum(duration x num_running) / sum(duration); ``slot_utilization`` = that
+  / ``max_batch_size``; ``kv_usage_mean`` likewise for ``kv_blocks_used`` / ``kv_blocks``;
+  ``kv_usage_max`` the peak fraction.
+- Degenerate runs: nothing finished -> window 0 and every rate NaN; no iterations -> the
+  time-weighted means are 0.0; no tokens -> ITL statistics NaN.
 """
 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 PCTS = (50, 90, 95, 99)
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
 def weighted_percentiles(values, weights, qs) -> np.ndarray:
-    """``np.percentile(np.repeat(values, weights), qs)`` without the repeat (linear method)."""
+    """``np.percentile(np.repeat(values, weights), qs)`` without the repeat (linear method).
+
+    Equal to the repeat up to rounding; entries of weight 0 are ignored; NaN for every ``q``
+    when the total weight is 0. Cost O(k log k + len(qs) log k) for k entries, however large the
+    weights. ``qs`` in percent, in [0, 100] (not checked: values outside are clamped
+    or fail, where ``np.percentile`` raises); ``values`` must not hold NaN (sorted last here,
+    propagated by ``np.percentile``).
+    """
     values = np.asarray(values, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.int64)
     keep = weights > 0
@@ -44,7 +79,13 @@ def weighted_percentiles(values, weights, qs) -> np.ndarray:
 
 
 class Result:
-    """What a run produced: ``requests`` and ``iterations`` DataFrames, and :meth:`summary`."""
+    """What a run produced: ``requests`` and ``iterations`` DataFrames, and :meth:`summary`.
+
+    Also ``config`` (the :class:`~sim.engine.SimConfig`), ``seed`` (``config.seed``),
+    ``kv_blocks`` (the pool size the run used), ``wall_seconds`` (the simulation's runtime),
+    ``scheduler_name``, ``cost_model_name``. ``itl_data`` is ``(gaps, weights, extra)`` as in
+    the module docstring.
+    """
 
     def __init__(self, requests, iterations, config, kv_blocks, wall_seconds, itl_data,
                  scheduler_name, cost_model_name):
@@ -64,20 +105,30 @@ class Result:
         return np.concatenate([np.repeat(gaps, weights), extra])
 
     def itl_percentiles(self, qs=PCTS) -> np.ndarray:
+        """Percentiles of :meth:`itl` (``np.percentile``'s linear method), without materialising
+        it; NaN when no request emitted two tokens."""
         gaps, weights, extra = self._itl
         values = np.concatenate([gaps, extra])
         w = np.concatenate([weights, np.ones(len(extra), dtype=np.int64)])
         return weighted_percentiles(values, w, qs)
 
     def itl_mean(self) -> float:
+        """Mean of :meth:`itl`, without materialising it; NaN when there is no gap."""
         gaps, weights, extra = self._itl
         n = weights.sum() + len(extra)
         return float((gaps @ weights + extra.sum()) / n) if n else float("nan")
 
     def summary(self, slo=None) -> dict:
-        """Flat dict of metrics; ``slo`` (seconds): any of ``ttft``, ``itl`` (every gap of a
-        request), ``tpot``, ``e2e`` -> attainment (fraction of all requests meeting every SLO
-        at once; rejected ones fail) and goodput (such requests per second)."""
+        """Flat dict of metrics (conventions in the module docstring).
+
+        ``slo``: limits in seconds on any of ``ttft``, ``itl`` (on each request's ``max_itl``:
+        every gap must meet it), ``tpot``, ``e2e``; other keys raise ``ValueError`` naming them.
+        A request meets the SLO when it finished and each metric is <= its limit (inclusive);
+        a metric it does not have (TPOT and ITL of a one-token request) is met. Adds
+        ``slo_<key>`` (the limit), ``slo_attainment`` (fraction of *all* requests meeting every
+        limit at once; rejected ones count and fail) and ``goodput`` (such requests per second
+        of the window).
+        """
         req, it = self.requests, self.iterations
         fin = req[req["status"] == "finished"]
         out = {"scheduler": self.scheduler_name, "cost_model": self.cost_model_name,

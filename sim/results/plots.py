@@ -1,4 +1,27 @@
-"""Matplotlib figures of a Result (imported lazily; the core never imports this module)."""
+"""Matplotlib figures of a :class:`~sim.results.metrics.Result`.
+
+Nothing in the simulator core imports this module, and it imports matplotlib only inside the
+functions, so ``import sim`` and ``sim.run`` never load matplotlib (tests/test_plots.py checks
+it); the CLI imports it only when asked for plots.
+
+Figures:
+
+- :func:`plot_latencies`: one row of three panels, the empirical CDFs of TTFT (one point per
+  finished request), ITL (one point per token gap, pooled as :meth:`Result.itl`) and E2E (per
+  finished request). x: seconds, log scale; y: cumulative fraction of requests (of tokens for
+  ITL), each step 1/count. One curve per Result, to compare runs: pass ``{label: Result}``
+  (a bare Result is labelled by its scheduler). Non-finite values (rejected requests) are left
+  out; values <= 0 cannot show on the log axis. Beyond 2M gaps the ITL curve is thinned to every
+  k-th sorted value (k = size // 1M): deterministic, and the CDF's shape is kept.
+- :func:`plot_timeline`: two stacked panels sharing x = simulated time (each iteration's
+  start). Top: running and waiting requests per iteration, with ``max_batch_size`` dashed.
+  Bottom: KV blocks used, in % of the pool, with a red dot at each iteration that preempted.
+
+With ``path`` a figure is saved (110 dpi) and closed, so batch runs do not accumulate open
+figures; without, it stays open for a notebook. Both return the figure. Saving first selects
+the non-interactive Agg backend (``matplotlib.use("Agg", force=False)``): that is process-wide,
+so in a notebook it replaces the inline backend for later plots too.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +31,7 @@ import numpy as np
 
 
 def _plt(headless):
+    """pyplot, imported here (never at module import); ``headless``: switch to Agg first."""
     import matplotlib
     if headless:
         matplotlib.use("Agg", force=False)
@@ -16,6 +40,7 @@ def _plt(headless):
 
 
 def _cdf(ax, values, label):
+    """Empirical CDF of the finite ``values``: sorted x, y = 1/n .. 1; nothing drawn if none."""
     v = np.sort(np.asarray(values, dtype=np.float64))
     v = v[np.isfinite(v)]
     if v.size:
@@ -23,7 +48,9 @@ def _cdf(ax, values, label):
 
 
 def plot_latencies(results, path=None):
-    """CDFs of TTFT, ITL and E2E; ``results`` is a Result or ``{label: Result}`` to compare."""
+    """CDFs of TTFT, ITL and E2E; ``results`` is a Result or ``{label: Result}`` to compare.
+
+    Saved to ``path`` (any format matplotlib infers from the suffix) and closed when given."""
     plt = _plt(path is not None)
     if not isinstance(results, dict):
         results = {results.scheduler_name: results}
@@ -48,7 +75,8 @@ def plot_latencies(results, path=None):
 
 
 def plot_timeline(result, path=None):
-    """Batch size (running requests) and KV-cache usage over simulated time."""
+    """Batch size (running and waiting requests) and KV-cache usage over simulated time, for
+    one Result; saved to ``path`` and closed when given."""
     plt = _plt(path is not None)
     it = result.iterations
     fig, axes = plt.subplots(2, 1, figsize=(12, 5.5), sharex=True)
@@ -79,7 +107,9 @@ def _finish(fig, path, plt):
 
 
 def save_plots(result, outdir) -> list[Path]:
-    """Write ``latency_cdfs.png`` and ``timeline.png`` into ``outdir``."""
+    """Write ``latency_cdfs.png`` and ``timeline.png`` into ``outdir`` (created if missing);
+    returns their paths. One Result only: the timeline has no comparison form, so for several
+    runs call :func:`plot_latencies` with a dict."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [outdir / "latency_cdfs.png", outdir / "timeline.png"]

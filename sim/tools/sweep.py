@@ -18,7 +18,12 @@ def _one(job, slo):
     from ..engine import run
     res = run(job["workload"], **job.get("config", {}))
     row = dict(job.get("label", {}))
-    row.update(res.summary(slo=slo))
+    summary = res.summary(slo=slo)
+    clash = sorted(set(row) & set(summary))
+    if clash:
+        raise ValueError(f"label key(s) {clash} would overwrite summary metrics of the same name; "
+                         f"rename the label")
+    row.update(summary)
     return row
 
 

@@ -1,0 +1,106 @@
+"""Token emission: the lazy decode tracker against brute force, and ITL from token runs."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from sim.engine.decoding import Decodes, _RangeMax, inter_token_gaps
+from sim.engine.request import DECODE, Request
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4, 16]),
+       st.lists(st.tuples(st.integers(1, 60), st.integers(0, 5), st.integers(2, 30),
+                          st.integers(0, 25)), min_size=1, max_size=20))
+def test_lazy_tracker_matches_a_per_token_brute_force(bs, specs):
+    """Requests start decoding at various iterations (with c tokens cached and g generated);
+    at each iteration the O(1) aggregates equal the sums over the requests, and each request
+    crosses into a new KV block exactly when its token count passes a block boundary."""
+    d = Decodes(bs)
+    reqs, start_at = [], {}
+    for k, (cached, generated, n_out, start) in enumerate(specs):
+        r = Request(k, k, 0.0, cached, max(n_out, generated + 1))
+        r.num_computed, r.num_generated = cached, generated
+        start_at[k] = start
+        reqs.append(r)
+    horizon = max(start_at.values()) + 40
+    active = []
+    for i in range(horizon + 1):
+        for r in reqs:
+            if start_at[r.index] == i:
+                d.start(r, i)
+                active.append(r)
+        for r in list(active):
+            if r.finish_iteration == i:
+                assert d.finish(r, i) == -(-(r.decode_base_tokens + i - r.decode_start) // bs)
+                assert r.num_generated == r.num_output_tokens
+                active.remove(r)
+        assert d.count == len(active) == sum(d.by_phase)
+        nxt = i + 1  # the next iteration's decodes: tokens attended, blocks crossed into
+        ctx = [r.decode_base_tokens + nxt - r.decode_start for r in active]
+        assert d.context_tokens(nxt) == sum(ctx)
+        assert [Decodes.context_length(r, nxt) for r in active] == ctx
+        crossing = sum(1 for c in ctx if (c - 1) % bs == 0)  # its new token opens a block
+        assert d.by_phase[nxt % bs] == crossing
+        for r in active:
+            assert d.crosses_block(r, nxt) == ((Decodes.context_length(r, nxt) - 1) % bs == 0)
+            assert d.held_blocks(r, nxt, False) == -(-(Decodes.context_length(r, nxt) - 1) // bs)
+    assert not active and d.context_offset == 0
+
+
+def test_stop_records_progress_and_the_run_of_tokens():
+    d = Decodes(16)
+    r = Request(0, 0, 0.0, 100, 50)
+    r.num_computed, r.num_generated = 100, 1
+    d.start(r, 7)
+    assert r.status == DECODE and r.finish_iteration == 7 + 49
+    d.stop(r, 12)  # preempted before iteration 13: emitted at 8..12
+    assert r.num_generated == 1 + 5 and r.segments == [(7, 12)] and r.finish_iteration == -1
+    assert d.count == 0 and sum(d.by_phase) == 0 and d.context_offset == 0
+
+
+@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=50), st.data())
+def test_range_max_matches_brute_force(values, data):
+    rm = _RangeMax(values)
+    lo = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1, max_size=20))
+    hi = [data.draw(st.integers(a, len(values) - 1)) for a in lo]
+    got = rm.query(np.array(lo), np.array(hi))
+    assert got.tolist() == [max(values[a:b + 1]) for a, b in zip(lo, hi)]
+
+
+@given(st.lists(st.floats(0.001, 1.0), min_size=2, max_size=40), st.data())
+def test_inter_token_gaps_equal_materialised_token_times(durations, data):
+    end = np.cumsum(durations)
+    n_it = len(end)
+    reqs, expected_gaps, expected_max = [], [], []
+    for k in range(data.draw(st.integers(1, 6))):
+        r = Request(k, k, 0.0, 1, 1)
+        cuts = sorted(set(data.draw(st.lists(st.integers(0, n_it - 1), min_size=1, max_size=6))))
+        runs = [(a, b) for a, b in zip(cuts[::2], cuts[1::2] + [cuts[-1]]) if a <= b]
+        r.segments = runs
+        times = [end[j] for a, b in runs for j in range(a, b + 1)]
+        gaps = list(np.diff(times))
+        expected_gaps += gaps
+        expected_max.append(max(gaps) if gaps else np.nan)
+        reqs.append(r)
+    (gap, weights, extra), max_itl = inter_token_gaps(reqs, end)
+    pooled = np.concatenate([np.repeat(gap, weights), extra])
+    np.testing.assert_allclose(np.sort(pooled), np.sort(expected_gaps), rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(max_itl, expected_max, rtol=1e-12)
+
+
+def test_no_iterations_no_gaps():
+    (gap, weights, extra), max_itl = inter_token_gaps([Request(0, 0, 0.0, 1, 1)], np.array([]))
+    assert gap.size == weights.size == extra.size == 0 and np.isnan(max_itl[0])
+    with pytest.raises(AttributeError):
+        Request(0, 0, 0.0, 1, 1).not_a_field = 1  # slots: a typo is an error
+
+
+@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=60), st.integers(1, 8),
+       st.data())
+def test_range_max_with_a_length_cap_answers_ranges_up_to_the_cap(values, cap, data):
+    rm = _RangeMax(values, max_len=cap)
+    lo = data.draw(st.integers(0, len(values) - 1))
+    hi = data.draw(st.integers(lo, min(len(values) - 1, lo + cap - 1)))
+    assert rm.query(np.array([lo]), np.array([hi])).tolist() == [max(values[lo:hi + 1])]
+    assert len(rm.levels) == max(1, min(len(values), cap).bit_length())

@@ -1,0 +1,152 @@
+"""The package map holds: one-way imports between packages, no cycles, heavy or optional
+libraries only where they belong, and a docstring at the top of every package and module."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "sim"
+
+# layer order: a package may import its own modules and those of lower layers; packages of the
+# same layer are independent of each other
+LAYER = {"checks": 0, "constants": 0, "specs": 1, "cheatsheet": 2, "costs": 2, "results": 2,
+         "engine": 3, "tools": 4, "cli": 5}
+# third-party imports allowed only in these modules (anywhere in them: lazy imports count)
+ONLY_IN = {
+    "matplotlib": {"sim.results.plots"},
+    "dask": {"sim.tools.sweep"},
+    "cupy": {"sim.costs.kernels"},
+    "argparse": {"sim.cli.main", "sim.cli.run", "sim.cli.info", "sim.cli.device"},
+}
+
+
+def _modules(root, package):
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts), path
+
+
+MODULES = dict(_modules(SIM, "sim"))
+KNOWN = set(MODULES)
+
+
+def _imports(name, path):
+    """Absolute names of every module ``name`` imports, at module level or inside functions."""
+    tree = ast.parse(path.read_text())
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                prefix = base[:len(base) - node.level + 1]
+                mod = ".".join(prefix + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            for a in node.names:  # "from .pkg import module" imports the module
+                sub = f"{mod}.{a.name}"
+                out.add(sub if sub in KNOWN else mod)
+    return out
+
+
+
+
+def _sim_deps(name):
+    deps = set()
+    for imp in _imports(name, MODULES[name]):
+        while imp and imp not in KNOWN:  # "sim.engine.replica.Replica" -> the module
+            imp = imp.rpartition(".")[0]
+        if imp and imp.startswith("sim") and imp != name:
+            deps.add(imp)
+    return deps
+
+
+def _package(module):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n != "sim"))
+def test_imports_flow_one_way(name):
+    pkg = _package(name)
+    for dep in _sim_deps(name):
+        dpkg = _package(dep)
+        assert dpkg is not None, f"{name} imports the top-level sim package (import its module)"
+        if dpkg == pkg:
+            continue
+        assert LAYER[dpkg] < LAYER[pkg], (
+            f"{name} (layer {LAYER[pkg]}) imports {dep} (layer {LAYER[dpkg]}): back-import or "
+            f"sideways import between packages of one layer")
+
+
+def test_no_import_cycles_between_modules():
+    graph = {n: {d for d in _sim_deps(n) if d != "sim"} for n in MODULES if n != "sim"}
+    state = {}
+
+    def visit(n, path):
+        state[n] = "open"
+        for d in graph.get(n, ()):
+            if d not in graph:  # a package __init__ importing its modules: edges into them
+                continue
+            if state.get(d) == "open":
+                raise AssertionError("import cycle: " + " -> ".join(path + [d]))
+            if d not in state:
+                visit(d, path + [d])
+        state[n] = "done"
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [n])
+
+
+@pytest.mark.parametrize("lib", sorted(ONLY_IN))
+def test_optional_and_presentation_libraries_stay_in_their_module(lib):
+    users = {n for n in MODULES
+             if any(i == lib or i.startswith(lib + ".") for i in _imports(n, MODULES[n]))}
+    assert users <= ONLY_IN[lib], f"{lib} imported by {sorted(users - ONLY_IN[lib])}"
+
+
+def test_library_never_prints():
+    for name, path in MODULES.items():
+        if _package(name) == "cli":
+            continue
+        calls = [node for node in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print"]
+        assert not calls, f"{name} calls print() (only sim.cli prints)"
+
+
+def test_workloads_never_import_sim():
+    for path in (ROOT / "workloads").rglob("*.py"):
+        for imp in _imports("workloads." + path.stem, path):
+            assert not (imp == "sim" or imp.startswith("sim.")), f"{path} imports {imp}"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_opens_with_a_docstring(name):
+    doc = ast.get_docstring(ast.parse(MODULES[name].read_text()))
+    assert doc and len(doc) > 40, f"{name} needs a docstring saying its concept"
+
+
+def test_every_package_says_what_it_may_import():
+    for init in SIM.glob("*/__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert "May import" in doc, f"{init.parent.name} must say what it may import"
+
+
+def test_public_names_stay_importable_from_sim():
+    import sim
+    for name in sim.__all__:
+        assert getattr(sim, name) is not None
+    # the cheat sheet's vocabulary, as the README and the project's origin name it
+    for name in ("kv_cache_bytes", "tiled_softmax_dot", "PrefixCache", "speculative_decode",
+                 "DraftModel", "memory_budget", "KVCache", "CHUNK_SIZE", "KV_BLOCK_SIZE",
+                 "KV_BLOCKS_AVAILABLE"):
+        assert name in sim.__all__
+    assert (sim.CHUNK_SIZE, sim.KV_BLOCK_SIZE, sim.KV_BLOCKS_AVAILABLE) == (512, 16, 1800)
