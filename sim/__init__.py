@@ -25,8 +25,8 @@ from .costs.kernels import (KVCache, paged_decode_attention, scaled_dot_product_
                             softmax, tiled_softmax_dot, tiled_softmax_dot_batched)
 from .costs.roofline import RooflineCost
 from .costs.simple import ConstantCost, LinearCost
-from .engine import (POLICIES, Batch, ChunkedPrefill, ContinuousBatching, SimConfig,
-                     StaticBatching, run)
+from .engine import (POLICIES, VLLM, Batch, ChunkedPrefill, ContinuousBatching, Orca, Sarathi,
+                     SimConfig, StaticBatching, run)
 from .results.metrics import Result
 from .specs.gpus import GPU, get_gpu, gpu_presets
 from .specs.memory import MemoryBudget, blocks_needed, kv_cache_bytes, memory_budget
@@ -39,7 +39,8 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "SimConfig", "Result", "Batch", "sweep",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
-    "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill",
+    "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",
+    "Orca",
     "CHUNK_SIZE", "KV_BLOCK_SIZE", "KV_BLOCKS_AVAILABLE",
     "BatchingResult", "simulate_continuous_batching", "simulate_static_batching",
     "GPU", "get_gpu", "gpu_presets",

@@ -29,7 +29,7 @@ class ShortestPromptFirst:
     @staticmethod
     def select_victim(replica):
         return max(replica.running.values(),
-                   key=lambda r: (r.num_output_tokens - r.num_generated, r.index))
+                   key=lambda r: (r.num_output_tokens - replica.num_generated(r), r.index))
 
 
 def _df(arrivals, prompts, outputs):

@@ -13,8 +13,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
-from ..engine.policies import POLICIES
+from ..constants import CHUNK_SIZE
+from ..engine.schedulers import POLICIES
 
 
 def _first_line(cls) -> str:
@@ -24,7 +24,7 @@ def _first_line(cls) -> str:
 # every setting of ``sim run`` with its default; a TOML file may give any of these keys
 DEFAULTS = {
     "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
-    "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": 256,
+    "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": None,
     "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
     "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
     "closed_loop_users": None, "think_time": 0.0,
@@ -47,13 +47,15 @@ def _add_run_args(p):
     p.add_argument("--model")
     p.add_argument("--gpu")
     p.add_argument("--tp", type=int, dest="tensor_parallel")
-    p.add_argument("--max-batch-size", type=int, dest="max_batch_size")
+    p.add_argument("--max-batch-size", type=int, dest="max_batch_size",
+                   help="most running requests (default: the scheduler's; 256 for the simple ones)")
     p.add_argument("--chunk-size", type=int, dest="chunk_size",
                    help=f"chunked: prefill token budget per iteration (default {CHUNK_SIZE})")
     p.add_argument("--token-budget", type=int, dest="token_budget",
                    help="continuous: cap on prompt tokens admitted per iteration (default none)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks")
-    p.add_argument("--block-size", type=int, dest="block_size")
+    p.add_argument("--block-size", type=int, dest="block_size",
+                   help="tokens per KV block (default: the scheduler's; 16)")
     p.add_argument("--seed", type=int)
     p.add_argument("--cost", help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT")
     p.add_argument("--profile", help="calibrated profile JSON (from `sim calibrate`)")
@@ -129,8 +131,7 @@ def build(s):
     cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
-                    block_size=KV_BLOCK_SIZE if s["block_size"] is None else s["block_size"],
-                    model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
+                    block_size=s["block_size"], model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
     return df, cfg
 
 
@@ -176,6 +177,8 @@ def cmd_run(args) -> int:
     meta = {k: v for k, v in s.items()}
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
+    for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
+        meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     (out / "summary.json").write_text(json.dumps({"settings": meta, "summary": summary},
                                                  indent=2, default=str))
     written = ["requests.parquet", "iterations.parquet", "summary.json"]

@@ -1,9 +1,10 @@
 """Cost models: one call ``cost(batch) -> seconds`` prices an engine iteration.
 
-A batch (:class:`~sim.replica.Batch`) says how many prefill tokens it computes (per request:
-new tokens and cached context), how many requests decode one token, and the context they attend
-over. Any callable with that signature is a cost model; these are the simple ones. The roofline
-and calibrated models live in :mod:`sim.roofline` and :mod:`sim.calibrate`.
+A batch (:class:`~sim.engine.batch.Batch`) says how many prefill tokens it computes (per
+request: new tokens and cached context), how many requests decode one token, and the context
+they attend over. Any callable with that signature is a cost model; these are the simple ones.
+The roofline and calibrated models live in :mod:`sim.costs.roofline` and
+:mod:`sim.costs.calibrated`.
 """
 
 from __future__ import annotations

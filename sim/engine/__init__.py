@@ -3,8 +3,9 @@
 Modules: ``request`` (the request state machine), ``decoding`` (how many tokens an iteration
 emits: the lazy decode bookkeeping and ITL from token runs), ``blocks`` (the KV block pool, the
 one owner of KV accounting), ``batch`` (the immutable snapshot a cost model prices),
-``replica`` (queue, running set and the verbs policies act through), ``policies`` (batching
-policies and the table that names them), ``config`` (``SimConfig``), ``records`` (results
+``replica`` (queue, running set and the verbs policies act through), ``policies`` (the policy
+contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule),
+``schedulers`` (the table of names and knob resolution), ``config`` (``SimConfig``), ``records`` (results
 columns), ``simulation`` (``run``).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
@@ -14,8 +15,10 @@ plotting, the CLI, the tools, Dask, or anything that writes files.
 
 from .batch import Batch
 from .config import SimConfig
-from .policies import POLICIES, ChunkedPrefill, ContinuousBatching, StaticBatching, make_policy
+from .policies import ChunkedPrefill, ContinuousBatching, StaticBatching
+from .presets import VLLM, Orca, Sarathi
+from .schedulers import POLICIES
 from .simulation import run
 
-__all__ = ["run", "SimConfig", "Batch", "POLICIES", "make_policy", "StaticBatching",
-           "ContinuousBatching", "ChunkedPrefill"]
+__all__ = ["run", "SimConfig", "Batch", "POLICIES", "StaticBatching",
+           "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca"]

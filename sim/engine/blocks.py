@@ -10,11 +10,14 @@ Invariants (tests/test_blocks.py, and the engine's brute-force trace test):
   tokens are scheduled (a prefill chunk, or a decode crossing into a new block) and returns
   them all when it finishes or is preempted (recompute: nothing is kept).
 
-Blocks are counted, not named: the simulation needs how many are free, not which. The prefix
-cache (reference counts and a hash -> block map for shared blocks) extends this class.
+Without prefix caching blocks are counted, not named: the simulation needs how many are free,
+not which. :class:`PrefixCachingBlockManager` adds what caching needs: a key per cached block,
+reference counts, and the LRU queue of free blocks whose keys survive until reused.
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 from ..checks import positive_int
 
@@ -62,3 +65,112 @@ class BlockManager:
     def __repr__(self):
         return (f"BlockManager({self.num_free} of {self.num_blocks} blocks free, "
                 f"block_size={self.block_size})")
+
+
+class PrefixCachingBlockManager(BlockManager):
+    """The pool with vLLM v1's block-hash prefix caching (``prefix_caching="block"``).
+
+    Only full blocks are cached. A block's key chains its parent's key and its tokens
+    (:func:`workloads.prefix_block_keys`); ``_ref`` maps every cached key to its reference count
+    (requests holding it). Free blocks form one LRU queue, ``_queue`` (head = next reused):
+    cached blocks with no reference keep their key there until the head reaches them
+    (eviction), so a later request - or a preempted one coming back - can still hit them;
+    anonymous free blocks (never cached, or freed without a key) sit in runs of counts.
+    A request frees its blocks tail first: anonymous blocks, then its keyed blocks in reverse
+    order, so a sequence's last blocks are evicted before its first (vLLM's free order).
+
+    Invariants (tests/test_prefix_caching.py): ``num_free == sum of the queue's blocks``;
+    ``num_free + distinct blocks held == num_blocks``; a key is in ``_queue`` iff its reference
+    count is 0.
+    """
+
+    __slots__ = ("_queue", "_ref", "_serial", "num_evictions")
+
+    def __init__(self, num_blocks: int, block_size: int):
+        super().__init__(num_blocks, block_size)
+        self._queue = OrderedDict({("free", 0): self.num_blocks})
+        self._ref = {}
+        self._serial = 1
+        self.num_evictions = 0
+
+    def lookup(self, keys, limit) -> tuple:
+        """``(hit, free_hits)``: how many of ``keys[:limit]`` are cached, from the first on,
+        and how many of those are free (taking them uses up free blocks)."""
+        ref = self._ref
+        hit = free_hits = 0
+        while hit < limit:
+            count = ref.get(keys[hit])
+            if count is None:
+                break
+            free_hits += count == 0
+            hit += 1
+        return hit, free_hits
+
+    def acquire(self, keys) -> None:
+        """Take a reference on each cached block of ``keys`` (a hit)."""
+        ref, queue = self._ref, self._queue
+        for k in keys:
+            count = ref[k]
+            if count == 0:
+                del queue[k]
+                self.num_free -= 1
+            ref[k] = count + 1
+
+    def register(self, key) -> bool:
+        """A block just filled with the tokens ``key`` names becomes cached (reference 1);
+        False when that content is cached already (the block stays anonymous)."""
+        if key in self._ref:
+            return False
+        self._ref[key] = 1
+        return True
+
+    def allocate(self, n: int) -> None:
+        """Take ``n`` free blocks from the head of the LRU queue, evicting cached ones."""
+        if n > self.num_free or n < 0:
+            raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
+        queue = self._queue
+        self.num_free -= n
+        while n:
+            key, count = next(iter(queue.items()))
+            if count is None:  # a cached block reaches the head: evict its key
+                del queue[key], self._ref[key]
+                self.num_evictions += 1
+                n -= 1
+            elif count > n:
+                queue[key] = count - n
+                n = 0
+            else:
+                del queue[key]
+                n -= count
+
+    def free(self, n: int) -> None:
+        """Return ``n`` anonymous blocks to the tail of the queue."""
+        if n < 0 or self.num_free + n > self.num_blocks:
+            raise RuntimeError(f"freeing {n} KV blocks with {self.num_free} of "
+                               f"{self.num_blocks} free")
+        if not n:
+            return
+        queue = self._queue
+        tail = next(reversed(queue), None)
+        if tail is not None and tail[0] == "free":
+            queue[tail] += n
+        else:
+            queue[("free", self._serial)] = n
+            self._serial += 1
+        self.num_free += n
+
+    def release(self, keys, num_anonymous: int) -> None:
+        """A request frees its blocks: ``num_anonymous`` anonymous ones, then its cached
+        ``keys`` in reverse order (a key whose count drops to 0 joins the queue's tail)."""
+        self.free(num_anonymous)
+        ref, queue = self._ref, self._queue
+        for k in reversed(keys):
+            count = ref[k] - 1
+            ref[k] = count
+            if not count:
+                queue[k] = None
+                self.num_free += 1
+
+    @property
+    def num_cached(self) -> int:
+        return len(self._ref)

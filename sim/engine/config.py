@@ -1,21 +1,25 @@
 """``SimConfig``: everything a run needs besides the workload, in one frozen dataclass.
 
-Flat knobs (what users sweep and write in TOML). Policy knobs (``chunk_size``,
-``token_budget``) default to ``None``: the named policy's own default (:mod:`sim.engine.policies`
-validates and builds them); a knob set for a policy that does not use it is an error, never
-silently ignored. ``kv_blocks=None``: derived from ``memory_budget(model, gpu)`` when both are
-given, else the cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model
-of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``). Use
-``dataclasses.replace`` for variants; the config is validated when built.
+Flat knobs (what users sweep and write in TOML). A knob left ``None`` takes the scheduler's
+default (:mod:`sim.engine.policies`: a preset brings its engine's defaults; the simple policies
+bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_size``,
+``token_budget``) are validated by the policy, and one set for a policy that does not use it is
+an error, never silently ignored. :meth:`SimConfig.resolved` gives the config with every knob
+filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
+``memory_budget(model, gpu)`` when both are given, else the cheat sheet's
+``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model of ``model`` on ``gpu``
+(defaults ``"llama-3.1-8b"`` on ``"h100"``). Use ``dataclasses.replace`` for variants; the
+config is validated when built.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import positive_int
-from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
-from .policies import make_policy
+from ..checks import fraction, positive_int
+from ..constants import KV_BLOCKS_AVAILABLE
+from .policies import PREFIX_CACHING_MODES
+from .schedulers import resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,28 +28,32 @@ class SimConfig:
 
     scheduler: object = "chunked"
     cost_model: object = None
-    max_batch_size: int = 256
+    max_batch_size: int | None = None
     chunk_size: int | None = None
     token_budget: int | None = None
     kv_blocks: int | None = None
-    block_size: int = KV_BLOCK_SIZE
+    block_size: int | None = None
+    prefix_caching: object = None  # False | "block" (vLLM) | "radix" (SGLang)
     model: object = None
     gpu: object = None
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float | None = None
     tensor_parallel: int = 1
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     seed: int = 0
     progress: bool = False
 
     def __post_init__(self):
-        positive_int("max_batch_size", self.max_batch_size)
-        positive_int("block_size", self.block_size)
         positive_int("tensor_parallel", self.tensor_parallel)
         positive_int("seed", self.seed, allow_zero=True)
-        for knob in ("chunk_size", "token_budget", "kv_blocks"):
+        for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
             if getattr(self, knob) is not None:
                 positive_int(knob, getattr(self, knob))
-        self.policy()  # the policy validates the knobs it uses
+        if self.gpu_memory_utilization is not None:
+            fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        if self.prefix_caching is not None and self.prefix_caching not in PREFIX_CACHING_MODES:
+            raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES}, got "
+                             f"{self.prefix_caching!r}")
+        resolve(self)  # the policy validates the knobs it uses
         if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
                                                  and hasattr(self.closed_loop, "think_time")):
             raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
@@ -55,11 +63,17 @@ class SimConfig:
 
     def policy(self):
         """The batching policy object (built anew from a name; a given object as is)."""
-        return make_policy(self)
+        return resolve(self)[1]
+
+    def resolved(self) -> "SimConfig":
+        """This config with every knob left ``None`` filled in by the scheduler's defaults."""
+        return resolve(self)[0]
 
     def resolved_kv_blocks(self) -> int:
         if self.kv_blocks is not None:
             return self.kv_blocks
+        if self.block_size is None or self.gpu_memory_utilization is None:
+            return self.resolved().resolved_kv_blocks()
         if self.model is not None and self.gpu is not None:
             from ..specs.gpus import get_gpu
             from ..specs.memory import memory_budget

@@ -1,13 +1,34 @@
-"""Batching policies: one small class each, and the one table that names them.
+"""Batching policies: the contract a policy follows, and our simple policies.
 
-A policy decides which prefill work joins an iteration: ``schedule(replica, now)`` reads the
-replica's ``waiting`` queue, ``running`` set and ``prefilling`` tuple (read-only) and acts through its verbs
-(:mod:`sim.engine.replica`): ``admit(r, num_tokens)``, ``schedule_chunk(r, num_tokens)``,
-``preempt(r)``. Every running decode emits a token every iteration whatever the policy does
-(the replica reserves their KV blocks before calling it). A policy may define
-``select_victim(replica)`` to choose whom to preempt when blocks run short (default: the most
-recently admitted). Any object with ``schedule`` is a policy; pass it as
-``SimConfig(scheduler=obj)`` - it carries its own settings.
+**Writing a policy.** A policy decides which prefill work joins an iteration. Any object with
+``schedule(replica, now)`` is one; pass it as ``SimConfig(scheduler=obj)`` (it carries its own
+settings). Every iteration the replica first reserves the KV blocks of all running decodes (each
+emits one token per iteration whatever the policy does), then calls ``schedule``, which acts
+only through the replica's verbs (:mod:`sim.engine.replica`):
+
+- ``replica.admit(r, num_tokens)``: a waiting request (any position) starts, computing
+  ``num_tokens`` prompt tokens now, after the ``replica.prefix_hit(r)`` tokens the prefix cache
+  serves; ``r.prefill_target - replica.prefix_hit(r)`` is its whole (re-)prompt. False: no
+  slot (``max_batch_size``) or not enough free blocks - nothing changed;
+- ``replica.schedule_chunk(r, num_tokens)``: a running prefill continues; at most
+  ``r.prefill_target - r.num_computed`` tokens. It preempts victims for its blocks, so a later
+  request of ``replica.prefilling`` may be WAITING again by the time the loop reaches it (check
+  ``r.status == PREFILL``); False when ``r`` itself was preempted;
+- ``replica.preempt(r)``: recompute preemption of any running request.
+
+It reads, never mutates: ``replica.waiting`` (deque, FCFS order), ``replica.running`` (dict
+index -> request, admission order), ``replica.prefilling`` (tuple of PREFILL requests, oldest
+first), ``replica.blocks.num_free``, ``replica.decodes.count`` (decoding requests),
+``replica.max_batch_size``, ``replica.block_size``, ``replica.iteration``,
+``replica.num_preempted_now`` (preemptions so far this iteration), ``replica.num_generated(r)``;
+and per request ``index``, ``arrival_time``, ``num_prompt_tokens``, ``num_output_tokens``,
+``prefill_target``, ``num_computed``, ``status`` (:mod:`sim.engine.request`). Partial prefills
+advance only when the policy schedules their chunks, and the engine refuses an iteration with
+no work (requests waiting, nothing admitted, nothing running): a policy must make progress.
+An optional ``select_victim(replica) -> request`` chooses whom to preempt when blocks run short
+(default: the most recently admitted, vLLM's rule); ``engine_defaults(config) -> dict`` gives
+the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,
+``prefix_caching``) for those the user left ``None``.
 
 The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks allow:
 
@@ -15,42 +36,63 @@ The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks a
   prefilled together, decoded until the longest finishes; arrivals meanwhile wait.
 - :class:`ContinuousBatching` (Orca) - every iteration, running requests decode one token and
   new prompts are admitted and prefilled whole beside them (optional ``token_budget``: a prompt
-  over the budget is still admitted when it is the first of its iteration).
+  over the budget is still admitted when it is the first of its iteration), while 1 % of the
+  pool stays free;
 - :class:`ChunkedPrefill` (Sarathi-Serve) - a per-iteration token budget (``chunk_size``) filled
-  with all running decodes, then continuing partial prefills, then new prompts, in chunks.
+  with all running decodes, then continuing partial prefills, then new prompts, in chunks; a
+  new prompt is admitted only when blocks for all of it plus 1 % of the pool are free.
 
-**Names and knobs.** :data:`POLICIES` maps a name to a class; ``from_config(config)`` builds it
-from the flat knobs of :class:`~sim.engine.config.SimConfig`, each knob left ``None`` taking the
-policy's default, and refuses a knob the policy does not use (a setting is never silently
-ignored). A new named policy is one class (in its own file or here) and one line in the table;
+**Names and knobs.** :data:`~sim.engine.schedulers.POLICIES` maps a name to a class with ``name``, a docstring (its
+first line is the CLI's help) and ``from_config(config)``, which builds it from the flat knobs of
+:class:`~sim.engine.config.SimConfig`, each knob left ``None`` taking the policy's default, and
+refuses a knob it does not use with :func:`refuse_unused_knobs` (a setting is never silently
+ignored). A new named policy is one class (in its own file or here) and one line in the table,
+in the source (the table is read-only at run time: sweeps in worker processes import it anew);
 the CLI's ``--scheduler`` choices and help come from the table.
 """
 
 from __future__ import annotations
 
 from ..checks import positive_int
-from ..constants import CHUNK_SIZE
+from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
 from .request import PREFILL
 
 KNOBS = ("chunk_size", "token_budget")  # SimConfig fields that belong to a policy
+# engine knobs a scheduler may default (a preset brings its engine's); these are the simple
+# policies' (and a policy object's unless it has its own ``engine_defaults``)
+ENGINE_DEFAULTS = {"max_batch_size": 256, "block_size": KV_BLOCK_SIZE,
+                   "gpu_memory_utilization": 0.9, "prefix_caching": False}
+PREFIX_CACHING_MODES = (False, "block", "radix")
 
 
-def _unused_knobs(config, name, used=()):
+def refuse_unused_knobs(config, name, used=()):
+    """Raise when a policy knob (:data:`KNOBS`) other than ``used`` is set."""
     for knob in KNOBS:
         if knob not in used and getattr(config, knob) is not None:
             raise ValueError(f"{knob}={getattr(config, knob)!r} is not used by the {name!r} "
                              f"scheduler (it uses: {', '.join(used) or 'no knobs'})")
 
 
-def admit_whole_prompts(replica, tokens=0, budget=None, first=True) -> int:
+WATERMARK = 0.01  # fraction of the pool kept free at admission (vLLM v0's default watermark)
+
+
+def watermark_blocks(replica, fraction=WATERMARK) -> int:
+    return -(-int(fraction * replica.blocks.num_blocks * 1000) // 1000)
+
+
+def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0) -> int:
     """Admit waiting requests FCFS with their whole (re-)prompt while a slot, blocks and the
     token ``budget`` allow (a prompt over the budget is admitted when ``first`` in its
-    iteration); returns the batch's prefill tokens."""
+    iteration), leaving at least ``watermark`` blocks free; returns the batch's prefill
+    tokens."""
     waiting = replica.waiting
+    bs = replica.block_size
     while waiting:
         r = waiting[0]
-        need = r.prefill_target
+        need = r.prefill_target - replica.prefix_hit(r)
         if budget is not None and not first and tokens + need > budget:
+            break
+        if watermark and replica.blocks.num_free - (-(-need // bs)) < watermark:
             break
         if not replica.admit(r, need):
             break
@@ -66,7 +108,7 @@ class StaticBatching:
 
     @classmethod
     def from_config(cls, config):
-        _unused_knobs(config, cls.name)
+        refuse_unused_knobs(config, cls.name)
         return cls()
 
     def schedule(self, replica, now):
@@ -78,7 +120,9 @@ class StaticBatching:
 
 
 class ContinuousBatching:
-    """Continuous batching (Orca): whole prompts join the running decodes every iteration."""
+    """Continuous batching (Orca-style): whole prompts join the running decodes every
+    iteration, admitted only while 1 % of the pool stays free (so they do not evict running
+    requests)."""
 
     name = "continuous"
 
@@ -88,18 +132,20 @@ class ContinuousBatching:
 
     @classmethod
     def from_config(cls, config):
-        _unused_knobs(config, cls.name, ("token_budget",))
+        refuse_unused_knobs(config, cls.name, ("token_budget",))
         return cls(config.token_budget)
 
     def schedule(self, replica, now):
-        admit_whole_prompts(replica, 0, self.token_budget)
+        admit_whole_prompts(replica, 0, self.token_budget,
+                            watermark=watermark_blocks(replica))
 
     def __repr__(self):
         return f"ContinuousBatching(token_budget={self.token_budget})"
 
 
 class ChunkedPrefill:
-    """Chunked prefill (Sarathi-Serve): decodes, then prefill chunks, within a token budget."""
+    """Chunked prefill (Sarathi-style): decodes, then prefill chunks, within a token budget; a
+    new prompt is admitted only when blocks for all of it plus 1 % of the pool are free."""
 
     name = "chunked"
 
@@ -108,7 +154,7 @@ class ChunkedPrefill:
 
     @classmethod
     def from_config(cls, config):
-        _unused_knobs(config, cls.name, ("chunk_size",))
+        refuse_unused_knobs(config, cls.name, ("chunk_size",))
         policy = cls(CHUNK_SIZE if config.chunk_size is None else config.chunk_size)
         if policy.chunk_size < config.max_batch_size:
             raise ValueError(
@@ -128,39 +174,19 @@ class ChunkedPrefill:
             if replica.schedule_chunk(r, chunk):
                 budget -= chunk
         waiting = replica.waiting
+        bs = replica.block_size
+        watermark = watermark_blocks(replica)
         while budget > 0 and waiting:
             r = waiting[0]
-            chunk = min(r.prefill_target, budget)
+            rest = r.prefill_target - replica.prefix_hit(r)
+            # the whole prompt must fit (not only this chunk), or the next iteration's
+            # decodes would preempt it again: measured 3.2x the prompt tokens recomputed
+            if replica.blocks.num_free - (-(-rest // bs)) < watermark:
+                break
+            chunk = min(rest, budget)
             if not replica.admit(r, chunk):
                 break
             budget -= chunk
 
     def __repr__(self):
         return f"ChunkedPrefill(chunk_size={self.chunk_size})"
-
-
-POLICIES = {
-    "static": StaticBatching,
-    "continuous": ContinuousBatching,
-    "chunked": ChunkedPrefill,
-}
-
-
-def make_policy(config):
-    """The policy of ``config.scheduler``: a name in :data:`POLICIES` (built from the config's
-    knobs) or an object with ``schedule(replica, now)`` (used as given)."""
-    scheduler = config.scheduler
-    if isinstance(scheduler, str):
-        cls = POLICIES.get(scheduler.strip().lower())
-        if cls is None:
-            raise ValueError(f"scheduler must be one of {sorted(POLICIES)} or a policy object, "
-                             f"got {scheduler!r}")
-        return cls.from_config(config)
-    if not callable(getattr(scheduler, "schedule", None)):
-        raise TypeError(f"scheduler must be a name in {sorted(POLICIES)} or have a "
-                        f"schedule(replica, now) method, got {scheduler!r}")
-    for knob in KNOBS:
-        if getattr(config, knob) is not None:
-            raise ValueError(f"{knob}={getattr(config, knob)!r} is set but scheduler is a "
-                             f"policy object ({scheduler!r}), which carries its own settings")
-    return scheduler

@@ -1,7 +1,7 @@
 """From the engine's requests and iteration records to a :class:`~sim.results.metrics.Result`.
 
-Columns are built once, at the end, from the request objects and the per-iteration tuples the
-engine appended (``ITERATION_COLUMNS``). Token times are never stored: ITL comes from each
+Columns are built once, at the end, from the request objects and the flat float64 buffer of
+per-iteration rows the engine filled (``ITERATION_COLUMNS``, read without a copy). Token times are never stored: ITL comes from each
 request's runs of emitting iterations and the iteration end times
 (:func:`sim.engine.decoding.inter_token_gaps`). Metric definitions: :mod:`sim.results.metrics`.
 """
@@ -58,6 +58,9 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         "num_prompt_tokens": np.array([r.num_prompt_tokens for r in requests], dtype=np.int64),
         "num_output_tokens": n_out,
         "num_preemptions": np.array([r.num_preemptions for r in requests], dtype=np.int64),
+        "num_cached_tokens": np.array([r.num_cached_tokens for r in requests], dtype=np.int64),
+        "num_prefill_computed": np.array([r.num_prefill_computed for r in requests],
+                                         dtype=np.int64),
         "status": status,
         "reason": [r.reason for r in requests],
         "ttft": ttft,

@@ -36,7 +36,7 @@ from functools import partial
 import numpy as np
 
 from .batch import Batch, make_batch
-from .blocks import BlockManager, blocks_for
+from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
 from .decoding import Decodes, emits_single_token
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
 
@@ -76,8 +76,11 @@ def newest_running(replica):
 class Replica:
     """State of one replica; see the module docstring for the verbs and invariants."""
 
-    def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None):
-        self.blocks = BlockManager(kv_blocks, block_size)
+    def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
+                 prefix_caching=False):
+        self.caching = bool(prefix_caching)
+        self.blocks = (PrefixCachingBlockManager if self.caching else BlockManager)(kv_blocks,
+                                                                                   block_size)
         self.block_size = self.blocks.block_size
         self.max_batch_size = max_batch_size
         self.decodes = Decodes(self.block_size)
@@ -85,7 +88,9 @@ class Replica:
         self.running = RunningSet()  # index -> Request, admission order
         self.prefilling = ()  # PREFILL requests in admission order (a tuple: read-only)
         self.select_victim = select_victim or newest_running
-        self.enqueue = partial(_enqueue, self.waiting)  # no Python frame per arrival (hot)
+        # enqueue(r): an arriving request joins the tail of the queue (the engine's verb; a
+        # C-level bound append: no Python frame per arrival)
+        self.enqueue = partial(_enqueue, self.waiting)
         self.capacity_tokens = self.blocks.capacity_tokens
         self.iteration = 0
         self.now = 0.0
@@ -101,6 +106,13 @@ class Replica:
 
     # -- what a policy reads: waiting, running, prefilling, blocks.num_free, decodes.count,
     # max_batch_size, iteration, and these -------------------------------------------------
+    def num_generated(self, r) -> int:
+        """Output tokens ``r`` has emitted before the current iteration (exact for DECODE
+        requests too, whose ``r.num_generated`` is only updated when they stop decoding)."""
+        if r.status == DECODE:
+            return r.decode_base_generated + self.iteration - 1 - r.decode_start
+        return r.num_generated
+
     def is_scheduled(self, r) -> bool:
         """Whether ``r`` already has prefill work in this iteration."""
         return r.scheduled_iteration == self.iteration
@@ -118,11 +130,24 @@ class Replica:
             return 0
         return self._prefills[self._prefill_reqs.index(r)][0]
 
+    def prefix_hit(self, r) -> int:
+        """Tokens of waiting request ``r`` the prefix cache would serve if admitted now (0
+        without caching): its longest run of cached leading full blocks, capped so that at
+        least its last token is computed."""
+        keys = r.block_keys
+        if not self.caching or not keys:
+            return 0
+        limit = min(len(keys), (r.prefill_target - 1) // self.block_size)
+        return self.blocks.lookup(keys, limit)[0] * self.block_size
+
     # -- the verbs ----------------------------------------------------------------------------
     def admit(self, r, num_tokens: int) -> bool:
-        """Admit waiting request ``r`` (any position in the queue) to prefill its first
-        ``num_tokens`` tokens this iteration; False when no batch slot or not enough free KV
-        blocks (nothing changes: admission never preempts)."""
+        """Admit waiting request ``r`` (any position in the queue) to prefill ``num_tokens``
+        tokens this iteration, after the ``prefix_hit(r)`` tokens the cache serves; False when
+        no batch slot or not enough free KV blocks (nothing changes: admission never
+        preempts)."""
+        if self.caching:
+            return self._admit_cached(r, num_tokens)
         if r.status != WAITING or not 0 < num_tokens <= r.prefill_target:
             self._refuse_admit(r, num_tokens)
         if len(self.running) >= self.max_batch_size:
@@ -150,6 +175,70 @@ class Replica:
         self._prefill_tokens += num_tokens
         return True
 
+    def _admit_cached(self, r, num_tokens):
+        keys = r.block_keys or ()
+        bs = self.block_size
+        hit = free_hits = 0
+        if keys:
+            limit = min(len(keys), (r.prefill_target - 1) // bs)
+            hit, free_hits = self.blocks.lookup(keys, limit)
+        cached = hit * bs
+        if r.status != WAITING or not 0 < num_tokens <= r.prefill_target - cached:
+            if r.status == WAITING:
+                raise ValueError(f"admit: num_tokens must be in 1..{r.prefill_target - cached} "
+                                 f"for {r!r} ({cached} tokens cached), got {num_tokens}")
+            self._refuse_admit(r, num_tokens)
+        if len(self.running) >= self.max_batch_size:
+            return False
+        need = -(-(cached + num_tokens) // bs) - hit
+        blocks = self.blocks
+        if need + free_hits > blocks.num_free:
+            return False
+        waiting = self.waiting
+        if waiting and waiting[0] is r:
+            _dequeue_head(waiting)
+        else:
+            try:
+                _dequeue(waiting, r)
+            except ValueError:
+                raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
+        held = list(keys[:hit])
+        blocks.acquire(held)
+        blocks.allocate(need)
+        r.kv_keys = held
+        r.num_computed = cached
+        r.status = PREFILL
+        if r.first_scheduled_time is None:
+            r.first_scheduled_time = self.now
+            r.num_cached_tokens = cached
+        _set_running(self.running, r.index, r)
+        self.prefilling += (r,)
+        r.scheduled_iteration = self.iteration
+        self._prefill_reqs.append(r)
+        self._prefills.append((num_tokens, cached))
+        self._prefill_tokens += num_tokens
+        self._register(r, cached, cached + num_tokens)
+        return True
+
+    def _register(self, r, done, upto):
+        """The full prompt blocks that tokens ``done..upto`` complete become cached."""
+        keys = r.block_keys
+        if keys:
+            bs = self.block_size
+            register, held = self.blocks.register, r.kv_keys
+            for j in range(done // bs, min(len(keys), upto // bs)):
+                if register(keys[j]):
+                    held.append(keys[j])
+
+    def _free_blocks(self, r, n):
+        """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""
+        if self.caching:
+            keys = r.kv_keys
+            self.blocks.release(keys, n - len(keys))
+            r.kv_keys = ()
+        else:
+            self.blocks.free(n)
+
     def schedule_chunk(self, r, num_tokens: int) -> bool:
         """Continue running prefill ``r`` by ``num_tokens`` tokens this iteration, taking the
         blocks they need and preempting victims when the pool is short; False when ``r``
@@ -168,7 +257,11 @@ class Replica:
                 self.preempt(victim)
                 if victim is r:
                     return False
-        blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
+        if self.caching:
+            blocks.allocate(need)
+            self._register(r, done, done + num_tokens)
+        else:
+            blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
         r.scheduled_iteration = i
         self._prefill_reqs.append(r)
         self._prefills.append((num_tokens, done))
@@ -196,7 +289,7 @@ class Replica:
         i = self.iteration
         bs = self.block_size
         if r.status == DECODE:
-            self.blocks.free(self.decodes.held_blocks(r, i, self._decodes_reserved == i))
+            self._free_blocks(r, self.decodes.held_blocks(r, i, self._decodes_reserved == i))
             self.decodes.stop(r, i - 1)
         elif r.status == PREFILL:
             held = r.num_computed
@@ -207,7 +300,7 @@ class Replica:
                 self._prefill_tokens -= new
                 del self._prefill_reqs[k], self._prefills[k]
                 r.scheduled_iteration = -1
-            self.blocks.free(-(-held // bs))
+            self._free_blocks(r, -(-held // bs))
             ps = self.prefilling
             k = ps.index(r)
             self.prefilling = ps[:k] + ps[k + 1:]
@@ -222,9 +315,6 @@ class Replica:
         _enqueue_head(self.waiting, r)
 
     # -- the engine's side ------------------------------------------------------------------
-    def enqueue(self, r) -> None:  # replaced per instance by a C-level bound append
-        _enqueue(self.waiting, r)
-
     def reject(self, r, reason: str) -> None:
         r.status = REJECTED
         r.reason = reason
@@ -239,7 +329,10 @@ class Replica:
             if victim.status == DECODE and decodes.crosses_block(victim, i):
                 need -= 1
             self.preempt(victim)
-        blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
+        if self.caching:
+            blocks.allocate(need)
+        else:
+            blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
 
     def batch(self, detail: bool = False) -> Batch:
         """Snapshot of this iteration's work; ``detail``: include which requests prefill and
@@ -284,6 +377,7 @@ class Replica:
         completed = False
         for r, (new, _cached) in zip(self._prefill_reqs, self._prefills):
             r.num_computed += new
+            r.num_prefill_computed += new
             if r.num_computed < r.prefill_target:
                 continue
             completed = True
@@ -292,7 +386,7 @@ class Replica:
                 r.first_token_time = now
             if r.num_generated >= r.num_output_tokens:
                 emits_single_token(r, i)
-                self.blocks.free(-(-r.num_computed // bs))
+                self._free_blocks(r, -(-r.num_computed // bs))
                 _del_running(self.running, r.index)
                 self._finish(r, now)
                 continue
@@ -304,7 +398,10 @@ class Replica:
             freed = 0
             for r in done:
                 if r.status == DECODE and r.finish_iteration == i:  # else preempted since
-                    freed += decodes.finish(r, i)
+                    if self.caching:
+                        self._free_blocks(r, decodes.finish(r, i))
+                    else:
+                        freed += decodes.finish(r, i)
                     _del_running(self.running, r.index)
                     self._finish(r, now)
             self.blocks.free(freed)

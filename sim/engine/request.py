@@ -36,7 +36,8 @@ class Request:
         "index", "request_id", "arrival_time", "num_prompt_tokens", "num_output_tokens",
         "status", "num_generated", "num_computed", "prefill_target",
         "decode_base_tokens", "decode_base_generated", "decode_start", "block_phase",
-        "finish_iteration", "scheduled_iteration", "num_preemptions", "first_scheduled_time", "first_token_time",
+        "finish_iteration", "scheduled_iteration", "num_preemptions", "num_prefill_computed",
+        "num_cached_tokens", "block_keys", "kv_keys", "first_scheduled_time", "first_token_time",
         "finish_time", "reason", "segments",
     )
 
@@ -60,6 +61,12 @@ class Request:
         self.finish_iteration = -1
         self.scheduled_iteration = -1  # the last iteration that gave it prefill work
         self.num_preemptions = 0
+        self.num_prefill_computed = 0  # prefill tokens computed, recomputation included
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at admission
+        # prefix caching (sim.engine.blocks): the keys of its full prompt blocks (None: no
+        # token identity, never hits) and the cached blocks it holds references on
+        self.block_keys = None
+        self.kv_keys = ()
         self.first_scheduled_time = None
         self.first_token_time = None
         self.finish_time = None

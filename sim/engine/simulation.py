@@ -29,13 +29,16 @@ import simpy
 
 from ..results.metrics import Result
 from .config import SimConfig
+from .schedulers import resolve
 from .records import build_result
 from .replica import Replica
 from .request import Request
 
 
-def _requests_from(workload):
-    from workloads import from_records, validate
+def _requests_from(workload, block_size=None):
+    """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
+    request with ``hash_ids`` gets the keys of its full prompt blocks."""
+    from workloads import from_records, prefix_block_keys, validate
     if not isinstance(workload, pd.DataFrame):
         if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
             raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
@@ -45,6 +48,15 @@ def _requests_from(workload):
     reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
         df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
         df["num_output_tokens"].tolist()))]
+    if block_size and "hash_ids" in df.columns:
+        hash_bs = df.attrs.get("block_size")
+        if not hash_bs:
+            raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id); "
+                             "set df.attrs['block_size']")
+        for r, ids in zip(reqs, df["hash_ids"].tolist()):
+            if isinstance(ids, (list, tuple)) and len(ids):
+                r.block_keys = prefix_block_keys(ids, int(hash_bs), r.num_prompt_tokens,
+                                                 block_size)
     return df, reqs
 
 
@@ -56,14 +68,17 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     """
     config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
         config or SimConfig())
-    df, requests = _requests_from(workload)
-    policy = config.policy()
+    config, policy = resolve(config)  # every knob filled in: what the Result records
+    df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
+    if config.prefix_caching == "radix":
+        raise NotImplementedError("prefix_caching='radix' (SGLang) is not built yet; use 'block'")
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
-                      getattr(policy, "select_victim", None))
+                      getattr(policy, "select_victim", None),
+                      prefix_caching=bool(config.prefix_caching))
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     if config.closed_loop is None:

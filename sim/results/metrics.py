@@ -11,6 +11,12 @@ latencies are NaN. Per request (n = ``num_output_tokens``):
 - TPOT = (E2E - TTFT) / (n - 1) (vLLM / GenAI-Perf); ``tpot_incl_ttft`` = E2E / n (LLMPerf,
   guidellm); TPOT is NaN for a one-token request.
 - ``max_itl``: the request's largest gap between consecutive tokens (NaN when n = 1).
+- ``num_cached_tokens``: prompt tokens served from the prefix cache at first admission;
+  ``num_prefill_computed``: prefill tokens computed for the request, recomputation after
+  preemptions included. Summary: ``prefix_hit_rate`` = cached / prompt tokens and
+  ``prefill_compute_ratio`` = computed / prompt tokens (both over finished requests; the
+  ratio is 1 without caching or preemption), ``prefill_tokens_computed``, and
+  ``max_preemptions`` (of one request) beside ``num_preemptions`` (in all).
 
 ``iterations``: one row per engine iteration: ``start``, ``duration`` (what the cost model
 returned), the batch's ``num_prefill_tokens`` and ``num_decode_tokens``, and the replica once the
@@ -162,6 +168,14 @@ class Result:
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
         out["num_preemptions"] = int(req["num_preemptions"].sum())
+        out["max_preemptions"] = int(req["num_preemptions"].max()) if len(req) else 0
+        prompt = float(fin["num_prompt_tokens"].sum())
+        if "num_prefill_computed" in req:  # (a Result built by hand may lack these columns)
+            computed = float(req["num_prefill_computed"].sum())
+            out["prefill_tokens_computed"] = int(computed)
+            out["prefill_compute_ratio"] = computed / prompt if prompt else float("nan")
+            out["prefix_hit_rate"] = (float(fin["num_cached_tokens"].sum()) / prompt
+                                      if prompt else float("nan"))
         if slo:
             unknown = set(slo) - set(SLO_KEYS)
             if unknown:

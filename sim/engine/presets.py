@@ -1,0 +1,139 @@
+"""Engine presets: real engines' scheduling rules and defaults, rule by rule.
+
+Each preset is a policy (see :mod:`sim.engine.policies` for the contract) whose
+``engine_defaults`` bring its engine's defaults for every knob the user leaves ``None`` (an
+explicit ``max_batch_size``, ``chunk_size``, ``block_size``, ``prefix_caching`` ... still wins),
+and whose docstring lists its rules with the source they follow. Each rule has a regression test
+on a small hand-built scenario (tests/test_presets.py). What the engine cannot express is said
+under *Deviations*.
+"""
+
+from __future__ import annotations
+
+from ..specs.gpus import get_gpu
+from .policies import ChunkedPrefill, ContinuousBatching, refuse_unused_knobs
+from .request import PREFILL
+
+GIB = 1 << 30
+
+
+def _device_gib(config) -> float:
+    gpu = get_gpu(config.gpu or "h100")
+    return gpu.memory_gb * 1e9 / GIB
+
+
+class VLLM:
+    """vLLM v1 (V1 engine scheduler, vLLM v0.10: ``vllm/v1/core/sched/scheduler.py``;
+    defaults from ``EngineArgs._set_default_args_v1``, OpenAI server).
+
+    Rules:
+    1. running requests first, in running (admission) order: every decode, then each partial
+       prefill gets ``min(remaining prompt, budget)`` tokens (chunked prefill is on);
+    2. then waiting requests FCFS, each chunked to the remaining budget after its prefix-cache
+       hit, while ``len(running) < max_num_seqs`` and its blocks are free;
+    3. a running request that cannot get a block preempts the tail of the running list (the
+       newest) by recompute, to the front of the waiting queue, repeatedly, possibly itself;
+    4. no waiting request is admitted in a step that preempted;
+    5. token budget ``max_num_batched_tokens`` (``chunk_size``) and ``max_num_seqs``
+       (``max_batch_size``): 8192 and 1024 on GPUs of >= 70 GiB other than the A100, else 2048
+       and 256; ``max_num_batched_tokens >= max_num_seqs``;
+    6. block size 16, ``gpu_memory_utilization`` 0.9, block-hash prefix caching on
+       (``prefix_caching="block"``: full blocks, hit capped at prompt - 1 token, LRU free queue).
+
+    Deviations: every decode runs every iteration (vLLM spends the budget in running order, so a
+    long partial prefill ahead of a decode could delay it one step); no watermark (v1 has none);
+    no ``long_prefill_token_threshold`` (off by default).
+    """
+
+    name = "vllm"
+
+    def __init__(self, max_num_batched_tokens=8192):
+        self.max_num_batched_tokens = max_num_batched_tokens
+
+    @staticmethod
+    def _is_big(config) -> bool:
+        return _device_gib(config) >= 70 and "a100" not in get_gpu(config.gpu or "h100").name.lower()
+
+    @classmethod
+    def engine_defaults(cls, config) -> dict:
+        return {"max_batch_size": 1024 if cls._is_big(config) else 256, "block_size": 16,
+                "gpu_memory_utilization": 0.9, "prefix_caching": "block"}
+
+    @classmethod
+    def from_config(cls, config):
+        refuse_unused_knobs(config, cls.name, ("chunk_size",))
+        tokens = config.chunk_size or (8192 if cls._is_big(config) else 2048)
+        if tokens < config.max_batch_size:
+            raise ValueError(f"chunk_size (max_num_batched_tokens, {tokens}) must be >= "
+                             f"max_batch_size (max_num_seqs, {config.max_batch_size})")
+        return cls(tokens)
+
+    def schedule(self, replica, now):
+        budget = self.max_num_batched_tokens - replica.decodes.count
+        for r in replica.prefilling:  # rule 1: running partial prefills, in running order
+            if budget <= 0:
+                break
+            if r.status != PREFILL:  # preempted for an earlier request's blocks (rule 3)
+                continue
+            chunk = min(r.prefill_target - r.num_computed, budget)
+            if replica.schedule_chunk(r, chunk):
+                budget -= chunk
+        if replica.num_preempted_now:  # rule 4
+            return
+        waiting = replica.waiting
+        while budget > 0 and waiting:  # rule 2
+            r = waiting[0]
+            chunk = min(r.prefill_target - replica.prefix_hit(r), budget)
+            if not replica.admit(r, chunk):
+                break
+            budget -= chunk
+
+    def __repr__(self):
+        return f"VLLM(max_num_batched_tokens={self.max_num_batched_tokens})"
+
+
+class Sarathi(ChunkedPrefill):
+    """Sarathi-Serve (Agrawal et al., OSDI'24; Vidur's ``SarathiReplicaScheduler``):
+    stall-free batching.
+
+    Rules:
+    1. token budget ``chunk_size`` (default ``CHUNK_SIZE`` = 512) per iteration, decodes first
+       (one token each), then the partial prefill(s), then new prompts chunked to fit;
+    2. a new prompt is admitted only when blocks for its whole prompt plus a watermark (1 % of
+       the pool) are free;
+    3. ``max_batch_size`` 128 (Vidur's ``batch_size_cap``), block size 16, no prefix caching;
+    4. under block pressure the newest running request is preempted by recompute.
+    """
+
+    name = "sarathi"
+
+    @classmethod
+    def engine_defaults(cls, config) -> dict:
+        return {"max_batch_size": 128, "block_size": 16, "gpu_memory_utilization": 0.9,
+                "prefix_caching": False}
+
+    def __repr__(self):
+        return f"Sarathi(chunk_size={self.chunk_size})"
+
+
+class Orca(ContinuousBatching):
+    """Orca (Yu et al., OSDI'22): iteration-level scheduling.
+
+    Rules:
+    1. every iteration, running requests decode one token and waiting ones are admitted FCFS
+       with their whole prompt (no chunking), mixed with the decodes;
+    2. admission while a batch slot and the prompt's blocks are free; no watermark;
+    3. optional ``token_budget`` on prompt tokens per iteration (default none).
+
+    Deviations: Orca reserves KV for a request's maximum length at admission; here blocks are
+    taken as tokens are written, and under pressure the newest request is preempted.
+    """
+
+    name = "orca"
+
+    def schedule(self, replica, now):
+        from .policies import admit_whole_prompts
+        admit_whole_prompts(replica, 0, self.token_budget)
+
+    def __repr__(self):
+        return f"Orca(token_budget={self.token_budget})"

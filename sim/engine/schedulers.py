@@ -1,0 +1,54 @@
+"""The scheduler table: one line per name, and how a config's scheduler becomes a policy.
+
+:data:`POLICIES` is the one table of named schedulers: our simple policies
+(:mod:`sim.engine.policies`) and the engine presets (:mod:`sim.engine.presets`). The CLI's
+``--scheduler`` choices and help come from it. :func:`resolve` fills the knobs a config leaves
+``None`` with the scheduler's defaults and builds the policy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatching,
+                       StaticBatching)
+from .presets import VLLM, Orca, Sarathi
+
+POLICIES = {
+    "static": StaticBatching,
+    "continuous": ContinuousBatching,
+    "chunked": ChunkedPrefill,
+    "vllm": VLLM,
+    "sarathi": Sarathi,
+    "orca": Orca,
+}
+
+
+def _fill(config, defaults):
+    missing = {k: v for k, v in defaults.items() if getattr(config, k) is None}
+    return dataclasses.replace(config, **missing) if missing else config
+
+
+def resolve(config):
+    """``(resolved config, policy)`` for ``config.scheduler``: a name in :data:`POLICIES` (its
+    class's ``engine_defaults(config)`` fill the engine knobs left ``None``, then
+    ``from_config`` builds the policy from the config's knobs) or an object with
+    ``schedule(replica, now)`` (used as given; it carries its own settings)."""
+    scheduler = config.scheduler
+    if isinstance(scheduler, str):
+        cls = POLICIES.get(scheduler.strip().lower())
+        if cls is None:
+            raise ValueError(f"scheduler must be one of {sorted(POLICIES)} or a policy object, "
+                             f"got {scheduler!r}")
+        defaults = getattr(cls, "engine_defaults", None)
+        config = _fill(config, defaults(config) if defaults else ENGINE_DEFAULTS)
+        return config, cls.from_config(config)
+    if not callable(getattr(scheduler, "schedule", None)):
+        raise TypeError(f"scheduler must be a name in {sorted(POLICIES)} or have a "
+                        f"schedule(replica, now) method, got {scheduler!r}")
+    for knob in KNOBS:
+        if getattr(config, knob) is not None:
+            raise ValueError(f"{knob}={getattr(config, knob)!r} is set but scheduler is a "
+                             f"policy object ({scheduler!r}), which carries its own settings")
+    defaults = getattr(scheduler, "engine_defaults", None)
+    return _fill(config, defaults(config) if defaults else ENGINE_DEFAULTS), scheduler

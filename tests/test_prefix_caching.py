@@ -1,0 +1,163 @@
+"""Prefix caching in the engine (vLLM v1's block mode): hits, the prompt - 1 cap, LRU eviction,
+preempted requests hitting their own blocks, and the ideal hit rate on real traces."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import sim
+import workloads
+from sim.engine.blocks import PrefixCachingBlockManager
+from sim.engine.replica import Replica
+from sim.engine.request import Request
+
+
+def _df(rows, hash_bs=16):
+    """rows: (arrival, prompt, output, hash_ids)."""
+    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                                     "hash_ids"])
+    df.attrs["block_size"] = hash_bs
+    return df
+
+
+def _ids(prefix, n):
+    return [hash((prefix, k)) & 0xFFFFFFF for k in range(n)]
+
+
+def _run(df, **kw):
+    kw.setdefault("cost_model", sim.ConstantCost(0.01))
+    kw.setdefault("scheduler", "continuous")
+    return sim.run(df, prefix_caching="block", **kw)
+
+
+@pytest.mark.parametrize("prompt", [64, 70, 17, 16, 200])
+def test_identical_prompts_hit_all_full_blocks_but_the_last_token(prompt):
+    ids = _ids("p", -(-prompt // 16))
+    res = _run(_df([(0.0, prompt, 4, ids), (10.0, prompt, 4, ids)]))
+    cached = res.requests["num_cached_tokens"].tolist()
+    assert cached == [0, (prompt - 1) // 16 * 16]
+    # the second prefill computes only the rest, over the cached prefix
+    assert res.requests["num_prefill_computed"].tolist() == [prompt, prompt - cached[1]]
+    s = res.summary()
+    assert s["prefix_hit_rate"] == pytest.approx(cached[1] / (2 * prompt))
+
+
+def test_caching_off_and_requests_without_hash_ids_never_hit():
+    ids = _ids("p", 4)
+    df = _df([(0.0, 64, 4, ids), (10.0, 64, 4, ids), (20.0, 64, 4, None)])
+    off = sim.run(df, cost_model=sim.ConstantCost(0.01), scheduler="continuous")
+    assert off.requests["num_cached_tokens"].sum() == 0 and off.summary()["prefix_hit_rate"] == 0
+    on = _run(df)
+    assert on.requests["num_cached_tokens"].tolist() == [0, 48, 0]
+
+
+def test_a_prompt_differing_from_the_first_token_gets_no_hits():
+    """The cheat sheet: no prefix hits? Is the system prompt identical from the first token?"""
+    same = workloads.shared_prefix(40, n_groups=1, system_prompt_tokens=1024, user_tokens=64,
+                                   output=8, rate=2.0, seed=1)
+    shifted = same.copy()
+    shifted["hash_ids"] = [[hash(("own", i, k)) for k in range(len(ids))]
+                           for i, ids in enumerate(same["hash_ids"])]
+    shifted.attrs = dict(same.attrs)
+    hit = _run(same, model="llama-3.1-8b", gpu="h100", cost_model=None)
+    miss = _run(shifted, model="llama-3.1-8b", gpu="h100", cost_model=None)
+    assert miss.summary()["prefix_hit_rate"] == 0
+    assert hit.summary()["prefix_hit_rate"] > 0.8
+    # the shared system prompt is the TTFT win
+    assert hit.summary()["ttft_mean"] < 0.5 * miss.summary()["ttft_mean"]
+
+
+def test_lru_evicts_the_least_recently_freed_blocks_tail_first():
+    pool = PrefixCachingBlockManager(6, 16)
+    a = [("a", j) for j in range(3)]
+    b = [("b", j) for j in range(3)]
+    pool.allocate(3)
+    assert all(pool.register(k) for k in a)
+    pool.allocate(3)
+    assert all(pool.register(k) for k in b)
+    assert pool.num_free == 0
+    pool.release(a, 0)  # a freed first, tail first: a2, a1, a0
+    pool.release(b, 0)
+    assert pool.num_free == 6 and pool.lookup(a, 3) == (3, 3)
+    pool.allocate(2)  # evicts from the head: a2 then a1
+    assert pool.lookup(a, 3) == (1, 1) and pool.num_evictions == 2
+    pool.acquire(b[:2])  # a hit takes b0, b1 out of the free queue
+    assert pool.num_free == 2
+    pool.allocate(2)  # a0, then b2 (b0 and b1 are referenced)
+    assert pool.lookup(a, 3) == (0, 0) and pool.lookup(b, 3) == (2, 0)
+    with pytest.raises(RuntimeError):
+        pool.allocate(1)
+
+
+def test_bounded_pool_lowers_the_hit_rate_in_the_engine():
+    df = workloads.shared_prefix(300, n_groups=30, system_prompt_tokens=512, user_tokens=64,
+                                 output=16, rate=5.0, seed=2)
+    big = _run(df, kv_blocks=100_000).summary()["prefix_hit_rate"]
+    small = _run(df, kv_blocks=120).summary()["prefix_hit_rate"]
+    assert big == pytest.approx(workloads.ideal_prefix_hit_rate(df, 16), rel=0.02)
+    assert small < big
+
+
+def test_a_preempted_request_hits_its_own_blocks_when_it_comes_back():
+    a = Request(0, 0, 0.0, 64, 50)
+    b = Request(1, 1, 0.0, 32, 50)
+    a.block_keys = [("a", j) for j in range(4)]
+    rep = Replica(8, 16, 8, prefix_caching=True)
+    rep.enqueue(a)
+    rep.enqueue(b)
+    rep.form_batch(lambda r, now: (r.admit(a, 64), r.admit(b, 32)), 0.0)
+    assert rep.blocks.num_free == 2 and len(a.kv_keys) == 4
+    rep.postprocess(1.0)
+    rep.preempt(a)  # its 4 cached blocks keep their keys in the free queue
+    assert rep.blocks.num_free == 6 and a.kv_keys == ()
+    # back with its prompt + 1 generated token (65): all 4 prompt blocks hit (cap 65 - 1 = 64)
+    assert rep.prefix_hit(a) == 64
+    rep.form_batch(lambda r, now: r.admit(a, a.prefill_target - 64), 1.0)
+    assert a.num_computed == 64 and a.num_cached_tokens == 0  # first admission had no hit
+    assert rep.batch().prefills[-1] == (1, 64) and rep.blocks.num_free == 0
+    assert rep.blocks.num_evictions == 0  # its own blocks came back, none was reused meanwhile
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 3), st.integers(1, 90), st.integers(1, 20),
+                          st.integers(0, 3)), min_size=1, max_size=30),
+       st.integers(8, 40), st.sampled_from(["continuous", "chunked", "static"]))
+def test_everything_finishes_and_the_pool_never_leaks(rows, kv_blocks, sched):
+    rows.sort()
+    df = _df([(t, p, o, _ids(("g", g), -(-p // 4))) for t, p, o, g in rows], hash_bs=4)
+    kw = {"chunk_size": 16} if sched == "chunked" else {}
+    res = sim.run(df, scheduler=sched, prefix_caching="block", block_size=4, kv_blocks=kv_blocks,
+                  max_batch_size=4, cost_model=sim.ConstantCost(0.01), **kw)
+    req = res.requests
+    fits = -(-(df.num_prompt_tokens + df.num_output_tokens) // 4) <= kv_blocks
+    assert (req["status"] == "finished").tolist() == fits.tolist()
+    assert (res.iterations["kv_blocks_used"] <= kv_blocks).all()
+    assert (req["num_cached_tokens"] <= (req["num_prompt_tokens"] - 1).clip(lower=0)).all()
+    # the pool ends with every block free (cached or not): nothing leaked
+    assert res.iterations["kv_blocks_used"].iloc[-1] <= kv_blocks
+
+
+def test_ideal_hit_rate_on_hand_cases():
+    ids = _ids("x", 4)
+    df = _df([(0.0, 64, 1, ids), (1.0, 64, 1, ids), (2.0, 40, 1, ids[:3]), (3.0, 10, 1, None)])
+    # request 2: 48 of 64 (cap); request 3: its 2 full blocks (cap (40-1)//16 = 2): 32
+    assert workloads.ideal_prefix_hit_rate(df, 16) == pytest.approx((48 + 32) / (64 + 64 + 40 + 10))
+    assert workloads.ideal_prefix_hit_rate(df, 32) == pytest.approx((32 + 32) / 178)
+    keys = workloads.prefix_block_keys(ids, 16, 64, 32)
+    assert len(keys) == 2 and keys[0] != workloads.prefix_block_keys(ids[::-1], 16, 64, 32)[0]
+    with pytest.raises(ValueError, match="hash_ids"):
+        workloads.ideal_prefix_hit_rate(pd.DataFrame({"num_prompt_tokens": [1]}))
+
+
+@pytest.mark.parametrize("trace, raw", [("mooncake-conversation", 0.366),
+                                        ("mooncake-synthetic", 0.640)])
+def test_engine_reaches_the_ideal_hit_rate_on_mooncake_traces(trace, raw):
+    df = workloads.load(trace, n=1500)
+    assert workloads.ideal_prefix_hit_ratio(workloads.load(trace)) == pytest.approx(raw, abs=0.001)
+    df = df.assign(arrival_time=np.arange(len(df)) * 1000.0)  # no two requests overlap
+    ideal = workloads.ideal_prefix_hit_rate(df, 512)
+    res = sim.run(df, scheduler="continuous", prefix_caching="block", block_size=512,
+                  kv_blocks=10**6, cost_model=sim.ConstantCost(0.01), max_batch_size=1)
+    assert res.summary()["prefix_hit_rate"] == pytest.approx(ideal, abs=1e-12)
+    assert ideal > 0.2
