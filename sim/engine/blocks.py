@@ -30,12 +30,15 @@ def blocks_for(tokens: int, block_size: int) -> int:
 class BlockManager:
     """A pool of ``num_blocks`` KV blocks of ``block_size`` tokens."""
 
-    __slots__ = ("num_blocks", "block_size", "num_free")
+    __slots__ = ("num_blocks", "block_size", "num_free", "watermark")
 
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks = positive_int("kv_blocks", num_blocks)
         self.block_size = positive_int("block_size", block_size)
         self.num_free = self.num_blocks
+        # 1 % of the pool, rounded up: the admission watermark of vLLM v0 and Vidur, for the
+        # policies that keep it free when admitting (sim.engine.policies)
+        self.watermark = -(-self.num_blocks // 100)
 
     @property
     def num_used(self) -> int:

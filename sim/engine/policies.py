@@ -73,13 +73,6 @@ def refuse_unused_knobs(config, name, used=()):
                              f"scheduler (it uses: {', '.join(used) or 'no knobs'})")
 
 
-WATERMARK = 0.01  # fraction of the pool kept free at admission (vLLM v0's default watermark)
-
-
-def watermark_blocks(replica, fraction=WATERMARK) -> int:
-    return -(-int(fraction * replica.blocks.num_blocks * 1000) // 1000)
-
-
 def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0) -> int:
     """Admit waiting requests FCFS with their whole (re-)prompt while a slot, blocks and the
     token ``budget`` allow (a prompt over the budget is admitted when ``first`` in its
@@ -137,7 +130,7 @@ class ContinuousBatching:
 
     def schedule(self, replica, now):
         admit_whole_prompts(replica, 0, self.token_budget,
-                            watermark=watermark_blocks(replica))
+                            watermark=replica.blocks.watermark)
 
     def __repr__(self):
         return f"ContinuousBatching(token_budget={self.token_budget})"
@@ -174,14 +167,13 @@ class ChunkedPrefill:
             if replica.schedule_chunk(r, chunk):
                 budget -= chunk
         waiting = replica.waiting
-        bs = replica.block_size
-        watermark = watermark_blocks(replica)
         while budget > 0 and waiting:
             r = waiting[0]
             rest = r.prefill_target - replica.prefix_hit(r)
             # the whole prompt must fit (not only this chunk), or the next iteration's
             # decodes would preempt it again: measured 3.2x the prompt tokens recomputed
-            if replica.blocks.num_free - (-(-rest // bs)) < watermark:
+            pool = replica.blocks
+            if pool.num_free - (-(-rest // replica.block_size)) < pool.watermark:
                 break
             chunk = min(rest, budget)
             if not replica.admit(r, chunk):

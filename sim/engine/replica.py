@@ -155,25 +155,34 @@ class Replica:
         blocks = -(-num_tokens // self.block_size)  # blocks_for, inlined (hot)
         if blocks > self.blocks.num_free:
             return False
+        self._dequeue(r)
+        self.blocks.num_free -= blocks  # BlockManager.allocate, inlined (hot): checked above
+        self._start(r, num_tokens, 0)
+        return True
+
+    def _dequeue(self, r):
+        """Take ``r`` out of the waiting queue (O(1) at the head, O(queue) elsewhere)."""
         waiting = self.waiting
         if waiting and waiting[0] is r:
             _dequeue_head(waiting)
         else:
             try:
-                _dequeue(waiting, r)  # O(queue); FCFS policies always take the head
+                _dequeue(waiting, r)
             except ValueError:
                 raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
-        self.blocks.num_free -= blocks  # BlockManager.allocate, inlined (hot): checked above
+
+    def _start(self, r, new, cached):
+        """``r`` joins the running set, prefilling ``new`` tokens after ``cached`` ones now."""
         r.status = PREFILL
         if r.first_scheduled_time is None:
             r.first_scheduled_time = self.now
+            r.num_cached_tokens = cached
         _set_running(self.running, r.index, r)
         self.prefilling += (r,)
         r.scheduled_iteration = self.iteration
         self._prefill_reqs.append(r)
-        self._prefills.append((num_tokens, 0))
-        self._prefill_tokens += num_tokens
-        return True
+        self._prefills.append((new, cached))
+        self._prefill_tokens += new
 
     def _admit_cached(self, r, num_tokens):
         keys = r.block_keys or ()
@@ -194,29 +203,13 @@ class Replica:
         blocks = self.blocks
         if need + free_hits > blocks.num_free:
             return False
-        waiting = self.waiting
-        if waiting and waiting[0] is r:
-            _dequeue_head(waiting)
-        else:
-            try:
-                _dequeue(waiting, r)
-            except ValueError:
-                raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
+        self._dequeue(r)
         held = list(keys[:hit])
         blocks.acquire(held)
         blocks.allocate(need)
         r.kv_keys = held
         r.num_computed = cached
-        r.status = PREFILL
-        if r.first_scheduled_time is None:
-            r.first_scheduled_time = self.now
-            r.num_cached_tokens = cached
-        _set_running(self.running, r.index, r)
-        self.prefilling += (r,)
-        r.scheduled_iteration = self.iteration
-        self._prefill_reqs.append(r)
-        self._prefills.append((num_tokens, cached))
-        self._prefill_tokens += num_tokens
+        self._start(r, num_tokens, cached)
         self._register(r, cached, cached + num_tokens)
         return True
 
