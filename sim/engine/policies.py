@@ -37,7 +37,7 @@ The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks a
 - :class:`ContinuousBatching` (Orca) - every iteration, running requests decode one token and
   new prompts are admitted and prefilled whole beside them (optional ``token_budget``: a prompt
   over the budget is still admitted when it is the first of its iteration), while 1 % of the
-  pool stays free;
+  pool stays free (waived when nothing runs: a prompt that fits the pool always starts);
 - :class:`ChunkedPrefill` (Sarathi-Serve) - a per-iteration token budget (``chunk_size``) filled
   with all running decodes, then continuing partial prefills, then new prompts, in chunks; a
   new prompt is admitted only when blocks for all of it plus 1 % of the pool are free.
@@ -85,8 +85,9 @@ def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0)
         need = r.prefill_target - replica.prefix_hit(r)
         if budget is not None and not first and tokens + need > budget:
             break
-        if watermark and replica.blocks.num_free - (-(-need // bs)) < watermark:
-            break
+        if (watermark and replica.running
+                and replica.blocks.num_free - (-(-need // bs)) < watermark):
+            break  # (with nothing running the watermark has nothing to protect)
         if not replica.admit(r, need):
             break
         tokens += need
@@ -173,8 +174,9 @@ class ChunkedPrefill:
             # the whole prompt must fit (not only this chunk), or the next iteration's
             # decodes would preempt it again: measured 3.2x the prompt tokens recomputed
             pool = replica.blocks
-            if pool.num_free - (-(-rest // replica.block_size)) < pool.watermark:
-                break
+            if (pool.num_free - (-(-rest // replica.block_size)) < pool.watermark
+                    and replica.running):
+                break  # (with nothing running the watermark has nothing to protect)
             chunk = min(rest, budget)
             if not replica.admit(r, chunk):
                 break
