@@ -5,7 +5,7 @@
 Workload: lognormal prompts (mean 1,000 tokens, CV 1) and outputs (mean 250, CV 1), Poisson
 arrivals at 1,000 req/s (far above capacity: saturated), max batch 256, chunked prefill with
 the 512-token budget, Llama-3.1-8B on H100 roofline costs, KV blocks on (the pool from the
-memory budget, 26,674 blocks; and the cheat sheet's 1,800 blocks, which forces preemptions).
+memory budget, 28,343 blocks; and the cheat sheet's 1,800 blocks, which forces preemptions).
 Reports medians over repeats and the ratio to a bare SimPy loop with one timeout per iteration
 (the floor any one-event-per-iteration engine pays).
 """

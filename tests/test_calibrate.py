@@ -9,7 +9,8 @@ from sim.cli import main
 from sim.costs.calibrated import (PROFILE_FORMAT, TERMS, CalibratedCost, _bilinear,
                                   _loglog_interp, shipped_cpu_profile)
 from sim.costs.timing import QUICK_GRID, _fit_and_holdout, save_profile
-from sim.tools.calibration import calibrate
+from sim.tools.calibration import (MAX_HELDOUT_MEDIAN_PCT, MAX_ITERATION_MEDIAN_PCT, calibrate,
+                                   fit_weights, quality_gate)
 from sim.tools.validation import METRICS, validate_profile
 
 SMALL_GRID = QUICK_GRID
@@ -31,6 +32,9 @@ def test_profile_has_device_versions_grid_fit_and_heldout_error(small_profile):
         e = p["heldout_error"][op]
         assert e["points"] >= 1 and np.isfinite(e["median_ape_pct"])
     assert set(p["weights"]) == set(TERMS)
+    assert all(w >= 0 for w in p["weights"].values())  # the non-negative fit
+    q = p["quality"]  # the gate's verdict (either way on a loaded machine)
+    assert q["passed"] == (not q["failures"]) and q["accepted"] is False
     assert p["iteration_error"]["points"] > 50  # iterations executed in the engine
     assert p["passes"] >= 3
 
@@ -64,7 +68,12 @@ def test_calibrated_cost_is_weights_dot_terms(small_profile):
     assert terms[TERMS.index("linear")] == pytest.approx(
         _loglog_interp(66.0, *(np.asarray(small_profile["fit"]["linear"][k]) for k in "xy")))
     assert cost.predict([(64, 100)], [30, 200]) == pytest.approx(terms @ cost.weights)
-    assert cost.predict([], [30]) < cost.predict([], [30] * 8) < cost.predict([(256, 0)], [30] * 8)
+    # larger batches: every term grows, and with weights >= 0 no price shrinks (strict growth
+    # would depend on which weights a loaded machine's fit leaves above zero)
+    small, more, mixed = ([], [30]), ([], [30] * 8), ([(256, 0)], [30] * 8)
+    assert (cost.terms(*small) <= cost.terms(*more)).all()
+    assert (cost.terms(*more) <= cost.terms(*mixed)).all()
+    assert 0 <= cost.predict(*small) <= cost.predict(*more) <= cost.predict(*mixed)
 
 
 def test_profile_file_round_trip_and_sim_run_profile(small_profile, tmp_path, capsys):
@@ -121,3 +130,87 @@ def test_cpu_validation_within_10_percent():
     print(out["table"].to_string())
     for m in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99"):
         assert err[m] <= 10, (m, out["table"])
+
+
+# -- the in-engine fit and the quality gate, on synthetic numbers (nothing timed) -------------
+def synthetic_terms(n=400, seed=0):
+    """Iteration terms shaped like real ones (TERMS order): table times, 1, counts."""
+    rng = np.random.default_rng(seed)
+    seqs = rng.integers(1, 17, n)
+    return np.column_stack([rng.uniform(2e-4, 5e-3, n), 1e-5 * np.sqrt(seqs),
+                            rng.uniform(0, 2e-3, n), rng.uniform(0, 3e-3, n), np.ones(n), seqs,
+                            seqs * rng.integers(1, 40, n)]).astype(float)
+
+
+def test_fit_weights_recovers_nonnegative_weights():
+    x = synthetic_terms()
+    true = np.array([1.1, 0.9, 1.3, 1.0, 2e-4, 1e-5, 2e-7])
+    weights, err = fit_weights(x, x @ true)
+    assert list(weights) == list(TERMS)
+    assert np.allclose([weights[k] for k in TERMS], true, rtol=1e-6, atol=1e-12)
+    assert err["median_ape_pct"] < 1e-6 and err["points"] == len(x)
+
+
+def test_fit_weights_never_goes_negative_and_keeps_the_total():
+    """The busy-machine case: the measured times look like a steeper line with a negative
+    intercept (plain least squares: base_s ~ -3.4 ms, priced iterations below zero)."""
+    x = synthetic_terms(seed=1)
+    y = 1.5 * x[:, 0] + x[:, 2] + x[:, 3] - 0.00034  # all measured times still > 0
+    assert (y > 0).all()
+    plain = np.linalg.lstsq(x, y, rcond=None)[0]
+    assert plain[TERMS.index("base_s")] < 0
+    weights, _ = fit_weights(x, y)
+    w = np.array([weights[k] for k in TERMS])
+    assert (w >= 0).all()
+    # priced iterations >= 0 for any terms >= 0, e.g. the smallest batch one can form
+    assert (synthetic_terms(n=1000, seed=2) @ w >= 0).all()
+    assert (x @ w).sum() == pytest.approx(y.sum(), rel=1e-6)  # the total-time row
+
+
+def test_fit_weights_refuses_bad_input():
+    x = synthetic_terms(n=10)
+    with pytest.raises(ValueError, match="terms must be"):
+        fit_weights(x[:, :3], np.ones(10))
+    with pytest.raises(ValueError, match="measured times > 0"):
+        fit_weights(x, np.zeros(10))
+
+
+def gate_profile(heldout=1.0, iteration=2.0):
+    err = lambda v: {"median_ape_pct": v, "p90_ape_pct": 2 * v, "points": 9}  # noqa: E731
+    return {"heldout_error": {op: err(heldout) for op in SMALL_GRID},
+            "iteration_error": err(iteration)}
+
+
+def test_quality_gate_thresholds():
+    assert quality_gate(gate_profile())["passed"]
+    edge = gate_profile(MAX_HELDOUT_MEDIAN_PCT, MAX_ITERATION_MEDIAN_PCT)
+    assert quality_gate(edge) == {"passed": True, "failures": [], "accepted": False,
+                                  "max_heldout_median_ape_pct": MAX_HELDOUT_MEDIAN_PCT,
+                                  "max_iteration_median_ape_pct": MAX_ITERATION_MEDIAN_PCT}
+    q = quality_gate(gate_profile(heldout=MAX_HELDOUT_MEDIAN_PCT + 0.1))
+    assert not q["passed"] and len(q["failures"]) == len(SMALL_GRID)
+    assert "decode_attention held-out median error" in " ".join(q["failures"])
+    q = quality_gate(gate_profile(iteration=float("nan")))
+    assert not q["passed"] and q["failures"] == ["in-engine median error nan% > 10%"]
+    assert quality_gate(gate_profile(iteration=30), max_iteration_pct=40)["passed"]
+
+
+@pytest.mark.parametrize("iteration, accept, status", [(2.0, False, 0), (35.0, False, 1),
+                                                       (35.0, True, 0)])
+def test_sim_calibrate_exits_nonzero_on_a_failed_gate_unless_accepted(
+        monkeypatch, tmp_path, capsys, iteration, accept, status):
+    def fake_calibrate(model, **kwargs):  # the CLI's gate logic, without timing anything
+        p = dict(gate_profile(iteration=iteration), device="fake", array_library="numpy",
+                 model={"name": "toy"}, passes=3, seconds=0.0,
+                 weights={k: 0.0 for k in TERMS})
+        p["quality"] = quality_gate(p)
+        return p
+    monkeypatch.setattr("sim.tools.calibration.calibrate", fake_calibrate)
+    out = tmp_path / "p.json"
+    args = ["calibrate", "-o", str(out)] + (["--accept"] if accept else [])
+    assert main(args) == status
+    saved = json.loads(out.read_text())["quality"]  # written either way, with the verdict
+    assert saved["passed"] == (iteration < MAX_ITERATION_MEDIAN_PCT)
+    assert saved["accepted"] == (accept and not saved["passed"])
+    err = capsys.readouterr().err
+    assert ("FAILED" in err) == (not saved["passed"])

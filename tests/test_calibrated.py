@@ -290,3 +290,38 @@ def test_shipped_cpu_profile_prices_any_batch_positive_and_finite(shipped, prefi
     t = shipped.predict(prefills, decodes)
     assert math.isfinite(t) and t > 0
 
+
+
+# -- why a profile may not be trusted ---------------------------------------------------------
+GATE_PASSED = {"passed": True, "failures": [], "accepted": False}
+
+
+def test_warning_is_none_for_a_gated_profile_with_nonnegative_weights():
+    cost = CalibratedCost(dict(make_profile(weights={"base_s": 1e-4}), quality=GATE_PASSED))
+    assert cost.quality == GATE_PASSED and cost.warning() is None
+
+
+def test_warning_names_negative_weights_and_a_missing_gate():
+    cost = CalibratedCost(make_profile(weights={"base_s": -0.00343}))
+    msg = cost.warning()
+    assert "weight base_s = -0.00343 < 0" in msg and "before the calibration quality gate" in msg
+    assert cost.quality is None
+    assert cost.predict([], [1]) < 0  # what the warning is about: a price below zero
+
+
+@pytest.mark.parametrize("accepted, word", [(False, "not accepted"), (True, "accepted with")])
+def test_warning_reports_a_failed_gate(accepted, word):
+    q = {"passed": False, "failures": ["in-engine median error 35.0% > 10%"],
+         "accepted": accepted}
+    msg = CalibratedCost(dict(make_profile(), quality=q)).warning()
+    assert "failed the calibration quality gate" in msg and word in msg
+    assert "in-engine median error 35.0% > 10%" in msg
+
+
+def test_shipped_profile_warning_lists_its_negative_weights(shipped):
+    negative = [k for k, w in zip(TERMS, shipped.weights) if w < 0]
+    msg = shipped.warning()
+    assert (msg is None) == (not negative and shipped.quality is not None
+                             and shipped.quality["passed"])
+    for k in negative:
+        assert f"weight {k} =" in msg

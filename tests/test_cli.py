@@ -64,3 +64,18 @@ def test_workload_describe_and_memory(tmp_path, capsys):
     assert "mooncake-conversation" in capsys.readouterr().out
     assert main(["memory", "llama-3.1-70b", "--gpu", "a100"]) == 1
     assert "quantize the weights to 8 bits" in capsys.readouterr().out.lower()
+
+
+def test_run_with_a_flagged_profile_warns_on_stderr(tmp_path, capsys):
+    import json as _json
+
+    from sim.costs.calibrated import shipped_cpu_profile
+    profile = _json.loads(open(str(shipped_cpu_profile())).read())
+    profile["weights"]["base_s"] = -1e-6  # a profile written before non-negative fits
+    profile.pop("quality", None)
+    path = tmp_path / "p.json"
+    path.write_text(_json.dumps(profile))
+    assert main(["run", "-w", "azure-code", "-n", "20", "--profile", str(path), "--no-plots",
+                 "-q", "-o", str(tmp_path / "o")]) in (0, 2)
+    err = capsys.readouterr().err
+    assert "warning" in err and "base_s" in err

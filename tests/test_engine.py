@@ -310,7 +310,8 @@ def test_summary_slo_attainment_and_goodput():
 def test_default_config_runs_with_roofline_and_memory_budget():
     df = _df([0, 0.1], [500, 800], [50, 60])
     res = run(df, model="llama-3.1-8b", gpu="h100")
-    assert res.kv_blocks == sim.memory_budget("llama-3.1-8b", 80).kv_blocks
+    h100 = sim.get_gpu("h100").memory_gb  # what the device reports (81,559 MiB)
+    assert res.kv_blocks == sim.memory_budget("llama-3.1-8b", h100).kv_blocks
     assert res.cost_model_name == "roofline"
     assert (res.requests["status"] == "finished").all()
     with pytest.raises(ValueError, match="does not fit"):

@@ -11,7 +11,7 @@ from sim.specs.gpus import GPU, get_gpu, gpu_presets
 
 PRESETS = ("a100", "b200", "h100", "h200", "l40s", "mi300x")
 REQUIRED = ("memory_gb", "memory_bandwidth_gbps", "fp16_tflops")
-OPTIONAL = ("fp8_tflops", "int8_tops", "fp4_tflops", "link_bandwidth_gbps")
+OPTIONAL = ("fp8_tflops", "int8_tops", "fp4_tflops", "link_bandwidth_gbps", "nominal_memory_gb")
 
 
 def csv_rows():
@@ -41,7 +41,9 @@ def test_every_csv_row_is_reachable_by_its_full_name():
     for row in rows:
         g = get_gpu(row["gpu"])
         assert g.name == row["gpu"]
-        assert g.memory_gb == float(row["mem_capacity_gb"])
+        assert g.memory_gb == float(row["mem_device_mib"]) * 2**20 / 1e9  # as the device reports
+        assert g.nominal_memory_gb == float(row["mem_capacity_gb"])  # the datasheet's figure
+        assert g.nominal_memory_gb < g.memory_gb < 1.1 * g.nominal_memory_gb
         assert g.memory_bandwidth_gbps == float(row["mem_bandwidth_gbps"])
         assert g.fp16_tflops == float(row["fp16_dense_tflops"])
         # the per-direction link figure is half the bidirectional one
@@ -98,7 +100,7 @@ def test_h100_sxm_matches_the_datasheet():
     assert g.fp16_tflops == pytest.approx(989, rel=0.01)  # 1979 with sparsity, halved
     assert g.fp8_tflops == pytest.approx(1979, rel=0.01)
     assert g.memory_bandwidth_gbps == pytest.approx(3350)  # HBM3 3.35 TB/s
-    assert g.memory_gb == 80
+    assert g.nominal_memory_gb == 80 and g.memory_gb * 1e9 == 81559 * 2**20  # nvidia-smi
     assert g.link_bandwidth_gbps == 450  # NVLink4 900 GB/s bidirectional
 
 
@@ -106,7 +108,7 @@ def test_a100_80gb_matches_the_datasheet():
     g = get_gpu("a100")
     assert g.fp16_tflops == 312
     assert g.memory_bandwidth_gbps == pytest.approx(2000, rel=0.03)  # 2.039 TB/s HBM2e
-    assert g.memory_gb == 80
+    assert g.nominal_memory_gb == 80 and g.memory_gb * 1e9 == 80 * 2**30  # 81,920 MiB
     assert g.int8_tops == 624
     assert g.fp8_tflops == 0.0  # no FP8 tensor cores on Ampere
     assert g.link_bandwidth_gbps == 300
@@ -114,16 +116,17 @@ def test_a100_80gb_matches_the_datasheet():
 
 def test_other_published_figures():
     h200 = get_gpu("h200")
-    assert (h200.memory_gb, h200.memory_bandwidth_gbps) == (141, 4800)
+    assert (h200.nominal_memory_gb, h200.memory_bandwidth_gbps) == (141, 4800)
     assert h200.fp16_tflops == get_gpu("h100").fp16_tflops  # same GH100 compute
     b200 = get_gpu("b200")
-    assert (b200.memory_gb, b200.memory_bandwidth_gbps, b200.fp16_tflops) == (180, 8000, 2250)
+    assert (b200.nominal_memory_gb, b200.memory_bandwidth_gbps, b200.fp16_tflops) == (180, 8000,
+                                                                                      2250)
     assert b200.fp4_tflops == 9000  # the only FP4 part in the table
     mi = get_gpu("mi300x")
-    assert (mi.memory_gb, mi.memory_bandwidth_gbps) == (192, 5300)
+    assert (mi.nominal_memory_gb, mi.memory_bandwidth_gbps) == (192, 5300)
     assert mi.fp16_tflops == pytest.approx(1307.4)
     l40s = get_gpu("l40s")
-    assert (l40s.memory_gb, l40s.memory_bandwidth_gbps) == (48, 864)
+    assert (l40s.nominal_memory_gb, l40s.memory_bandwidth_gbps) == (48, 864)
     assert l40s.link_bandwidth_gbps == 0.0  # no NVLink
 
 

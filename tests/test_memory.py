@@ -5,6 +5,7 @@ from hypothesis import given, strategies as st
 
 from sim import (CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE, blocks_needed, get_model,
                  kv_cache_bytes, memory_budget)
+from sim.specs.gpus import get_gpu
 
 
 def test_constants():
@@ -55,7 +56,8 @@ def test_memory_budget_fits_and_its_numbers():
     assert b.fits
     assert b.weights_bytes == m.total_params() * 2
     assert b.kv_bytes_per_token == 131072
-    assert b.kv_budget_bytes == pytest.approx(80e9 * 0.9 - b.weights_bytes)
+    assert b.kv_budget_bytes == pytest.approx(80e9 * 0.9 - b.weights_bytes
+                                              + b.term("activations") + b.term("non_torch"))
     assert b.max_kv_tokens == int(b.kv_budget_bytes // 131072)
     assert b.kv_blocks == b.max_kv_tokens // 16
     assert b.max_batch_size(4096) == b.kv_blocks // 256
@@ -64,14 +66,15 @@ def test_memory_budget_fits_and_its_numbers():
 
 
 def test_memory_budget_70b_on_one_80gb_gpu_advises_quantization_and_tp():
-    b = memory_budget("llama-3.1-70b", 80)
+    h100 = get_gpu("h100").memory_gb  # 81,559 MiB as the device reports it
+    b = memory_budget("llama-3.1-70b", h100)
     assert not b.fits and b.kv_blocks == 0
     assert "quantize the weights to 8 bits" in b.advice.lower()
     assert "2 GPUs with tensor parallelism" in b.advice
     assert "short by" in b.advice
     # following the advice works
-    assert memory_budget("llama-3.1-70b", 80, weight_dtype="int8").fits
-    assert memory_budget("llama-3.1-70b", 80, tensor_parallel=2).fits
+    assert memory_budget("llama-3.1-70b", h100, weight_dtype="int8").fits
+    assert memory_budget("llama-3.1-70b", h100, tensor_parallel=2).fits
 
 
 def test_memory_budget_advises_4_bits_when_8_do_not_fit():

@@ -9,10 +9,15 @@ from pathlib import Path
 
 
 def cmd_calibrate(args) -> int:
+    """``sim calibrate``: time, fit, check the quality gate, write the profile (with the gate's
+    verdict). Exit status 1 when the gate fails, unless ``--accept`` (then recorded as
+    accepted)."""
     from ..costs.timing import save_profile
     from ..tools.calibration import calibrate
     profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
                         progress=sys.stderr.isatty())
+    q = profile["quality"]
+    q["accepted"] = bool(args.accept and not q["passed"])
     save_profile(profile, args.output)
     print(f"device {profile['device']} ({profile['array_library']}), model "
           f"{profile['model']['name']}, {profile['passes']} passes in {profile['seconds']} s")
@@ -24,7 +29,17 @@ def cmd_calibrate(args) -> int:
           f"{e['p90_ape_pct']:.1f}%")
     print("  weights in engine iterations: " + ", ".join(f"{k} {v:.3g}" for k, v in w.items()))
     print(f"wrote {args.output}")
-    return 0
+    if q["passed"]:
+        print(f"quality gate passed (held-out median <= {q['max_heldout_median_ape_pct']:g}%, "
+              f"in-engine median <= {q['max_iteration_median_ape_pct']:g}%)")
+        return 0
+    print("quality gate FAILED: " + "; ".join(q["failures"]), file=sys.stderr)
+    if args.accept:
+        print("accepted (--accept); the profile records it", file=sys.stderr)
+        return 0
+    print("the profile records the failure; recalibrate on an idle machine (or a larger "
+          "--budget), or pass --accept to keep it", file=sys.stderr)
+    return 1
 
 
 def cmd_validate(args) -> int:
@@ -62,6 +77,8 @@ def add_parsers(sub):
     p.add_argument("--model", default=None, help="preset or HF config (default: a small CPU model)")
     p.add_argument("--dtype", default=None, help="array dtype (default float32)")
     p.add_argument("--output", "-o", default="profile.json", help="default profile.json")
+    p.add_argument("--accept", action="store_true",
+                   help="exit 0 even when the quality gate fails (the profile records it)")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="simulated vs executed TTFT/E2E on this device")
     p.add_argument("--profile", default=None,

@@ -26,16 +26,32 @@ def cmd_workload(args) -> int:
 
 
 def cmd_memory(args) -> int:
-    """``sim memory``: parameters, weight and KV bytes of a model, and whether it fits on the
-    GPU with room for KV cache (exit status 1 when it does not, with the advice to quantize or
-    add GPUs)."""
+    """``sim memory``: parameters, weight and KV bytes of a model, the serving engine's memory
+    accounting on one GPU term by term, and whether it fits with room for KV cache (exit status 1
+    when it does not, with the advice to quantize or add GPUs)."""
     from ..specs.gpus import get_gpu
-    from ..specs.memory import GB, memory_budget
-    gb = args.gpu_memory_gb or get_gpu(args.gpu).memory_gb
+    from ..specs.memory import GiB, memory_budget
+    gpu = None if args.gpu_memory_gb else get_gpu(args.gpu)
+    gb = args.gpu_memory_gb or gpu.memory_gb
     b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
-                      tensor_parallel=args.tp, gpu_memory_utilization=args.utilization)
+                      tensor_parallel=args.tp, gpu_memory_utilization=args.utilization,
+                      accounting=args.accounting,
+                      max_num_batched_tokens=args.max_num_batched_tokens,
+                      max_num_seqs=args.max_num_seqs,
+                      mem_fraction_static=args.mem_fraction_static)
     print(f"{b.model.name}: {b.model.total_params() / 1e9:.2f} B parameters, weights "
-          f"{b.weights_bytes / GB:.1f} GB, KV {b.kv_bytes_per_token / 1024:.0f} KiB/token")
+          f"{b.weights_bytes / GiB:.1f} GiB, KV {b.kv_bytes_per_token / 1024:.0f} KiB/token")
+    device = b.device_memory_bytes
+    where = f"{gpu.name}: " if gpu is not None else ""
+    print(f"{where}{device / 2**20:,.0f} MiB = {device / GiB:.2f} GiB as the device reports it; "
+          f"{b.accounting} accounting on each of {b.tensor_parallel} GPU(s):")
+    rows = [(f"{'+' if t.bytes >= 0 else '-'} {t.name}", t.bytes, t.source) for t in b.terms]
+    rows.append(("= KV cache", b.kv_bytes_per_gpu,
+                 f"{b.kv_blocks:,} blocks of {b.block_size} tokens "
+                 f"({b.kv_block_bytes_per_gpu / 2**20:g} MiB each)"))
+    width = max(len(r[0]) for r in rows)
+    for label, n, source in rows:
+        print(f"  {label:<{width}}  {abs(n) / GiB:8.2f} GiB  {abs(n):>15,} B  {source}")
     print(b.advice)
     return 0 if b.fits else 1
 
@@ -52,10 +68,19 @@ def add_parsers(sub):
     p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
     p_mem.add_argument("model", help="model preset or Hugging Face config.json")
     p_mem.add_argument("--gpu", default="h100", help="GPU preset (default h100)")
-    p_mem.add_argument("--gpu-memory-gb", type=float, help="override the GPU's memory (GB)")
+    p_mem.add_argument("--gpu-memory-gb", type=float,
+                       help="override the memory the GPU reports (GB = 1e9 bytes)")
     p_mem.add_argument("--weight-dtype", default="fp16", help="weight precision (default fp16)")
     p_mem.add_argument("--kv-dtype", default="fp16", help="KV cache precision (default fp16)")
     p_mem.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
     p_mem.add_argument("--utilization", type=float, default=0.9,
-                       help="fraction of GPU memory the engine may use (default 0.9)")
+                       help="vLLM's gpu_memory_utilization (default 0.9)")
+    p_mem.add_argument("--accounting", choices=["vllm", "sglang"], default="vllm",
+                       help="whose memory accounting (default vllm)")
+    p_mem.add_argument("--max-num-batched-tokens", type=int, default=8192,
+                       help="vLLM: tokens of the profiling forward pass (default 8192)")
+    p_mem.add_argument("--max-num-seqs", type=int, default=256,
+                       help="vLLM: sequences sampled in the profiling run (default 256)")
+    p_mem.add_argument("--mem-fraction-static", type=float, default=None,
+                       help="SGLang: weights + KV fraction (default: SGLang's own for the GPU)")
     p_mem.set_defaults(func=cmd_memory)

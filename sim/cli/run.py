@@ -104,7 +104,11 @@ def cost_model_from(s):
     from ..costs.simple import ConstantCost, LinearCost
     if s["profile"]:
         from ..costs.calibrated import CalibratedCost
-        return CalibratedCost.from_file(s["profile"])
+        cost = CalibratedCost.from_file(s["profile"])
+        note = cost.warning()
+        if note:
+            print(f"sim run: warning: {note}", file=sys.stderr)
+        return cost
     spec = str(s["cost"])
     if spec == "roofline":
         return None  # SimConfig resolves the roofline of model on gpu

@@ -5,6 +5,10 @@ A profile holds timing tables measured on one device (see :mod:`sim.costs.timing
 attention against (batch, context) and prefill attention against (chunk, cached prefix)
 (bilinear tables), plus the weights with which these add up inside real engine iterations.
 ``CalibratedCost(profile)(batch) = weights . terms(batch)``. NumPy only; no device needed.
+The terms are >= 0 and ``sim calibrate`` fits weights >= 0, so a price is >= 0; a profile
+whose weights are not (written before that fit) or that failed the calibration quality gate
+is flagged by :meth:`CalibratedCost.warning` (``quality``: the gate's verdict, ``None`` for a
+profile written before the gate).
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class CalibratedCost:
         fit = profile["fit"]
         w = profile.get("weights", {})
         self.weights = np.array([float(w.get(k, DEFAULT_WEIGHTS[k])) for k in TERMS])
+        self.quality = profile.get("quality")  # the gate's verdict (None: before the gate)
         self._block_size = int(profile.get("block_size", 16))
         self._lin = (np.asarray(fit["linear"]["x"]), np.asarray(fit["linear"]["y"]))
         self._lm = (np.asarray(fit["lm_head"]["x"]), np.asarray(fit["lm_head"]["y"]))
@@ -124,6 +129,22 @@ class CalibratedCost:
 
     def __call__(self, batch) -> float:
         return float(self.batch_terms(batch) @ self.weights)
+
+    def warning(self) -> str | None:
+        """Why this profile's prices may not be trusted, or ``None``: negative weights (a price
+        can then be below zero), a failed quality gate (accepted or not), or no gate at all."""
+        notes = [f"weight {k} = {w:.3g} < 0 (a price can be negative; recalibrate)"
+                 for k, w in zip(TERMS, self.weights) if w < 0]
+        q = self.quality
+        if q is None:
+            notes.append("written before the calibration quality gate (no verdict)")
+        elif not q.get("passed", False):
+            how = "accepted with --accept" if q.get("accepted") else "not accepted"
+            notes.append(f"failed the calibration quality gate ({how}): "
+                         + "; ".join(q.get("failures", [])))
+        if not notes:
+            return None
+        return f"profile from {self.profile.get('device', '?')}: " + "; ".join(notes)
 
     def __repr__(self):
         return f"CalibratedCost({self.profile['device']!r}, model={self.profile['model']['name']!r})"

@@ -238,11 +238,13 @@ extern "C" __global__ void paged_decode_attention(
     int max_blocks, float scale) {
   // one thread block per (sequence, head); thread i holds dimension i. Online softmax over
   // keys one at a time: the same running max / running sum update as tiled_softmax_dot.
+  // -inf from its bit pattern: NVRTC compiles without math.h, so INFINITY is not defined
+  const float neg_inf = __int_as_float(0xff800000);
   int b = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
   int kvh = h / (n_heads / n_kv);
   extern __shared__ float red[];
   float qv = tid < d ? q[((long)b * n_heads + h) * d + tid] : 0.f;
-  float m = -INFINITY, s = 0.f, acc = 0.f;
+  float m = neg_inf, s = 0.f, acc = 0.f;
   int L = context_lens[b];
   for (int t = 0; t < L; ++t) {
     int blk = block_tables[(long)b * max_blocks + t / bs];
@@ -256,7 +258,7 @@ extern "C" __global__ void paged_decode_attention(
     float score = red[0] * scale;
     __syncthreads();
     float new_m = fmaxf(m, score);
-    float exp_old = (m == -INFINITY) ? 0.f : expf(m - new_m);
+    float exp_old = (m == neg_inf) ? 0.f : expf(m - new_m);
     float p = expf(score - new_m);
     s = s * exp_old + p;
     if (tid < d) acc = acc * exp_old + p * v_pool[base + tid];

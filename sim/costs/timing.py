@@ -10,13 +10,16 @@ GPU, NumPy on the CPU), over a grid, exactly the code an executed iteration runs
 - ``prefill_attention``: K/V write + causal attention of a ``c``-token chunk over ``p`` cached
   tokens (all layers).
 
-Each point is the median of repeats after warm-up (device synchronised). ``linear`` and
-``lm_head`` become log-log interpolation tables over T; the attention ops bilinear tables over
-their grids. Part of each grid is held out of the fit, and the held-out error (median and P90
-absolute percentage error) goes into the profile with the device, library versions, dtype,
-model dims, date and grid. How the op times add up inside real engine iterations is fitted
-afterwards by running the engine (:mod:`sim.tools.calibration`, above the engine in the layer
-order); :class:`~sim.costs.calibrated.CalibratedCost` prices a batch from the profile.
+Each point is the median of repeats after warm-up (device synchronised; :func:`time_ops`, whose
+clock is injectable). ``linear`` and ``lm_head`` become log-log interpolation tables over T; the
+attention ops bilinear tables over their grids (:func:`fit_tables`); a table holds measured
+times, so every value in it is > 0 and no interpolation is below 0. Part of each grid is held
+out of the fit, and the held-out error (median and P90 absolute percentage error) goes into the
+profile with the device, library versions, dtype, model dims, date and grid. How the op times
+add up inside real engine iterations is fitted afterwards by running the engine
+(:mod:`sim.tools.calibration`, above the engine in the layer order);
+:class:`~sim.costs.calibrated.CalibratedCost` prices a batch from the profile.
+:func:`nonneg_lstsq` is the fit with every coefficient >= 0 that the in-engine weights use.
 """
 
 from __future__ import annotations
@@ -54,12 +57,12 @@ REPEATS = 3  # timed runs per point per pass, after WARMUP untimed runs
 WARMUP = 5
 
 
-def _time_once(fn, xp, samples):
-    synchronize(xp)
-    t = time.perf_counter()
+def _time_once(fn, sync, samples, timer):
+    sync()
+    t = timer()
     fn()
-    synchronize(xp)
-    samples.append(time.perf_counter() - t)
+    sync()
+    samples.append(timer() - t)
 
 
 class _Bench:
@@ -124,8 +127,14 @@ Y_TRANSFORM = {"decode_attention": "log", "prefill_attention": "linear"}  # p ma
 
 def _fit_and_holdout(op, points, times, seed):
     """(fitted model, held-out error): 1-D ops hold out interior points; 2-D ops hold out whole
-    interior rows and columns of the grid, predicted by interpolating the remaining sub-grid."""
-    t = np.asarray(times)
+    interior rows and columns of the grid, predicted by interpolating the remaining sub-grid.
+    Every time must be finite and > 0 (a log table of a zero or negative time is meaningless)."""
+    t = np.asarray(times, dtype=np.float64)
+    bad = ~(np.isfinite(t) & (t > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{op}: timings must be finite and > 0 s, got {t[i]!r} at point "
+                         f"{points[i]!r}")
     rng = np.random.default_rng(seed)
     if not isinstance(points[0], (tuple, list)):
         xs = np.asarray(points, dtype=np.float64)
@@ -163,38 +172,28 @@ def pool_blocks(grid, block_size) -> int:
     return need + max(-(-(c + p) // block_size) for c, p in grid["prefill_attention"]) + 64
 
 
-def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, grid=None,
-                    progress=False) -> dict:
-    """Time every op of ``grid`` on executor ``ex`` within about ``budget_s`` seconds (at least
-    3 passes), fit the tables and their held-out errors; return the profile without the
-    in-engine weights (:func:`sim.tools.calibration.calibrate` adds them)."""
-    xp = ex.xp
-    on_gpu = xp is not np
-    grid = grid or GRID
-    bench = _Bench(ex)
-    ops = []
-    for op, points in grid.items():
-        for pt in points:
-            args = pt if isinstance(pt, tuple) else (pt,)
-            made = getattr(bench, op)(*args)
-            fn, keys = made if isinstance(made, tuple) else (made, [])
-            ops.append([op, pt, fn, keys, []])
-    start = time.perf_counter()
+def time_ops(ops, *, budget_s, timer=time.perf_counter, sync=lambda: None, progress=False):
+    """Median seconds of each zero-argument callable in ``ops``, timed in passes over all of
+    them until about ``budget_s`` seconds of ``timer`` have gone (at least 3 passes, at most
+    100); in each pass every op runs :data:`WARMUP` times untimed, then :data:`REPEATS` times
+    timed between ``sync()`` calls. Returns ``(medians, passes, seconds)``. ``timer`` is any
+    clock in seconds (tests inject one that the ops advance)."""
+    samples = [[] for _ in ops]
+    start = timer()
     bar = None
     if progress:
         from tqdm.auto import tqdm
         bar = tqdm(total=budget_s, unit="s", desc="calibrating",
                    bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s")
     passes = 0
-    while True:  # passes over the whole grid until the budget is spent (>= 3 passes)
-        for item in ops:
-            fn, samples = item[2], item[4]
+    while True:
+        for fn, got in zip(ops, samples):
             for _ in range(WARMUP):  # an engine runs similar iterations back to back: time the
                 fn()                 # steady state (after a large op, a small one needs ~5 runs)
             for _ in range(REPEATS):
-                _time_once(fn, xp, samples)
+                _time_once(fn, sync, got, timer)
         passes += 1
-        elapsed = time.perf_counter() - start
+        elapsed = timer() - start
         if bar is not None:
             bar.n = min(elapsed, budget_s)
             bar.refresh()
@@ -203,16 +202,45 @@ def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, g
             break
     if bar is not None:
         bar.close()
+    return [float(np.median(got)) for got in samples], passes, timer() - start
+
+
+def fit_tables(grid, times, seed=0):
+    """``(fits, heldout_error)`` per op of ``grid`` from the median ``times`` of its points
+    (``{op: [seconds per point]}``); see :func:`_fit_and_holdout`."""
+    fits, heldout = {}, {}
+    for op, points in grid.items():
+        fits[op], heldout[op] = _fit_and_holdout(op, points, times[op], seed)
+    return fits, heldout
+
+
+def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, grid=None,
+                    progress=False, timer=time.perf_counter) -> dict:
+    """Time every op of ``grid`` on executor ``ex`` within about ``budget_s`` seconds (at least
+    3 passes), fit the tables and their held-out errors; return the profile without the
+    in-engine weights (:func:`sim.tools.calibration.calibrate` adds them)."""
+    xp = ex.xp
+    on_gpu = xp is not np
+    grid = grid or GRID
+    bench = _Bench(ex)
+    ops = []  # (op, point, fn, KV keys to release)
+    for op, points in grid.items():
+        for pt in points:
+            args = pt if isinstance(pt, tuple) else (pt,)
+            made = getattr(bench, op)(*args)
+            fn, keys = made if isinstance(made, tuple) else (made, [])
+            ops.append((op, pt, fn, keys))
+    medians, passes, seconds = time_ops([fn for _, _, fn, _ in ops], budget_s=budget_s,
+                                        timer=timer, sync=lambda: synchronize(xp),
+                                        progress=progress)
     points = {op: [] for op in grid}
     times = {op: [] for op in grid}
-    for op, pt, _fn, keys, samples in ops:
+    for (op, pt, _fn, keys), median in zip(ops, medians):
         points[op].append(pt)
-        times[op].append(float(np.median(samples)))
+        times[op].append(median)
         for k in keys:
             ex.release(k)
-    fits, heldout = {}, {}
-    for op in grid:
-        fits[op], heldout[op] = _fit_and_holdout(op, points[op], times[op], seed)
+    fits, heldout = fit_tables(points, times, seed)
     model = ex.model
     return {
         "format": PROFILE_FORMAT, "device": device_name, "array_library": xp.__name__,
@@ -221,7 +249,7 @@ def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, g
             "name", "num_hidden_layers", "hidden_size", "num_attention_heads",
             "num_key_value_heads", "intermediate_size", "vocab_size", "head_dim")},
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "budget_s": budget_s, "passes": passes, "seconds": round(time.perf_counter() - start, 1),
+        "budget_s": budget_s, "passes": passes, "seconds": round(seconds, 1),
         "decode_feature": "mean" if (on_gpu and ex.raw_kernel) else "max",
         "allocator_pinned": ex.allocator_pinned,
         "grid": {op: {"points": [list(p) if isinstance(p, tuple) else p for p in points[op]],
@@ -230,19 +258,52 @@ def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, g
     }
 
 
-def nonneg_lstsq(x, y, free=()):
-    """Least squares with coefficients >= 0 except those in ``free`` (drop negative ones and
-    refit; a handful of unknowns)."""
-    keep = np.ones(x.shape[1], dtype=bool)
-    bounded = np.ones(x.shape[1], dtype=bool)
-    bounded[list(free)] = False
-    while True:
-        coef = np.zeros(x.shape[1])
-        coef[keep], *_ = np.linalg.lstsq(x[:, keep], y, rcond=None)
-        bad = bounded & (coef < 0)
-        if not bad.any():
-            return coef
-        keep &= ~bad
+def nonneg_lstsq(x, y, *, max_iter=None):
+    """``argmin ||x c - y||`` subject to every ``c >= 0``: Lawson and Hanson's active-set NNLS
+    (Solving Least Squares Problems, 1974, ch. 23), on unit-norm columns (the terms differ by
+    orders of magnitude). A column of zeros gets 0. Invariant: every coefficient returned is
+    >= 0, so ``x @ c >= 0`` wherever ``x >= 0``. Stops after ``max_iter`` (default ``30 n``)
+    inner steps with the feasible point it has."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or y.shape != (x.shape[0],):
+        raise ValueError(f"x must be (m, n) and y (m,), got {x.shape} and {y.shape}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("x and y must be finite")
+    m, n = x.shape
+    norms = np.linalg.norm(x, axis=0)
+    usable = norms > 0
+    a = np.where(usable, x / np.where(usable, norms, 1.0), 0.0)
+    tol = 10 * max(m, n) * np.finfo(np.float64).eps * max(1.0, float(np.linalg.norm(y)))
+    c = np.zeros(n)
+    passive = np.zeros(n, dtype=bool)
+    steps, max_iter = 0, max_iter or 30 * n
+    w = a.T @ y  # the negative gradient; optimal when w <= tol off the passive set
+    while steps < max_iter:
+        free = np.where(usable & ~passive, w, -np.inf)
+        j = int(np.argmax(free))
+        if not free[j] > tol:
+            break
+        passive[j] = True
+        while steps < max_iter:
+            steps += 1
+            s = np.zeros(n)
+            s[passive], *_ = np.linalg.lstsq(a[:, passive], y, rcond=None)
+            if (s[passive] > 0).all():
+                break
+            # move from c toward s until the first passive coefficient reaches 0, drop it
+            hit = passive & (s <= 0)
+            gap = c[hit] - s[hit]  # >= 0; 0 only where both are 0
+            alpha = np.min(np.divide(c[hit], gap, out=np.zeros_like(gap), where=gap > 0))
+            c = c + alpha * (s - c)
+            passive &= c > tol
+            c[~passive] = 0.0
+        else:
+            break
+        c = s
+        w = a.T @ (y - a @ c)
+    c = np.maximum(c, 0.0)  # the invariant, also after an early stop
+    return np.where(usable, c / np.where(usable, norms, 1.0), 0.0)
 
 
 def _versions(xp):

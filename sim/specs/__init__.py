@@ -2,7 +2,8 @@
 
 ``models`` (architecture presets from Hugging Face configs, parameter counts), ``gpus`` (GPU
 presets: peaks, bandwidth, memory), ``memory`` (``kv_cache_bytes``, ``blocks_needed``,
-``memory_budget``), ``quantization`` (``quantize`` / ``dequantize``). Data tables are bundled in
+``memory_budget``), ``memory_terms`` (what vLLM and SGLang subtract before the KV cache, with
+sources), ``quantization`` (``quantize`` / ``dequantize``). Data tables are bundled in
 ``sim/data`` (sources in its NOTICE.md) and read-only.
 
 May import: ``sim.checks``, ``sim.constants``. Nothing else of ``sim``.

@@ -2,6 +2,9 @@
 
 Read from ``sim/data/gpus.csv`` (the team's reference table; every number's source is in its
 ``sources`` column, see ``sim/data/NOTICE.md``). All TFLOP/s figures are dense (no 2:4 sparsity).
+``memory_gb`` is the memory the device reports (nvidia-smi's ``memory.total``, the CSV's
+``mem_device_mib``) in GB of 10**9 bytes: an "80 GB" A100 reports 81,920 MiB = 85.9 GB, an
+"80 GB" H100 81,559 MiB = 85.5 GB. The datasheet's figure is ``nominal_memory_gb``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from functools import lru_cache
 from importlib import resources
 
 from ..checks import positive_float
+
+MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +29,13 @@ class GPU:
     int8_tops: float = 0.0
     fp4_tflops: float = 0.0
     link_bandwidth_gbps: float = 0.0  # per direction, scale-up link (NVLink)
+    nominal_memory_gb: float = 0.0  # the datasheet's capacity ("80 GB"); 0: not given
 
     def __post_init__(self):
         for f in ("memory_gb", "memory_bandwidth_gbps", "fp16_tflops"):
             positive_float(f, getattr(self, f))
-        for f in ("fp8_tflops", "int8_tops", "fp4_tflops", "link_bandwidth_gbps"):
+        for f in ("fp8_tflops", "int8_tops", "fp4_tflops", "link_bandwidth_gbps",
+                  "nominal_memory_gb"):
             positive_float(f, getattr(self, f), allow_zero=True)
 
 
@@ -43,7 +50,8 @@ def _gpu_rows() -> dict:
     for row in csv.DictReader(text.splitlines()):
         num = lambda k: float(row[k]) if row[k] else 0.0  # noqa: E731
         out[row["gpu"].lower()] = GPU(
-            name=row["gpu"], memory_gb=num("mem_capacity_gb"),
+            name=row["gpu"], memory_gb=num("mem_device_mib") * MIB / 1e9,
+            nominal_memory_gb=num("mem_capacity_gb"),
             memory_bandwidth_gbps=num("mem_bandwidth_gbps"), fp16_tflops=num("fp16_dense_tflops"),
             fp8_tflops=num("fp8_dense_tflops"), int8_tops=num("int8_dense_tops"),
             fp4_tflops=num("fp4_dense_tflops"), link_bandwidth_gbps=num("scaleup_bw_unidir_gbps"))

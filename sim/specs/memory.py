@@ -1,7 +1,10 @@
 """KV-cache sizes and the GPU memory budget of a model.
 
-Units: bytes, and GB = 10**9 bytes (the unit of published GPU capacities and of "N billion
-parameters x bytes"). Bytes per value: 2 fp16/bf16, 1 fp8/int8, 0.5 int4.
+Units: bytes; GB = 10**9 bytes (the unit of "N billion parameters x bytes" and of the
+``gpu_memory_gb`` argument), GiB = 2**30 bytes (what devices and serving engines report: an
+"80 GB" A100 reports 81,920 MiB = 80 GiB = 85.9 GB). Bytes per value: 2 fp16/bf16, 1 fp8/int8,
+0.5 int4. :func:`memory_budget` does a serving engine's accounting (vLLM's or SGLang's), term
+by term; the terms and their sources are in :mod:`sim.specs.memory_terms`.
 """
 
 from __future__ import annotations
@@ -10,11 +13,15 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE
+from . import memory_terms as terms
+from .memory_terms import GiB, MemoryTerm
 from .models import ModelConfig, get_model
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,
                "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 GB = 1e9
+ACCOUNTINGS = ("vllm", "sglang")
+_HOLDS = {"vllm": "vLLM leaves", "sglang": "SGLang's static pool leaves"}
 
 
 def bytes_per_value(name: str, dtype) -> float:
@@ -47,9 +54,15 @@ def blocks_needed(tokens, block_size=KV_BLOCK_SIZE) -> int:
 
 @dataclass(frozen=True, slots=True)
 class MemoryBudget:
-    """Where a GPU's memory goes: weights, reserved overhead, and the KV cache that remains.
+    """Where a GPU's memory goes, as the serving engine accounts for it (``accounting``).
 
-    Sizes are totals over the ``tensor_parallel`` GPUs (weights and KV heads are sharded evenly).
+    ``terms`` are :class:`~sim.specs.memory_terms.MemoryTerm` s on ONE GPU of the
+    ``tensor_parallel`` group (vLLM: requested, weights, activations, non_torch, reserved;
+    SGLang: static_pool, weights, reserved); they add up to ``kv_bytes_per_gpu`` unless that
+    is negative, when it is 0. Every GPU holds ``kv_blocks`` blocks of ``kv_block_bytes_per_gpu``.
+    The totals ``usable_bytes``, ``weights_bytes``, ``overhead_bytes`` (every other
+    deduction) and ``kv_budget_bytes`` are over the ``tensor_parallel`` GPUs;
+    ``kv_bytes_per_token`` is the model's (all KV heads once).
     """
 
     model: ModelConfig
@@ -68,6 +81,15 @@ class MemoryBudget:
     kv_blocks: int
     fits: bool
     advice: str
+    accounting: str
+    device_memory_bytes: int
+    terms: tuple
+    kv_bytes_per_gpu: int
+    kv_block_bytes_per_gpu: float
+
+    def term(self, name) -> int:
+        """The bytes of the term called ``name`` (0 when the accounting has no such term)."""
+        return sum(t.bytes for t in self.terms if t.name == name)
 
     def max_batch_size(self, seq_len) -> int:
         """How many sequences of ``seq_len`` tokens fit in the KV blocks at once."""
@@ -75,29 +97,70 @@ class MemoryBudget:
         return self.kv_blocks // need
 
 
-def _budget_numbers(model, gpu_memory_gb, tp, util, wbytes, kvbytes, overhead_gb, block_size):
-    usable = gpu_memory_gb * GB * tp * util
-    weights = model.total_params() * wbytes
-    overhead = overhead_gb * GB * tp
-    per_token = kv_cache_bytes(1, model.num_hidden_layers, model.num_key_value_heads,
+def _terms(model, device, tp, wbytes, s):
+    """The per-GPU terms of accounting ``s["accounting"]`` (see :mod:`.memory_terms`)."""
+    weights = round(model.total_params() * wbytes / tp)
+    w = MemoryTerm("weights", -weights, f"{model.total_params() / 1e9:.2f} B parameters x "
+                   f"{wbytes:g} B / {tp} GPU(s)")  # (the replicated norms: < 0.01%)
+    reserved = round(s["overhead_gb"] * GB)
+    extra = [MemoryTerm("reserved", -reserved, "overhead_gb, reserved by the caller")] \
+        if reserved else []
+    if s["accounting"] == "sglang":
+        f = s["mem_fraction_static"]
+        why = "given"
+        if f is None:
+            f = terms.sglang_mem_fraction_static(device / terms.MiB, tp)
+            why = f"SGLang's default for {device / terms.MiB:,.0f} MiB, TP {tp}"
+        pool = MemoryTerm("static_pool", round(f * device),
+                          f"mem_fraction_static {f:g} ({why}) x device memory; activations, "
+                          f"CUDA graphs and NCCL use the rest")
+        return [pool, w] + extra
+    tokens, seqs = s["max_num_batched_tokens"], s["max_num_seqs"]
+    act = terms.vllm_activation_peak_bytes(model, tokens, seqs, tp)
+    which = ("forward pass" if act == terms.forward_peak_bytes(model, tokens, tp)
+             else "sampler")
+    non_torch = (terms.vllm_non_torch_bytes(tp) if s["non_torch_gb"] is None
+                 else round(s["non_torch_gb"] * GB))
+    return [MemoryTerm("requested", round(s["util"] * device),
+                       f"gpu_memory_utilization {s['util']:g} x device memory"),
+            w,
+            MemoryTerm("activations", -act, f"profile_run peak of {tokens:,} tokens, "
+                       f"{min(seqs, tokens):,} sampled sequences ({which})"),
+            MemoryTerm("non_torch", -non_torch, "NCCL, cuBLAS and backend buffers (measured "
+                       "by llm-d)" if s["non_torch_gb"] is None else "non_torch_gb, given")
+            ] + extra
+
+
+def _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, s):
+    parts = _terms(model, device, tp, wbytes, s)
+    kv = max(0, sum(t.bytes for t in parts))
+    per_token = kv_cache_bytes(1, model.num_hidden_layers, terms.kv_heads_per_gpu(model, tp),
                                model.head_dim, kvbytes)
-    budget = max(0.0, usable - weights - overhead)
-    tokens = int(budget // per_token)
-    blocks = tokens // block_size
-    return usable, weights, overhead, per_token, budget, tokens, blocks
+    tokens = int(kv // per_token)
+    return parts, kv, per_token, tokens, tokens // block_size
 
 
 def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_parallel=1,
                   gpu_memory_utilization=0.9, overhead_gb=0.0, block_size=KV_BLOCK_SIZE,
-                  advice_seq_len=4096) -> MemoryBudget:
+                  advice_seq_len=4096, accounting="vllm",
+                  max_num_batched_tokens=terms.VLLM_MAX_NUM_BATCHED_TOKENS,
+                  max_num_seqs=terms.VLLM_MAX_NUM_SEQS, non_torch_gb=None,
+                  mem_fraction_static=None) -> MemoryBudget:
     """How much KV cache a model leaves on ``tensor_parallel`` GPUs of ``gpu_memory_gb`` each.
 
+    ``gpu_memory_gb``: the memory each GPU reports, in GB of 10**9 bytes (a preset's
+    ``get_gpu(name).memory_gb`` is nvidia-smi's total, e.g. 85.9 for an A100 "80GB").
     ``weight_dtype``/``kv_dtype``: bytes per value or a dtype name (quantization).
-    ``gpu_memory_utilization``: fraction of each GPU the server may use (vLLM's default 0.9).
-    ``overhead_gb``: per-GPU memory reserved for activations, CUDA graphs, etc.
-    ``fits`` is True when the weights and overhead fit with room for at least one KV block;
-    otherwise ``advice`` says by how much memory falls short and what would fit: the widest
-    weight precision that fits, or how many GPUs with tensor parallelism.
+    ``accounting="vllm"`` (default): ``gpu_memory_utilization`` (vLLM's default 0.9) x device
+    memory - weights - the activation peak of ``max_num_batched_tokens`` tokens over
+    ``max_num_seqs`` sequences - non-torch memory (measured figures unless ``non_torch_gb`` is
+    given). ``accounting="sglang"``: ``mem_fraction_static`` (default: SGLang's own for this GPU
+    and TP) x device memory - weights; ``gpu_memory_utilization`` is not used.
+    ``overhead_gb``: a further per-GPU reserve of the caller's. Terms and sources:
+    :mod:`sim.specs.memory_terms`.
+    ``fits`` is True when every GPU keeps room for at least one KV block; otherwise ``advice``
+    says by how much memory falls short and what would fit: the widest weight precision that
+    fits, or how many GPUs with tensor parallelism.
     """
     model = get_model(config)
     gpu_memory_gb = positive_float("gpu_memory_gb", gpu_memory_gb)
@@ -108,40 +171,57 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     overhead_gb = positive_float("overhead_gb", overhead_gb, allow_zero=True)
     block_size = positive_int("block_size", block_size)
     advice_seq_len = positive_int("advice_seq_len", advice_seq_len)
+    if accounting not in ACCOUNTINGS:
+        raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
+    s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
+         "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
+         "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),
+         "non_torch_gb": None if non_torch_gb is None else positive_float(
+             "non_torch_gb", non_torch_gb, allow_zero=True),
+         "mem_fraction_static": None if mem_fraction_static is None else fraction(
+             "mem_fraction_static", mem_fraction_static)}
+    device = round(gpu_memory_gb * GB)  # the device reports whole bytes
 
     def numbers_for(w=wbytes, n=tp):
-        return _budget_numbers(model, gpu_memory_gb, n, util, w, kvbytes, overhead_gb, block_size)
+        return _kv_numbers(model, device, n, w, kvbytes, block_size, s)
 
-    usable, weights, overhead, per_token, budget, tokens, blocks = numbers_for()
+    parts, kv, per_token, tokens, blocks = numbers_for()
+    weights = -sum(t.bytes for t in parts if t.name == "weights")
+    budget = sum(t.bytes for t in parts if t.bytes > 0)  # requested / static pool
     fits = blocks >= 1
     if fits:
         seqs = blocks // blocks_needed(advice_seq_len, block_size)
-        advice = (f"fits: weights take {weights / GB:.1f} GB of {usable / GB:.1f} GB usable; the KV "
-                  f"cache gets {budget / GB:.1f} GB = {tokens:,} tokens ({blocks:,} blocks of "
+        advice = (f"fits: weights take {weights / GiB:.2f} GiB of {budget / GiB:.2f} GiB "
+                  f"{parts[0].name} on each of {tp} GPU(s); the KV cache gets "
+                  f"{kv / GiB:.2f} GiB per GPU = {tokens:,} tokens ({blocks:,} blocks of "
                   f"{block_size}), room for {seqs:,} sequences of {advice_seq_len:,} tokens.")
     else:
-        short = weights + overhead + per_token * block_size - usable
-        parts = [f"does not fit: the weights need {weights / GB:.1f} GB but only "
-                 f"{(usable - overhead) / GB:.1f} GB is usable on {tp} GPU(s) of "
-                 f"{gpu_memory_gb:g} GB; short by {short / GB:.1f} GB."]
+        short = per_token * block_size - sum(t.bytes for t in parts)
+        room = sum(t.bytes for t in parts) + weights
+        parts_ = [f"does not fit: the weights need {weights / GiB:.2f} GiB per GPU but "
+                  f"{_HOLDS[accounting]} {room / GiB:.2f} GiB for weights and KV cache on each "
+                  f"of {tp} GPU(s) of {device / GiB:.2f} GiB; short by {short / GiB:.2f} GiB "
+                  f"per GPU."]
         for bits, w in ((8, 1.0), (4, 0.5)):
             if w < wbytes and numbers_for(w=w)[-1] >= 1:
-                parts.append(f"Quantize the weights to {bits} bits "
-                             f"({model.total_params() * w / GB:.1f} GB) to fit.")
+                parts_.append(f"Quantize the weights to {bits} bits "
+                              f"({model.total_params() * w / GiB:.1f} GiB) to fit.")
                 break
         else:
-            parts.append("Even 4-bit weights do not fit.")
+            parts_.append("Even 4-bit weights do not fit.")
         n = tp
         while n < 1024 and numbers_for(n=n)[-1] < 1:
             n *= 2
         if n < 1024:
-            parts.append(f"Or add GPUs: {n} GPUs with tensor parallelism (tensor_parallel={n}).")
-        advice = " ".join(parts)
-    return MemoryBudget(model=model, gpu_memory_gb=gpu_memory_gb, tensor_parallel=tp,
-                        gpu_memory_utilization=util, weight_bytes_per_value=wbytes,
-                        kv_bytes_per_value=kvbytes, block_size=block_size, usable_bytes=usable,
-                        weights_bytes=weights, overhead_bytes=overhead,
-                        kv_bytes_per_token=per_token, kv_budget_bytes=budget,
-                        max_kv_tokens=tokens, kv_blocks=blocks, fits=fits, advice=advice)
-
-
+            parts_.append(f"Or add GPUs: {n} GPUs with tensor parallelism (tensor_parallel={n}).")
+        advice = " ".join(parts_)
+    return MemoryBudget(
+        model=model, gpu_memory_gb=gpu_memory_gb, tensor_parallel=tp,
+        gpu_memory_utilization=util, weight_bytes_per_value=wbytes, kv_bytes_per_value=kvbytes,
+        block_size=block_size, usable_bytes=budget * tp, weights_bytes=weights * tp,
+        overhead_bytes=(budget - weights - sum(t.bytes for t in parts)) * tp,
+        kv_bytes_per_token=kv_cache_bytes(1, model.num_hidden_layers, model.num_key_value_heads,
+                                          model.head_dim, kvbytes),
+        kv_budget_bytes=kv * tp, max_kv_tokens=tokens, kv_blocks=blocks, fits=fits,
+        advice=advice, accounting=accounting, device_memory_bytes=device, terms=tuple(parts),
+        kv_bytes_per_gpu=kv, kv_block_bytes_per_gpu=per_token * block_size)

@@ -4,9 +4,13 @@
 held-out errors) + :func:`fit_in_engine`: the engine runs a calibration workload with every
 iteration *executed* for real (:class:`~sim.costs.executor.ExecutedCost`), and a least-squares
 fit gives the weight of each op inside real iterations (caches are colder, threads contend)
-plus the executor's bookkeeping per iteration, per sequence and per KV block. The result is a
-profile (a dict; :func:`sim.costs.timing.save_profile` writes it) that
-:class:`~sim.costs.calibrated.CalibratedCost` prices batches from; ``sim run --profile`` uses it.
+plus the executor's bookkeeping per iteration, per sequence and per KV block. Every weight is
+>= 0 (a non-negative least-squares fit, :func:`fit_weights`), so no priced iteration is below
+zero. :func:`quality_gate` compares the held-out and in-engine errors with thresholds and the
+profile records its verdict (``profile["quality"]``); ``sim calibrate`` exits non-zero on a
+failed gate unless ``--accept``. The result is a profile (a dict;
+:func:`sim.costs.timing.save_profile` writes it) that :class:`~sim.costs.calibrated.CalibratedCost`
+prices batches from; ``sim run --profile`` uses it.
 
 This module runs the engine, so it lives above it (tools), not among the cost models.
 """
@@ -23,6 +27,11 @@ from ..engine import run
 from ..specs.models import get_model
 
 ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
+# The quality gate's thresholds (median absolute percentage errors): each op's held-out grid
+# points, and the executed engine iterations. The shipped CPU profile has 1.4-19.2% held-out
+# (lm_head: 2 held-out points) and 4.6% in-engine.
+MAX_HELDOUT_MEDIAN_PCT = 20.0
+MAX_ITERATION_MEDIAN_PCT = 10.0
 
 
 def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_size=16,
@@ -39,7 +48,29 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
                               progress=progress)
     profile["weights"], profile["iteration_error"] = fit_in_engine(ex, profile, seed,
                                                                     n=engine_requests)
+    profile["quality"] = quality_gate(profile)
     return profile
+
+
+def quality_gate(profile, max_heldout_pct=MAX_HELDOUT_MEDIAN_PCT,
+                 max_iteration_pct=MAX_ITERATION_MEDIAN_PCT) -> dict:
+    """The gate's verdict on a profile: ``passed`` when every op's held-out median error is at
+    most ``max_heldout_pct`` and the in-engine median error at most ``max_iteration_pct``;
+    ``failures`` says which were not; ``accepted`` (set by ``sim calibrate --accept``) False."""
+    failures = []
+    for op, e in profile["heldout_error"].items():
+        if not e["median_ape_pct"] <= max_heldout_pct:
+            failures.append(f"{op} held-out median error {e['median_ape_pct']:.1f}% > "
+                            f"{max_heldout_pct:g}%")
+    e = profile.get("iteration_error")
+    if e is None:
+        failures.append("no in-engine fit")
+    elif not e["median_ape_pct"] <= max_iteration_pct:
+        failures.append(f"in-engine median error {e['median_ape_pct']:.1f}% > "
+                        f"{max_iteration_pct:g}%")
+    return {"passed": not failures, "failures": failures, "accepted": False,
+            "max_heldout_median_ape_pct": max_heldout_pct,
+            "max_iteration_median_ape_pct": max_iteration_pct}
 
 
 def engine_workload(n, rate, seed=0):
@@ -73,19 +104,37 @@ class _Recorder:
         return float(self.terms[-1] @ self.parts.weights)
 
 
+def fit_weights(terms, measured):
+    """``(weights, iteration_error)``: each term's weight in ``measured = terms @ weights``
+    (one row per executed iteration), every weight >= 0 (:func:`~sim.costs.timing.nonneg_lstsq`).
+    Terms are >= 0, so every price is too. The total predicted time must equal the total
+    measured (queueing amplifies any bias in it): with ``base_s > 0`` the fit's optimality
+    condition on that all-ones column already makes the residuals sum to zero; when the bound
+    holds ``base_s`` at 0 instead, the weights are scaled by ``sum(measured) / sum(predicted)``
+    (a positive factor: still >= 0)."""
+    x = np.asarray(terms, dtype=np.float64)
+    y = np.asarray(measured, dtype=np.float64)
+    if x.ndim != 2 or x.shape != (len(y), len(TERMS)):
+        raise ValueError(f"terms must be (iterations, {len(TERMS)}) like measured, got "
+                         f"{x.shape} and {y.shape}")
+    if (x < 0).any() or not (y > 0).all():
+        raise ValueError("terms must be >= 0 and measured times > 0")
+    coef = nonneg_lstsq(x, y)
+    total = float((x @ coef).sum())
+    if total > 0:
+        coef = coef * (float(y.sum()) / total)
+    return dict(zip(TERMS, (float(v) for v in coef))), ape(x @ coef, y)
+
+
 def fit_in_engine(ex, profile, seed, n=300, target_load=0.5):
     """Run the engine on a calibration workload with every iteration *executed* here, and fit
     how the isolated op timings add up inside real iterations: a weight per op plus the
-    executor's bookkeeping (per iteration, per sequence, per KV block). Least squares with a
-    free intercept, so the total time of the calibration run is reproduced (queueing amplifies
-    any bias in it). Returns ``(weights, iteration_error)``."""
+    executor's bookkeeping (per iteration, per sequence, per KV block), all >= 0
+    (:func:`fit_weights`). Returns ``(weights, iteration_error)``."""
     parts = CalibratedCost(dict(profile, weights={}))
     engine = dict(ENGINE, block_size=ex.block_size, seed=seed + 1000)
     rate = rate_for_load(parts, n, target_load, **engine)
     recorder = _Recorder(parts)
     executed = ExecutedCost(ex, predictor=recorder)
     run(engine_workload(n, rate, seed + 1000), cost_model=executed, **engine)
-    measured = np.asarray(executed.records)[:, 0]
-    x = np.asarray(recorder.terms)
-    coef = nonneg_lstsq(x, measured, free=(TERMS.index("base_s"),))
-    return dict(zip(TERMS, (float(v) for v in coef))), ape(x @ coef, measured)
+    return fit_weights(recorder.terms, np.asarray(executed.records)[:, 0])

@@ -1,0 +1,154 @@
+"""The terms vLLM and SGLang subtract from a GPU's memory before the KV cache gets the rest.
+
+Every size is bytes on ONE GPU of a tensor-parallel group (weights, activations and KV heads are
+sharded; each GPU keeps the same number of KV blocks). The servers measure these terms on the
+device at start-up; the simulator cannot, so each term below is either the server's own
+arithmetic or an estimate fitted to published start-up logs, and says which.
+
+**vLLM** (v1 engine, ``vllm/v1/worker/gpu_worker.py`` ``Worker.determine_available_memory`` with
+``vllm/utils/mem_utils.py`` ``memory_profiling``, vllm-project/vllm, Apache-2.0)::
+
+    requested  = gpu_memory_utilization x total device memory        (Worker.init_device)
+    kv_cache   = requested - weights - torch peak increase during profile_run
+                 - non-torch increase since start-up                 (non_kv_cache_memory)
+
+``profile_run`` (``vllm/v1/worker/gpu_model_runner.py``) runs one forward pass of
+``max_num_batched_tokens`` dummy tokens split over ``min(max_num_seqs, max_num_batched_tokens)``
+requests, then the sampler on one row of logits per request. CUDA graphs are captured after the
+KV cache is allocated (``compile_or_warm_up_model``) and live in the ``1 - utilization``
+headroom, so they are not a term. vLLM reads the total from ``cudaMemGetInfo``, which on the
+H100 in the llm-d logs below is 79.18 GiB, 0.47 GiB under nvidia-smi's 81,559 MiB: the
+simulator's device figure (nvidia-smi) leaves vLLM ~0.9 x that much more KV per GPU than a
+real server gets.
+
+**SGLang** (``python/sglang/srt/model_executor/model_runner.py`` ``profile_max_num_token``,
+sgl-project/sglang, Apache-2.0): the KV pool is what is left of ``mem_fraction_static`` x the
+free memory before the weights load (taken here as the device memory) once the weights are in:
+``kv_cache = mem_fraction_static x device - weights``. Activations, CUDA graphs and NCCL live in
+the ``1 - mem_fraction_static`` that :func:`sglang_mem_fraction_static` reserves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import ModelConfig
+
+GiB = 1 << 30
+MiB = 1 << 20
+ACTIVATION_BYTES = 2  # bf16/fp16 activations, whatever the weight or KV precision
+
+# vLLM's profile_run sizes when the caller gives none: 8,192 tokens is `vllm serve`'s
+# max_num_batched_tokens on GPUs of >= 70 GiB other than the A100 (2,048 on those; vllm
+# vllm/engine/arg_utils.py EngineArgs.get_batch_defaults); 256 sequences is its max_num_seqs on
+# the A100 and smaller GPUs (1,024 on the others) and the simulator's default max_batch_size.
+VLLM_MAX_NUM_BATCHED_TOKENS = 8192
+VLLM_MAX_NUM_SEQS = 256
+
+# Sampler working set per logit (one sequence x one vocabulary entry) in vLLM v1's dummy sampler
+# run (temperature, top-k, top-p: float32 logits, a sort with int64 indices, softmax, cumsum,
+# masks, probabilities and exponential noise). Fitted to the torch peak increase that llm-d
+# measured with vLLM on an H100 (llm-d/llm-d-benchmark config_explorer/
+# empirical-vllm-memory-results.md; 8,192 tokens, 1,024 sequences), after taking off the
+# [8192, hidden] bf16 hidden states still alive: Llama-3.1-8B 4.76 GiB -> 38.41 B,
+# Qwen3-0.6B 5.56 -> 38.26, Qwen3-32B 5.64 -> 38.39, Llama-3.3-70B-FP8 TP2 4.84 -> 38.55.
+SAMPLER_BYTES_PER_LOGIT = 38.4
+
+# Non-torch memory that appears during vLLM's profiling (NCCL and custom all-reduce buffers,
+# cuBLAS workspaces, attention-backend buffers): llm-d's H100 logs above give 0.13 GiB
+# (Llama-3.1-8B, Qwen3-0.6B, gpt-oss-20b) and 0.14 GiB (Qwen3-32B) on one GPU, 0.55 GiB with
+# TP 2 (Llama-3.3-70B-FP8). Larger TP groups were not measured: the TP 2 figure is used.
+VLLM_NON_TORCH_BYTES_TP1 = round(0.13 * GiB)
+VLLM_NON_TORCH_BYTES_TP = round(0.55 * GiB)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryTerm:
+    """One line of the accounting: ``bytes`` on one GPU, signed (the terms add up to the KV
+    cache), and where the number comes from."""
+
+    name: str
+    bytes: int
+    source: str
+
+
+def kv_heads_per_gpu(model: ModelConfig, tp: int) -> int:
+    """KV heads on each GPU: sharded, or replicated when TP exceeds them (vLLM's and SGLang's
+    ``get_num_kv_heads``: ``max(1, num_key_value_heads // tp)``)."""
+    return max(1, model.num_key_value_heads // tp)
+
+
+def forward_peak_bytes(model: ModelConfig, num_tokens: int, tp: int) -> int:
+    """Largest live set of one decoder layer's forward pass over ``num_tokens`` tokens on one GPU
+    (an estimate from vLLM's Llama layer, ``vllm/model_executor/models/llama.py``; the llm-d
+    peaks above are all sampler-bound and do not test it). Each layer frees its intermediates,
+    so the peak is the larger of:
+
+    - attention: residual + normed input ``2 h`` + fused QKV ``(heads + 2 kv_heads) d / tp``
+      + attention output ``heads d / tp``;
+    - MLP: residual + normed input ``2 h`` + gate_up ``2 I / tp`` + SiLU-and-mul ``I / tp``
+      (MoE: per routed expert ``3 I / tp`` plus its ``h`` output, the fused-MoE caches);
+
+    times ``num_tokens`` x 2 bytes."""
+    h, d = model.hidden_size, model.head_dim
+    inter = model.intermediate_size // tp
+    heads = model.num_attention_heads // tp
+    attention = 2 * h + (heads + 2 * kv_heads_per_gpu(model, tp)) * d + heads * d
+    if model.is_moe:
+        mlp = 2 * h + model.num_experts_per_tok * (3 * inter + h)
+    else:
+        mlp = 2 * h + 3 * inter
+    return num_tokens * max(attention, mlp) * ACTIVATION_BYTES
+
+
+def sampler_peak_bytes(model: ModelConfig, num_tokens: int, num_seqs: int) -> int:
+    """Peak of vLLM's dummy sampler run: the ``[num_tokens, h]`` hidden states of the forward pass
+    (still referenced) plus :data:`SAMPLER_BYTES_PER_LOGIT` per logit for one row per request,
+    ``min(num_seqs, num_tokens)`` rows of the full vocabulary (the LM head gathers them)."""
+    rows = min(num_seqs, num_tokens)
+    return (num_tokens * model.hidden_size * ACTIVATION_BYTES
+            + round(rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT))
+
+
+def vllm_activation_peak_bytes(model: ModelConfig, max_num_batched_tokens: int,
+                               max_num_seqs: int, tp: int) -> int:
+    """vLLM's "torch peak increase" of ``profile_run``: the forward pass or the sampler after it,
+    whichever holds more (:func:`forward_peak_bytes`, :func:`sampler_peak_bytes`)."""
+    return max(forward_peak_bytes(model, max_num_batched_tokens, tp),
+               sampler_peak_bytes(model, max_num_batched_tokens, max_num_seqs))
+
+
+def vllm_non_torch_bytes(tp: int) -> int:
+    """Non-torch memory vLLM's profiling adds (see :data:`VLLM_NON_TORCH_BYTES_TP1`)."""
+    return VLLM_NON_TORCH_BYTES_TP1 if tp == 1 else VLLM_NON_TORCH_BYTES_TP
+
+
+def sglang_defaults(gpu_memory_mib: float, tp: int) -> tuple[int, int]:
+    """SGLang's ``(chunked_prefill_size, cuda_graph_max_bs)`` for a GPU of this capacity (MiB, as
+    nvidia-smi reports it) on CUDA: ``ServerArgs._handle_gpu_memory_settings``
+    (``python/sglang/srt/server_args.py``, 2025 releases)."""
+    small = tp < 4
+    if gpu_memory_mib < 20 * 1024:
+        return 2048, 8
+    if gpu_memory_mib < 35 * 1024:
+        return 2048, 24 if small else 80
+    if gpu_memory_mib < 60 * 1024:
+        return 4096, 32 if small else 160
+    if gpu_memory_mib < 160 * 1024:
+        return 8192, 256 if small else 512
+    return 16384, 512
+
+
+def sglang_mem_fraction_static(gpu_memory_mib: float, tp: int, chunked_prefill_size=None,
+                               cuda_graph_max_bs=None) -> float:
+    """SGLang's default ``mem_fraction_static`` (same function; dense model, no data-parallel
+    attention, no speculative decoding, one pipeline stage): reserve, in MiB,
+    ``512 + 1.5 max(chunked_prefill_size, 2048) + 2 cuda_graph_max_bs + 1024 tp / 8`` (at least
+    10 GiB on GPUs above 60 GiB), and keep ``round((capacity - reserve) / capacity, 3)``."""
+    chunk, graph_bs = sglang_defaults(gpu_memory_mib, tp)
+    chunk = chunk if chunked_prefill_size is None else chunked_prefill_size
+    graph_bs = graph_bs if cuda_graph_max_bs is None else cuda_graph_max_bs
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
+    if gpu_memory_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    return round((gpu_memory_mib - reserved) / gpu_memory_mib, 3)

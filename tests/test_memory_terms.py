@@ -1,0 +1,158 @@
+"""sim/specs/memory_terms.py and memory_budget's accounting: each term by its own arithmetic,
+the vLLM terms against the start-up peaks llm-d published, SGLang's mem_fraction_static."""
+
+import pytest
+
+from sim import get_model, memory_budget
+from sim.cli import main
+from sim.specs.gpus import get_gpu
+from sim.specs.memory_terms import (GiB, MiB, SAMPLER_BYTES_PER_LOGIT, forward_peak_bytes,
+                                    kv_heads_per_gpu, sampler_peak_bytes,
+                                    sglang_mem_fraction_static, vllm_activation_peak_bytes,
+                                    vllm_non_torch_bytes)
+
+A100 = 81920 * MiB  # nvidia-smi memory.total of an A100-SXM4-80GB
+
+
+def test_llama2_70b_tp2_on_a100_is_the_sum_of_the_vllm_terms():
+    """The issue's figure, by hand: per GPU of the two."""
+    b = memory_budget("llama-2-70b", get_gpu("a100").memory_gb, tensor_parallel=2,
+                      gpu_memory_utilization=0.9)
+    m = get_model("llama-2-70b")  # h 8192, I 28672, 80 layers, 8 KV heads of 128, vocab 32000
+    requested = round(0.9 * A100)                                  # 77,309,411,328
+    weights = m.total_params() * 2 // 2                            # 68,976,648,192
+    forward = 8192 * (2 * 8192 + 3 * 28672 // 2) * 2               # MLP of 8,192 tokens
+    sampler = 8192 * 8192 * 2 + round(256 * 32000 * SAMPLER_BYTES_PER_LOGIT)
+    assert forward == 973_078_528 and sampler == 448_790_528  # the forward pass is the peak
+    non_torch = round(0.55 * GiB)                                  # TP 2, measured by llm-d
+    kv = requested - weights - forward - non_torch
+    block = 16 * 80 * 2 * (8 // 2) * 128 * 2                       # 16 tokens, K and V, 4 heads
+    assert (kv, block) == (6_769_126_605, 2_621_440)
+    assert b.kv_blocks == kv // block == 2582
+    assert [t.name for t in b.terms] == ["requested", "weights", "activations", "non_torch"]
+    assert [t.bytes for t in b.terms] == [requested, -weights, -forward, -non_torch]
+    assert b.kv_bytes_per_gpu == kv and b.kv_budget_bytes == 2 * kv
+    assert b.max_kv_tokens == kv // (block // 16)
+    assert b.device_memory_bytes == A100
+    # roughly twice the 1,153 blocks of 80 GB = 80e9 bytes with nothing but the weights
+    assert 1.9 < b.kv_blocks / 1153 < 2.5
+
+
+def test_terms_add_up_and_totals_are_per_gpu_times_tp():
+    for tp in (1, 2, 4):
+        b = memory_budget("llama-3.1-8b", get_gpu("h100").memory_gb, tensor_parallel=tp)
+        assert sum(t.bytes for t in b.terms) == b.kv_bytes_per_gpu
+        assert b.kv_budget_bytes == tp * b.kv_bytes_per_gpu
+        assert b.usable_bytes == tp * b.term("requested")
+        assert b.overhead_bytes == -tp * (b.term("activations") + b.term("non_torch"))
+        assert b.kv_blocks == b.kv_bytes_per_gpu // b.kv_block_bytes_per_gpu
+    with_reserve = memory_budget("llama-3.1-8b", 80, overhead_gb=2)
+    assert with_reserve.term("reserved") == -2e9
+    assert with_reserve.kv_bytes_per_gpu == memory_budget("llama-3.1-8b", 80).kv_bytes_per_gpu \
+        - 2e9
+
+
+@pytest.mark.parametrize("model, tp, measured_gib", [
+    ("llama-3.1-8b", 1, 4.76),   # llm-d: Llama-3.1-8B-Instruct
+    ("llama-3.1-70b", 2, 4.84),  # llm-d: Llama-3.3-70B-FP8 (same shapes; activations bf16)
+])
+def test_vllm_activation_peak_matches_llm_d_measurements(model, tp, measured_gib):
+    """vllm serve on an H100 (8,192 tokens, 1,024 sequences): the sampler-bound peaks that
+    SAMPLER_BYTES_PER_LOGIT was fitted to, within 1%."""
+    peak = vllm_activation_peak_bytes(get_model(model), 8192, 1024, tp)
+    assert peak / GiB == pytest.approx(measured_gib, rel=0.01)
+
+
+def test_vllm_kv_cache_matches_llm_d_llama_8b():
+    """llm-d's H100 log: 79.18 GiB total (cudaMemGetInfo), 0.9, weights 14.99 GiB, activation
+    4.76, non-torch 0.13 -> 51.38 GiB of KV cache."""
+    b = memory_budget("llama-3.1-8b", 79.18 * GiB / 1e9, max_num_seqs=1024)
+    assert b.kv_bytes_per_gpu / GiB == pytest.approx(51.38, abs=0.06)
+
+
+def test_forward_peak_is_the_larger_live_set_of_a_layer():
+    m = get_model("llama-3.1-8b")  # h 4096, 32 heads, 8 KV heads of 128, I 14336
+    mlp = 2 * 4096 + 3 * 14336
+    attention = 2 * 4096 + (32 + 2 * 8) * 128 + 32 * 128
+    assert mlp > attention
+    assert forward_peak_bytes(m, 100, 1) == 100 * mlp * 2
+    assert forward_peak_bytes(m, 100, 2) == 100 * (2 * 4096 + 3 * 14336 // 2) * 2
+    moe = get_model("mixtral-8x7b")  # top-2 of 8 experts, I 14336
+    assert forward_peak_bytes(moe, 10, 1) == 10 * (2 * 4096 + 2 * (3 * 14336 + 4096)) * 2
+
+
+def test_sampler_rows_are_capped_by_the_tokens():
+    m = get_model("llama-3.1-8b")
+    assert sampler_peak_bytes(m, 100, 256) == 100 * 4096 * 2 + round(
+        100 * 128256 * SAMPLER_BYTES_PER_LOGIT)
+    # more sequences -> more sampler memory; a small vocabulary leaves the forward pass the peak
+    assert vllm_activation_peak_bytes(m, 8192, 1024, 1) > vllm_activation_peak_bytes(m, 8192,
+                                                                                     256, 1)
+    assert vllm_activation_peak_bytes(get_model("llama-2-7b"), 8192, 256, 1) == \
+        forward_peak_bytes(get_model("llama-2-7b"), 8192, 1)
+
+
+def test_non_torch_and_kv_head_replication():
+    assert vllm_non_torch_bytes(1) < vllm_non_torch_bytes(2) == vllm_non_torch_bytes(8)
+    m = get_model("llama-3.1-405b")  # 8 KV heads
+    assert [kv_heads_per_gpu(m, tp) for tp in (1, 2, 8, 16)] == [8, 4, 1, 1]
+    b = memory_budget("llama-3.1-405b", get_gpu("h100").memory_gb, tensor_parallel=16)
+    assert b.kv_block_bytes_per_gpu == 16 * 126 * 2 * 1 * 128 * 2  # one replicated head
+
+
+@pytest.mark.parametrize("mib, tp, expected", [
+    (81920, 2, 0.834),   # A100 80GB: 512 + 8192*1.5 + 256*2 + 256 = 13,568 MiB reserved
+    (81559, 1, 0.835),   # H100: 13,440 reserved
+    (46068, 1, 0.851),   # L40S: chunk 4096, graphs 32 -> 512 + 6144 + 64 + 128 = 6,848
+    (183359, 8, 0.852),  # B200: 512 + 16384*1.5 + 512*2 + 1024 = 27,136
+])
+def test_sglang_default_mem_fraction_static(mib, tp, expected):
+    assert sglang_mem_fraction_static(mib, tp) == expected
+
+
+def test_sglang_reserve_is_at_least_10_gib_on_large_gpus():
+    # 512 + 2048*1.5 + 8*2 + 128 = 3,728 MiB < 10 GiB on a 64 GiB GPU -> 10 GiB reserved
+    assert sglang_mem_fraction_static(65536, 1, 2048, 8) == round((65536 - 10240) / 65536, 3)
+    assert sglang_mem_fraction_static(40000, 1, 2048, 8) == round((40000 - 3728) / 40000, 3)
+
+
+def test_sglang_accounting_is_static_pool_minus_weights():
+    gb = get_gpu("a100").memory_gb
+    b = memory_budget("llama-2-70b", gb, tensor_parallel=2, accounting="sglang")
+    m = get_model("llama-2-70b")
+    assert [t.name for t in b.terms] == ["static_pool", "weights"]
+    assert b.term("static_pool") == round(0.834 * A100)
+    assert b.kv_bytes_per_gpu == round(0.834 * A100) - m.total_params()
+    given = memory_budget("llama-2-70b", gb, tensor_parallel=2, accounting="sglang",
+                          mem_fraction_static=0.9)
+    assert given.term("static_pool") == round(0.9 * A100)
+    assert given.kv_blocks > b.kv_blocks
+
+
+def test_accounting_arguments_are_checked_by_name():
+    with pytest.raises(ValueError, match="accounting"):
+        memory_budget("llama-2-7b", 80, accounting="trt")
+    with pytest.raises(ValueError, match="mem_fraction_static"):
+        memory_budget("llama-2-7b", 80, accounting="sglang", mem_fraction_static=1.2)
+    with pytest.raises(ValueError, match="max_num_batched_tokens"):
+        memory_budget("llama-2-7b", 80, max_num_batched_tokens=0)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        memory_budget("llama-2-7b", 80, max_num_seqs=-1)
+    with pytest.raises(ValueError, match="non_torch_gb"):
+        memory_budget("llama-2-7b", 80, non_torch_gb=-1)
+    assert memory_budget("llama-2-7b", 80, non_torch_gb=0).term("non_torch") == 0
+
+
+def test_sim_memory_prints_every_term(capsys):
+    assert main(["memory", "llama-2-70b", "--gpu", "a100", "--tp", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "81,920 MiB = 80.00 GiB" in out
+    for name, value in (("requested", "77,309,411,328"), ("weights", "68,976,648,192"),
+                        ("activations", "973,078,528"), ("non_torch", "590,558,003"),
+                        ("KV cache", "6,769,126,605")):
+        line = next(ln for ln in out.splitlines() if name in ln and value in ln)
+        assert line
+    assert "2,582 blocks of 16 tokens" in out
+    assert main(["memory", "llama-2-70b", "--gpu", "a100", "--tp", "2",
+                 "--accounting", "sglang"]) == 0
+    assert "static_pool" in capsys.readouterr().out
