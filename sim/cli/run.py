@@ -27,7 +27,7 @@ DEFAULTS = {
     "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": None,
     "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
     "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
-    "closed_loop_users": None, "think_time": 0.0,
+    "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
 }
 DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; the Azure LLM "
                     "inference 2023 'conv' trace (19,366 requests over ~58 min, replayed); "
@@ -54,6 +54,10 @@ def _add_run_args(p):
     p.add_argument("--token-budget", type=int, dest="token_budget",
                    help="continuous: cap on prompt tokens admitted per iteration (default none)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks")
+    p.add_argument("--prefix-caching", choices=["off", "block"], dest="prefix_caching",
+                   help="prefix cache: off, or block (vLLM v1: full blocks keyed by the "
+                        "workload's hash_ids) (default: the scheduler's; off for the simple "
+                        "ones, block for vllm)")
     p.add_argument("--block-size", type=int, dest="block_size",
                    help="tokens per KV block (default: the scheduler's; 16)")
     p.add_argument("--seed", type=int)
@@ -125,6 +129,15 @@ def cost_model_from(s):
                      f"linear:BASE,PREFILL,DECODE,CONTEXT")
 
 
+def _prefix_caching(s):
+    value = s["prefix_caching"]
+    if value is None:
+        return None
+    if value in (False, "off", "false", "none"):
+        return False
+    return value
+
+
 def build(s):
     """(workload DataFrame, SimConfig) from settings."""
     import workloads
@@ -135,7 +148,8 @@ def build(s):
     cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
-                    block_size=s["block_size"], model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
+                    block_size=s["block_size"], prefix_caching=_prefix_caching(s),
+                    model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
     return df, cfg
 
 
