@@ -22,22 +22,67 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 
 def _chain(c, h):
     return hash((c, h))
+
+
+_P = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible mod 2**64 (the golden-ratio constant)
+_P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
+
+
+def _chains_all(id_lists) -> list:
+    """Per list of ids ``h``, ``c[k]`` naming ``h[0..k]`` in order:
+    ``c[k] = c[k-1]·P + h[k] + 1 (mod 2**64)``. All lists in one vectorised pass:
+    ``c[i] = P**i · (S[i] - S[start - 1])`` with ``S = cumsum((h + 1)·P**-i)`` over the
+    concatenation (exact: a ring mod 2**64). Lists of ids that are not 64-bit integers fall
+    back to chained ``hash`` of tuples."""
+    lengths = [len(ids) for ids in id_lists]
+    total = sum(lengths)
+    if not total:
+        return [[] for _ in id_lists]
+    try:
+        h = np.concatenate([np.asarray(ids) for ids in id_lists if len(ids)])
+        if h.dtype.kind not in "iu":
+            raise TypeError
+        h = h.astype(np.int64).view(np.uint64) + np.uint64(1)
+    except (TypeError, ValueError, OverflowError):
+        return [list(itertools.accumulate(ids, _chain, initial=0))[1:] for ids in id_lists]
+    with np.errstate(over="ignore"):
+        inv = np.cumprod(np.full(total, _P_INV, dtype=np.uint64)) * _P  # P**-i
+        pw = np.cumprod(np.full(total, _P, dtype=np.uint64)) * _P_INV  # P**i
+        s = np.cumsum(h * inv)
+        ends = np.cumsum(lengths)
+        starts = ends - np.asarray(lengths)
+        before = np.concatenate([[np.uint64(0)], s])[np.repeat(starts, lengths)]
+        chains = (pw * (s - before)).tolist()
+    return [chains[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
+    """:func:`prefix_block_keys` of many prompts at once (``None`` entries: no keys)."""
+    lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+    chains = _chains_all(lists)
+    out = []
+    for ids, c, prompt in zip(lists, chains, prompts):
+        n = min(int(prompt) // block_size, len(ids) * hash_block_size // block_size)
+        if n <= 0:
+            out.append([])
+        elif block_size == hash_block_size:
+            out.append(list(zip(c[:n], range(n))))
+        else:
+            last = ((np.arange(1, n + 1) * block_size - 1) // hash_block_size).tolist()
+            out.append(list(zip(map(c.__getitem__, last), range(n))))
+    return out
 
 
 def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) -> list:
     """Keys of the full ``block_size``-token blocks of a prompt (see the module docstring)."""
     if hash_ids is None:
         return []
-    n = num_prompt_tokens // block_size
-    covered = len(hash_ids) * hash_block_size
-    n = min(n, covered // block_size)
-    if n <= 0:
-        return []
-    chains = list(itertools.accumulate(hash_ids, _chain, initial=0))
-    return [(chains[((j + 1) * block_size - 1) // hash_block_size + 1], j) for j in range(n)]
+    return block_keys_all([hash_ids], hash_block_size, [num_prompt_tokens], block_size)[0]
 
 
 def ideal_prefix_hit_rate(df, block_size=16) -> float:
@@ -52,11 +97,10 @@ def ideal_prefix_hit_rate(df, block_size=16) -> float:
         raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id)")
     seen = set()
     hits = total = 0
-    for ids, prompt in zip(df["hash_ids"], df["num_prompt_tokens"]):
-        prompt = int(prompt)
+    prompts = [int(p) for p in df["num_prompt_tokens"]]
+    all_keys = block_keys_all(list(df["hash_ids"]), hash_bs, prompts, block_size)
+    for keys, prompt in zip(all_keys, prompts):
         total += prompt
-        keys = prefix_block_keys(ids if isinstance(ids, (list, tuple)) else None, hash_bs,
-                                 prompt, block_size)
         limit = min(len(keys), (prompt - 1) // block_size)
         n = 0
         while n < limit and keys[n] in seen:

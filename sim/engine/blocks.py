@@ -18,6 +18,7 @@ reference counts, and the LRU queue of free blocks whose keys survive until reus
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import islice, takewhile
 
 from ..checks import positive_int
 
@@ -87,7 +88,7 @@ class PrefixCachingBlockManager(BlockManager):
     count is 0.
     """
 
-    __slots__ = ("_queue", "_ref", "_serial", "num_evictions")
+    __slots__ = ("_queue", "_ref", "_serial", "num_evictions", "version")
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
@@ -95,22 +96,20 @@ class PrefixCachingBlockManager(BlockManager):
         self._ref = {}
         self._serial = 1
         self.num_evictions = 0
+        self.version = 0  # bumped by every change: a lookup stays valid while it is unchanged
 
     def lookup(self, keys, limit) -> tuple:
         """``(hit, free_hits)``: how many of ``keys[:limit]`` are cached, from the first on,
         and how many of those are free (taking them uses up free blocks)."""
         ref = self._ref
-        hit = free_hits = 0
-        while hit < limit:
-            count = ref.get(keys[hit])
-            if count is None:
-                break
-            free_hits += count == 0
-            hit += 1
-        return hit, free_hits
+        hits = list(takewhile(ref.__contains__, islice(keys, limit)))  # C-level walk
+        if not hits:
+            return 0, 0
+        return len(hits), list(map(ref.__getitem__, hits)).count(0)
 
     def acquire(self, keys) -> None:
         """Take a reference on each cached block of ``keys`` (a hit)."""
+        self.version += 1
         ref, queue = self._ref, self._queue
         for k in keys:
             count = ref[k]
@@ -119,31 +118,33 @@ class PrefixCachingBlockManager(BlockManager):
                 self.num_free -= 1
             ref[k] = count + 1
 
-    def register(self, key) -> bool:
-        """A block just filled with the tokens ``key`` names becomes cached (reference 1);
-        False when that content is cached already (the block stays anonymous)."""
-        if key in self._ref:
-            return False
-        self._ref[key] = 1
-        return True
+    def register(self, keys) -> list:
+        """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
+        returns the keys registered (a content already cached stays in an anonymous block)."""
+        self.version += 1
+        ref = self._ref
+        new = [k for k in keys if k not in ref]
+        ref.update(dict.fromkeys(new, 1))
+        return new
 
     def allocate(self, n: int) -> None:
         """Take ``n`` free blocks from the head of the LRU queue, evicting cached ones."""
+        self.version += 1
         if n > self.num_free or n < 0:
             raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
-        queue = self._queue
+        queue, ref = self._queue, self._ref
         self.num_free -= n
         while n:
-            key, count = next(iter(queue.items()))
+            key, count = queue.popitem(last=False)
             if count is None:  # a cached block reaches the head: evict its key
-                del queue[key], self._ref[key]
+                del ref[key]
                 self.num_evictions += 1
                 n -= 1
             elif count > n:
                 queue[key] = count - n
+                queue.move_to_end(key, last=False)
                 n = 0
             else:
-                del queue[key]
                 n -= count
 
     def free(self, n: int) -> None:
@@ -165,14 +166,16 @@ class PrefixCachingBlockManager(BlockManager):
     def release(self, keys, num_anonymous: int) -> None:
         """A request frees its blocks: ``num_anonymous`` anonymous ones, then its cached
         ``keys`` in reverse order (a key whose count drops to 0 joins the queue's tail)."""
+        self.version += 1
         self.free(num_anonymous)
-        ref, queue = self._ref, self._queue
-        for k in reversed(keys):
-            count = ref[k] - 1
-            ref[k] = count
-            if not count:
-                queue[k] = None
-                self.num_free += 1
+        if keys:
+            ref = self._ref
+            rev = keys[::-1]
+            counts = [ref[k] - 1 for k in rev]
+            ref.update(zip(rev, counts))
+            unused = [k for k, c in zip(rev, counts) if not c]
+            self._queue.update(dict.fromkeys(unused))
+            self.num_free += len(unused)
 
     @property
     def num_cached(self) -> int:

@@ -79,6 +79,7 @@ class Replica:
     def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
                  prefix_caching=False):
         self.caching = bool(prefix_caching)
+        self._memo = (None, -1, -1, (0, 0))  # the last prefix-cache lookup (see _lookup)
         self.blocks = (PrefixCachingBlockManager if self.caching else BlockManager)(kv_blocks,
                                                                                    block_size)
         self.block_size = self.blocks.block_size
@@ -134,11 +135,21 @@ class Replica:
         """Tokens of waiting request ``r`` the prefix cache would serve if admitted now (0
         without caching): its longest run of cached leading full blocks, capped so that at
         least its last token is computed."""
-        keys = r.block_keys
-        if not self.caching or not keys:
+        if not self.caching or not r.block_keys:
             return 0
-        limit = min(len(keys), (r.prefill_target - 1) // self.block_size)
-        return self.blocks.lookup(keys, limit)[0] * self.block_size
+        return self._lookup(r)[0] * self.block_size
+
+    def _lookup(self, r):
+        """``(hit blocks, free hits)`` of ``r``; remembered while the pool does not change (a
+        policy asks ``prefix_hit`` and then admits: one walk over the keys, not two)."""
+        blocks = self.blocks
+        memo = self._memo
+        if memo[0] is r and memo[1] == blocks.version and memo[2] == r.prefill_target:
+            return memo[3]
+        keys = r.block_keys
+        found = blocks.lookup(keys, min(len(keys), (r.prefill_target - 1) // self.block_size))
+        self._memo = (r, blocks.version, r.prefill_target, found)
+        return found
 
     # -- the verbs ----------------------------------------------------------------------------
     def admit(self, r, num_tokens: int) -> bool:
@@ -187,10 +198,7 @@ class Replica:
     def _admit_cached(self, r, num_tokens):
         keys = r.block_keys or ()
         bs = self.block_size
-        hit = free_hits = 0
-        if keys:
-            limit = min(len(keys), (r.prefill_target - 1) // bs)
-            hit, free_hits = self.blocks.lookup(keys, limit)
+        hit, free_hits = self._lookup(r) if keys else (0, 0)
         cached = hit * bs
         if r.status != WAITING or not 0 < num_tokens <= r.prefill_target - cached:
             if r.status == WAITING:
@@ -218,10 +226,7 @@ class Replica:
         keys = r.block_keys
         if keys:
             bs = self.block_size
-            register, held = self.blocks.register, r.kv_keys
-            for j in range(done // bs, min(len(keys), upto // bs)):
-                if register(keys[j]):
-                    held.append(keys[j])
+            r.kv_keys.extend(self.blocks.register(keys[done // bs:min(len(keys), upto // bs)]))
 
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""

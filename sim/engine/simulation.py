@@ -38,7 +38,8 @@ from .request import Request
 def _requests_from(workload, block_size=None):
     """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
     request with ``hash_ids`` gets the keys of its full prompt blocks."""
-    from workloads import from_records, prefix_block_keys, validate
+    from workloads import from_records, validate
+    from workloads.prefix import block_keys_all
     if not isinstance(workload, pd.DataFrame):
         if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
             raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
@@ -53,10 +54,11 @@ def _requests_from(workload, block_size=None):
         if not hash_bs:
             raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id); "
                              "set df.attrs['block_size']")
-        for r, ids in zip(reqs, df["hash_ids"].tolist()):
-            if isinstance(ids, (list, tuple)) and len(ids):
-                r.block_keys = prefix_block_keys(ids, int(hash_bs), r.num_prompt_tokens,
-                                                 block_size)
+        keys = block_keys_all(df["hash_ids"].tolist(), int(hash_bs),
+                              [r.num_prompt_tokens for r in reqs], block_size)
+        for r, k in zip(reqs, keys):
+            if k:
+                r.block_keys = k
     return df, reqs
 
 
