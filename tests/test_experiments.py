@@ -44,3 +44,14 @@ def test_sweep_on_a_dask_cluster_matches_local():
                       dashboard_address=None) as cluster, Client(cluster) as client:
         on_cluster = sweep(jobs, client=client).drop(columns="wall_seconds")
     assert on_cluster.equals(sweep(jobs, workers=1).drop(columns="wall_seconds"))
+
+
+def test_compare_presets(tmp_path, load_script):
+    compare_presets = load_script("experiments/compare_presets.py")
+    table = compare_presets.main(["-n", "300", "-o", str(tmp_path)])
+    assert table.loc["vllm", "prefix_hit_rate"] > 0.02  # Mooncake turns repeat their prefix
+    assert (table.drop(index="vllm")["prefix_hit_rate"] == 0).all()
+    assert table.loc["vllm", "ttft_p50"] < table.loc["vllm (no prefix cache)", "ttft_p50"]
+    # chunked prefill (sarathi) keeps the P99 inter-token latency far below vllm's 8k budget
+    assert table.loc["sarathi", "itl_p99"] < 0.5 * table.loc["vllm", "itl_p99"]
+    assert (tmp_path / "presets.csv").exists() and (tmp_path / "presets_latency_cdfs.png").exists()

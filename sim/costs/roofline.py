@@ -3,14 +3,24 @@
 Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), bytes /
 (bandwidth x memory_eff), kernel_floor)``:
 
-- GEMMs (fused QKV, O, gate+up, down; MoE: the top-k experts' FLOPs and the weights of the
-  experts touched), reading their weights once per iteration;
+- GEMMs (fused QKV, O, gate+up, down; a non-gated MLP's fc1 and fc2; MoE: the top-k experts'
+  FLOPs and the weights of the experts touched, plus the shared experts; MLA: the low-rank Q
+  and KV projections and the latent up-projections), reading their weights once per iteration;
 - prefill attention of each chunk of ``c`` new tokens over ``p`` cached ones (causal:
   ``4 c (p + c/2) d_q`` FLOPs) and decode attention (each sequence reads its whole KV context);
-- elementwise ops (two RMSNorms, RoPE, SiLU-mul, two residual adds), memory-bound;
+- elementwise ops (two norms, or one for a parallel block that shares it, RoPE, the
+  activation, two residual adds), memory-bound;
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
-  layer, priced from measured NCCL timings (interpolated by size) or a ring model;
+  layer (one for a parallel attention+MLP block, whose two outputs are summed before the
+  reduction), priced from measured NCCL timings (interpolated by size) or a ring model;
 - the LM head once per iteration for the tokens that sample, and a per-iteration overhead.
+
+Multi-head latent attention (MLA, DeepSeek-V2/V3) is priced as vLLM runs it: decode attends
+over the cached latent (``kv_lora_rank + qk_rope_head_dim`` values per token, read once for
+all heads; the K and V up-projections absorbed into the query and output, so per query token
+they cost what the ``kv_b_proj`` GEMM costs), prefill attention is ordinary attention with
+``qk_nope + qk_rope``-wide keys and ``v_head_dim``-wide values, and each prefill chunk
+up-projects the latents of its cached prefix again (a GEMM over the cached tokens).
 
 The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
 ``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; GPUs without
@@ -129,20 +139,48 @@ class RooflineCost:
             self.peak = self.peak_fp16
         self._linear_cache = {}
         m, tp = self.model, self.tp
-        # decode attention per context token per layer: K and V read, 4 d_q FLOPs
-        kv_heads = max(1, m.num_key_value_heads // tp)
-        self._kv_bytes_per_ctx = 2 * kv_heads * m.head_dim * self.kvb
-        self._q_per_gpu = m.q_size / tp
         p = self.params
-        self._decode_s_per_ctx = m.num_hidden_layers * max(
-            4 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
-            self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff))
         layers = m.num_hidden_layers
+        self._allreduces_per_layer = 1 if m.parallel_attn else 2
+        self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
+        if m.is_mla:
+            # per layer and context token: the latent (read once for all heads); FLOPs: scores
+            # over kv_lora + rope, values over kv_lora, per head (the absorbed form)
+            heads = m.num_attention_heads / tp
+            self._kv_bytes_per_ctx = m.kv_latent_size * self.kvb
+            decode_flops = 2 * heads * (m.kv_latent_size + m.kv_lora_rank)
+            # prefill (vLLM's MHA form): qk_head-wide scores, v-wide values per (query, key)
+            qkv_width = heads * (m.head_dim + m.v_head_dim)
+            self._pair_flops = 2.0 * qkv_width
+            self._q_per_gpu = heads * m.head_dim
+            self._prefill_ctx_bytes = self._kv_bytes_per_ctx + qkv_width * ACT_BYTES
+            self._prefill_new_bytes = qkv_width * ACT_BYTES  # read Q, write O
+            up_width = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+            self._upproj = (
+                layers * 2.0 * up_width / (self.peak * p.gemm_compute_eff),
+                layers * up_width * self.wb / (self.bw * p.gemm_memory_eff),
+                layers * (m.kv_lora_rank + heads * (m.qk_nope_head_dim + m.v_head_dim))
+                * ACT_BYTES / (self.bw * p.gemm_memory_eff))
+        else:
+            # decode attention per context token per layer: K and V read, 4 d_q FLOPs
+            kv_heads = max(1, m.num_key_value_heads // tp)
+            self._kv_bytes_per_ctx = 2 * kv_heads * m.head_dim * self.kvb
+            self._q_per_gpu = m.q_size / tp
+            decode_flops = 4 * self._q_per_gpu
+        self._decode_s_per_ctx = m.num_hidden_layers * max(
+            decode_flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
+            self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff))
         self._attn_floor = layers * p.kernel_floor_s
-        self._prefill_coeffs = (  # prefill_attention_time = max(a n (p + n/2), b (p + n) + c n)
-            layers * 4.0 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
-            layers * self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff),
-            layers * 2 * self._q_per_gpu * ACT_BYTES / (self.bw * p.attn_decode_memory_eff))
+        if m.is_mla:
+            self._prefill_coeffs = (
+                layers * self._pair_flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
+                layers * self._prefill_ctx_bytes / (self.bw * p.attn_decode_memory_eff),
+                layers * self._prefill_new_bytes / (self.bw * p.attn_decode_memory_eff))
+        else:
+            self._prefill_coeffs = (  # prefill_attention_time = max(a n (p + n/2), b (p + n) + c n)
+                layers * 4.0 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
+                layers * self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff),
+                layers * 2 * self._q_per_gpu * ACT_BYTES / (self.bw * p.attn_decode_memory_eff))
 
     def op_work(self, tokens) -> dict:
         """Per layer, per op: ``(FLOPs, bytes)`` for ``tokens`` tokens (scalars or arrays).

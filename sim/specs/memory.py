@@ -35,13 +35,33 @@ def bytes_per_value(name: str, dtype) -> float:
     return positive_float(name, dtype)
 
 
-def kv_cache_bytes(N, n_layers, n_heads_kv, d_head, dtype=2):
-    """Bytes of K and V for ``N`` tokens: ``2 * N * n_layers * n_heads_kv * d_head * dtype``."""
-    for name, value in (("N", N), ("n_layers", n_layers), ("n_heads_kv", n_heads_kv),
-                        ("d_head", d_head)):
-        positive_int(name, value)
+def kv_cache_bytes(N, n_layers=None, n_heads_kv=None, d_head=None, dtype=2, *, model=None,
+                   tensor_parallel=1):
+    """Bytes of the KV cache of ``N`` tokens.
+
+    ``kv_cache_bytes(N, n_layers, n_heads_kv, d_head, dtype=2)``: K and V of every head,
+    ``2 * N * n_layers * n_heads_kv * d_head * dtype`` (MHA/GQA; the cheat sheet's formula).
+    ``kv_cache_bytes(N, model=m, dtype=2, tensor_parallel=1)``: from a model (a preset name,
+    ``ModelConfig`` or HF config dict), on ONE GPU of a ``tensor_parallel`` group:
+    ``N * dtype * m.kv_cache_values_per_token(tensor_parallel)``, i.e. the formula above with the
+    GPU's KV heads, or for multi-head latent attention (DeepSeek-V2/V3) one latent of
+    ``kv_lora_rank + qk_rope_head_dim`` values per token and layer, whole on every GPU.
+    """
+    positive_int("N", N)
     dtype = bytes_per_value("dtype", dtype)
-    total = 2 * N * n_layers * n_heads_kv * d_head * dtype
+    if model is not None:
+        given = [k for k, v in (("n_layers", n_layers), ("n_heads_kv", n_heads_kv),
+                                ("d_head", d_head)) if v is not None]
+        if given:
+            raise ValueError(f"give model= or {', '.join(given)}, not both")
+        total = N * get_model(model).kv_cache_values_per_token(tensor_parallel) * dtype
+    else:
+        for name, value in (("n_layers", n_layers), ("n_heads_kv", n_heads_kv),
+                            ("d_head", d_head)):
+            if value is None:
+                raise ValueError(f"{name} is required (or give model=)")
+            positive_int(name, value)
+        total = 2 * N * n_layers * n_heads_kv * d_head * dtype
     return int(total) if float(total).is_integer() else total
 
 
@@ -62,7 +82,8 @@ class MemoryBudget:
     is negative, when it is 0. Every GPU holds ``kv_blocks`` blocks of ``kv_block_bytes_per_gpu``.
     The totals ``usable_bytes``, ``weights_bytes``, ``overhead_bytes`` (every other
     deduction) and ``kv_budget_bytes`` are over the ``tensor_parallel`` GPUs;
-    ``kv_bytes_per_token`` is the model's (all KV heads once).
+    ``kv_bytes_per_token`` is the model's (all KV heads once; an MLA model's latent, which every
+    GPU holds whole).
     """
 
     model: ModelConfig
@@ -134,8 +155,7 @@ def _terms(model, device, tp, wbytes, s):
 def _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, s):
     parts = _terms(model, device, tp, wbytes, s)
     kv = max(0, sum(t.bytes for t in parts))
-    per_token = kv_cache_bytes(1, model.num_hidden_layers, terms.kv_heads_per_gpu(model, tp),
-                               model.head_dim, kvbytes)
+    per_token = kv_cache_bytes(1, model=model, dtype=kvbytes, tensor_parallel=tp)
     tokens = int(kv // per_token)
     return parts, kv, per_token, tokens, tokens // block_size
 
@@ -220,8 +240,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
         gpu_memory_utilization=util, weight_bytes_per_value=wbytes, kv_bytes_per_value=kvbytes,
         block_size=block_size, usable_bytes=budget * tp, weights_bytes=weights * tp,
         overhead_bytes=(budget - weights - sum(t.bytes for t in parts)) * tp,
-        kv_bytes_per_token=kv_cache_bytes(1, model.num_hidden_layers, model.num_key_value_heads,
-                                          model.head_dim, kvbytes),
+        kv_bytes_per_token=kv_cache_bytes(1, model=model, dtype=kvbytes),
         kv_budget_bytes=kv * tp, max_kv_tokens=tokens, kv_blocks=blocks, fits=fits,
         advice=advice, accounting=accounting, device_memory_bytes=device, terms=tuple(parts),
         kv_bytes_per_gpu=kv, kv_block_bytes_per_gpu=per_token * block_size)

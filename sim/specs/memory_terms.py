@@ -85,19 +85,37 @@ def forward_peak_bytes(model: ModelConfig, num_tokens: int, tp: int) -> int:
     so the peak is the larger of:
 
     - attention: residual + normed input ``2 h`` + fused QKV ``(heads + 2 kv_heads) d / tp``
-      + attention output ``heads d / tp``;
+      + attention output ``heads d / tp`` (MLA, vLLM's prefill path: the Q and KV latents
+      ``q_lora + kv_lora + rope``, Q ``heads qk_head / tp``, the up-projected K-nope and V
+      ``heads (nope + v) / tp``, the assembled K ``heads qk_head / tp`` and the output
+      ``heads v / tp``);
     - MLP: residual + normed input ``2 h`` + gate_up ``2 I / tp`` + SiLU-and-mul ``I / tp``
-      (MoE: per routed expert ``3 I / tp`` plus its ``h`` output, the fused-MoE caches);
+      (non-gated: fc1 ``I / tp`` + activation ``I / tp``; MoE: per routed expert ``3 I / tp``
+      plus its ``h`` output, the fused-MoE caches, and the shared experts; a DeepSeek-style
+      model's dense layers count too); a parallel block (GPT-J, Falcon) still holds the
+      attention output ``h`` while its MLP runs;
 
     times ``num_tokens`` x 2 bytes."""
     h, d = model.hidden_size, model.head_dim
     inter = model.intermediate_size // tp
     heads = model.num_attention_heads // tp
-    attention = 2 * h + (heads + 2 * kv_heads_per_gpu(model, tp)) * d + heads * d
-    if model.is_moe:
-        mlp = 2 * h + model.num_experts_per_tok * (3 * inter + h)
+    if model.is_mla:
+        attention = (2 * h + model.q_lora_rank + model.kv_latent_size + 2 * heads * d
+                     + heads * (model.qk_nope_head_dim + model.v_head_dim)
+                     + heads * model.v_head_dim)
     else:
-        mlp = 2 * h + 3 * inter
+        attention = 2 * h + (heads + 2 * kv_heads_per_gpu(model, tp)) * d + heads * d
+    act = 3 if model.gated_mlp else 2  # values per MLP unit: gate_up + act, or fc1 + act
+    if model.is_moe:
+        mlp = 2 * h + model.num_experts_per_tok * (act * inter + h)
+        if model.n_shared_experts:
+            mlp += act * model.n_shared_experts * inter
+        if model.first_k_dense_replace:
+            mlp = max(mlp, 2 * h + act * (model.dense_width // tp))
+    else:
+        mlp = 2 * h + act * inter
+    if model.parallel_attn:
+        mlp += h
     return num_tokens * max(attention, mlp) * ACTIVATION_BYTES
 
 

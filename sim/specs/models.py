@@ -1,13 +1,26 @@
 """Model architectures: a frozen dataclass, presets and parameter counts.
 
-Presets are read from ``sim/data/models.csv`` (copied from the team's reference table, which
-transcribes each model's Hugging Face ``config.json``; sources are in the file's ``source``
-column and in ``sim/data/NOTICE.md``). Parameter counts are *computed* from the architecture:
+Presets are read from ``sim/data/models.csv`` (transcribed from each model's Hugging Face
+``config.json``; sources are in the file's ``source`` column and in ``sim/data/NOTICE.md``).
+Parameter counts are *computed* from the architecture:
 
     embeddings (vocab x hidden, plus an untied LM head)
-    + per layer: Q, K, V, O projections (+ q/k/v biases), E x 3 x hidden x intermediate (gated
-      MLP; E = number of experts, 1 for a dense model), the MoE router, two RMSNorms
+    + per layer: attention (Q, K, V, O projections (+ q/k/v biases); MLA: the low-rank Q and
+      KV projections, their two norms and the up-projections), the MLP (gated: 3 x hidden x
+      width, gate/up/down; non-gated: 2 x hidden x width, fc1/fc2) x (routed + shared experts;
+      1 for a dense layer), the MoE router, ``norms_per_layer`` norms of ``hidden`` weights
     + the final norm.
+
+Not counted (< 0.1 % of every preset): biases other than q/k/v, LayerNorm biases, the
+LM-head bias, Qwen3's per-head q/k norms, learned position embeddings (OPT), and the
+DeepSeek-V3 multi-token-prediction module (not part of the 671 B main model).
+
+Block shapes (``gated_mlp``, ``parallel_attn``, ``norms_per_layer``):
+
+    sequential (Llama, OPT):   x = x + attn(norm1(x));  x = x + mlp(norm2(x))
+    parallel (GPT-J, Falcon, GPT-NeoX, Phi-2):  x = x + attn(n1(x)) + mlp(n2(x)),
+        n1 = n2 (one norm) for GPT-J, Falcon-7B and Phi-2; two norms for GPT-NeoX and
+        Falcon-40B/180B (``new_decoder_architecture``)
 """
 
 from __future__ import annotations
@@ -20,10 +33,27 @@ from importlib import resources
 
 from ..checks import positive_int
 
+_INT_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+               "head_dim", "intermediate_size", "vocab_size", "num_local_experts",
+               "num_experts_per_tok", "max_position_embeddings", "norms_per_layer",
+               "n_shared_experts", "first_k_dense_replace", "dense_intermediate_size",
+               "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+               "v_head_dim")
+_BOOL_FIELDS = ("tie_word_embeddings", "attention_qkv_bias", "gated_mlp", "parallel_attn")
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """A decoder-only transformer, in Hugging Face ``config.json`` vocabulary."""
+    """A decoder-only transformer, in Hugging Face ``config.json`` vocabulary.
+
+    ``intermediate_size`` is the MLP width of a dense model or of one routed expert (HF
+    ``moe_intermediate_size`` when the config has it). DeepSeek-style MoE: ``n_shared_experts``
+    always-on experts of that width, and the first ``first_k_dense_replace`` layers dense with
+    ``dense_intermediate_size`` (0: ``intermediate_size``). Multi-head latent attention (MLA,
+    DeepSeek-V2/V3) when ``kv_lora_rank`` > 0: the KV cache holds one latent of
+    ``kv_lora_rank + qk_rope_head_dim`` values per token and layer; ``head_dim`` is then the
+    query/key head size ``qk_nope_head_dim + qk_rope_head_dim``.
+    """
 
     name: str
     num_hidden_layers: int
@@ -32,19 +62,35 @@ class ModelConfig:
     num_key_value_heads: int
     intermediate_size: int
     vocab_size: int
-    head_dim: int = 0  # 0: hidden_size // num_attention_heads
+    head_dim: int = 0  # 0: hidden_size // num_attention_heads (MLA: qk_nope + qk_rope)
     tie_word_embeddings: bool = False
     num_local_experts: int = 0  # 0: dense
     num_experts_per_tok: int = 0
     attention_qkv_bias: bool = False
     max_position_embeddings: int = 0  # 0: unknown
+    gated_mlp: bool = True  # False: fc1 -> act -> fc2 (GPT-J, Falcon, GPT-NeoX, OPT, Phi-2)
+    parallel_attn: bool = False  # attention and MLP both read the layer input
+    norms_per_layer: int = 2  # 1: attention and MLP share one norm (needs parallel_attn)
+    n_shared_experts: int = 0
+    first_k_dense_replace: int = 0
+    dense_intermediate_size: int = 0
+    q_lora_rank: int = 0  # MLA; 0: a full-rank q_proj
+    kv_lora_rank: int = 0  # MLA when > 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self):
         for f in ("num_hidden_layers", "hidden_size", "num_attention_heads",
-                  "num_key_value_heads", "intermediate_size", "vocab_size"):
+                  "num_key_value_heads", "intermediate_size", "vocab_size", "norms_per_layer"):
             object.__setattr__(self, f, positive_int(f, getattr(self, f)))
-        for f in ("head_dim", "num_local_experts", "num_experts_per_tok", "max_position_embeddings"):
+        for f in ("head_dim", "num_local_experts", "num_experts_per_tok", "max_position_embeddings",
+                  "n_shared_experts", "first_k_dense_replace", "dense_intermediate_size",
+                  "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
+                  "v_head_dim"):
             object.__setattr__(self, f, positive_int(f, getattr(self, f), allow_zero=True))
+        if self.kv_lora_rank:
+            self._check_mla()
         if self.head_dim == 0:
             if self.hidden_size % self.num_attention_heads:
                 raise ValueError(
@@ -59,6 +105,26 @@ class ModelConfig:
             raise ValueError(
                 f"num_experts_per_tok must be in 1..num_local_experts={self.num_local_experts}, "
                 f"got {self.num_experts_per_tok}")
+        if not self.num_local_experts and (self.n_shared_experts or self.first_k_dense_replace):
+            raise ValueError("n_shared_experts and first_k_dense_replace need num_local_experts "
+                             f"> 0, got {self.n_shared_experts} and {self.first_k_dense_replace}")
+        if self.first_k_dense_replace > self.num_hidden_layers:
+            raise ValueError(f"first_k_dense_replace must be at most num_hidden_layers="
+                             f"{self.num_hidden_layers}, got {self.first_k_dense_replace}")
+        if self.norms_per_layer > 2 or self.norms_per_layer == 1 and not self.parallel_attn:
+            raise ValueError(f"norms_per_layer must be 2, or 1 with parallel_attn, got "
+                             f"{self.norms_per_layer} (parallel_attn={self.parallel_attn})")
+
+    def _check_mla(self):
+        if not self.qk_rope_head_dim or not self.v_head_dim:
+            raise ValueError(f"an MLA model (kv_lora_rank {self.kv_lora_rank}) needs "
+                             f"qk_rope_head_dim and v_head_dim > 0, got {self.qk_rope_head_dim} "
+                             f"and {self.v_head_dim}")
+        qk = self.qk_nope_head_dim + self.qk_rope_head_dim
+        if self.head_dim not in (0, qk):
+            raise ValueError(f"head_dim of an MLA model must be qk_nope_head_dim + "
+                             f"qk_rope_head_dim = {qk}, got {self.head_dim}")
+        object.__setattr__(self, "head_dim", qk)
 
     # -- derived sizes -------------------------------------------------------------------
     @property
@@ -66,77 +132,223 @@ class ModelConfig:
         return self.num_local_experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
     def q_size(self) -> int:
         return self.num_attention_heads * self.head_dim
 
     @property
     def kv_size(self) -> int:
+        """K (or V) width of one token (MHA/GQA; an MLA model caches :attr:`kv_latent_size`)."""
         return self.num_key_value_heads * self.head_dim
+
+    @property
+    def attn_out_size(self) -> int:
+        """Width of the attention output that O projects (MLA: heads x v_head_dim)."""
+        return self.num_attention_heads * (self.v_head_dim if self.is_mla else self.head_dim)
+
+    @property
+    def kv_latent_size(self) -> int:
+        """Values an MLA layer caches per token: ``kv_lora_rank + qk_rope_head_dim``."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    @property
+    def dense_width(self) -> int:
+        """MLP width of the ``first_k_dense_replace`` dense layers of a MoE model."""
+        return self.dense_intermediate_size or self.intermediate_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_hidden_layers - self.first_k_dense_replace if self.is_moe else 0
+
+    def kv_cache_values_per_token(self, tensor_parallel: int = 1) -> int:
+        """Values one token adds to the KV cache of ONE GPU, over all layers.
+
+        MHA/GQA: ``2 (K, V) x layers x kv_heads x head_dim``, the KV heads sharded over
+        ``tensor_parallel`` GPUs or replicated when fewer (vLLM's ``max(1, kv_heads // tp)``).
+        MLA: ``layers x (kv_lora_rank + qk_rope_head_dim)``: one latent, no separate K and V,
+        replicated on every GPU of the group (vLLM and SGLang keep the whole latent per GPU)."""
+        tp = positive_int("tensor_parallel", tensor_parallel)
+        if self.is_mla:
+            return self.num_hidden_layers * self.kv_latent_size
+        return 2 * self.num_hidden_layers * max(1, self.num_key_value_heads // tp) * self.head_dim
 
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
+        if self.is_mla:
+            heads = self.num_attention_heads
+            q = (h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * self.q_size
+                 if self.q_lora_rank else h * self.q_size)  # (+ q_a_layernorm)
+            kv = (h * self.kv_latent_size + self.kv_lora_rank  # kv_a_proj_with_mqa, its norm
+                  + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
+            return q + kv + self.attn_out_size * h
         params = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
         if self.attention_qkv_bias:
             params += self.q_size + 2 * self.kv_size
         return params
 
+    def mlp_params(self, width: int) -> int:
+        """Weights of one MLP (or expert) of ``width``: 3 h w gated, 2 h w non-gated."""
+        return (3 if self.gated_mlp else 2) * self.hidden_size * width
+
     def mlp_params_per_expert(self) -> int:
-        return 3 * self.hidden_size * self.intermediate_size
+        return self.mlp_params(self.intermediate_size)
 
     def _layer_params(self, experts: int) -> int:
         router = self.hidden_size * self.num_local_experts if self.is_moe else 0
-        norms = 2 * self.hidden_size
-        return (self.attention_params_per_layer() + experts * self.mlp_params_per_expert()
+        norms = self.norms_per_layer * self.hidden_size
+        return (self.attention_params_per_layer()
+                + (experts + self.n_shared_experts) * self.mlp_params_per_expert()
                 + router + norms)
+
+    def _dense_layer_params(self) -> int:
+        return (self.attention_params_per_layer() + self.mlp_params(self.dense_width)
+                + self.norms_per_layer * self.hidden_size)
 
     def _embedding_params(self) -> int:
         emb = self.vocab_size * self.hidden_size
         return emb if self.tie_word_embeddings else 2 * emb
 
-    def total_params(self) -> int:
-        """All parameters (every expert of a MoE model)."""
-        experts = self.num_local_experts or 1
-        return (self._embedding_params() + self.num_hidden_layers * self._layer_params(experts)
+    def _params(self, experts: int) -> int:
+        dense = self.first_k_dense_replace
+        return (self._embedding_params() + dense * self._dense_layer_params()
+                + (self.num_hidden_layers - dense) * self._layer_params(experts)
                 + self.hidden_size)
 
+    def total_params(self) -> int:
+        """All parameters (every expert of a MoE model)."""
+        return self._params(self.num_local_experts or 1)
+
     def active_params(self) -> int:
-        """Parameters touched per token (top-k experts of a MoE model)."""
-        experts = self.num_experts_per_tok or 1
-        return (self._embedding_params() + self.num_hidden_layers * self._layer_params(experts)
-                + self.hidden_size)
+        """Parameters touched per token (top-k and shared experts of a MoE model; both
+        embedding matrices, as the existing presets count)."""
+        return self._params(self.num_experts_per_tok or 1)
 
     @classmethod
     def from_hf_config(cls, config: dict, name: str | None = None) -> "ModelConfig":
-        """Build from a Hugging Face ``config.json``-style dict."""
+        """Build from a Hugging Face ``config.json``-style dict.
+
+        Reads the Llama-style fields and the names other families use for them: GPT-J
+        (``n_embd``, ``n_layer``, ``n_head``, ``n_inner``, ``n_positions``), Falcon (``n_head_kv``
+        / ``num_kv_heads``, ``multi_query``, ``parallel_attn``, ``new_decoder_architecture``,
+        ``num_ln_in_parallel_attn``, ``ffn_hidden_size``), GPT-NeoX (``use_parallel_residual``),
+        OPT (``ffn_dim``), MoE (``num_experts`` / ``n_routed_experts``, ``moe_intermediate_size``,
+        ``n_shared_experts``, ``first_k_dense_replace``) and MLA (``kv_lora_rank``,
+        ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``). The block
+        shape follows ``model_type`` (see :func:`_block_shape`)."""
         if not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
-        required = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                    "vocab_size")
-        missing = [k for k in required if config.get(k) in (None, "")]
+
+        def get(*keys):
+            for k in keys:
+                if config.get(k) not in (None, ""):
+                    return config[k]
+            return None
+
+        hidden = get("hidden_size", "n_embd", "n_embed")
+        fields = {"num_hidden_layers": get("num_hidden_layers", "n_layer"),
+                  "hidden_size": hidden,
+                  "num_attention_heads": get("num_attention_heads", "n_head"),
+                  "intermediate_size": get("intermediate_size", "ffn_dim", "n_inner",
+                                           "ffn_hidden_size"),
+                  "vocab_size": get("vocab_size")}
+        model_type = str(config.get("model_type") or "").lower()
+        if fields["intermediate_size"] is None and hidden is not None and \
+                model_type in _FFN_4X_BY_DEFAULT:
+            fields["intermediate_size"] = 4 * hidden  # n_inner / ffn_hidden_size null: 4 h
+        missing = [k for k, v in fields.items() if v is None]
         if missing:
             raise ValueError(f"config is missing required field(s): {', '.join(missing)}")
-        experts = config.get("num_local_experts") or config.get("num_experts") or 0
-        intermediate = config["intermediate_size"]
+        experts = config.get("num_local_experts") or config.get("num_experts") or \
+            config.get("n_routed_experts") or 0
+        intermediate = fields["intermediate_size"]
+        dense_intermediate = 0
         if experts and config.get("moe_intermediate_size"):
             intermediate = config["moe_intermediate_size"]
+            if config.get("first_k_dense_replace"):
+                dense_intermediate = fields["intermediate_size"]
         bias = config.get("attention_qkv_bias", config.get("attention_bias"))
         if bias is None:
-            bias = config.get("model_type") == "qwen2"
+            bias = model_type in _QKV_BIAS_BY_DEFAULT
+        if model_type == "opt" and config.get("enable_bias") is not None:
+            bias = config["enable_bias"]
+        if model_type in _FALCON_TYPES and config.get("bias") is not None:
+            bias = config["bias"]
+        tie = config.get("tie_word_embeddings")
+        if tie is None:
+            tie = model_type in _TIED_BY_DEFAULT
+        mla = bool(config.get("kv_lora_rank"))
         return cls(
             name=name or config.get("name") or config.get("_name_or_path") or "custom",
-            num_hidden_layers=config["num_hidden_layers"],
-            hidden_size=config["hidden_size"],
-            num_attention_heads=config["num_attention_heads"],
-            num_key_value_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+            num_hidden_layers=fields["num_hidden_layers"],
+            hidden_size=hidden,
+            num_attention_heads=fields["num_attention_heads"],
+            num_key_value_heads=_kv_heads(config, model_type, fields["num_attention_heads"]),
             intermediate_size=intermediate,
-            vocab_size=config["vocab_size"],
-            head_dim=config.get("head_dim") or 0,
-            tie_word_embeddings=_as_bool(config.get("tie_word_embeddings", False)),
+            vocab_size=fields["vocab_size"],
+            head_dim=0 if mla else config.get("head_dim") or 0,
+            tie_word_embeddings=_as_bool(tie),
             num_local_experts=experts,
             num_experts_per_tok=config.get("num_experts_per_tok") or 0,
             attention_qkv_bias=_as_bool(bias),
-            max_position_embeddings=config.get("max_position_embeddings") or 0,
+            max_position_embeddings=get("max_position_embeddings", "n_positions") or 0,
+            **_block_shape(config, model_type),
+            n_shared_experts=(config.get("n_shared_experts") or 0) if experts else 0,
+            first_k_dense_replace=(config.get("first_k_dense_replace") or 0) if experts else 0,
+            dense_intermediate_size=dense_intermediate,
+            q_lora_rank=(config.get("q_lora_rank") or 0) if mla else 0,
+            kv_lora_rank=config.get("kv_lora_rank") or 0,
+            qk_nope_head_dim=(config.get("qk_nope_head_dim") or 0) if mla else 0,
+            qk_rope_head_dim=(config.get("qk_rope_head_dim") or 0) if mla else 0,
+            v_head_dim=(config.get("v_head_dim") or 0) if mla else 0,
         )
+
+
+# model_type families (Hugging Face transformers' defaults for fields their configs omit)
+_FALCON_TYPES = ("falcon", "refinedweb", "refinedwebmodel", "rw")
+_NON_GATED_TYPES = ("gptj", "gpt_neox", "opt", "phi") + _FALCON_TYPES
+_FFN_4X_BY_DEFAULT = ("gptj",) + _FALCON_TYPES
+_QKV_BIAS_BY_DEFAULT = ("qwen2", "gpt_neox", "opt", "phi")
+_TIED_BY_DEFAULT = ("opt",) + _FALCON_TYPES  # PretrainedConfig's default, not overridden
+
+
+def _falcon_new_architecture(config: dict, model_type: str) -> bool:
+    """Falcon-40B/180B's decoder (``new_decoder_architecture``; the 40B's original
+    ``RefinedWeb`` configs leave it out and mean it, as transformers' converter reads them)."""
+    return _as_bool(config.get("new_decoder_architecture", model_type == "refinedweb"))
+
+
+def _kv_heads(config: dict, model_type: str, heads: int) -> int:
+    """KV heads; Falcon: ``num_kv_heads`` with the new decoder architecture, else 1 if
+    ``multi_query`` (Falcon-7B's config says 71 but the model has one), else all heads."""
+    if model_type in _FALCON_TYPES:
+        if _falcon_new_architecture(config, model_type):
+            return config.get("num_kv_heads") or config.get("n_head_kv") or heads
+        return 1 if _as_bool(config.get("multi_query", True)) else heads
+    return config.get("num_key_value_heads") or heads
+
+
+def _block_shape(config: dict, model_type: str) -> dict:
+    """``gated_mlp``, ``parallel_attn`` and ``norms_per_layer`` of a ``config.json``:
+    GPT-J and Phi: parallel, one norm; GPT-NeoX: parallel (``use_parallel_residual``, default
+    true), two norms; Falcon: ``parallel_attn`` (default true) with one norm, or two with
+    ``new_decoder_architecture`` (``num_ln_in_parallel_attn``, default 2); OPT: sequential.
+    All of these have non-gated MLPs; every other ``model_type`` is read as Llama-style."""
+    gated = model_type not in _NON_GATED_TYPES
+    parallel, norms = False, 2
+    if model_type in ("gptj", "phi"):
+        parallel, norms = True, 1
+    elif model_type == "gpt_neox":
+        parallel = _as_bool(config.get("use_parallel_residual", True))
+    elif model_type in _FALCON_TYPES:
+        if _falcon_new_architecture(config, model_type):
+            parallel, norms = True, config.get("num_ln_in_parallel_attn") or 2
+        else:
+            parallel = _as_bool(config.get("parallel_attn", True))
+            norms = 1 if parallel else 2
+    return {"gated_mlp": gated, "parallel_attn": parallel, "norms_per_layer": norms}
 
 
 def _as_bool(value) -> bool:
@@ -148,18 +360,12 @@ def _as_bool(value) -> bool:
 @lru_cache(maxsize=1)
 def _preset_rows() -> dict:
     text = resources.files("sim").joinpath("data/models.csv").read_text()
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     rows = {}
     for row in csv.DictReader(text.splitlines()):
-        fields = {k: row[k] for k in (
-            "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "intermediate_size", "vocab_size", "num_local_experts",
-            "num_experts_per_tok", "max_position_embeddings")}
-        cfg = ModelConfig(
-            name=row["model"].lower(),
-            tie_word_embeddings=_as_bool(row["tie_word_embeddings"]),
-            attention_qkv_bias=_as_bool(row["attention_qkv_bias"]),
-            **{k: int(v) for k, v in fields.items()},
-        )
+        values = {k: int(row[k]) if row.get(k) else defaults[k] for k in _INT_FIELDS}
+        values.update({k: _as_bool(row[k]) if row.get(k) else defaults[k] for k in _BOOL_FIELDS})
+        cfg = ModelConfig(name=row["model"].lower(), **values)
         rows[cfg.name] = (cfg, row)
     return rows
 
@@ -172,6 +378,12 @@ def model_presets() -> list[str]:
 def reported_params(name: str) -> float:
     """The commonly reported parameter count of a preset (model cards), in parameters."""
     return float(_preset_rows()[get_model(name).name][1]["reported_params_billion"]) * 1e9
+
+
+def reported_active_params(name: str) -> float | None:
+    """The reported parameters activated per token of a MoE preset (None when not given)."""
+    value = _preset_rows()[get_model(name).name][1].get("reported_active_params_billion")
+    return float(value) * 1e9 if value else None
 
 
 def get_model(config) -> ModelConfig:
