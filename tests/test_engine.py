@@ -316,3 +316,13 @@ def test_default_config_runs_with_roofline_and_memory_budget():
     assert (res.requests["status"] == "finished").all()
     with pytest.raises(ValueError, match="does not fit"):
         run(df, model="llama-3.1-70b", gpu="a100")
+
+
+def test_model_or_gpu_alone_sizes_the_pool_with_the_others_default():
+    df = _df([0.0], [10], [5])
+    assert run(df, gpu="a100").kv_blocks == sim.memory_budget(
+        "llama-3.1-8b", sim.get_gpu("a100").memory_gb).kv_blocks
+    with pytest.raises(ValueError, match="llama-3.1-70b.*h100.*does not fit"):
+        run(df, model="llama-3.1-70b")  # a 70B model on one (default) H100
+    assert run(df).kv_blocks == sim.KV_BLOCKS_AVAILABLE  # neither: the cheat sheet's pool
+    assert SimConfig(gpu="a100").resolved_cost_model().model.name == "llama-3.1-8b"

@@ -106,15 +106,16 @@ class CalibratedCost:
         """The :data:`TERMS` of an iteration: ``prefills`` ``[(new, cached)]`` and decodes of
         the given context lengths."""
         b = len(decode_lengths)
-        tokens = sum(c for c, _ in prefills) + b
+        tokens = sum(new for new, _cached in prefills) + b
         bs = self._block_size
-        blocks = sum(-(-int(n) // bs) for n in decode_lengths) + sum(-(-(c + p) // bs)
-                                                                    for c, p in prefills)
+        blocks = sum(-(-int(n) // bs) for n in decode_lengths) + sum(
+            -(-(new + cached) // bs) for new, cached in prefills)
         dec = 0.0
         if b:
             length = max(decode_lengths) if self._decode_max else sum(decode_lengths) / b
             dec = float(_bilinear(float(b), float(length), self._dec))
-        pre = sum(float(_bilinear(float(c), float(p), self._pre)) for c, p in prefills)
+        pre = sum(float(_bilinear(float(new), float(cached), self._pre))
+                  for new, cached in prefills)
         return np.array([self._table("lin", tokens, self._lin),
                          self._table("lm", b + len(prefills), self._lm), dec, pre, 1.0,
                          b + len(prefills), blocks])

@@ -6,8 +6,8 @@ bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_
 ``token_budget``) are validated by the policy, and one set for a policy that does not use it is
 an error, never silently ignored. :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
-``memory_budget(model, gpu)`` when both are given, else the cheat sheet's
-``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model of ``model`` on ``gpu``
+``memory_budget(model, gpu)`` when either is given (the other taking its default), else the
+cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model of ``model`` on ``gpu``
 (defaults ``"llama-3.1-8b"`` on ``"h100"``). Use ``dataclasses.replace`` for variants; the
 config is validated when built.
 """
@@ -20,6 +20,8 @@ from ..checks import fraction, positive_int
 from ..constants import KV_BLOCKS_AVAILABLE
 from .policies import PREFIX_CACHING_MODES
 from .schedulers import resolve
+
+DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ class SimConfig:
     gpu_memory_utilization: float | None = None
     tensor_parallel: int = 1
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
-    seed: int = 0
+    seed: int = 0  # recorded in the Result; the engine has no randomness of its own yet
     progress: bool = False
 
     def __post_init__(self):
@@ -74,15 +76,16 @@ class SimConfig:
             return self.kv_blocks
         if self.block_size is None or self.gpu_memory_utilization is None:
             return self.resolved().resolved_kv_blocks()
-        if self.model is not None and self.gpu is not None:
+        if self.model is not None or self.gpu is not None:  # the other takes its default
             from ..specs.gpus import get_gpu
             from ..specs.memory import memory_budget
-            budget = memory_budget(self.model, get_gpu(self.gpu).memory_gb,
+            model, gpu = self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU
+            budget = memory_budget(model, get_gpu(gpu).memory_gb,
                                    tensor_parallel=self.tensor_parallel,
                                    gpu_memory_utilization=self.gpu_memory_utilization,
                                    block_size=self.block_size)
             if not budget.fits:
-                raise ValueError(f"model {self.model!r} on gpu {self.gpu!r}: {budget.advice}")
+                raise ValueError(f"model {model!r} on gpu {gpu!r}: {budget.advice}")
             return budget.kv_blocks
         return KV_BLOCKS_AVAILABLE
 
@@ -90,5 +93,5 @@ class SimConfig:
         if self.cost_model is not None:
             return self.cost_model
         from ..costs.roofline import RooflineCost
-        return RooflineCost(self.model or "llama-3.1-8b", self.gpu or "h100",
+        return RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
                             tensor_parallel=self.tensor_parallel)
