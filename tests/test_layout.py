@@ -18,8 +18,8 @@ ONLY_IN = {
     "matplotlib": {"sim.results.plots"},
     "dask": {"sim.tools.sweep"},
     "cupy": {"sim.costs.kernels"},
-    "argparse": {"sim.cli.main", "sim.cli.run", "sim.cli.info", "sim.cli.device"},
 }
+ONLY_IN_PACKAGE = {"argparse": "sim.cli"}  # the command line parses argv; nothing else does
 
 
 def _modules(root, package):
@@ -106,11 +106,21 @@ def test_no_import_cycles_between_modules():
             visit(n, [n])
 
 
+def _users(lib):
+    return {n for n in MODULES
+            if any(i == lib or i.startswith(lib + ".") for i in _imports(n, MODULES[n]))}
+
+
 @pytest.mark.parametrize("lib", sorted(ONLY_IN))
 def test_optional_and_presentation_libraries_stay_in_their_module(lib):
-    users = {n for n in MODULES
-             if any(i == lib or i.startswith(lib + ".") for i in _imports(n, MODULES[n]))}
+    users = _users(lib)
     assert users <= ONLY_IN[lib], f"{lib} imported by {sorted(users - ONLY_IN[lib])}"
+
+
+@pytest.mark.parametrize("lib", sorted(ONLY_IN_PACKAGE))
+def test_argv_parsing_stays_in_the_cli(lib):
+    outside = {n for n in _users(lib) if not n.startswith(ONLY_IN_PACKAGE[lib] + ".")}
+    assert not outside, f"{lib} imported by {sorted(outside)}"
 
 
 def test_library_never_prints():

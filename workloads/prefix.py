@@ -5,9 +5,9 @@ A workload names its prompts' content by ``hash_ids``: one id per ``attrs["block
 for that block's exact tokens *after the same prefix* (two prompts share their first ``k + 1``
 ids exactly when they share tokens ``0 .. (k+1)·H``). An engine block ``j`` of ``block_size``
 tokens ``bs`` holds tokens ``j·bs .. (j+1)·bs - 1``; its content, prefix included, is named by
-the chained ids up to the id covering its last token, so its key is
-``(chain of hash_ids[0..k], j)`` with ``k = ((j+1)·bs - 1) // H`` (vLLM v1 chains a block's hash
-with its parent's the same way). Only full blocks have keys.
+the chained ids up to the id covering its last token, so its key combines ``j`` and the chain of
+``hash_ids[0..k]`` with ``k = ((j+1)·bs - 1) // H`` into one 64-bit int (vLLM v1 chains a block's
+hash with its parent's the same way). Only full blocks have keys.
 
 The cache-hit rules of the engine (:mod:`sim.engine.blocks`) and of :func:`ideal_prefix_hit_rate`
 are the same, so a simulation with an unbounded pool and no overlapping requests must reach
@@ -33,49 +33,55 @@ _P = np.uint64(0x9E3779B97F4A7C15)  # odd: invertible mod 2**64 (the golden-rati
 _P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
 
 
-def _chains_all(id_lists) -> list:
-    """Per list of ids ``h``, ``c[k]`` naming ``h[0..k]`` in order:
-    ``c[k] = c[k-1]·P + h[k] + 1 (mod 2**64)``. All lists in one vectorised pass:
-    ``c[i] = P**i · (S[i] - S[start - 1])`` with ``S = cumsum((h + 1)·P**-i)`` over the
-    concatenation (exact: a ring mod 2**64). Lists of ids that are not 64-bit integers fall
-    back to chained ``hash`` of tuples."""
-    lengths = [len(ids) for ids in id_lists]
-    total = sum(lengths)
+def _chains_flat(id_lists):
+    """``(chains, starts)``: per list of ids ``h``, ``c[k]`` naming ``h[0..k]`` in order,
+    ``c[k] = c[k-1]·P + h[k] + 1 (mod 2**64)``, all lists concatenated in one uint64 array
+    (list ``i`` at ``starts[i]``). One vectorised pass: ``c[i] = P**i · (S[i] - S[start - 1])``
+    with ``S = cumsum((h + 1)·P**-i)`` (exact: a ring mod 2**64). ``None`` when some id is not a
+    64-bit integer."""
+    lengths = np.array([len(ids) for ids in id_lists], dtype=np.int64)
+    total = int(lengths.sum())
+    starts = np.cumsum(lengths) - lengths
     if not total:
-        return [[] for _ in id_lists]
+        return np.zeros(0, dtype=np.uint64), starts
     try:
         h = np.concatenate([np.asarray(ids) for ids in id_lists if len(ids)])
         if h.dtype.kind not in "iu":
-            raise TypeError
+            return None
         h = h.astype(np.int64).view(np.uint64) + np.uint64(1)
     except (TypeError, ValueError, OverflowError):
-        return [list(itertools.accumulate(ids, _chain, initial=0))[1:] for ids in id_lists]
+        return None
     with np.errstate(over="ignore"):
         inv = np.cumprod(np.full(total, _P_INV, dtype=np.uint64)) * _P  # P**-i
         pw = np.cumprod(np.full(total, _P, dtype=np.uint64)) * _P_INV  # P**i
         s = np.cumsum(h * inv)
-        ends = np.cumsum(lengths)
-        starts = ends - np.asarray(lengths)
         before = np.concatenate([[np.uint64(0)], s])[np.repeat(starts, lengths)]
-        chains = (pw * (s - before)).tolist()
-    return [chains[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+        return pw * (s - before), starts
 
 
 def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
-    """:func:`prefix_block_keys` of many prompts at once (``None`` entries: no keys)."""
+    """:func:`prefix_block_keys` of many prompts at once (entries that are not lists of ids:
+    no keys). A key is one int: ``chain · P + j + 1 (mod 2**64)`` for block ``j`` whose last
+    token lies in hash block ``k`` (``chain`` names ``hash_ids[0..k]``); 64-bit keys, not tuples,
+    since a long trace holds millions (measured: 9M keys for Mooncake's conversation trace)."""
     lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
-    chains = _chains_all(lists)
-    out = []
-    for ids, c, prompt in zip(lists, chains, prompts):
-        n = min(int(prompt) // block_size, len(ids) * hash_block_size // block_size)
-        if n <= 0:
-            out.append([])
-        elif block_size == hash_block_size:
-            out.append(list(zip(c[:n], range(n))))
-        else:
-            last = ((np.arange(1, n + 1) * block_size - 1) // hash_block_size).tolist()
-            out.append(list(zip(map(c.__getitem__, last), range(n))))
-    return out
+    counts = np.array([min(int(p) // block_size, len(ids) * hash_block_size // block_size, )
+                       for ids, p in zip(lists, prompts)], dtype=np.int64).clip(min=0)
+    flat = _chains_flat(lists)
+    if flat is None:  # ids that are not integers: chained hash() of tuples, one list at a time
+        out = []
+        for ids, n in zip(lists, counts.tolist()):
+            c = list(itertools.accumulate(ids, _chain, initial=0))[1:]
+            out.append([(c[((j + 1) * block_size - 1) // hash_block_size], j) for j in range(n)])
+        return out
+    chains, starts = flat
+    total = int(counts.sum())
+    j = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    last = np.repeat(starts, counts) + ((j + 1) * block_size - 1) // hash_block_size
+    with np.errstate(over="ignore"):
+        keys = (chains[last] * _P + (j + 1).astype(np.uint64)).tolist()
+    ends = np.cumsum(counts).tolist()
+    return [keys[e - n:e] for e, n in zip(ends, counts.tolist())]
 
 
 def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) -> list:

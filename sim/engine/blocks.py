@@ -37,9 +37,9 @@ class BlockManager:
         self.num_blocks = positive_int("kv_blocks", num_blocks)
         self.block_size = positive_int("block_size", block_size)
         self.num_free = self.num_blocks
-        # 1 % of the pool, rounded up: the admission watermark of vLLM v0 and Vidur, for the
-        # policies that keep it free when admitting (sim.engine.policies)
-        self.watermark = -(-self.num_blocks // 100)
+        # 1 % of the pool, rounded down (vLLM v0's and Vidur's int(0.01 * blocks)): the
+        # admission watermark of the policies that keep it free (sim.engine.policies)
+        self.watermark = self.num_blocks // 100
 
     @property
     def num_used(self) -> int:
@@ -156,7 +156,7 @@ class PrefixCachingBlockManager(BlockManager):
             return
         queue = self._queue
         tail = next(reversed(queue), None)
-        if tail is not None and tail[0] == "free":
+        if tail is not None and queue[tail] is not None:  # a run of anonymous blocks: extend
             queue[tail] += n
         else:
             queue[("free", self._serial)] = n

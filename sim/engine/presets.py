@@ -42,7 +42,10 @@ class VLLM:
 
     Deviations: every decode runs every iteration (vLLM spends the budget in running order, so a
     long partial prefill ahead of a decode could delay it one step); no watermark (v1 has none);
-    no ``long_prefill_token_threshold`` (off by default).
+    no ``long_prefill_token_threshold`` (off by default); only prompt blocks are cached (the
+    workload names prompt tokens only; vLLM also caches full blocks of generated tokens); freed
+    blocks all join the LRU queue's tail as in v0.10 (later versions put uncached blocks at its
+    head, so cached ones survive longer under pressure).
     """
 
     name = "vllm"
@@ -103,6 +106,11 @@ class Sarathi(ChunkedPrefill):
        the pool) are free;
     3. ``max_batch_size`` 128 (Vidur's ``batch_size_cap``), block size 16, no prefix caching;
     4. under block pressure the newest running request is preempted by recompute.
+
+    Deviations: Vidur takes the whole prompt's blocks at admission; here the admission check is
+    the same but blocks are taken chunk by chunk, so growing decodes may use the rest meanwhile;
+    Vidur also preempts when no block is free even for decodes not crossing into a new block;
+    ``gpu_memory_utilization`` is vLLM's 0.9 (Vidur's replica default is 0.8).
     """
 
     name = "sarathi"

@@ -15,7 +15,9 @@ latencies are NaN. Per request (n = ``num_output_tokens``):
   ``num_prefill_computed``: prefill tokens computed for the request, recomputation after
   preemptions included. Summary: ``prefix_hit_rate`` = cached / prompt tokens and
   ``prefill_compute_ratio`` = computed / prompt tokens (both over finished requests; the
-  ratio is 1 without caching or preemption), ``prefill_tokens_computed``, and
+  ratio is 1 without caching or preemption; ``prefix_hit_rate`` counts each request's first
+  admission, as vLLM's per-request ``num_cached_tokens``, not its Prometheus hit rate, which
+  also counts preempted requests coming back), ``prefill_tokens_computed``, and
   ``max_preemptions`` (of one request) beside ``num_preemptions`` (in all).
 
 ``iterations``: one row per engine iteration: ``start``, ``duration`` (what the cost model
