@@ -1,3 +1,4 @@
+import dataclasses
 import math
 
 import pytest
@@ -105,3 +106,65 @@ def test_memory_budget_bad_values():
         memory_budget("llama-2-7b", 80, weight_dtype="fp3")
     with pytest.raises(ValueError, match="tensor_parallel"):
         memory_budget("llama-2-7b", 80, tensor_parallel=0)
+
+
+def test_mla_kv_bytes_per_token_is_the_latent():
+    """DeepSeek-V3 caches one latent of kv_lora_rank + qk_rope_head_dim = 512 + 64 values per
+    token and layer (no separate K and V): 61 x 576 x 2 B = 70,272 B in bf16, against
+    Llama-3.1-70B's 2 x 80 x 8 x 128 x 2 B = 327,680 B (4.7x more), and against the 128 heads
+    of 192 + 128 values an MHA of the same shape would cache (71x more)."""
+    ds, llama = get_model("deepseek-v3"), get_model("llama-3.1-70b")
+    assert kv_cache_bytes(1, model=ds) == 61 * (512 + 64) * 2 == 70_272
+    assert kv_cache_bytes(1, model=llama) == 327_680
+    assert kv_cache_bytes(1, model="deepseek-v3", dtype="fp8") == 35_136
+    mha = 61 * 128 * (192 + 128) * 2
+    assert mha / kv_cache_bytes(1, model=ds) > 70
+    # the latent is whole on every GPU of a tensor-parallel group; GQA heads are sharded
+    assert kv_cache_bytes(1000, model=ds, tensor_parallel=8) == 1000 * 70_272
+    assert kv_cache_bytes(1, model=llama, tensor_parallel=8) == 327_680 // 8
+
+
+def test_memory_budget_of_an_mla_model():
+    h200 = get_gpu("h200").memory_gb
+    b = memory_budget("deepseek-v3", h200, tensor_parallel=8, weight_dtype="fp8")
+    assert b.fits
+    assert b.kv_bytes_per_token == 70_272
+    assert b.kv_block_bytes_per_gpu == 16 * 70_272  # every GPU holds the whole latent
+    assert b.max_kv_tokens == b.kv_bytes_per_gpu // 70_272
+    assert b.weights_bytes == pytest.approx(get_model("deepseek-v3").total_params(), abs=8)
+
+
+def test_kv_cache_bytes_from_a_model_equals_the_formula_for_gqa():
+    for name in ("llama-2-7b", "llama-3.1-405b", "qwen2.5-7b", "falcon-7b", "gpt-j-6b",
+                 "qwen3-30b-a3b"):
+        m = get_model(name)
+        for tp in (1, 2, 8, 16):
+            heads = max(1, m.num_key_value_heads // tp)
+            assert kv_cache_bytes(7, model=m, dtype="fp8", tensor_parallel=tp) == \
+                kv_cache_bytes(7, m.num_hidden_layers, heads, m.head_dim, "fp8")
+    assert kv_cache_bytes(1, model="falcon-7b") == 2 * 32 * 1 * 64 * 2  # multi-query: 8 KiB
+
+
+def test_kv_cache_bytes_model_form_errors():
+    with pytest.raises(ValueError, match="not both"):
+        kv_cache_bytes(1, 2, model="llama-2-7b")
+    with pytest.raises(ValueError, match="n_heads_kv is required"):
+        kv_cache_bytes(1, 2)
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        kv_cache_bytes(1, model="llama-2-7b", tensor_parallel=0)
+
+
+def test_forward_peak_of_non_gated_parallel_and_mla_layers():
+    from sim.specs.memory_terms import forward_peak_bytes
+    j = get_model("gpt-j-6b")  # fc1 4h + activation 4h, attention output h held (parallel)
+    assert forward_peak_bytes(j, 10, 1) == 10 * (2 * 4096 + 2 * 16384 + 4096) * 2
+    opt = dataclasses.replace(j, parallel_attn=False, norms_per_layer=2)
+    assert forward_peak_bytes(opt, 10, 1) == 10 * (2 * 4096 + 2 * 16384) * 2
+    ds = get_model("deepseek-v3")  # MoE layer: 8 routed + 1 shared expert; dense layers smaller
+    moe = 2 * 7168 + 8 * (3 * 2048 + 7168) + 3 * 2048
+    attention = (2 * 7168 + 1536 + 576 + 2 * 128 * 192 + 128 * (128 + 128) + 128 * 128)
+    assert moe > attention and moe > 2 * 7168 + 3 * 18432
+    assert forward_peak_bytes(ds, 10, 1) == 10 * moe * 2
+    assert forward_peak_bytes(ds, 10, 16) == 10 * 2 * max(
+        2 * 7168 + 8 * (3 * 128 + 7168) + 3 * 128,
+        2 * 7168 + 1536 + 576 + 2 * 8 * 192 + 8 * 256 + 8 * 128)

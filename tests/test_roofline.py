@@ -1,12 +1,13 @@
+import dataclasses
 import json
 from importlib import resources
 
 import numpy as np
 import pytest
 
-from sim import get_gpu, get_model
+from sim import ModelConfig, get_gpu, get_model
 from sim.engine.batch import Batch
-from sim.costs.roofline import RooflineCost, fitted_params
+from sim.costs.roofline import GEMM_OPS, RooflineCost, fitted_params
 
 
 class FakeBatch:
@@ -127,3 +128,156 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="weight_dtype"):
         RooflineCost("llama-3.1-8b", "h100", weight_dtype="fp5")
     assert np.isfinite(RooflineCost("qwen2.5-0.5b", "l40s")(FakeBatch(decodes=1, context=5)))
+
+
+# -- architectures: closed-form work of one token on small hand-made configs ----------------
+SMALL = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+             intermediate_size=256, vocab_size=100)  # head_dim 16
+MLA = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=4,
+           intermediate_size=128, vocab_size=100, q_lora_rank=32, kv_lora_rank=16,
+           qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
+
+
+def _gemm_flops(work, ops):
+    return sum(work[op][0] for op in ops)
+
+
+def test_non_gated_mlp_is_two_gemms_not_three():
+    h, i = 64, 256
+    gated = RooflineCost(ModelConfig("gated", **SMALL), "h100")
+    plain = RooflineCost(ModelConfig("plain", gated_mlp=False, **SMALL), "h100")
+    mlp = ("mlp_up_proj", "mlp_down_proj")
+    assert _gemm_flops(gated.op_work(1), mlp) == 3 * 2 * h * i  # gate, up, down
+    assert _gemm_flops(plain.op_work(1), mlp) == 2 * 2 * h * i  # fc1, fc2
+    # one token reads the weights: 2 h I of them instead of 3 h I; the activation reads I
+    # and writes I instead of reading 2 I (gate, up) and writing I
+    w_plain, w_gated = plain.op_work(1), gated.op_work(1)
+    assert w_plain["mlp_up_proj"][1] == h * i * 2 + (h + i) * 2
+    assert w_gated["mlp_up_proj"][1] == 2 * h * i * 2 + (h + 2 * i) * 2
+    assert w_plain["mlp_act"][1] == 2 * i * 2 and w_gated["mlp_act"][1] == 3 * i * 2
+    # the whole layer per token: 2 x (4 h^2 attention + 2 h I MLP) FLOPs
+    assert _gemm_flops(w_plain, GEMM_OPS) == 2 * (4 * h * h + 2 * h * i)
+    assert plain.linear_time(4096, 0) < gated.linear_time(4096, 0)
+
+
+def test_parallel_block_shares_its_norm_and_one_all_reduce():
+    seq = RooflineCost(ModelConfig("seq", gated_mlp=False, **SMALL), "h100", tensor_parallel=2)
+    par = RooflineCost(ModelConfig("par", gated_mlp=False, parallel_attn=True,
+                                   norms_per_layer=1, **SMALL), "h100", tensor_parallel=2)
+    two_norms = RooflineCost(ModelConfig("neox", gated_mlp=False, parallel_attn=True,
+                                         **SMALL), "h100", tensor_parallel=2)
+    ws, wp = seq.op_work(1), par.op_work(1)
+    assert "post_attention_layernorm" not in wp and "post_attention_layernorm" in ws
+    assert _gemm_flops(wp, GEMM_OPS) == _gemm_flops(ws, GEMM_OPS)  # same GEMMs
+    t = 512
+    reduce = seq.allreduce_time(t * 64 * 2)
+    assert reduce > 0
+    norm = seq.op_times(t)["post_attention_layernorm"]
+    assert seq.linear_time(t, 0) - par.linear_time(t, 0) == pytest.approx(2 * (norm + reduce),
+                                                                           rel=1e-12)
+    assert seq.linear_time(t, 0) - two_norms.linear_time(t, 0) == pytest.approx(2 * reduce,
+                                                                                rel=1e-12)
+
+
+def test_mla_gemm_flops_of_one_token_are_twice_its_weights():
+    m = ModelConfig("mla", **MLA)
+    h, heads, q_lora, kv_lora, nope, rope, v = 64, 4, 32, 16, 8, 4, 8
+    weights = (h * q_lora + q_lora * heads * (nope + rope)  # q_a, q_b
+               + h * (kv_lora + rope)  # kv_a (the latent and the shared rope key)
+               + kv_lora * heads * (nope + v)  # kv_b: absorbed into q and the output
+               + heads * v * h)  # o_proj
+    assert m.attention_params_per_layer() == weights + q_lora + kv_lora  # + the latent norms
+    w = RooflineCost(m, "h100").op_work(1)
+    assert _gemm_flops(w, ("attn_pre_proj", "attn_post_proj")) == 2 * weights
+    assert w["attn_pre_proj"][0] == 2 * (h * q_lora + q_lora * heads * (nope + rope)
+                                         + h * (kv_lora + rope) + kv_lora * heads * nope)
+
+
+def test_mla_decode_reads_the_latent_per_context_token():
+    cost = RooflineCost(ModelConfig("mla", **MLA), "h100")
+    p, g = cost.params, get_gpu("h100")
+    # per layer and context token: 16 + 4 latent values (fp16) read once for all heads; per
+    # head, scores over 16 + 4 values and a weighted sum over 16
+    flops, nbytes = 2 * 4 * ((16 + 4) + 16), (16 + 4) * 2
+    slope = 2 * max(flops / (g.fp16_tflops * 1e12 * p.attn_prefill_compute_eff),
+                    nbytes / (g.memory_bandwidth_gbps * 1e9 * p.attn_decode_memory_eff))
+    a = cost(FakeBatch(decodes=1, context=10**6))
+    b = cost(FakeBatch(decodes=1, context=2 * 10**6))
+    assert (b - a) / 10**6 == pytest.approx(slope, rel=1e-9)
+
+
+def test_mla_kv_read_is_much_smaller_than_mha():
+    ds = get_model("deepseek-v3")  # an MHA twin: 128 K and V heads of 192
+    twin = dataclasses.replace(ds, kv_lora_rank=0, q_lora_rank=0, qk_nope_head_dim=0,
+                               qk_rope_head_dim=0, v_head_dim=0)
+    assert twin.head_dim == 192 and not twin.is_mla
+    mla, mha = RooflineCost(ds, "h100"), RooflineCost(twin, "h100")
+
+    def per_context_token(c):
+        return (c(FakeBatch(decodes=64, context=2 * 10**6))
+                - c(FakeBatch(decodes=64, context=10**6))) / 10**6
+
+    assert per_context_token(mha) > 20 * per_context_token(mla)
+    # and the KV cache the memory budget reserves per token: 576 values per layer, not
+    # 2 x 128 x 192
+    from sim import kv_cache_bytes
+    assert kv_cache_bytes(1, model=twin) == 2 * 61 * 128 * 192 * 2
+    assert kv_cache_bytes(1, model=twin) > 80 * kv_cache_bytes(1, model=ds)
+
+
+def test_mla_prefill_is_mha_shaped_and_reexpands_the_cached_latents():
+    m = ModelConfig("mla", **MLA)
+    cost = RooflineCost(m, "h100")
+    p, g = cost.params, get_gpu("h100")
+    peak, bw = g.fp16_tflops * 1e12, g.memory_bandwidth_gbps * 1e9
+    new, cached = 256, 4096
+    pair = 2 * 4 * (12 + 8)  # per (query, key) and layer: 12-wide scores, 8-wide values, 4 heads
+    flops = pair * new * (cached + new / 2)
+    nbytes = (cached + new) * (20 * 2 + 4 * 20 * 2) + new * 4 * 20 * 2
+    attention = 2 * max(flops / (peak * p.attn_prefill_compute_eff),
+                        nbytes / (bw * p.attn_decode_memory_eff), p.kernel_floor_s)
+    up_flops = 2 * cached * 16 * 4 * (8 + 8)  # kv_b_proj over the cached latents
+    up_bytes = 16 * 4 * (8 + 8) * 2 + cached * (16 + 4 * 16) * 2
+    upproj = 2 * max(up_flops / (peak * p.gemm_compute_eff),
+                     up_bytes / (bw * p.gemm_memory_eff), p.kernel_floor_s)
+    assert cost.prefill_attention_time(new, 0) == pytest.approx(
+        2 * max(pair * new * new / 2 / (peak * p.attn_prefill_compute_eff),
+                (new * 40 + new * 160 + new * 160) / (bw * p.attn_decode_memory_eff),
+                p.kernel_floor_s), rel=1e-12)
+    assert cost.prefill_attention_time(new, cached) == pytest.approx(attention + upproj,
+                                                                     rel=1e-12)
+
+
+def test_moe_shared_experts_and_dense_first_layers():
+    m = ModelConfig("ds-mini", **{**MLA, "num_hidden_layers": 3}, num_local_experts=4,
+                    num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1,
+                    dense_intermediate_size=256)
+    cost = RooflineCost(m, "h100")
+    h, i = 64, 128
+    moe, dense = cost.op_work(1), cost.op_work(1, dense_layer=True)
+    assert _gemm_flops(moe, ("mlp_up_proj", "mlp_down_proj")) == (2 + 1) * 3 * 2 * h * i
+    assert _gemm_flops(dense, ("mlp_up_proj", "mlp_down_proj")) == 3 * 2 * h * 256
+    # op_times is the mean over the layers: 1 dense + 2 MoE
+    t = cost.op_times(100)
+    for op, d in cost._times(cost.op_work(100, dense_layer=True)).items():
+        assert 3 * t[op] == pytest.approx(d + 2 * cost._times(cost.op_work(100))[op], rel=1e-12)
+
+
+@pytest.mark.parametrize("name, tp", [("gpt-j-6b", 1), ("falcon-40b", 2), ("deepseek-v3", 8),
+                                      ("qwen3-30b-a3b", 1), ("falcon-7b", 1)])
+def test_hot_path_matches_per_op_sum_for_new_architectures(name, tp):
+    c = RooflineCost(name, "h100", tensor_parallel=tp)
+    batch = Batch(0, [(300, 200), (50, 0)], 350, 7, 7 * 900)
+    m, p = c.model, c.params
+    ops = c.op_times(357)
+    layers = m.num_hidden_layers
+    v = m.vocab_size / tp
+    expected = (p.overhead_s + layers * (sum(ops.values()) + ops["add"])
+                + layers * (1 if m.parallel_attn else 2)
+                * c.allreduce_time(357 * m.hidden_size * 2)
+                + max(2.0 * 9 * m.hidden_size * v / (c.peak * p.gemm_compute_eff),
+                      (m.hidden_size * v * 2 + 9 * (m.hidden_size + v) * 2)
+                      / (c.bw * p.gemm_memory_eff), p.kernel_floor_s)
+                + c.prefill_attention_time(300, 200) + c.prefill_attention_time(50, 0)
+                + max(7 * 900 * c._decode_s_per_ctx, layers * p.kernel_floor_s))
+    assert c(batch) == pytest.approx(expected, rel=1e-9)

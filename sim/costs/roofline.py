@@ -182,9 +182,11 @@ class RooflineCost:
                 layers * self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff),
                 layers * 2 * self._q_per_gpu * ACT_BYTES / (self.bw * p.attn_decode_memory_eff))
 
-    def op_work(self, tokens) -> dict:
+    def op_work(self, tokens, dense_layer=False) -> dict:
         """Per layer, per op: ``(FLOPs, bytes)`` for ``tokens`` tokens (scalars or arrays).
-        Elementwise ops have 0 FLOPs (memory-bound)."""
+        Elementwise ops have 0 FLOPs (memory-bound). A MoE model's layer is a MoE layer, or
+        with ``dense_layer`` one of its ``first_k_dense_replace`` dense layers. A parallel block
+        with one shared norm has no ``post_attention_layernorm``."""
         m, tp, wb = self.model, self.tp, self.wb
         h, inter = m.hidden_size, m.intermediate_size
         tokens = np.asarray(tokens, dtype=np.float64) if not np.isscalar(tokens) else float(tokens)
@@ -193,33 +195,66 @@ class RooflineCost:
             return (2.0 * t * k_in * n_out,
                     weight_copies * k_in * n_out * wb + t * (k_in + n_out) * ACT_BYTES)
 
-        if m.is_moe:
+        def fused(*parts):  # consecutive GEMMs priced as one op
+            return (sum(f for f, _ in parts), sum(b for _, b in parts))
+
+        gate = 2 if m.gated_mlp else 1  # gate+up (SwiGLU) or fc1 alone
+        act_io = 3 if m.gated_mlp else 2  # activation: read 2 I write I, or read I write I
+        if m.is_moe and not dense_layer:
             k, e = m.num_experts_per_tok, m.num_local_experts
             touched = e * (1.0 - (1.0 - k / e) ** tokens)  # expected distinct experts
-            up = gemm(tokens * k, h, 2 * inter / tp, touched)
+            up = gemm(tokens * k, h, gate * inter / tp, touched)
             down = gemm(tokens * k, inter / tp, h, touched)
             act_tokens = tokens * k
+            if m.n_shared_experts:  # always-on experts: a dense MLP of their total width
+                shared = m.n_shared_experts * inter
+                up = fused(up, gemm(tokens, h, gate * shared / tp))
+                down = fused(down, gemm(tokens, shared / tp, h))
+                act_tokens = tokens * (k + m.n_shared_experts)
         else:
-            up = gemm(tokens, h, 2 * inter / tp)
+            if dense_layer:
+                inter = m.dense_width
+            up = gemm(tokens, h, gate * inter / tp)
             down = gemm(tokens, inter / tp, h)
             act_tokens = tokens
-        return {
-            "attn_pre_proj": gemm(tokens, h, (m.q_size + 2 * m.kv_size) / tp),
-            "attn_post_proj": gemm(tokens, m.q_size / tp, h),
+        if m.is_mla:
+            heads = m.num_attention_heads / tp
+            q_width = heads * m.head_dim
+            q = (fused(gemm(tokens, h, m.q_lora_rank), gemm(tokens, m.q_lora_rank, q_width))
+                 if m.q_lora_rank else gemm(tokens, h, q_width))
+            # kv_a (latent + k_rope, replicated), then W_UK absorbed into q (decode) or the
+            # K-nope up-projection of the new tokens (prefill): the same weights and FLOPs
+            pre = fused(q, gemm(tokens, h, m.kv_latent_size),
+                        gemm(tokens, m.kv_lora_rank, heads * m.qk_nope_head_dim))
+            post = fused(gemm(tokens, m.kv_lora_rank, heads * m.v_head_dim),  # W_UV
+                         gemm(tokens, heads * m.v_head_dim, h))
+            # the q_a and kv_a latent norms ride with the input norm
+            norm_in = (0.0, tokens * (h + m.q_lora_rank + m.kv_lora_rank) * 2 * ACT_BYTES)
+            rope = (0.0, tokens * 2 * (heads * m.qk_rope_head_dim + m.qk_rope_head_dim)
+                    * ACT_BYTES)
+        else:
+            pre = gemm(tokens, h, (m.q_size + 2 * m.kv_size) / tp)
+            post = gemm(tokens, m.q_size / tp, h)
+            norm_in = (0.0, tokens * h * 2 * ACT_BYTES)
+            rope = (0.0, tokens * 2 * (m.q_size + m.kv_size) / tp * ACT_BYTES)
+        ops = {
+            "attn_pre_proj": pre,
+            "attn_post_proj": post,
             "mlp_up_proj": up,
             "mlp_down_proj": down,
-            "input_layernorm": (0.0, tokens * h * 2 * ACT_BYTES),
-            "post_attention_layernorm": (0.0, tokens * h * 2 * ACT_BYTES),
-            "attn_rope": (0.0, tokens * 2 * (m.q_size + m.kv_size) / tp * ACT_BYTES),
-            "mlp_act": (0.0, act_tokens * 3 * inter / tp * ACT_BYTES),
-            "add": (0.0, tokens * 3 * h * ACT_BYTES),
+            "input_layernorm": norm_in,
         }
+        if m.norms_per_layer == 2:
+            ops["post_attention_layernorm"] = (0.0, tokens * h * 2 * ACT_BYTES)
+        ops["attn_rope"] = rope
+        ops["mlp_act"] = (0.0, act_tokens * act_io * inter / tp * ACT_BYTES)
+        ops["add"] = (0.0, tokens * 3 * h * ACT_BYTES)
+        return ops
 
-    def op_times(self, tokens) -> dict:
-        """Seconds per layer of each linear/elementwise op (scalars or arrays of tokens)."""
+    def _times(self, work) -> dict:
         p = self.params
         out = {}
-        for op, (flops, nbytes) in self.op_work(tokens).items():
+        for op, (flops, nbytes) in work.items():
             if op in GEMM_OPS:
                 t = np.maximum(np.maximum(flops / (self.peak * p.gemm_compute_eff),
                                           nbytes / (self.bw * p.gemm_memory_eff)),
@@ -227,6 +262,17 @@ class RooflineCost:
             else:
                 t = np.maximum(nbytes / (self.bw * p.elementwise_eff[op]), p.kernel_floor_s)
             out[op] = float(t) if np.ndim(t) == 0 else t
+        return out
+
+    def op_times(self, tokens) -> dict:
+        """Seconds per layer of each linear/elementwise op (scalars or arrays of tokens); for
+        a MoE model with dense first layers, the mean over its layers."""
+        out = self._times(self.op_work(tokens))
+        dense = self.model.first_k_dense_replace if self.model.is_moe else 0
+        if dense:
+            layers = self.model.num_hidden_layers
+            d = self._times(self.op_work(tokens, dense_layer=True))
+            out = {op: (dense * d[op] + (layers - dense) * t) / layers for op, t in out.items()}
         return out
 
     def allreduce_time(self, nbytes) -> float:
@@ -250,7 +296,8 @@ class RooflineCost:
         if t is None:
             ops = self.op_times(tokens)
             layer = sum(ops.values()) + ops["add"]  # two residual adds per layer
-            layer += 2 * self.allreduce_time(tokens * self.model.hidden_size * ACT_BYTES)
+            layer += self._allreduces_per_layer * self.allreduce_time(
+                tokens * self.model.hidden_size * ACT_BYTES)
             t = self.model.num_hidden_layers * layer
             if sampled:
                 p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
@@ -261,12 +308,27 @@ class RooflineCost:
         return t
 
     def prefill_attention_time(self, new, cached) -> float:
+        """Attention of a prefill chunk of ``new`` tokens over ``cached`` ones, all layers (an
+        MLA model's includes the up-projection of the cached latents)."""
         m, p = self.model, self.params
-        flops = 4.0 * new * (cached + new / 2.0) * self._q_per_gpu
-        nbytes = (cached + new) * self._kv_bytes_per_ctx + 2 * new * self._q_per_gpu * ACT_BYTES
-        return m.num_hidden_layers * max(flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
-                                         nbytes / (self.bw * p.attn_decode_memory_eff),
-                                         p.kernel_floor_s)
+        if m.is_mla:
+            flops = self._pair_flops * new * (cached + new / 2.0)
+            nbytes = (cached + new) * self._prefill_ctx_bytes + new * self._prefill_new_bytes
+        else:
+            flops = 4.0 * new * (cached + new / 2.0) * self._q_per_gpu
+            nbytes = (cached + new) * self._kv_bytes_per_ctx + 2 * new * self._q_per_gpu * ACT_BYTES
+        t = m.num_hidden_layers * max(flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
+                                      nbytes / (self.bw * p.attn_decode_memory_eff),
+                                      p.kernel_floor_s)
+        return t + self._upproj_time(cached) if self._upproj and cached else t
+
+    def _upproj_time(self, cached) -> float:
+        """MLA: re-expanding ``cached`` latents into K-nope and V for a prefill chunk (all
+        layers; one GEMM reading the kv_b weights and the latents)."""
+        per_flop, weights, per_byte = self._upproj
+        x, y = per_flop * cached, weights + per_byte * cached
+        x = x if x > y else y
+        return x if x > self._attn_floor else self._attn_floor
 
     def __call__(self, batch) -> float:
         # hot path (one call per iteration): a memo lookup plus closed forms; measured ~2x
@@ -289,6 +351,10 @@ class RooflineCost:
                 y = b * (cached + new) + c * new
                 x = x if x > y else y
                 t += x if x > floor else floor
+            if self._upproj:
+                for _, cached in prefills:
+                    if cached:
+                        t += self._upproj_time(cached)
         return t
 
     def __repr__(self):

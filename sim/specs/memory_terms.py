@@ -74,7 +74,8 @@ class MemoryTerm:
 
 def kv_heads_per_gpu(model: ModelConfig, tp: int) -> int:
     """KV heads on each GPU: sharded, or replicated when TP exceeds them (vLLM's and SGLang's
-    ``get_num_kv_heads``: ``max(1, num_key_value_heads // tp)``)."""
+    ``get_num_kv_heads``: ``max(1, num_key_value_heads // tp)``). An MLA model caches one
+    latent instead (:meth:`~sim.specs.models.ModelConfig.kv_cache_values_per_token`)."""
     return max(1, model.num_key_value_heads // tp)
 
 

@@ -11,9 +11,9 @@ Parameter counts are *computed* from the architecture:
       1 for a dense layer), the MoE router, ``norms_per_layer`` norms of ``hidden`` weights
     + the final norm.
 
-Not counted (< 0.1 % of every preset): biases other than q/k/v, LayerNorm biases, the
-LM-head bias, Qwen3's per-head q/k norms, learned position embeddings (OPT), and the
-DeepSeek-V3 multi-token-prediction module (not part of the 671 B main model).
+Not counted (< 0.1 % of any preset's total): biases other than q/k/v, LayerNorm biases, the
+LM-head bias, Qwen3's per-head q/k norms, OPT's learned position embeddings. Nor is
+DeepSeek-V3's multi-token-prediction module (11.5 B; not part of the 671 B main model).
 
 Block shapes (``gated_mlp``, ``parallel_attn``, ``norms_per_layer``):
 
@@ -32,14 +32,6 @@ from functools import lru_cache
 from importlib import resources
 
 from ..checks import positive_int
-
-_INT_FIELDS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-               "head_dim", "intermediate_size", "vocab_size", "num_local_experts",
-               "num_experts_per_tok", "max_position_embeddings", "norms_per_layer",
-               "n_shared_experts", "first_k_dense_replace", "dense_intermediate_size",
-               "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-               "v_head_dim")
-_BOOL_FIELDS = ("tie_word_embeddings", "attention_qkv_bias", "gated_mlp", "parallel_attn")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +229,9 @@ class ModelConfig:
         OPT (``ffn_dim``), MoE (``num_experts`` / ``n_routed_experts``, ``moe_intermediate_size``,
         ``n_shared_experts``, ``first_k_dense_replace``) and MLA (``kv_lora_rank``,
         ``q_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``). The block
-        shape follows ``model_type`` (see :func:`_block_shape`)."""
+        shape follows ``model_type`` (see :func:`_block_shape`) unless the dict names it
+        (``gated_mlp``, ``parallel_attn``, ``norms_per_layer``: ``dataclasses.asdict`` of a
+        ``ModelConfig`` reads back to the same model)."""
         if not isinstance(config, dict):
             raise TypeError(f"config must be a dict, got {type(config).__name__}")
 
@@ -264,11 +258,13 @@ class ModelConfig:
         experts = config.get("num_local_experts") or config.get("num_experts") or \
             config.get("n_routed_experts") or 0
         intermediate = fields["intermediate_size"]
-        dense_intermediate = 0
+        dense_intermediate = config.get("dense_intermediate_size") or 0
         if experts and config.get("moe_intermediate_size"):
             intermediate = config["moe_intermediate_size"]
             if config.get("first_k_dense_replace"):
                 dense_intermediate = fields["intermediate_size"]
+        shape = _block_shape(config, model_type)
+        shape.update({k: config[k] for k in shape if config.get(k) is not None})  # sim's names
         bias = config.get("attention_qkv_bias", config.get("attention_bias"))
         if bias is None:
             bias = model_type in _QKV_BIAS_BY_DEFAULT
@@ -294,7 +290,7 @@ class ModelConfig:
             num_experts_per_tok=config.get("num_experts_per_tok") or 0,
             attention_qkv_bias=_as_bool(bias),
             max_position_embeddings=get("max_position_embeddings", "n_positions") or 0,
-            **_block_shape(config, model_type),
+            **shape,
             n_shared_experts=(config.get("n_shared_experts") or 0) if experts else 0,
             first_k_dense_replace=(config.get("first_k_dense_replace") or 0) if experts else 0,
             dense_intermediate_size=dense_intermediate,
@@ -360,12 +356,13 @@ def _as_bool(value) -> bool:
 @lru_cache(maxsize=1)
 def _preset_rows() -> dict:
     text = resources.files("sim").joinpath("data/models.csv").read_text()
-    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    # every column named like a field; an empty cell takes the field's default
+    kinds = {f.name: _as_bool if type(f.default) is bool else int
+             for f in dataclasses.fields(ModelConfig) if f.name != "name"}
     rows = {}
     for row in csv.DictReader(text.splitlines()):
-        values = {k: int(row[k]) if row.get(k) else defaults[k] for k in _INT_FIELDS}
-        values.update({k: _as_bool(row[k]) if row.get(k) else defaults[k] for k in _BOOL_FIELDS})
-        cfg = ModelConfig(name=row["model"].lower(), **values)
+        cfg = ModelConfig(name=row["model"].lower(),
+                          **{k: kind(row[k]) for k, kind in kinds.items() if row.get(k)})
         rows[cfg.name] = (cfg, row)
     return rows
 
