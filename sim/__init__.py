@@ -32,12 +32,13 @@ from .specs.gpus import GPU, get_gpu, gpu_presets
 from .specs.memory import MemoryBudget, blocks_needed, kv_cache_bytes, memory_budget
 from .specs.models import ModelConfig, get_model, model_presets
 from .specs.quantization import dequantize, quantize
+from .tools.capacity import Capacity, max_rate
 from .tools.sweep import sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "SimConfig", "Result", "Batch", "sweep",
+    "run", "SimConfig", "Result", "Batch", "sweep", "max_rate", "Capacity",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
     "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",
     "Orca",

@@ -193,6 +193,12 @@ class Result:
         out["wall_seconds"] = self.wall_seconds
         return out
 
+    def diagnose(self) -> list:
+        """Findings in the cheat sheet's words (:mod:`sim.results.diagnose`): overloaded, idle
+        slots, decode stalls, KV pool too small, no prefix hits; empty when none applies."""
+        from .diagnose import diagnose
+        return diagnose(self)
+
     def __repr__(self):
         return (f"Result({len(self.requests)} requests, {len(self.iterations)} iterations, "
                 f"scheduler={self.scheduler_name})")

@@ -1,0 +1,101 @@
+"""Troubleshooting: what went wrong in a run, in the cheat sheet's words, with the measured
+figure that shows it and what to try.
+
+:func:`diagnose` reads only a :class:`~sim.results.metrics.Result` (its summary, columns and
+config) and returns a list of :class:`Finding`. Each rule below fires on a measured condition
+(thresholds are named constants) and has a test scenario that triggers it and one that does not
+(tests/test_diagnose.py):
+
+- ``overloaded`` - requests arrive faster than they are served: the queue grows without bound;
+- ``idle_slots`` - static batching leaves batch slots empty while requests wait;
+- ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
+  thousands of tokens beside running decodes;
+- ``kv_pool_too_small`` - preemptions recompute a share of the prefill work;
+- ``no_prefix_hits`` - prefix caching is on but no prompt token came from the cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OVERLOAD_RATIO = 0.95  # served / offered rate below this: overloaded
+IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
+STALL_RATIO = 5.0  # ITL P99 / P50 above this, with prefills of STALL_PREFILL_TOKENS or more
+STALL_PREFILL_TOKENS = 2048  # beside decodes in one iteration (a chunk budget rarely exceeds it)
+RECOMPUTE = 1.05  # prefill computed / prompt tokens above this: the pool is too small
+
+
+@dataclass(frozen=True)
+class Finding:
+    """``code`` (stable, for scripts), ``message`` (what happened, with the figure),
+    ``action`` (what to try) and ``value`` (the measured figure)."""
+
+    code: str
+    message: str
+    action: str
+    value: float
+
+    def __str__(self):
+        return f"{self.message} — {self.action}"
+
+
+def diagnose(result) -> list:
+    """The findings for ``result`` (empty when nothing looks wrong)."""
+    s = result.summary()
+    req, it, cfg = result.requests, result.iterations, result.config
+    out = []
+    fin = req[req["status"] == "finished"]
+    if len(req) >= 2 and len(fin):
+        arrivals = req["arrival_time"].to_numpy()
+        span = arrivals.max() - arrivals.min()
+        offered = (len(req) - 1) / span if span > 0 else float("nan")
+        served = s["request_throughput"]
+        if offered == offered and served < OVERLOAD_RATIO * offered:
+            out.append(Finding(
+                "overloaded",
+                f"overloaded: requests arrive at {offered:.3g}/s but are served at "
+                f"{served:.3g}/s, so the queue grows for the whole run (median queueing delay "
+                f"{s['queueing_delay_p50']:.3g} s)",
+                "lower the request rate, add replicas, or raise throughput (larger batches, "
+                "a faster GPU, quantized weights)", served / offered))
+    name = str(result.scheduler_name)
+    if name == "static" and len(it):
+        waiting = (it["num_waiting"] > 0).to_numpy()
+        if waiting.any():
+            util = float(it["num_running"][waiting].mean()) / cfg.max_batch_size
+            if util < IDLE_SLOTS:
+                out.append(Finding(
+                    "idle_slots",
+                    f"static batching keeps only {util:.0%} of the {cfg.max_batch_size} batch "
+                    f"slots busy while requests wait: a batch runs until its longest request "
+                    f"finishes",
+                    "use continuous batching (scheduler='continuous' or 'chunked')", util))
+    p50, p99 = s["itl_p50"], s["itl_p99"]
+    if p50 > 0 and p99 / p50 > STALL_RATIO and len(it):
+        mixed = it[(it["num_prefill_tokens"] >= STALL_PREFILL_TOKENS)
+                   & (it["num_decode_tokens"] > 0)]
+        if len(mixed):
+            largest = int(mixed["num_prefill_tokens"].max())
+            out.append(Finding(
+                "decode_stalls",
+                f"decode stalls: P99 inter-token latency {p99 * 1e3:.3g} ms is "
+                f"{p99 / p50:.1f}x the median, as decodes wait for prefills of up to {largest:,} "
+                f"tokens in their iteration",
+                "use chunked prefill (scheduler='chunked') or a smaller chunk_size", p99 / p50))
+    ratio = s.get("prefill_compute_ratio", float("nan"))
+    if ratio == ratio and ratio > RECOMPUTE and s["num_preemptions"]:
+        out.append(Finding(
+            "kv_pool_too_small",
+            f"KV pool too small: {s['num_preemptions']:,} preemptions (up to "
+            f"{s['max_preemptions']} of one request) recomputed {ratio - 1:.0%} more prefill "
+            f"than the prompts",
+            "compare KV memory with the budget before raising the batch size: fewer running "
+            "requests, more KV blocks (memory, quantized KV, more GPUs) or shorter outputs",
+            ratio))
+    if getattr(cfg, "prefix_caching", False) and len(fin) and s.get("prefix_hit_rate") == 0:
+        out.append(Finding(
+            "no_prefix_hits",
+            "no prefix hits: prefix caching is on but no prompt token came from the cache",
+            "is the system prompt identical from the first token (and a multiple of the block "
+            "size)? does the workload carry hash_ids?", 0.0))
+    return out

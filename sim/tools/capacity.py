@@ -1,0 +1,129 @@
+"""Capacity search: the highest request rate a configuration serves within its SLOs.
+
+    cap = max_rate(df, {"ttft": 2.0, "itl": 0.1}, attainment=0.9, config=SimConfig(...))
+    cap.rate, cap.goodput_per_gpu, cap.points   # the answer, and every rate it tried
+
+The workload keeps its shape (arrival pattern, lengths) and is time-scaled to each trial rate
+(:func:`workloads.scale_to_rate`), so the criterion is a deterministic function of the rate. A
+rate *passes* when every limit holds at once:
+
+- per-request SLOs (``ttft``, ``itl``, ``tpot``, ``e2e``, seconds): the fraction of requests
+  meeting all of them (rejected requests fail) is at least ``attainment``;
+- summary limits (any numeric key of :meth:`Result.summary`, e.g. ``"e2e_mean"``,
+  ``"ttft_p99"``): the metric is at most the limit.
+
+Search: from the workload's own rate, double until a rate fails and halve until one passes
+(bracketing), then bisect in log space until the bracket is narrower than ``tol`` (relative).
+That assumes the criterion fails more as the rate grows, which holds for a queue whose service
+does not get faster under load; every point tried is returned, so a non-monotone case shows.
+Tested against M/D/1, where the rate giving a mean E2E has a closed form
+(tests/test_capacity.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from ..engine import SimConfig, run
+from ..results.metrics import SLO_KEYS
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The answer of :func:`max_rate`: ``rate`` (requests/s; ``nan`` when even the lowest rate
+    tried fails), the ``summary`` of the run at that rate, ``num_gpus``, ``goodput_per_gpu``
+    and ``points`` (one row per rate tried: rate, passed, the metrics the limits name)."""
+
+    rate: float
+    summary: dict
+    num_gpus: int
+    goodput_per_gpu: float
+    points: pd.DataFrame = field(repr=False)
+
+
+def _check(summary, slo, attainment):
+    per_request = {k: v for k, v in slo.items() if k in SLO_KEYS}
+    ok = True
+    if per_request:
+        ok = summary["slo_attainment"] >= attainment
+    for key, limit in slo.items():
+        if key not in SLO_KEYS:
+            value = summary[key]
+            ok = ok and value == value and value <= limit  # NaN fails
+    return ok
+
+
+def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None,
+             max_steps=60) -> Capacity:
+    """The highest rate at which ``slo`` holds (see the module docstring). ``config``: a
+    :class:`SimConfig` (default ``SimConfig()``); ``start``: the first rate tried (default:
+    the workload's own mean rate)."""
+    import workloads as wl
+    if not isinstance(slo, dict) or not slo:
+        raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
+    config = config or SimConfig()
+    probe = None
+    for key, limit in slo.items():
+        if not isinstance(limit, (int, float)) or not limit > 0 or math.isinf(limit):
+            raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got {limit!r}")
+    if not 0 < attainment <= 1:
+        raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+    df = wl.validate(workload)
+    if len(df) < 2:
+        raise ValueError("max_rate needs a workload of at least two requests")
+    per_request = {k: v for k, v in slo.items() if k in SLO_KEYS} or None
+    rows, results = [], {}
+
+    def trial(rate):
+        res = run(wl.scale_to_rate(df, rate), config)
+        s = res.summary(slo=per_request)
+        unknown = [k for k in slo if k not in SLO_KEYS and k not in s]
+        if unknown:
+            raise ValueError(f"slo keys {unknown} are neither per-request SLOs {SLO_KEYS} nor "
+                             f"summary metrics")
+        passed = _check(s, slo, attainment)
+        rows.append({"rate": rate, "passed": passed,
+                     **{k: s[k] for k in slo if k not in SLO_KEYS},
+                     **({"slo_attainment": s["slo_attainment"]} if per_request else {})})
+        results[rate] = s
+        return passed
+
+    t = df["arrival_time"].to_numpy()
+    rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0]) if t[-1] > t[0] else 1.0
+    lo = hi = None
+    for _ in range(max_steps):  # bracket
+        if trial(rate):
+            lo = rate
+            if hi is not None:
+                break
+            rate *= 2
+        else:
+            hi = rate
+            if lo is not None:
+                break
+            rate /= 2
+    else:
+        raise RuntimeError(f"max_rate found no bracket in {max_steps} steps (rates tried: "
+                           f"{sorted(results)})")
+    if lo is not None and hi is not None:
+        for _ in range(max_steps):  # bisect in log space
+            if hi / lo - 1 <= tol:
+                break
+            mid = math.sqrt(lo * hi)
+            if trial(mid):
+                lo = mid
+            else:
+                hi = mid
+    probe = lo
+    points = pd.DataFrame(rows).sort_values("rate", ignore_index=True)
+    num_gpus = config.tensor_parallel
+    if probe is None:
+        return Capacity(float("nan"), {}, num_gpus, float("nan"), points)
+    s = results[probe]
+    goodput = s.get("goodput", s["request_throughput"])
+    return Capacity(probe, s, num_gpus, goodput / num_gpus, points)

@@ -1,0 +1,56 @@
+"""Capacity search against queueing theory (M/D/1) and on SLO attainment."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sim
+from sim.tools.capacity import max_rate
+
+
+def _poisson(n, seed=0, prompt=8, output=1):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"arrival_time": np.cumsum(rng.exponential(1.0, n)),
+                         "num_prompt_tokens": prompt, "num_output_tokens": output})
+
+
+def test_mean_e2e_limit_matches_the_md1_closed_form():
+    """Batch 1, one iteration of D seconds per request: an M/D/1 queue. Mean E2E = D + W_q with
+    Pollaczek-Khinchine W_q = rho D / (2 (1 - rho)), so the rate whose mean E2E is s is
+    rho*/D with rho* = 2 (s - D) / (D + 2 (s - D))."""
+    d, s = 0.01, 0.015  # rho* = 0.5
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(d),
+                        max_batch_size=1)
+    cap = max_rate(_poisson(60_000), {"e2e_mean": s}, config=cfg, tol=0.002)
+    rho = 2 * (s - d) / (d + 2 * (s - d))
+    assert cap.rate == pytest.approx(rho / d, rel=0.02)
+    assert cap.summary["e2e_mean"] <= s
+    assert cap.points["passed"].any() and not cap.points["passed"].all()
+    # below the answer every point passed, above it every point failed (monotone here)
+    pts = cap.points
+    assert pts.loc[pts["rate"] <= cap.rate, "passed"].all()
+    assert not pts.loc[pts["rate"] > cap.rate, "passed"].any()
+
+
+def test_attainment_target_and_goodput_per_gpu():
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_batch_size=1, tensor_parallel=2)
+    df = _poisson(3000, seed=1)
+    strict = max_rate(df, {"e2e": 0.03}, attainment=0.99, config=cfg)
+    loose = max_rate(df, {"e2e": 0.03}, attainment=0.5, config=cfg)
+    assert 0 < strict.rate < loose.rate < 100  # one server of 100 req/s
+    assert strict.summary["slo_attainment"] >= 0.99
+    assert strict.num_gpus == 2
+    assert strict.goodput_per_gpu == pytest.approx(strict.summary["goodput"] / 2)
+
+
+def test_bad_limits_are_clear_errors():
+    df = _poisson(50)
+    with pytest.raises(ValueError, match="non-empty dict"):
+        max_rate(df, {})
+    with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
+        max_rate(df, {"ttft": -1})
+    with pytest.raises(ValueError, match="attainment"):
+        max_rate(df, {"ttft": 1}, attainment=1.5)
+    with pytest.raises(ValueError, match="neither per-request SLOs"):
+        max_rate(df, {"latency_p99": 1.0}, config=sim.SimConfig(cost_model=sim.ConstantCost(0.01)))
