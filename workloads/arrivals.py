@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .schema import _plain
+
 
 def _pos(name, value, allow_zero=False):
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -26,7 +28,7 @@ def _pos(name, value, allow_zero=False):
 
 def _count(n):
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+        raise ValueError(f"n must be an integer >= 0, got {_plain(n)!r}")
     return int(n)
 
 
@@ -78,7 +80,7 @@ class ClosedLoop:
     def __post_init__(self):
         if isinstance(self.num_users, bool) or not isinstance(self.num_users, (int, np.integer)) \
                 or self.num_users < 1:
-            raise ValueError(f"num_users must be an integer >= 1, got {self.num_users!r}")
+            raise ValueError(f"num_users must be an integer >= 1, got {_plain(self.num_users)!r}")
         _pos("think_time", self.think_time, allow_zero=True)
 
 

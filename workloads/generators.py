@@ -16,7 +16,7 @@ import pandas as pd
 
 from .arrivals import _count, _pos, _rng, constant, gamma, poisson
 from .lengths import as_distribution
-from .schema import validate
+from .schema import _plain, validate
 
 
 def _arrivals(n, rate, arrival, cv, rng):
@@ -76,12 +76,12 @@ def shared_prefix(n, *, n_groups, system_prompt_tokens, user_tokens, output, rat
     rng = _rng(seed)
     n = _count(n)
     if not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
-        raise ValueError(f"n_groups must be an integer >= 1, got {n_groups!r}")
+        raise ValueError(f"n_groups must be an integer >= 1, got {_plain(n_groups)!r}")
     if not isinstance(system_prompt_tokens, (int, np.integer)) or system_prompt_tokens < 0:
         raise ValueError(f"system_prompt_tokens must be an integer >= 0, got "
-                         f"{system_prompt_tokens!r}")
+                         f"{_plain(system_prompt_tokens)!r}")
     if not isinstance(block_size, (int, np.integer)) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+        raise ValueError(f"block_size must be an integer >= 1, got {_plain(block_size)!r}")
     times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
     groups = rng.integers(0, n_groups, n)
     user = as_distribution(user_tokens).sample(n, rng)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .arrivals import _count, _pos, _rng
+from .schema import _plain
 
 
 def _clip(x, max_tokens):
@@ -21,7 +22,7 @@ def _clip(x, max_tokens):
 
 def _check_max(max_tokens):
     if max_tokens is not None and (not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1):
-        raise ValueError(f"max_tokens must be an integer >= 1 or None, got {max_tokens!r}")
+        raise ValueError(f"max_tokens must be an integer >= 1 or None, got {_plain(max_tokens)!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +31,7 @@ class Fixed:
 
     def __post_init__(self):
         if not isinstance(self.value, (int, np.integer)) or self.value < 1:
-            raise ValueError(f"value must be an integer >= 1, got {self.value!r}")
+            raise ValueError(f"value must be an integer >= 1, got {_plain(self.value)!r}")
 
     def sample(self, n, rng=None):
         return np.full(_count(n), int(self.value), dtype=np.int64)
@@ -44,8 +45,8 @@ class Uniform:
     def __post_init__(self):
         if not (isinstance(self.low, (int, np.integer)) and isinstance(self.high, (int, np.integer))
                 and 1 <= self.low <= self.high):
-            raise ValueError(f"need integers 1 <= low <= high, got low={self.low!r}, "
-                             f"high={self.high!r}")
+            raise ValueError(f"need integers 1 <= low <= high, got low={_plain(self.low)!r}, "
+                             f"high={_plain(self.high)!r}")
 
     def sample(self, n, rng=None):
         return _rng(rng).integers(self.low, self.high + 1, _count(n)).astype(np.int64)
@@ -97,8 +98,8 @@ class Zipf:
         _pos("a", self.a)
         if not (isinstance(self.low, (int, np.integer)) and isinstance(self.high, (int, np.integer))
                 and 1 <= self.low <= self.high):
-            raise ValueError(f"need integers 1 <= low <= high, got low={self.low!r}, "
-                             f"high={self.high!r}")
+            raise ValueError(f"need integers 1 <= low <= high, got low={_plain(self.low)!r}, "
+                             f"high={_plain(self.high)!r}")
 
     def pmf(self):
         k = np.arange(self.low, self.high + 1, dtype=np.float64)

@@ -21,8 +21,16 @@ REQUIRED = ("arrival_time", "num_prompt_tokens", "num_output_tokens")
 COLUMNS = ("request_id",) + REQUIRED
 
 
+MAX_TOKENS = 2 ** 53  # above this a float64 no longer holds every integer exactly
+
+
 def _first_bad(mask) -> int:
     return int(np.flatnonzero(mask)[0])
+
+
+def _plain(value):
+    """``value`` as a plain Python scalar for messages (``-200``, not ``np.int64(-200)``)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def validate(df, *, source=None) -> pd.DataFrame:
@@ -30,6 +38,8 @@ def validate(df, *, source=None) -> pd.DataFrame:
 
     Raises ``ValueError`` naming the column, the first offending row (0-based position) and its
     value; ``TypeError`` when ``df`` is not a DataFrame. ``source`` (a file name) prefixes errors.
+    A workload without rows is an error (there is nothing to simulate); token counts above
+    ``MAX_TOKENS`` (2**53) are rejected rather than wrapped round by the int64 cast.
     """
     where = f"{source}: " if source else ""
     if not isinstance(df, pd.DataFrame):
@@ -38,34 +48,40 @@ def validate(df, *, source=None) -> pd.DataFrame:
     if missing:
         raise ValueError(f"{where}workload is missing column(s) {missing}; it has "
                          f"{list(df.columns)}")
+    if len(df) == 0:
+        raise ValueError(f"{where}workload has no requests: nothing to simulate")
     out = df.copy()
     out.attrs = dict(df.attrs)
     arrival = pd.to_numeric(out["arrival_time"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(arrival) | (arrival < 0)
     if bad.any():
         i = _first_bad(bad)
-        raise ValueError(f"{where}arrival_time: row {i} has {df['arrival_time'].iloc[i]!r} "
-                         f"(must be a finite number of seconds >= 0)")
+        raise ValueError(f"{where}arrival_time: row {i} has "
+                         f"{_plain(df['arrival_time'].iloc[i])!r} (must be a finite number of "
+                         f"seconds >= 0)")
     if len(arrival) > 1:
         dec = np.diff(arrival) < 0
         if dec.any():
             i = _first_bad(dec) + 1
-            raise ValueError(f"{where}arrival_time: row {i} has {arrival[i]!r}, earlier than row "
-                             f"{i - 1} ({arrival[i - 1]!r}); arrival times must be non-decreasing")
+            raise ValueError(f"{where}arrival_time: row {i} has {_plain(arrival[i])!r}, earlier "
+                             f"than row {i - 1} ({_plain(arrival[i - 1])!r}); arrival times must "
+                             f"be non-decreasing")
     out["arrival_time"] = arrival
     for col in ("num_prompt_tokens", "num_output_tokens"):
         raw = out[col]
         vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(vals) | (vals < 1) | (vals != np.round(vals))
+        bad = ~np.isfinite(vals) | (vals < 1) | (vals > MAX_TOKENS) | (vals != np.round(vals))
         if bad.any():
             i = _first_bad(bad)
-            raise ValueError(f"{where}{col}: row {i} has {raw.iloc[i]!r} (must be an integer >= 1)")
+            raise ValueError(f"{where}{col}: row {i} has {_plain(raw.iloc[i])!r} (must be an "
+                             f"integer from 1 to 2**53)")
         out[col] = vals.astype(np.int64)
     if "request_id" not in out.columns:
         out.insert(0, "request_id", np.arange(len(out), dtype=np.int64))
     elif out["request_id"].duplicated().any():
         i = _first_bad(out["request_id"].duplicated().to_numpy())
-        raise ValueError(f"{where}request_id: row {i} repeats id {out['request_id'].iloc[i]!r}")
+        raise ValueError(f"{where}request_id: row {i} repeats id "
+                         f"{_plain(out['request_id'].iloc[i])!r}")
     return out.reset_index(drop=True)
 
 

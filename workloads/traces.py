@@ -12,7 +12,9 @@ upstream files, byte for byte once decompressed.
 
 from __future__ import annotations
 
+import difflib
 import json
+import zlib
 from importlib import resources
 from pathlib import Path
 
@@ -66,30 +68,85 @@ def _read(name) -> pd.DataFrame:
     return df
 
 
+def _num_requests(n):
+    """``n`` as an int >= 1 (or None): the count of requests asked for."""
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n (the number of requests) must be an integer, got {n!r}")
+    if n < 1:
+        raise ValueError(f"n (the number of requests) must be >= 1, got {int(n)}"
+                         + (": an empty workload has nothing to simulate" if n == 0 else ""))
+    return int(n)
+
+
+def _max_context(max_context):
+    if max_context is None:
+        return None
+    if isinstance(max_context, bool) or not isinstance(max_context, (int, np.integer)) \
+            or max_context < 2:
+        raise ValueError(f"max_context must be an integer >= 2 (prompt + output tokens), got "
+                         f"{max_context!r}")
+    return int(max_context)
+
+
+def _first(df, n, what) -> pd.DataFrame:
+    """The first ``n`` rows; more than there are is an error (a replay is never resampled)."""
+    if n is None:
+        return df
+    if n > len(df):
+        raise ValueError(f"n={n:,} is more than the {len(df):,} requests of {what}; omit n to "
+                         f"take all of them")
+    return df.iloc[:n].reset_index(drop=True)
+
+
+def _within_context(df, max_context, what) -> pd.DataFrame:
+    if max_context is None:
+        return df
+    keep = ((df["num_prompt_tokens"] + df["num_output_tokens"]) <= max_context).to_numpy()
+    if not keep.any():
+        raise ValueError(f"max_context={max_context:,} drops every request of {what}: "
+                         f"nothing to simulate")
+    return df[keep].reset_index(drop=True)
+
+
+def _unknown_name(name) -> ValueError:
+    close = difflib.get_close_matches(str(name), trace_names(), n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ValueError(f"workload {name!r} is neither a bundled trace nor a file; {hint}"
+                      f"bundled: {', '.join(trace_names())}")
+
+
 def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=None,
          max_context=None, seed=0) -> pd.DataFrame:
     """Load a bundled trace (see :data:`TRACES`) or a workload file, in the request schema.
 
-    - ``n``: keep the first ``n`` requests (length-only sets: sample ``n`` rows with replacement
-      when ``n`` exceeds the set, else take the first ``n``).
+    - ``n``: keep the first ``n`` requests (an integer >= 1). A replayed trace or a file with
+      fewer rows is an error; a length-only set samples ``n`` rows with replacement when ``n``
+      exceeds it (then ``attrs["resampled_from"]`` holds the set's size), else takes the
+      first ``n``.
     - ``rate``: for traces with timestamps, time-scale to this mean rate; for length-only sets,
       the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``).
     - ``arrival_times``: explicit arrival times for a length-only set.
     - ``max_context``: drop requests whose prompt + output exceed it (a model's context window).
+
+    An empty result (``n`` < 1, everything dropped, a file without rows) is a ``ValueError``.
     """
+    n, max_context = _num_requests(n), _max_context(max_context)
+    if not isinstance(name, (str, Path)):
+        raise TypeError(f"workload must be a trace name or a file path, got {name!r}")
     rng = _rng(seed)
     if name not in TRACES:
         path = Path(name)
         if path.suffix or path.exists():
             return load_file(path, n=n, rate=rate, max_context=max_context)
-        raise ValueError(f"workload {name!r} is neither a bundled trace {trace_names()} nor a file")
-    df = _read(name)
-    if max_context is not None:
-        keep = (df["num_prompt_tokens"] + df["num_output_tokens"]) <= int(max_context)
-        df = df[keep.to_numpy()].reset_index(drop=True)
+        raise _unknown_name(name)
+    df = _within_context(_read(name), max_context, repr(name))
     if "arrival_time" not in df.columns:
         if n is not None and n > len(df):
-            df = df.iloc[rng.integers(0, len(df), n)].reset_index(drop=True)
+            size = len(df)
+            df = df.iloc[rng.integers(0, size, n)].reset_index(drop=True)
+            df.attrs["resampled_from"] = size
         elif n is not None:
             df = df.iloc[:n].reset_index(drop=True)
         if arrival_times is not None:
@@ -107,38 +164,87 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
             raise ValueError(f"arrival must be 'poisson' or 'gamma', got {arrival!r}")
         df.insert(0, "arrival_time", times)
     else:
-        if n is not None:
-            df = df.iloc[:n].reset_index(drop=True)
+        df = _first(df, n, f"the {name!r} trace")
         if rate is not None:
             df = scale_to_rate(df, rate)
     df.attrs["name"] = name
     return validate(df)
 
 
+# what a reader may raise on a file that is not what its suffix says (truncated, corrupt,
+# wrong encoding, a folder): turned into one ValueError naming the file
+_READ_ERRORS = (ValueError, TypeError, KeyError, IndexError, OSError, EOFError, UnicodeError,
+                zlib.error, pd.errors.ParserError, pd.errors.EmptyDataError)
+
+
+def _read_file(path, suffix) -> pd.DataFrame:
+    if suffix.startswith(".csv"):
+        return pd.read_csv(path)
+    if suffix.startswith(".json"):
+        return pd.read_json(path, lines=suffix.startswith(".jsonl"))
+    import pyarrow
+    try:
+        return pd.read_parquet(path)
+    except pyarrow.ArrowException as e:  # not all of them are ValueErrors
+        raise ValueError(str(e)) from None
+
+
+def _hash_id_lists(df, where) -> pd.DataFrame:
+    """``hash_ids``: a JSON list of integers per row (CSV), a list (JSONL, parquet), or empty."""
+    out = []
+    for i, x in enumerate(df["hash_ids"].tolist()):
+        if isinstance(x, str):
+            try:
+                x = json.loads(x)
+            except ValueError:
+                raise ValueError(f"{where}hash_ids: row {i} has {x[:40]!r}, not a JSON list of "
+                                 f"integers") from None
+        elif x is not None and not isinstance(x, float):  # NaN: no ids
+            x = list(x) if hasattr(x, "__iter__") else x
+        if isinstance(x, float) and x != x:
+            x = None
+        if x is not None and not (isinstance(x, list) and all(
+                isinstance(h, (int, np.integer)) and not isinstance(h, bool) for h in x)):
+            raise ValueError(f"{where}hash_ids: row {i} has {x!r}, not a list of integers")
+        out.append(x)
+    df["hash_ids"] = out
+    return df
+
+
 def load_file(path, *, n=None, rate=None, max_context=None) -> pd.DataFrame:
-    """A CSV, JSONL or parquet file in the request schema; errors name the file and the row."""
+    """A CSV, JSONL or parquet file in the request schema (``.gz`` allowed for CSV and JSONL).
+
+    Every row is checked; errors name the file and the row (0-based, header not counted). A file
+    that cannot be read in its format, or has no rows, is a ``ValueError`` naming the file;
+    ``n`` larger than the file is an error (see :func:`load`)."""
+    n, max_context = _num_requests(n), _max_context(max_context)
     path = Path(path)
+    where = f"{path}: "
     if not path.exists():
         raise ValueError(f"workload file {str(path)!r} does not exist")
+    if path.is_dir():
+        raise ValueError(f"workload file {str(path)!r} is a folder")
     suffix = "".join(path.suffixes[-2:]) if path.suffix == ".gz" else path.suffix
-    if suffix.startswith(".csv"):
-        df = pd.read_csv(path)
-        if "hash_ids" in df.columns:
-            df["hash_ids"] = [json.loads(x) if isinstance(x, str) else x for x in df["hash_ids"]]
-    elif suffix.startswith(".jsonl") or suffix.startswith(".json"):
-        df = pd.read_json(path, lines=suffix.startswith(".jsonl"))
-    elif suffix == ".parquet":
-        df = pd.read_parquet(path)
-        if "hash_ids" in df.columns:
-            df["hash_ids"] = [list(x) if x is not None else None for x in df["hash_ids"]]
-    else:
+    if not (suffix.startswith(".csv") or suffix.startswith(".json") or suffix == ".parquet"):
         raise ValueError(f"workload file {str(path)!r}: unknown format {suffix!r} "
                          f"(use .csv, .jsonl or .parquet)")
-    if max_context is not None:
-        df = df[(df["num_prompt_tokens"] + df["num_output_tokens"]) <= int(max_context)]
-    if n is not None:
-        df = df.iloc[:n]
+    try:
+        df = _read_file(path, suffix)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{where}the file is empty (no header, no rows): nothing to "
+                         f"simulate") from None
+    except _READ_ERRORS as e:
+        kind = suffix.lstrip(".").split(".")[0].upper()
+        detail = " ".join(str(e).split())[:200] or type(e).__name__
+        raise ValueError(f"{where}cannot be read as {kind}: {detail}") from None
+    if not isinstance(df, pd.DataFrame):  # e.g. a JSON file holding one scalar
+        raise ValueError(f"{where}does not hold a table of requests")
+    df.columns = [str(c) for c in df.columns]
+    if "hash_ids" in df.columns:
+        df = _hash_id_lists(df, where)
     df = validate(df.reset_index(drop=True), source=str(path))
+    df = _within_context(df, max_context, str(path))
+    df = _first(df, n, str(path))
     if rate is not None:
         df = scale_to_rate(df, rate)
     df.attrs.setdefault("name", path.name)

@@ -1,11 +1,28 @@
 """``sim calibrate`` (time the kernels on this device, write a profile) and ``sim validate``
-(simulated vs executed latencies on this device)."""
+(simulated vs executed latencies on this device).
+
+Both check their inputs before the minutes of timing start: the flag values, ``--device gpu``
+(a usable CUDA GPU through CuPy), the profile file and that the output can be written."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from .settings import number, output_file, output_folder, read_profile
+
+
+def check_device(device) -> None:
+    """``--device gpu`` on a machine without a usable CUDA GPU is a user error, not a crash."""
+    if device != "gpu":
+        return
+    from ..costs.kernels import array_module
+    try:
+        array_module("gpu")
+    except RuntimeError:
+        raise ValueError("--device gpu: no CUDA GPU is usable through CuPy on this machine "
+                         "(install the 'gpu' extra on a machine with an NVIDIA GPU, or use "
+                         "--device cpu or auto)") from None
 
 
 def cmd_calibrate(args) -> int:
@@ -14,6 +31,8 @@ def cmd_calibrate(args) -> int:
     accepted)."""
     from ..costs.timing import save_profile
     from ..tools.calibration import calibrate
+    check_device(args.device)
+    output_file(args.output, "--output")
     profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
                         progress=sys.stderr.isatty())
     q = profile["quality"]
@@ -43,11 +62,16 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_validate(args) -> int:
+    """``sim validate``: calibrate (or read ``--profile``), then execute and simulate the same
+    workload and print the errors; ``--output`` gets ``validation.csv``."""
     import pandas as pd
 
     from ..tools.validation import validate_profile
+    check_device(args.device)
+    if args.output:
+        output_folder(args.output, "--output")
     if args.profile:
-        profile = json.loads(Path(args.profile).read_text())
+        profile = read_profile(args.profile)
     else:  # calibrate now: the machine's speed drifts, so compare against a fresh profile
         from ..tools.calibration import calibrate
         print(f"calibrating on this device for {args.budget:g} s ...")
@@ -66,30 +90,38 @@ def cmd_validate(args) -> int:
     if args.output:
         Path(args.output).mkdir(parents=True, exist_ok=True)
         out["table"].to_csv(Path(args.output) / "validation.csv")
+        print(f"wrote {Path(args.output) / 'validation.csv'}")
     return 0
 
 
 def add_parsers(sub):
     p = sub.add_parser("calibrate", help="time the real kernels on this device; write a profile")
-    p.add_argument("--budget", type=float, default=120.0, help="seconds (default 120)")
+    p.add_argument("--budget", type=number(float), default=120.0, metavar="SECONDS",
+                   help="time to spend timing, > 0 (default 120)")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
                    help="where to time (default auto: a GPU with CuPy if present, else the CPU)")
-    p.add_argument("--model", default=None, help="preset or HF config (default: a small CPU model)")
+    p.add_argument("--model", default=None,
+                   help="model preset or Hugging Face config.json (default: a small CPU model)")
     p.add_argument("--dtype", default=None, help="array dtype (default float32)")
-    p.add_argument("--output", "-o", default="profile.json", help="default profile.json")
+    p.add_argument("--output", "-o", default="profile.json", metavar="JSON",
+                   help="the profile file to write (default profile.json)")
     p.add_argument("--accept", action="store_true",
-                   help="exit 0 even when the quality gate fails (the profile records it)")
+                   help="exit 0 even when the quality gate fails; the profile records it "
+                        "(default: exit 1)")
     p.set_defaults(func=cmd_calibrate)
     p = sub.add_parser("validate", help="simulated vs executed TTFT/E2E on this device")
-    p.add_argument("--profile", default=None,
+    p.add_argument("--profile", default=None, metavar="JSON",
                    help="calibration profile (default: calibrate on this device first)")
-    p.add_argument("--budget", type=float, default=60.0,
-                   help="calibration seconds when no --profile is given (default 60)")
-    p.add_argument("--requests", "-n", type=int, default=1000, help="default 1000")
-    p.add_argument("--repeats", type=int, default=3, help="executed runs (default 3)")
-    p.add_argument("--rate", type=float, default=None,
-                   help="requests/s (default: the rate keeping the replica ~50%% busy)")
+    p.add_argument("--budget", type=number(float), default=60.0, metavar="SECONDS",
+                   help="calibration seconds when no --profile is given, > 0 (default 60)")
+    p.add_argument("--requests", "-n", type=number(int), default=1000,
+                   help="requests in the workload, >= 1 (default 1000)")
+    p.add_argument("--repeats", type=number(int), default=3,
+                   help="executed runs, >= 1 (default 3)")
+    p.add_argument("--rate", type=number(float), default=None, metavar="REQ_PER_S",
+                   help="requests/s, > 0 (default: the rate keeping the replica ~50%% busy)")
     p.add_argument("--device", choices=["cpu", "gpu", "auto"], default="cpu",
-                   help="default cpu")
-    p.add_argument("--output", "-o", default=None, help="write validation.csv here")
+                   help="where to execute (default cpu)")
+    p.add_argument("--output", "-o", default=None, metavar="FOLDER",
+                   help="write validation.csv into this folder (default: print only)")
     p.set_defaults(func=cmd_validate)

@@ -3,6 +3,8 @@ fit on a GPU, and how much KV cache is left)."""
 
 from __future__ import annotations
 
+from .settings import number, output_file
+
 
 def cmd_workload(args) -> int:
     """``sim workload list`` prints the bundled trace names; ``describe`` prints a workload's
@@ -13,13 +15,15 @@ def cmd_workload(args) -> int:
             print(name)
         return 0
     if not args.name:
-        raise SystemExit("sim workload describe: give a trace name or a file")
+        raise ValueError("describe needs a bundled trace name or a file (see 'sim workload "
+                         "list')")
     df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
     d = workloads.describe(df)
     width = max(len(k) for k in d)
     for k, v in d.items():
         print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     if args.plot:
+        output_file(args.plot, "--plot")
         workloads.plot_workload(df, args.plot)
         print(f"wrote {args.plot}")
     return 0
@@ -58,18 +62,24 @@ def cmd_memory(args) -> int:
 
 def add_parsers(sub):
     p_wl = sub.add_parser("workload", help="list or describe workloads")
-    p_wl.add_argument("action", choices=["list", "describe"])
+    p_wl.add_argument("action", choices=["list", "describe"],
+                      help="list: the bundled traces; describe: statistics of one workload")
     p_wl.add_argument("name", nargs="?", help="bundled trace name or CSV/JSONL/parquet file")
-    p_wl.add_argument("--num-requests", "-n", type=int, help="first N requests")
-    p_wl.add_argument("--rate", type=float, help="requests/s (time-scales a trace)")
-    p_wl.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    p_wl.add_argument("--plot", help="write a PNG of the workload")
+    p_wl.add_argument("--num-requests", "-n", type=number(int), metavar="N",
+                      help="the first N requests, >= 1 (default: all)")
+    p_wl.add_argument("--rate", type=number(float), metavar="REQ_PER_S",
+                      help="requests/s, > 0: time-scales a trace; needed for a length-only set "
+                           "(default: the trace's own timing)")
+    p_wl.add_argument("--seed", type=number(int, allow_zero=True), default=0,
+                      help="seed of sampled arrivals, >= 0 (default 0)")
+    p_wl.add_argument("--plot", metavar="PNG", help="write a PNG of the workload (default none)")
     p_wl.set_defaults(func=cmd_workload)
     p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
     p_mem.add_argument("model", help="model preset or Hugging Face config.json")
     p_mem.add_argument("--gpu", default="h100", help="GPU preset (default h100)")
     p_mem.add_argument("--gpu-memory-gb", type=float,
-                       help="override the memory the GPU reports (GB = 1e9 bytes)")
+                       help="override the memory the GPU reports, GB = 1e9 bytes (default: the "
+                            "preset's)")
     p_mem.add_argument("--weight-dtype", default="fp16", help="weight precision (default fp16)")
     p_mem.add_argument("--kv-dtype", default="fp16", help="KV cache precision (default fp16)")
     p_mem.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")

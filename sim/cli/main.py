@@ -1,24 +1,47 @@
 """``sim``'s parser and dispatch.
 
 Each module of this package adds its sub-commands (``add_parser(s)``) and sets ``func`` on
-them; :func:`main` parses, calls it, and turns the library's ``ValueError``/``TypeError``
-(which name the field and value) into one line on stderr and exit status 2 — no traceback.
-A bad flag value is argparse's error (status 2 as well)."""
+them; :func:`main` parses and calls it. Every error the user can fix ends the same way: one
+line on stderr, ``sim <command>: error: <message>``, exit status 2, no traceback (``--debug``
+shows it). Those errors are a bad flag value (argparse, through :class:`Parser`) and the
+library's ``ValueError``/``TypeError``, which name the field, the value and, for files, the file
+and row; the commands turn a missing or unwritable user-named file into a ``ValueError`` before
+they start. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import device, info, run
 
+USER_ERRORS = (ValueError, TypeError)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (``sim run: error: ...``) and exit status 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def one_line(message) -> str:
+    return " ".join(str(message).split())
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sim", description="LLM-serving simulator")
-    sub = parser.add_subparsers(dest="command")
+    parser = Parser(prog="sim", description="LLM-serving simulator")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (default: one line)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run.add_parser(sub)
     info.add_parsers(sub)
     device.add_parsers(sub)
+    for p in sub.choices.values():  # ``sim run ... --debug`` as well as ``sim --debug run ...``
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                       help="show the traceback of an error (default: one line)")
     return parser
 
 
@@ -30,9 +53,14 @@ def main(argv=None) -> int:
         return 2
     try:
         return args.func(args)
-    except (ValueError, TypeError) as e:
-        print(f"sim {args.command}: error: {e}", file=sys.stderr)
+    except USER_ERRORS as e:
+        if args.debug:
+            raise
+        print(f"sim {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # ``sim run | head``: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's recipe)
+        return 1
 
 
 if __name__ == "__main__":

@@ -1,104 +1,24 @@
-"""``sim run``: settings from flags and an optional TOML file, one simulation, files out.
+"""``sim run``: one simulation from the settings (:mod:`sim.cli.settings`), files out.
 
-Settings are the flags' names (``DEFAULTS``); a TOML file gives the same keys (plus an ``[slo]``
-table) and flags override it. Writes ``requests.parquet``, ``iterations.parquet``,
-``summary.json`` (settings + metrics) and, unless ``--no-plots``, two PNG figures.
+The settings and the output folder are checked before anything is simulated. Writes
+``requests.parquet``, ``iterations.parquet``, ``summary.json`` (settings + metrics, strict JSON:
+an undefined metric is ``null`` with its reason in ``null_reasons``) and, unless
+``--no-plots``, two PNG figures; each file is written under a temporary name and renamed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import os
+import shutil
 import sys
-import tomllib
+import tempfile
 from pathlib import Path
 
-from ..constants import CHUNK_SIZE
-from ..engine.schedulers import POLICIES
-
-
-def _first_line(cls) -> str:
-    return (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
-
-
-# every setting of ``sim run`` with its default; a TOML file may give any of these keys
-DEFAULTS = {
-    "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
-    "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": None,
-    "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
-    "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
-    "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
-}
-DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; the Azure LLM "
-                    "inference 2023 'conv' trace (19,366 requests over ~58 min, replayed); "
-                    "chunked prefill (512-token budget), max batch 256, KV pool from the memory "
-                    "budget")
-
-
-def _add_run_args(p):
-    """The flags of ``sim run``; each maps to a key of ``DEFAULTS`` (the TOML file's keys)."""
-    p.add_argument("config", nargs="?", help="TOML file with the same settings as the flags")
-    p.add_argument("--workload", "-w", help="bundled trace name or CSV/JSONL/parquet file")
-    p.add_argument("--num-requests", "-n", type=int, dest="num_requests")
-    p.add_argument("--rate", type=float, help="requests/s (time-scales a trace)")
-    p.add_argument("--scheduler", "-s", choices=sorted(POLICIES), metavar="NAME",
-                   help="; ".join(f"{name}: {_first_line(cls)}" for name, cls in POLICIES.items())
-                   + " (default chunked)")
-    p.add_argument("--model")
-    p.add_argument("--gpu")
-    p.add_argument("--tp", type=int, dest="tensor_parallel")
-    p.add_argument("--max-batch-size", type=int, dest="max_batch_size",
-                   help="most running requests (default: the scheduler's; 256 for the simple ones)")
-    p.add_argument("--chunk-size", type=int, dest="chunk_size",
-                   help=f"chunked: prefill token budget per iteration (default {CHUNK_SIZE})")
-    p.add_argument("--token-budget", type=int, dest="token_budget",
-                   help="continuous: cap on prompt tokens admitted per iteration (default none)")
-    p.add_argument("--kv-blocks", type=int, dest="kv_blocks")
-    p.add_argument("--prefix-caching", choices=["off", "block"], dest="prefix_caching",
-                   help="prefix cache: off, or block (vLLM v1: full blocks keyed by the "
-                        "workload's hash_ids) (default: the scheduler's; off for the simple "
-                        "ones, block for vllm)")
-    p.add_argument("--block-size", type=int, dest="block_size",
-                   help="tokens per KV block (default: the scheduler's; 16)")
-    p.add_argument("--seed", type=int)
-    p.add_argument("--cost", help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT")
-    p.add_argument("--profile", help="calibrated profile JSON (from `sim calibrate`)")
-    p.add_argument("--closed-loop", type=int, dest="closed_loop_users",
-                   help="closed loop with this many users")
-    p.add_argument("--think-time", type=float, dest="think_time")
-    for key in ("ttft", "itl", "tpot", "e2e"):
-        p.add_argument(f"--slo-{key}", type=float, dest=f"slo_{key}", help=f"{key} SLO, seconds")
-    p.add_argument("--output", "-o", help="output folder (default sim-out)")
-    p.add_argument("--no-plots", action="store_false", dest="plots", default=None)
-    p.add_argument("--quiet", "-q", action="store_true")
-
-
-def settings_from(args) -> dict:
-    """The run's settings: ``DEFAULTS``, then the TOML file (unknown keys are an error), then
-    every flag given on the command line; ``--slo-*`` flags merge into the ``[slo]`` table."""
-    s = dict(DEFAULTS)
-    if args.config:
-        path = Path(args.config)
-        if not path.exists():
-            raise SystemExit(f"sim: config file {args.config!r} does not exist")
-        with open(path, "rb") as f:
-            loaded = tomllib.load(f)
-        unknown = set(loaded) - set(DEFAULTS)
-        if unknown:
-            raise SystemExit(f"sim: {args.config}: unknown setting(s) {sorted(unknown)}; "
-                             f"known: {sorted(DEFAULTS)}")
-        s.update(loaded)
-    for key in DEFAULTS:
-        v = getattr(args, key, None)
-        if v is not None:
-            s[key] = v
-    slo = dict(s.get("slo") or {})
-    for key in ("ttft", "itl", "tpot", "e2e"):
-        v = getattr(args, f"slo_{key}", None)
-        if v is not None:
-            slo[key] = v
-    s["slo"] = slo
-    return s
+from .settings import (DEFAULT_SCENARIO, Names, add_run_args, is_default_scenario, output_folder,
+                       read_profile, settings_from)
 
 
 def cost_model_from(s):
@@ -108,25 +28,28 @@ def cost_model_from(s):
     from ..costs.simple import ConstantCost, LinearCost
     if s["profile"]:
         from ..costs.calibrated import CalibratedCost
-        cost = CalibratedCost.from_file(s["profile"])
+        cost = CalibratedCost(read_profile(s["profile"]))
         note = cost.warning()
         if note:
             print(f"sim run: warning: {note}", file=sys.stderr)
         return cost
-    spec = str(s["cost"])
+    spec = s["cost"]
     if spec == "roofline":
         return None  # SimConfig resolves the roofline of model on gpu
+    usage = "use roofline, constant:SECONDS or linear:BASE,PREFILL,DECODE,CONTEXT"
     kind, _, rest = spec.partition(":")
     try:
         nums = [float(x) for x in rest.split(",") if x]
     except ValueError:
-        raise SystemExit(f"sim: --cost {spec!r}: numbers expected after ':'") from None
-    if kind == "constant" and len(nums) == 1:
-        return ConstantCost(nums[0])
-    if kind == "linear" and 1 <= len(nums) <= 4:
-        return LinearCost(*nums)
-    raise SystemExit(f"sim: --cost {spec!r}: use roofline, constant:SECONDS or "
-                     f"linear:BASE,PREFILL,DECODE,CONTEXT")
+        raise ValueError(f"--cost {spec!r}: numbers expected after ':'; {usage}") from None
+    try:
+        if kind == "constant" and len(nums) == 1:
+            return ConstantCost(nums[0])
+        if kind == "linear" and 1 <= len(nums) <= 4:
+            return LinearCost(*nums)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"--cost {spec!r}: {e}") from None
+    raise ValueError(f"--cost {spec!r}: {usage}")
 
 
 def _prefix_caching(s):
@@ -144,77 +67,146 @@ def build(s):
     from ..engine import SimConfig
     df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
     closed = (workloads.ClosedLoop(s["closed_loop_users"], s["think_time"])
-              if s["closed_loop_users"] else None)
+              if s["closed_loop_users"] is not None else None)
     cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
                     block_size=s["block_size"], prefix_caching=_prefix_caching(s),
-                    model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"], seed=s["seed"], closed_loop=closed)
+                    model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],
+                    seed=s["seed"], closed_loop=closed)
     return df, cfg
 
 
-def format_summary(summary) -> str:
-    """The summary as the aligned plain-text table ``sim run`` prints (units in the labels)."""
+def _num(value, spec) -> str:
+    """``value`` formatted, or ``n/a`` when it is not defined (NaN)."""
+    return "n/a" if value is None or value != value else format(value, spec)
+
+
+def format_summary(summary, max_batch_size=None) -> str:
+    """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
+    each share says what it is a share of)."""
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}")]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
-        rows.append((f"{label} (s)", "mean {:.4g}  p50 {:.4g}  p90 {:.4g}  p99 {:.4g}".format(
-            summary[f"{key}_mean"], summary[f"{key}_p50"], summary[f"{key}_p90"],
-            summary[f"{key}_p99"])))
+        rows.append((f"{label} (s)", "  ".join(
+            f"{stat} {_num(summary[f'{key}_{stat}'], '.4g')}"
+            for stat in ("mean", "p50", "p90", "p99"))))
+    slots = f" of {max_batch_size:,}" if max_batch_size else ""
     rows += [
-        ("throughput", f"{summary['request_throughput']:.3g} req/s, "
-                       f"{summary['output_token_throughput']:,.0f} output tok/s, "
-                       f"{summary['total_token_throughput']:,.0f} total tok/s"),
-        ("batch", f"mean {summary['mean_batch_size']:.1f} running, slot utilization "
-                  f"{summary['slot_utilization']:.0%}, busy {summary['busy_fraction']:.0%}"),
-        ("KV cache", f"{summary['kv_blocks']:,} blocks, mean {summary['kv_usage_mean']:.0%}, "
-                     f"max {summary['kv_usage_max']:.0%}, {summary['num_preemptions']:,} "
-                     f"preemptions"),
+        ("throughput", f"{_num(summary['request_throughput'], '.3g')} req/s, "
+                       f"{_num(summary['output_token_throughput'], ',.0f')} output tok/s, "
+                       f"{_num(summary['total_token_throughput'], ',.0f')} total tok/s"),
+        ("batch", f"{summary['mean_batch_size']:.1f} requests running on average{slots} "
+                  f"({summary['slot_utilization']:.0%} of the batch slots)"),
+        ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
+                 f"(first arrival to last finish)"),
+        ("KV cache", f"{summary['kv_blocks']:,} blocks: {summary['kv_usage_mean']:.0%} in use "
+                     f"on average, {summary['kv_usage_max']:.0%} at peak; "
+                     f"{summary['num_preemptions']:,} preemptions"),
     ]
     if "slo_attainment" in summary:
-        rows.append(("SLOs", f"{summary['slo_attainment']:.1%} of requests meet all; goodput "
-                             f"{summary['goodput']:.3g} req/s"))
-    rows.append(("wall time", f"{summary['wall_seconds']:.2f} s"))
+        rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
+                             f"goodput {_num(summary['goodput'], '.3g')} req/s"))
+    rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _null_reason(key, summary) -> str:
+    if not summary.get("num_finished"):
+        return "no request finished"
+    if key.startswith(("tpot", "itl")):
+        return "no finished request has two or more output tokens"
+    if key.startswith(("prefix_hit", "prefill_compute")):
+        return "no prompt tokens among the finished requests"
+    if summary.get("duration", 1) <= 0:
+        return "the window from the first arrival to the last finish has zero length"
+    return "not defined for this run"
+
+
+def strict_json(doc) -> str:
+    """``doc`` as strict JSON: every NaN or infinity becomes ``null``, and the summary's
+    ``null_reasons`` says why for each such metric."""
+    def clean(x):
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # NumPy scalars
+            x = x.item()
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        return x
+    doc = clean(doc)
+    summary = doc.get("summary")
+    if isinstance(summary, dict):
+        reasons = {k: _null_reason(k, summary) for k, v in summary.items() if v is None}
+        if reasons:
+            summary["null_reasons"] = reasons
+    return json.dumps(doc, indent=2, allow_nan=False, default=str)
+
+
+def write_outputs(res, out, doc, plots) -> list[str]:
+    """Write the files into a temporary folder inside ``out``, then rename each into place: an
+    interrupted run leaves the previous files or the new ones, never half a file."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
+    try:
+        res.requests.to_parquet(tmp / "requests.parquet", index=False)
+        res.iterations.to_parquet(tmp / "iterations.parquet", index=False)
+        (tmp / "summary.json").write_text(strict_json(doc))
+        written = ["requests.parquet", "iterations.parquet", "summary.json"]
+        if plots:
+            from ..results.plots import save_plots
+            written += [p.name for p in save_plots(res, tmp)]
+        for name in written:
+            os.replace(tmp / name, out / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return written
+
+
 def cmd_run(args) -> int:
-    """``sim run``: simulate, write the files, print the scenario line and the summary (a
-    progress bar on stderr for long runs in a terminal)."""
+    """``sim run``: check the settings and the output folder, simulate, write the files, print
+    the scenario line and the summary (a progress bar on stderr for long runs in a terminal)."""
     from ..engine import run
-    s = settings_from(args)
+    names = Names(args.config)
+    s = settings_from(args, names)
+    out = output_folder(s["output"], names("output"))
     df, cfg = build(s)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     res = run(df, dataclasses.replace(cfg, progress=show_progress))
     summary = res.summary(slo=s["slo"] or None)
-    out = Path(s["output"])
-    out.mkdir(parents=True, exist_ok=True)
-    res.requests.to_parquet(out / "requests.parquet", index=False)
-    res.iterations.to_parquet(out / "iterations.parquet", index=False)
-    meta = {k: v for k, v in s.items()}
+    meta = dict(s)
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
-    (out / "summary.json").write_text(json.dumps({"settings": meta, "summary": summary},
-                                                 indent=2, default=str))
-    written = ["requests.parquet", "iterations.parquet", "summary.json"]
-    if s["plots"]:
-        from ..results.plots import save_plots
-        written += [p.name for p in save_plots(res, out)]
+    policy = cfg.policy()
+    for knob in ("chunk_size", "token_budget"):  # the policy's knobs live on the policy
+        meta[knob] = getattr(policy, knob, s[knob])
+    t = df["arrival_time"].to_numpy()
+    if s["rate"] is None and s["closed_loop_users"] is None and len(t) > 1 and t[-1] > t[0]:
+        meta["rate"] = (len(t) - 1) / float(t[-1] - t[0])  # the trace's own mean rate
+    resampled = df.attrs.get("resampled_from")
+    if resampled:
+        meta["resampled_from"] = resampled
+    written = write_outputs(res, out, {"settings": meta, "summary": summary}, s["plots"])
     if not args.quiet:
-        if not args.config and all(getattr(args, k, None) is None for k in
-                                   ("workload", "model", "gpu", "scheduler")):
+        if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")
-        print(f"workload {s['workload']}: {len(df):,} requests; scheduler {cfg.policy()!r}; "
-              f"cost {meta['cost_model']}\n")
-        print(format_summary(summary))
+        print(f"workload {s['workload']}: {len(df):,} requests; scheduler {policy!r}; "
+              f"cost {meta['cost_model']}")
+        if resampled:
+            print(f"note: {s['workload']} holds {resampled:,} length pairs; the {len(df):,} "
+                  f"requests sample them with replacement")
+        print()
+        print(format_summary(summary, max_batch_size=res.config.max_batch_size))
         print(f"\nwrote {', '.join(written)} to {out}/")
     return 0
 
 
 def add_parser(sub):
     p = sub.add_parser("run", help="simulate a workload (no arguments: the default scenario)")
-    _add_run_args(p)
+    add_run_args(p)
     p.set_defaults(func=cmd_run)

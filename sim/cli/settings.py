@@ -1,0 +1,295 @@
+"""``sim run``'s settings: the flags, an optional TOML file with the same keys, and their checks.
+
+``DEFAULTS`` lists every setting with its default; a TOML file gives any of these keys (plus an
+``[slo]`` table) and flags override it. :func:`settings_from` merges them and
+:func:`check_settings` checks the settings only ``sim run`` has (the engine's knobs are checked
+by ``SimConfig``); every message names the setting as the user wrote it: ``--rate`` or
+``exp.toml: rate``. Also the checks every command shares: :func:`number` (an argparse type),
+:func:`output_folder` and :func:`output_file` (writable, checked before any work) and :func:`read_profile`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import math
+import os
+import tomllib
+from pathlib import Path
+
+from ..checks import positive_float, positive_int
+from ..constants import CHUNK_SIZE
+from ..engine.schedulers import POLICIES
+from ..results.metrics import SLO_KEYS
+
+
+def _first_line(cls) -> str:
+    """A policy's name in words for ``--help``: its docstring up to the first ':' or '.' outside
+    parentheses, without long parentheticals ("Chunked prefill (Sarathi-style)")."""
+    text = " ".join((cls.__doc__ or cls.__name__).strip().split("\n\n")[0].split())
+    out, depth, group = [], 0, []
+    for ch in text.replace("``", ""):
+        if depth == 0 and ch in ":.":
+            break
+        depth += (ch == "(") - (ch == ")")
+        group.append(ch)
+        if depth == 0:
+            if len(group) <= 40 or group[0] != "(":
+                out.extend(group)
+            group = []
+    return "".join(out).strip()
+
+
+# every setting of ``sim run`` with its default; a TOML file may give any of these keys
+DEFAULTS = {
+    "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
+    "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": None,
+    "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
+    "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
+    "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
+}
+DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; the Azure LLM "
+                    "inference 2023 'conv' trace (19,366 requests over ~58 min, replayed); "
+                    "chunked prefill (512-token budget), max batch 256, KV pool from the memory "
+                    "budget")
+
+
+FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "--no-plots",
+         "closed_loop_users": "--closed-loop"}  # the others: ``--`` + key with dashes
+NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
+
+
+def add_run_args(p):
+    """The flags of ``sim run``; each maps to a key of ``DEFAULTS`` (the TOML file's keys)."""
+    p.add_argument("config", nargs="?",
+                   help="TOML file with the same settings as the flags; flags override it")
+    p.add_argument("--workload", "-w", metavar="NAME|FILE",
+                   help="bundled trace (see 'sim workload list') or a CSV/JSONL/parquet file "
+                        "(default azure-conv)")
+    p.add_argument("--num-requests", "-n", type=int, dest="num_requests", metavar="N",
+                   help="the first N requests, N >= 1; more than a replayed trace holds is an "
+                        "error, a length-only set is resampled (default: all)")
+    p.add_argument("--rate", type=float, metavar="REQ_PER_S",
+                   help="requests/s > 0: time-scales a trace, or the Poisson rate of a "
+                        "length-only set (default: the trace's own timing)")
+    p.add_argument("--scheduler", "-s", choices=sorted(POLICIES), metavar="NAME",
+                   help="; ".join(f"{name}: {_first_line(cls)}" for name, cls in POLICIES.items())
+                   + " (default chunked)")
+    p.add_argument("--model", help="model preset (see 'sim memory') or a Hugging Face "
+                                    "config.json (default llama-3.1-8b)")
+    p.add_argument("--gpu", help="GPU preset: a100, h100, h200, l40s, b200, mi300x (default h100)")
+    p.add_argument("--tp", type=int, dest="tensor_parallel", metavar="GPUS",
+                   help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--max-batch-size", type=int, dest="max_batch_size",
+                   help="most running requests (default: the scheduler's; 256 for the simple ones)")
+    p.add_argument("--chunk-size", type=int, dest="chunk_size",
+                   help=f"chunked: prefill token budget per iteration (default {CHUNK_SIZE})")
+    p.add_argument("--token-budget", type=int, dest="token_budget",
+                   help="continuous: cap on prompt tokens admitted per iteration (default none)")
+    p.add_argument("--kv-blocks", type=int, dest="kv_blocks",
+                   help="KV-cache blocks in the pool (default: from the model's and GPU's memory "
+                        "budget)")
+    p.add_argument("--prefix-caching", choices=["off", "block"], dest="prefix_caching",
+                   help="prefix cache: off, or block (vLLM v1: full blocks keyed by the "
+                        "workload's hash_ids) (default: the scheduler's; off for the simple "
+                        "ones, block for vllm)")
+    p.add_argument("--block-size", type=int, dest="block_size",
+                   help="tokens per KV block (default: the scheduler's; 16)")
+    p.add_argument("--seed", type=int,
+                   help="seed of sampled arrivals and lengths, >= 0 (default 0)")
+    p.add_argument("--cost", metavar="SPEC",
+                   help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT "
+                        "(default roofline)")
+    p.add_argument("--profile", metavar="JSON",
+                   help="calibrated profile from 'sim calibrate'; replaces --cost (default none)")
+    p.add_argument("--closed-loop", type=int, dest="closed_loop_users", metavar="USERS",
+                   help="closed loop with this many users, >= 1, each sending its next request "
+                        "when the last one finished (default: open loop, the trace's arrivals)")
+    p.add_argument("--think-time", type=float, dest="think_time", metavar="SECONDS",
+                   help="closed loop: pause between a user's requests, >= 0 (default 0)")
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        p.add_argument(f"--slo-{key}", type=float, dest=f"slo_{key}", metavar="SECONDS",
+                       help=f"{key.upper()} SLO in seconds, > 0 (default none)")
+    p.add_argument("--output", "-o", metavar="FOLDER", help="output folder (default sim-out)")
+    p.add_argument("--no-plots", action="store_false", dest="plots", default=None,
+                   help="do not write the PNG figures (default: write them)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="print nothing but errors and warnings (default: print the summary)")
+
+
+class Names:
+    """How the user wrote each setting, for messages: ``--rate`` or ``exp.toml: rate``."""
+
+    def __init__(self, config):
+        self.config, self.from_file = config, set()
+
+    def __call__(self, key):
+        if key in self.from_file:
+            return f"{self.config}: {key}"
+        if key.startswith("slo."):
+            return "--slo-" + key[4:]
+        return FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
+def _read_toml(config) -> dict:
+    path = Path(config)
+    if not path.is_file():
+        what = "is a folder" if path.is_dir() else "does not exist"
+        raise ValueError(f"config file {config!r} {what}")
+    try:
+        with open(path, "rb") as f:
+            loaded = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{config}: not a valid TOML file: {e}") from None
+    except OSError as e:
+        raise ValueError(f"{config}: cannot be read: {e.strerror or e}") from None
+    unknown = sorted(set(loaded) - set(DEFAULTS))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(DEFAULTS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{config}: unknown setting(s) {unknown}{hint}; known: "
+                         f"{sorted(DEFAULTS)}")
+    return loaded
+
+
+def settings_from(args, names=None) -> dict:
+    """The run's settings: ``DEFAULTS``, then the TOML file (unknown keys are an error), then
+    every flag given on the command line; ``--slo-*`` flags merge into the ``[slo]`` table.
+    Checked by :func:`check_settings` (errors name the flag, or the file and key); ``names``
+    (a :class:`Names`, filled in here) says how the user wrote each one."""
+    s = dict(DEFAULTS)
+    names = names if names is not None else Names(args.config)
+    given = set()
+    if args.config:
+        loaded = _read_toml(args.config)
+        s.update(loaded)
+        given |= set(loaded)
+        names.from_file = set(loaded) | {f"slo.{k}" for k in
+                                         (loaded.get("slo") if isinstance(loaded.get("slo"), dict)
+                                          else ())}
+    for key in DEFAULTS:
+        v = getattr(args, key, None)
+        if v is not None:
+            s[key] = v
+            given.add(key)
+            names.from_file.discard(key)
+    slo = s.get("slo")
+    if not isinstance(slo, dict):
+        raise TypeError(f"{names('slo')} must be a table of limits in seconds ([slo] with ttft, "
+                        f"itl, tpot, e2e), got {slo!r}")
+    slo = dict(slo)
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        v = getattr(args, f"slo_{key}", None)
+        if v is not None:
+            slo[key] = v
+            names.from_file.discard(f"slo.{key}")
+    s["slo"] = slo
+    return check_settings(s, names, given)
+
+
+def check_settings(s, names=None, given=()) -> dict:
+    """``s`` with the ``sim run``-only settings checked; the engine's knobs are checked by
+    ``SimConfig``. ``names(key)`` says how the user wrote a key; ``given``: keys the user set."""
+    names = names or Names(None)
+
+    def typed(key, kind, what):
+        if s[key] is not None and (isinstance(s[key], bool) is not (kind is bool)
+                                   or not isinstance(s[key], kind)):
+            raise TypeError(f"{names(key)} must be {what}, got {s[key]!r}")
+
+    typed("workload", (str, Path), "a trace name or a file path")
+    typed("cost", str, "roofline, constant:SECONDS or linear:BASE,PREFILL,DECODE,CONTEXT")
+    typed("profile", (str, Path), "a profile file path")
+    typed("output", (str, Path), "a folder path")
+    typed("plots", bool, "true or false")
+    if s["num_requests"] is not None:
+        if s["num_requests"] == 0 and not isinstance(s["num_requests"], bool):
+            raise ValueError(f"{names('num_requests')} must be >= 1, got 0: an empty workload "
+                             f"has nothing to simulate")
+        s["num_requests"] = positive_int(names("num_requests"), s["num_requests"])
+    if s["rate"] is not None:
+        s["rate"] = positive_float(names("rate"), s["rate"])
+    s["seed"] = positive_int(names("seed"), s["seed"], allow_zero=True)
+    if s["closed_loop_users"] is not None:
+        s["closed_loop_users"] = positive_int(names("closed_loop_users"), s["closed_loop_users"])
+    s["think_time"] = positive_float(names("think_time"), s["think_time"], allow_zero=True)
+    if "think_time" in given and s["closed_loop_users"] is None:
+        raise ValueError(f"{names('think_time')} applies to a closed loop only: give "
+                         f"{names('closed_loop_users')} USERS as well")
+    unknown = sorted(set(s["slo"]) - set(SLO_KEYS))
+    if unknown:
+        raise ValueError(f"{names('slo')}: unknown SLO(s) {unknown}; known: {list(SLO_KEYS)}")
+    for key, limit in s["slo"].items():
+        s["slo"][key] = positive_float(names(f"slo.{key}"), limit)
+    if s["profile"] is not None and not Path(s["profile"]).is_file():
+        raise ValueError(f"{names('profile')} {str(s['profile'])!r}: no such file")
+    return s
+
+
+def is_default_scenario(s) -> bool:
+    """Whether the settings simulate exactly the README's default scenario."""
+    return all(s[k] == v for k, v in DEFAULTS.items() if k not in NOT_SCENARIO)
+
+
+# -- checks of user-named files and flag values, shared by the commands ----------------------
+
+def number(kind=float, *, allow_zero=False):
+    """An argparse ``type``: a finite ``kind`` (int or float) > 0 (or >= 0)."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{what} expected, got {text!r}") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"must be {'>= 0' if allow_zero else '> 0'}, "
+                                             f"got {text}")
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _writable(path, name, shown) -> None:
+    """Raise unless ``path`` is, or could be created as, a writable folder. Creates nothing, so a
+    run stopped by a later error leaves no empty folder behind."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{name} {str(shown)!r}: cannot write there ({existing} is a file, "
+                         f"not a folder)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {str(shown)!r}: cannot write there (permission denied in "
+                         f"{existing})")
+
+
+def output_folder(path, name="--output") -> Path:
+    """Check the output folder can be created and written (before any work; see
+    :func:`_writable`)."""
+    _writable(path, name, path)
+    return Path(path)
+
+
+def output_file(path, name="--output") -> Path:
+    """Check the file ``path`` can be written, its folder created if missing."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{name} {str(path)!r} is a folder; give a file name")
+    _writable(path.parent, name, path)
+    return path
+
+
+def read_profile(path, name="--profile") -> dict:
+    """A calibration profile (from ``sim calibrate``): the JSON object in ``path``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{name} {str(path)!r}: no such file")
+    try:
+        profile = json.loads(path.read_text())
+    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"{name} {str(path)!r}: not a JSON file ({e})") from None
+    if not isinstance(profile, dict):
+        raise ValueError(f"{name} {str(path)!r}: not a calibration profile (write one with "
+                         f"'sim calibrate')")
+    return profile

@@ -1,0 +1,156 @@
+"""Every user error of the ``sim`` command: one line on stderr, ``sim <command>: error: ...``,
+exit status 2, no traceback, nothing simulated or written (``--debug`` shows the traceback)."""
+
+import subprocess
+import sys
+
+import pytest
+
+import sim.engine
+from sim.cli import main
+
+HEADER = "arrival_time,num_prompt_tokens,num_output_tokens\n"
+FILES = {  # name -> contents, written into the test's folder
+    "header_only.csv": HEADER,
+    "zero_bytes.csv": "",
+    "negative.csv": HEADER + "0,5,5\n1,-200,5\n",
+    "broken.toml": "workload = [\n",
+    "n_string.toml": 'workload = "azure-code"\nnum_requests = "100"\n',
+    "plots_no.toml": 'workload = "azure-code"\nnum_requests = 5\nplots = "no"\n',
+    "slo_int.toml": 'workload = "azure-code"\nnum_requests = 5\nslo = 2\n',
+    "slo_unknown.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttfb = 1.0\n',
+    "slo_negative.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttft = -1.0\n',
+    "cost_int.toml": 'workload = "azure-code"\nnum_requests = 5\ncost = 3\n',
+    "misspelt.toml": 'shceduler = "static"\n',
+    "think.toml": 'workload = "azure-code"\nnum_requests = 5\nthink_time = 2.0\n',
+    "list.json": "[]",
+    "not_json.json": "{nope",
+    "a_file": "not a folder",
+}
+RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
+
+# (arguments, the message's expected fragment); ``{d}`` is the test's folder
+CASES = [
+    (RUN + ["-n", "-5"], "--num-requests must be > 0, got -5"),
+    (RUN + ["-n", "0"], "--num-requests must be >= 1, got 0: an empty workload has nothing"),
+    (RUN + ["-n", "10000000"], "n=10,000,000 is more than the 8,819 requests of the 'azure-code'"),
+    (RUN + ["-w", "{d}/header_only.csv"], "header_only.csv: workload has no requests"),
+    (RUN + ["-w", "{d}/zero_bytes.csv"], "zero_bytes.csv: the file is empty"),
+    (RUN + ["-w", "{d}/negative.csv"], "negative.csv: num_prompt_tokens: row 1 has -200 ("),
+    (RUN + ["-w", "azure-cod"], "did you mean 'azure-code'?"),
+    (["run", "{d}/broken.toml"], "broken.toml: not a valid TOML file"),
+    (["run", "{d}/missing.toml"], "config file '{d}/missing.toml' does not exist"),
+    (["run", "{d}/misspelt.toml"], "unknown setting(s) ['shceduler'] (did you mean 'scheduler'?)"),
+    (["run", "{d}/n_string.toml"], "n_string.toml: num_requests must be an integer, got '100'"),
+    (["run", "{d}/plots_no.toml"], "plots_no.toml: plots must be true or false, got 'no'"),
+    (["run", "{d}/slo_int.toml"], "slo_int.toml: slo must be a table of limits in seconds"),
+    (["run", "{d}/slo_unknown.toml"], "slo_unknown.toml: slo: unknown SLO(s) ['ttfb']"),
+    (["run", "{d}/slo_negative.toml"], "slo_negative.toml: slo.ttft must be a finite number > 0"),
+    (["run", "{d}/cost_int.toml"], "cost_int.toml: cost must be roofline, constant:SECONDS or"),
+    (["run", "{d}/think.toml"], "think.toml: think_time applies to a closed loop only"),
+    (RUN + ["--closed-loop", "0"], "--closed-loop must be > 0, got 0"),
+    (RUN + ["--think-time", "3"], "--think-time applies to a closed loop only: give --closed-loop"),
+    (RUN + ["--closed-loop", "2", "--think-time", "-1"], "--think-time must be a finite number >= 0"),
+    (RUN + ["--slo-ttft", "-1"], "--slo-ttft must be a finite number > 0, got -1.0"),
+    (RUN + ["--rate", "0"], "--rate must be a finite number > 0, got 0.0"),
+    (RUN + ["--seed", "-1"], "--seed must be >= 0, got -1"),
+    (RUN + ["--cost", "linear:"], "--cost 'linear:': use roofline, constant:SECONDS or"),
+    (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
+    (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),
+    (RUN + ["--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
+    (RUN + ["--profile", "{d}/list.json"], "--profile '{d}/list.json': not a calibration profile"),
+    (RUN + ["-o", "{d}/a_file/out"], "--output '{d}/a_file/out': cannot write there"),
+    (RUN + ["-o", "{d}/a_file"], "--output '{d}/a_file': cannot write there"),
+    (RUN + ["-s", "chnked"], "argument --scheduler/-s: invalid choice: 'chnked'"),
+    (RUN + ["-n", "ten"], "argument --num-requests/-n: invalid int value: 'ten'"),
+    (["calibrate", "--budget", "-5"], "argument --budget: must be > 0, got -5"),
+    (["calibrate", "-o", "{d}/a_file/p.json"], "--output '{d}/a_file/p.json': cannot write there"),
+    (["validate", "--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
+    (["validate", "--profile", "{d}/not_json.json"], "not_json.json': not a JSON file"),
+    (["validate", "-n", "0"], "argument --requests/-n: must be > 0, got 0"),
+    (["workload", "describe"], "describe needs a bundled trace name or a file"),
+    (["workload", "describe", "azure-code", "-n", "0"], "argument --num-requests/-n: must be > 0"),
+    (["workload", "describe", "nope"], "workload 'nope' is neither a bundled trace nor a file"),
+]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    """The test's folder, with ``FILES`` in it, as the working folder (the default output
+    ``sim-out`` lands there: a failed run must not even create it)."""
+    for name, text in FILES.items():
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def sim_cli(argv, capsys):
+    """(exit status, stdout, stderr) of ``sim argv`` run in this process."""
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's errors
+        rc = e.code
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fail if a command gets as far as simulating or calibrating."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the bad input was found only after the work started")
+    from sim.tools import calibration
+    monkeypatch.setattr(sim.engine, "run", refuse)
+    monkeypatch.setattr(calibration, "calibrate", refuse)
+
+
+@pytest.mark.parametrize("argv, message", CASES, ids=[" ".join(a[len(RUN) if a[:len(RUN)] == RUN
+                                                                  else 0:]) for a, _ in CASES])
+def test_user_error_is_one_line_and_exit_status_2(argv, message, folder, capsys, no_simulation):
+    argv = [a.replace("{d}", str(folder)) for a in argv]
+    rc, out, err = sim_cli(argv, capsys)
+    assert rc == 2
+    assert err.endswith("\n") and err.count("\n") == 1, err  # one line
+    assert err.startswith(f"sim {argv[0]}: error: "), err
+    assert message.replace("{d}", str(folder)) in err
+    assert "Traceback" not in err and "np.int64" not in err
+    assert not (folder / "sim-out").exists() and not list(folder.glob("**/summary.json"))
+
+
+@pytest.mark.parametrize("command", ["calibrate", "validate"])
+def test_device_gpu_without_a_gpu_is_a_user_error(command, monkeypatch, capsys, no_simulation):
+    from sim.costs import kernels
+
+    def no_gpu(device="auto"):
+        raise RuntimeError("device='gpu' but no CUDA GPU is usable through CuPy")
+    monkeypatch.setattr(kernels, "array_module", no_gpu)
+    rc, _, err = sim_cli([command, "--device", "gpu"], capsys)
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith(f"sim {command}: error: --device gpu: no CUDA GPU is usable")
+
+
+def test_debug_shows_the_traceback_and_bugs_keep_theirs(monkeypatch, tmp_path):
+    with pytest.raises(ValueError, match="--num-requests must be >= 1"):
+        main(["--debug", "run", "-w", "azure-code", "-n", "0"])
+    with pytest.raises(ValueError, match="--num-requests must be >= 1"):
+        main(["run", "-w", "azure-code", "-n", "0", "--debug"])
+
+    def bug(*args, **kwargs):  # only input errors become one line; a bug keeps its traceback
+        raise KeyError("a bug")
+    monkeypatch.setattr(sim.engine, "run", bug)
+    with pytest.raises(KeyError):
+        main(RUN + ["-o", str(tmp_path / "o")])
+
+
+def test_real_process_prints_no_traceback(tmp_path):
+    """The installed entry point, as a user runs it: one line, exit status 2."""
+    (tmp_path / "f").write_text("")
+    code = "import sys; from sim.cli import main; sys.exit(main())"
+    for argv, message in ((["run", "-w", "azure-code", "-n", "5", "-o", str(tmp_path / "f" / "x")],
+                           "cannot write there"),
+                          (["validate", "--profile", str(tmp_path / "nope.json")],
+                           "no such file")):
+        p = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.count("\n") == 1 and message in p.stderr and "Traceback" not in p.stderr

@@ -1,0 +1,141 @@
+"""What ``sim run`` prints and writes: the default-scenario banner only for the default scenario,
+a summary that says what each share is a share of, strict JSON with the values used, files
+renamed into place, and help with a default for every flag."""
+
+import argparse
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from sim.cli import main
+from sim.cli.main import build_parser
+from sim.cli.run import format_summary
+from sim.cli.settings import is_default_scenario, settings_from
+
+SMALL = ["run", "-w", "azure-code", "-n", "30", "--cost", "constant:0.01", "--no-plots"]
+
+
+def _settings(argv):
+    return settings_from(build_parser().parse_args(["run", *argv]))
+
+
+def _strict_load(path):
+    def refuse(constant):
+        raise AssertionError(f"{path} holds {constant}: not valid JSON")
+    return json.loads(path.read_text(), parse_constant=refuse)
+
+
+def test_default_scenario_only_when_nothing_that_is_simulated_changes():
+    assert is_default_scenario(_settings([]))
+    assert is_default_scenario(_settings(["--gpu", "h100", "-o", "elsewhere", "--no-plots",
+                                          "--slo-ttft", "2"]))
+    for override in (["-n", "100"], ["--rate", "4"], ["--cost", "constant:0.01"],
+                     ["--kv-blocks", "4000"], ["--seed", "3"], ["--closed-loop", "4"],
+                     ["--max-batch-size", "128"], ["-w", "azure-code"]):
+        assert not is_default_scenario(_settings(override)), override
+
+
+def test_banner_not_printed_with_overrides(tmp_path, capsys):
+    assert main(SMALL + ["-o", str(tmp_path / "o")]) == 0
+    assert "default scenario" not in capsys.readouterr().out
+    assert main(["run", "-n", "30", "--kv-blocks", "4000", "--no-plots",
+                 "-o", str(tmp_path / "o")]) == 0
+    assert "default scenario" not in capsys.readouterr().out
+
+
+def test_summary_says_what_each_share_is_of(tmp_path, capsys):
+    assert main(SMALL + ["--max-batch-size", "64", "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    s = _strict_load(tmp_path / "o" / "summary.json")["summary"]
+    batch = next(line for line in out.splitlines() if line.startswith("batch"))
+    assert f"{s['mean_batch_size']:.1f} requests running on average of 64" in batch
+    assert f"({s['slot_utilization']:.0%} of the batch slots)" in batch
+    busy = next(line for line in out.splitlines() if line.startswith("busy"))
+    assert f"an iteration was running {s['busy_fraction']:.0%} of the time" in busy
+    assert "in use on average" in out and "at peak" in out
+
+
+def test_format_summary_shows_undefined_values_as_n_a():
+    s = {"num_finished": 3, "num_rejected": 0, "num_requests": 3, "request_throughput": 1.0,
+         "output_token_throughput": 3.0, "total_token_throughput": 9.0, "mean_batch_size": 1.0,
+         "slot_utilization": 0.5, "busy_fraction": 0.25, "kv_blocks": 10, "kv_usage_mean": 0.1,
+         "kv_usage_max": 0.2, "num_preemptions": 0, "wall_seconds": 0.01}
+    for key in ("ttft", "itl", "tpot", "e2e"):
+        for stat in ("mean", "p50", "p90", "p99"):
+            s[f"{key}_{stat}"] = float("nan") if key == "tpot" else 0.5
+    text = format_summary(s, max_batch_size=2)
+    assert "TPOT (s)    mean n/a  p50 n/a" in text and "nan" not in text
+    assert "1.0 requests running on average of 2 (50% of the batch slots)" in text
+
+
+def test_summary_json_is_strict_with_reasons_for_nulls(tmp_path, capsys):
+    wl = tmp_path / "one_token.csv"  # one output token each: no TPOT, no ITL
+    pd.DataFrame({"arrival_time": [0.0, 0.1, 0.2], "num_prompt_tokens": [10, 20, 30],
+                  "num_output_tokens": [1, 1, 1]}).to_csv(wl, index=False)
+    assert main(["run", "-w", str(wl), "--cost", "constant:0.01", "--no-plots", "-q",
+                 "--slo-itl", "0.5", "-o", str(tmp_path / "o")]) == 0
+    s = _strict_load(tmp_path / "o" / "summary.json")["summary"]
+    assert s["tpot_p50"] is None and s["itl_p99"] is None
+    assert s["null_reasons"]["tpot_p50"] == "no finished request has two or more output tokens"
+    assert all(s[k] is None for k in s["null_reasons"])
+    assert not any(isinstance(v, float) and not math.isfinite(v) for v in s.values())
+
+
+def test_summary_json_records_the_values_used(tmp_path, capsys):
+    assert main(SMALL + ["-q", "-o", str(tmp_path / "o")]) == 0
+    settings = _strict_load(tmp_path / "o" / "summary.json")["settings"]
+    assert settings["chunk_size"] == 512 and settings["block_size"] == 16
+    t = pd.read_parquet(tmp_path / "o" / "requests.parquet")["arrival_time"]
+    assert settings["rate"] == pytest.approx((len(t) - 1) / (t.max() - t.min()))
+    assert settings["num_requests"] == 30
+
+
+def test_resampled_length_set_is_said(tmp_path, capsys):
+    n = 31_000  # the sharegpt length set holds 30,731 pairs
+    assert main(["run", "-w", "sharegpt", "-n", str(n), "--rate", "5000", "--cost",
+                 "constant:0.0001", "--no-plots", "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "note: sharegpt holds 30,731 length pairs; the 31,000 requests sample them" in out
+    assert _strict_load(tmp_path / "o" / "summary.json")["settings"]["resampled_from"] == 30731
+
+
+def test_interrupted_run_leaves_the_previous_files(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "o"
+    assert main(SMALL + ["-q", "-o", str(out)]) == 0
+    before = (out / "summary.json").read_text()
+    from sim.results import plots
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(plots, "save_plots", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main(["run", "-w", "azure-code", "-n", "40", "--cost", "constant:0.01", "-q",
+              "-o", str(out)])
+    assert (out / "summary.json").read_text() == before  # not half a new set of files
+    assert sorted(p.name for p in out.iterdir()) == ["iterations.parquet", "requests.parquet",
+                                                     "summary.json"]  # no temporary left
+
+
+def test_every_flag_has_help_with_its_default():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    missing = []
+    for command, p in [("sim", parser), *sub.choices.items()]:
+        for action in p._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+                continue
+            if not action.option_strings:  # positionals: say what they are
+                ok = bool(action.help)
+            else:
+                ok = bool(action.help) and "default" in action.help
+            if not ok:
+                missing.append(f"{command} {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, missing
+    run = sub.choices["run"]
+    scheduler = next(a for a in run._actions if "--scheduler" in a.option_strings).help
+    from sim.engine.schedulers import POLICIES
+    assert all(f"{name}: " in scheduler for name in POLICIES)
+    assert "``" not in scheduler and ";;" not in scheduler and "; a;" not in scheduler
+    assert "chunked: Chunked prefill (Sarathi-style);" in scheduler

@@ -1,0 +1,179 @@
+"""Bad counts and bad files: ``workloads.load`` / ``load_file`` / ``validate`` give a clear
+``ValueError`` or ``TypeError`` (naming the file and the row), never a crash from deep inside
+pandas, never a silently shortened or empty workload. Readers fuzzed with hypothesis."""
+
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import workloads as wl
+
+HEADER = "arrival_time,num_prompt_tokens,num_output_tokens\n"
+
+
+@pytest.mark.parametrize("n, error, message", [
+    (-5, ValueError, "n (the number of requests) must be >= 1, got -5"),
+    (0, ValueError, "must be >= 1, got 0: an empty workload has nothing to simulate"),
+    ("100", TypeError, "n (the number of requests) must be an integer, got '100'"),
+    (2.5, TypeError, "must be an integer, got 2.5"),
+    (True, TypeError, "must be an integer, got True"),
+    (10_000_000, ValueError, "n=10,000,000 is more than the 8,819 requests of the 'azure-code'"),
+])
+def test_bad_counts_are_errors(n, error, message):
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        wl.load("azure-code", n=n)
+
+
+def test_length_set_is_resampled_only_past_its_size_and_says_so():
+    df = wl.load("azure-code", n=8819)  # a replayed trace: exactly its size is fine
+    assert len(df) == 8819 and "resampled_from" not in df.attrs
+    assert wl.load("azure-code", n=np.int64(7))["request_id"].tolist() == list(range(7))
+    size = len(wl.load("arxiv", rate=1.0))
+    assert "resampled_from" not in wl.load("arxiv", n=size, rate=1.0).attrs
+    df = wl.load("arxiv", n=size + 5, rate=1.0)
+    assert len(df) == size + 5 and df.attrs["resampled_from"] == size
+
+
+def test_file_counts_and_max_context(tmp_path):
+    path = tmp_path / "w.csv"
+    path.write_text(HEADER + "0,5,5\n1,50,5\n2,500,5\n")
+    assert len(wl.load(str(path), n=2)) == 2
+    with pytest.raises(ValueError, match=r"n=4 is more than the 3 requests of .*w\.csv"):
+        wl.load(str(path), n=4)
+    with pytest.raises(ValueError, match="max_context=5 drops every request"):
+        wl.load_file(path, max_context=5)
+    with pytest.raises(ValueError, match="max_context must be an integer >= 2"):
+        wl.load_file(path, max_context=-3)
+    assert len(wl.load_file(path, max_context=100)) == 2
+
+
+def test_empty_workloads_are_errors(tmp_path):
+    with pytest.raises(ValueError, match="workload has no requests: nothing to simulate"):
+        wl.validate(pd.DataFrame({c: [] for c in wl.REQUIRED}))
+    (tmp_path / "h.csv").write_text(HEADER)
+    with pytest.raises(ValueError, match=r"h\.csv: workload has no requests"):
+        wl.load_file(tmp_path / "h.csv")
+    (tmp_path / "e.jsonl").write_text("")
+    with pytest.raises(ValueError, match=r"e\.jsonl: "):
+        wl.load_file(tmp_path / "e.jsonl")
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("zero.csv", b"", r"zero\.csv: the file is empty"),
+    ("bad.csv.gz", b"\x1f\x8b not gzip at all", r"bad\.csv\.gz: cannot be read as CSV"),
+    ("bin.parquet", b"PAR1 garbage", r"bin\.parquet: cannot be read as PARQUET"),
+    ("scalar.json", b"3", r"scalar\.json: "),
+    ("latin1.csv", HEADER.encode() + b"0,5,\xff\xfe\n", r"latin1\.csv: "),
+    ("ragged.csv", HEADER.encode() + b'0,5,5\n1,"2\n', r"ragged\.csv: "),
+    ("hash.csv", (HEADER.strip() + ",hash_ids\n0,5,5,[1\n").encode(),
+     r"hash\.csv: hash_ids: row 0 has '\[1', not a JSON list of integers"),
+    ("hashnest.jsonl", json.dumps({"arrival_time": 0, "num_prompt_tokens": 5,
+                                   "num_output_tokens": 5, "hash_ids": [[1]]}).encode(),
+     r"hashnest\.jsonl: hash_ids: row 0 has \[\[1\]\], not a list of integers"),
+    ("huge.csv", HEADER.encode() + b"0,1e30,5\n", r"huge\.csv: num_prompt_tokens: row 0 has "
+                                                   r"1e\+30 \(must be an integer from 1 to 2\*\*53\)"),
+    ("np.csv", HEADER.encode() + b"0,5,5\n1,-200,5\n",
+     r"np\.csv: num_prompt_tokens: row 1 has -200 \(must be"),
+])
+def test_unreadable_files_name_the_file(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        wl.load_file(path)
+
+
+def test_folder_and_unknown_names(tmp_path):
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(ValueError, match="is a folder"):
+        wl.load_file(tmp_path / "d.csv")
+    with pytest.raises(ValueError, match="did you mean 'mooncake-conversation'"):
+        wl.load("mooncake-conversaton")
+    with pytest.raises(TypeError, match="trace name or a file path, got 3"):
+        wl.load(3)
+
+
+def test_messages_show_plain_numbers_not_numpy_reprs():
+    cases = [{"arrival_time": np.array([0.0, -1.0])},
+             {"arrival_time": np.array([2.0, 1.0])},
+             {"num_output_tokens": np.array([5, -200], dtype=np.int64)},
+             {"request_id": np.array([7, 7], dtype=np.int64)}]
+    for change in cases:
+        df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [5, 5],
+                           "num_output_tokens": [5, 5]}) .assign(**change)
+        with pytest.raises(ValueError) as e:
+            wl.validate(df)
+        assert "np." not in str(e.value) and "row 1" in str(e.value)
+    for bad, shown in ((lambda: wl.ClosedLoop(np.int64(-200)), "got -200"),
+                       (lambda: wl.Uniform(np.int64(5), np.int64(2)), "got low=5, high=2"),
+                       (lambda: wl.Fixed(np.int64(0)), "got 0"),
+                       (lambda: wl.poisson(np.int64(-3), 1.0), "got -3"),
+                       (lambda: wl.shared_prefix(10, rate=1.0, n_groups=np.int64(0),
+                                                 system_prompt_tokens=5, user_tokens=5,
+                                                 output=5), "got 0")):
+        with pytest.raises(ValueError) as e:
+            bad()
+        assert str(e.value).endswith(shown) and "np." not in str(e.value)
+
+
+# -- fuzzing: any bytes, any table: a valid workload or a clear error naming the file ---------
+
+def _check(path):
+    try:
+        df = wl.load_file(path)
+    except (ValueError, TypeError) as e:
+        assert path.name in str(e), str(e)
+        return
+    assert len(df) >= 1
+    assert (df["num_prompt_tokens"] >= 1).all() and (df["num_output_tokens"] >= 1).all()
+    assert df["arrival_time"].is_monotonic_increasing
+
+
+SUFFIXES = [".csv", ".jsonl", ".json", ".parquet", ".csv.gz", ".jsonl.gz"]
+FUZZ = settings(max_examples=60, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(data=st.binary(max_size=300), suffix=st.sampled_from(SUFFIXES))
+def test_fuzz_random_bytes(tmp_path, data, suffix):
+    path = tmp_path / f"fuzz{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix.endswith(".gz") and data[:1] == b"z" else data)
+    _check(path)
+
+
+cell = st.one_of(st.integers(-10, 10**20), st.floats(allow_nan=True, allow_infinity=True),
+                 st.text(max_size=6), st.none(), st.booleans())
+
+
+@FUZZ
+@given(rows=st.lists(st.tuples(cell, cell, cell), max_size=6),
+       suffix=st.sampled_from([".csv", ".jsonl", ".parquet"]),
+       cut=st.integers(0, 400))
+def test_fuzz_wrong_typed_truncated_tables(tmp_path, rows, suffix, cut):
+    df = pd.DataFrame(rows, columns=list(wl.REQUIRED), dtype=object)
+    path = tmp_path / f"fuzz{suffix}"
+    try:
+        if suffix == ".parquet":
+            df.astype(str).to_parquet(path)
+        elif suffix == ".csv":
+            df.to_csv(path, index=False)
+        else:
+            df.to_json(path, orient="records", lines=True)
+    except (ValueError, TypeError, OverflowError):
+        return  # pandas cannot write it: nothing to read
+    raw = path.read_bytes()
+    if cut < len(raw):
+        path.write_bytes(raw[:cut])  # truncated mid-file
+    _check(path)
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_fuzz_unicode_csv_text(tmp_path, text):
+    path = tmp_path / "fuzz.csv"
+    path.write_text(HEADER + text, encoding="utf-8")
+    _check(path)
