@@ -77,9 +77,12 @@ def main(argv=None):
                     help="requests executed in the engine during calibration")
     ap.add_argument("--output", "-o", default="gpu-results")
     a = ap.parse_args(argv)
+    try:
+        xp, device = array_module(a.device)
+    except (RuntimeError, ValueError) as e:  # e.g. --device gpu (the default) without a GPU
+        raise SystemExit(f"gpu_check: error: {e} (use --device cpu to run the pipeline here)")
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
-    xp, device = array_module(a.device)
     t0 = time.perf_counter()
     kernels = check_kernels(xp)
     (out / "kernel_check.json").write_text(json.dumps(kernels, indent=1))

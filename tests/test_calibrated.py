@@ -325,3 +325,8 @@ def test_shipped_profile_warning_lists_its_negative_weights(shipped):
                              and shipped.quality["passed"])
     for k in negative:
         assert f"weight {k} =" in msg
+
+
+def test_a_profile_that_is_not_an_object_is_a_clear_error():
+    with pytest.raises(ValueError, match="JSON object"):
+        CalibratedCost([1, 2])

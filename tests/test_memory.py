@@ -30,6 +30,9 @@ def test_kv_cache_bytes_matches_reference_table():
 @pytest.mark.parametrize("arg", ["N", "n_layers", "n_heads_kv", "d_head"])
 @pytest.mark.parametrize("bad", [0, -3])
 def test_kv_cache_bytes_rejects_non_positive_naming_argument(arg, bad):
+    if arg == "N" and bad == 0:  # 0 tokens hold 0 bytes (issue 14: as blocks_needed(0) == 0)
+        assert kv_cache_bytes(0, 2, 2, 8) == 0
+        return
     kwargs = dict(N=10, n_layers=2, n_heads_kv=2, d_head=8)
     kwargs[arg] = bad
     with pytest.raises(ValueError, match=arg):
@@ -168,3 +171,8 @@ def test_forward_peak_of_non_gated_parallel_and_mla_layers():
     assert forward_peak_bytes(ds, 10, 16) == 10 * 2 * max(
         2 * 7168 + 8 * (3 * 128 + 7168) + 3 * 128,
         2 * 7168 + 1536 + 576 + 2 * 8 * 192 + 8 * 256 + 8 * 128)
+
+
+def test_zero_tokens_hold_zero_bytes_like_zero_blocks():
+    from sim import blocks_needed, kv_cache_bytes
+    assert kv_cache_bytes(0, model="llama-3.1-8b") == 0 and blocks_needed(0) == 0

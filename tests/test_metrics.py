@@ -308,3 +308,11 @@ def test_pooled_itl_telescopes_across_preemptions(sched):
     assert itl.max() == pytest.approx(fin["max_itl"].max())
     multi = fin[fin["num_output_tokens"] > 1]
     assert (multi["max_itl"] >= multi["tpot"] - 1e-12).all()  # the largest gap >= the mean gap
+
+
+def test_summary_refuses_a_non_positive_slo():
+    import sim
+    df = pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": [4], "num_output_tokens": [2]})
+    res = sim.run(df, cost_model=sim.ConstantCost(0.01))
+    with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
+        res.summary(slo={"ttft": -1})

@@ -68,6 +68,9 @@ class CalibratedCost:
     needs_decode_lengths = True  # prices decode attention from each sequence's context
 
     def __init__(self, profile: dict):
+        if not isinstance(profile, dict):
+            raise ValueError(f"a calibration profile is a JSON object, got "
+                             f"{type(profile).__name__}")
         if profile.get("format") != PROFILE_FORMAT:
             raise ValueError(f"not a calibration profile (format {profile.get('format')!r})")
         self.profile = profile

@@ -184,6 +184,9 @@ class Result:
                 raise ValueError(f"slo keys must be among {SLO_KEYS}, got {sorted(unknown)}")
             ok = (req["status"] == "finished").to_numpy().copy()
             for key, limit in slo.items():
+                if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+                    raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got "
+                                     f"{limit!r}")
                 col = "max_itl" if key == "itl" else key
                 vals = req[col].to_numpy(dtype=np.float64)
                 ok &= np.nan_to_num(vals, nan=0.0) <= float(limit)

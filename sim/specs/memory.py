@@ -47,7 +47,7 @@ def kv_cache_bytes(N, n_layers=None, n_heads_kv=None, d_head=None, dtype=2, *, m
     GPU's KV heads, or for multi-head latent attention (DeepSeek-V2/V3) one latent of
     ``kv_lora_rank + qk_rope_head_dim`` values per token and layer, whole on every GPU.
     """
-    positive_int("N", N)
+    positive_int("N", N, allow_zero=True)  # 0 tokens hold 0 bytes, as blocks_needed(0) == 0
     dtype = bytes_per_value("dtype", dtype)
     if model is not None:
         given = [k for k, v in (("n_layers", n_layers), ("n_heads_kv", n_heads_kv),

@@ -38,6 +38,8 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
               seed=0, progress=False, grid=None, engine_requests=300) -> dict:
     """Time the grid within about ``budget_s`` seconds, then fit the op weights on an engine
     run of ``engine_requests`` executed requests; return the profile (a dict)."""
+    if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
+        raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
     xp, device_name = array_module(device)
     model = get_model(model) if model is not None else CPU_MODEL
     grid = grid or GRID
