@@ -79,3 +79,23 @@ def test_run_with_a_flagged_profile_warns_on_stderr(tmp_path, capsys):
                  "-q", "-o", str(tmp_path / "o")]) in (0, 2)
     err = capsys.readouterr().err
     assert "warning" in err and "base_s" in err
+
+
+def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
+    wl = tmp_path / "w.csv"
+    import numpy as np
+    rng = np.random.default_rng(0)
+    pd.DataFrame({"arrival_time": np.cumsum(rng.exponential(1.0, 400)),
+                  "num_prompt_tokens": 8, "num_output_tokens": 1}).to_csv(wl, index=False)
+    assert main(["capacity", "-w", str(wl), "-s", "continuous", "--max-batch-size", "1",
+                 "--cost", "constant:0.01", "--slo-e2e", "0.05", "--attainment", "0.9"]) == 0
+    out = capsys.readouterr().out
+    assert "max rate" in out and "rates tried" in out and "per GPU" in out
+    assert main(["capacity", "-w", str(wl)]) == 2
+    assert "needs at least one SLO" in capsys.readouterr().err
+    # an overloaded run says so, on the screen and in summary.json
+    assert main(["run", "-w", str(wl), "--rate", "500", "-s", "continuous", "--max-batch-size",
+                 "1", "--cost", "constant:0.01", "--no-plots", "-o", str(tmp_path / "o")]) == 0
+    assert "findings:" in capsys.readouterr().out
+    doc = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [f["code"] for f in doc["findings"]] == ["overloaded"]

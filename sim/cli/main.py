@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from . import device, info, run
+from . import capacity, device, info, run
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the traceback of an error (default: one line)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     run.add_parser(sub)
+    capacity.add_parser(sub)
     info.add_parsers(sub)
     device.add_parsers(sub)
     for p in sub.choices.values():  # ``sim run ... --debug`` as well as ``sim --debug run ...``

@@ -191,7 +191,10 @@ def cmd_run(args) -> int:
     resampled = df.attrs.get("resampled_from")
     if resampled:
         meta["resampled_from"] = resampled
-    written = write_outputs(res, out, {"settings": meta, "summary": summary}, s["plots"])
+    findings = res.diagnose()
+    written = write_outputs(res, out, {"settings": meta, "summary": summary, "findings": [
+        {"code": f.code, "message": f.message, "action": f.action, "value": f.value}
+        for f in findings]}, s["plots"])
     if not args.quiet:
         if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")
@@ -202,6 +205,10 @@ def cmd_run(args) -> int:
                   f"requests sample them with replacement")
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size))
+        if findings:
+            print("\nfindings:")
+            for f in findings:
+                print(f"  - {f.message}\n    try: {f.action}")
         print(f"\nwrote {', '.join(written)} to {out}/")
     return 0
 

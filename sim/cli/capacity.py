@@ -1,0 +1,45 @@
+"""``sim capacity``: the highest request rate the configured replica serves within its SLOs.
+
+Takes the same settings as ``sim run`` (flags or a TOML file) plus ``--attainment`` and
+``--tol``; at least one ``--slo-*`` limit is required. Prints the rate, goodput per GPU and the
+rates tried (:func:`sim.tools.capacity.max_rate`).
+"""
+
+from __future__ import annotations
+
+from .run import build
+from .settings import Names, add_run_args, number, settings_from
+
+
+def cmd_capacity(args) -> int:
+    from ..tools.capacity import max_rate
+    s = settings_from(args, Names(args.config))
+    if not s["slo"]:
+        raise ValueError("sim capacity needs at least one SLO: --slo-ttft, --slo-itl, "
+                         "--slo-tpot or --slo-e2e (seconds), or an [slo] table")
+    df, cfg = build(s)
+    cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
+    limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
+    print(f"workload {s['workload']}: {len(df):,} requests; scheduler {cfg.policy()!r}; "
+          f"SLOs {limits} for {args.attainment:.0%} of requests")
+    if cap.rate != cap.rate:
+        print("no rate tried meets the SLOs")
+        return 1
+    print(f"max rate {cap.rate:.4g} req/s (within {args.tol:.1%}); goodput "
+          f"{cap.summary['goodput']:.4g} req/s, {cap.goodput_per_gpu:.4g} per GPU "
+          f"({cap.num_gpus} GPU{'s' if cap.num_gpus > 1 else ''})")
+    print("rates tried:")
+    for row in cap.points.itertuples():
+        print(f"  {row.rate:10.4g} req/s  attainment {row.slo_attainment:6.1%}  "
+              f"{'pass' if row.passed else 'fail'}")
+    return 0
+
+
+def add_parser(sub):
+    p = sub.add_parser("capacity", help="the highest request rate that meets the SLOs")
+    add_run_args(p)
+    p.add_argument("--attainment", type=number(float), default=0.9,
+                   help="fraction of requests that must meet every SLO (default 0.9)")
+    p.add_argument("--tol", type=number(float), default=0.01,
+                   help="relative width of the final rate bracket (default 0.01)")
+    p.set_defaults(func=cmd_capacity)
