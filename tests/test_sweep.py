@@ -122,3 +122,53 @@ def test_a_label_named_like_a_metric_is_an_error_not_overwritten():
     df = workloads.load("azure-code", n=20)
     with pytest.raises(ValueError, match=r"\['scheduler'\] would overwrite"):
         sim.sweep([{"workload": df, "label": {"scheduler": "mine"}}], workers=1)
+
+
+def _grid_df():
+    return workloads.load("azure-code", n=120)
+
+
+def test_grid_is_the_cartesian_product_with_reshaping_fields():
+    table = sim.sweep(_grid_df(), {"scheduler": ["chunked", "continuous"], "rate": [1.0, 4.0],
+                                   "num_requests": [60, 120]},
+                      base=sim.SimConfig(cost_model=sim.ConstantCost(0.01)), workers=1)
+    assert len(table) == 8 and (table["error"] == "").all()
+    assert list(table.columns[:3]) == ["scheduler", "rate", "num_requests"]
+    assert table.groupby("num_requests")["num_finished"].max().to_dict() == {60: 60, 120: 120}
+    # a higher rate gives a shorter run for the same requests
+    d = table.set_index(["scheduler", "num_requests", "rate"])["duration"]
+    assert d[("chunked", 120, 4.0)] < d[("chunked", 120, 1.0)]
+
+
+def test_a_failing_point_is_a_row_with_its_error_and_the_others_run():
+    table = sim.sweep(_grid_df(), {"scheduler": ["chunked", "continuous"], "chunk_size": [1024]},
+                      base=sim.SimConfig(cost_model=sim.ConstantCost(0.01)), workers=2)
+    ok, bad = table.iloc[0], table.iloc[1]
+    assert ok["error"] == "" and ok["num_finished"] == 120
+    assert "chunk_size=1024 is not used by the 'continuous'" in bad["error"]
+    with pytest.raises(ValueError, match="neither SimConfig fields"):
+        sim.sweep(_grid_df(), {"schedular": ["chunked"]})
+
+
+def test_an_interrupted_sweep_resumes_from_its_parquet(tmp_path):
+    out = tmp_path / "sweep.parquet"
+    grid = {"max_batch_size": [4, 8, 16]}
+    base = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01))
+    first = sim.sweep(_grid_df(), grid, base=base, workers=1, out=out)
+    assert first.attrs["computed"] == 3 and len(pd.read_parquet(out)) == 3
+    pd.read_parquet(out).iloc[:2].to_parquet(out, index=False)  # as if stopped after two points
+    again = sim.sweep(_grid_df(), grid, base=base, workers=1, out=out)
+    assert again.attrs["computed"] == 1
+    cols = ["max_batch_size", "num_finished", "ttft_p50"]
+    pd.testing.assert_frame_equal(again[cols], first[cols])
+
+
+def test_grid_on_a_dask_cluster_matches_local_processes():
+    from dask.distributed import Client, LocalCluster
+    grid = {"scheduler": ["chunked", "vllm"], "rate": [2.0, 8.0]}
+    base = sim.SimConfig(cost_model=sim.ConstantCost(0.01))
+    local = sim.sweep(_grid_df(), grid, base=base, workers=2).drop(columns="wall_seconds")
+    with LocalCluster(n_workers=2, processes=False, threads_per_worker=1,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        remote = sim.sweep(_grid_df(), grid, base=base, client=client)
+    pd.testing.assert_frame_equal(remote.drop(columns="wall_seconds"), local)
