@@ -140,16 +140,19 @@ class _PoolCheck:
         self.checks += 1
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 3), st.integers(1, 90), st.integers(1, 20),
                           st.integers(0, 3)), min_size=1, max_size=30),
-       st.integers(8, 40), st.sampled_from(["continuous", "chunked", "static"]))
+       st.integers(8, 40),
+       st.sampled_from(["continuous", "chunked", "static", "vllm", "sarathi", "orca"]))
 def test_everything_finishes_and_the_pool_never_leaks(rows, kv_blocks, sched):
-    from sim.engine import ChunkedPrefill, ContinuousBatching, StaticBatching
+    from sim.engine import (VLLM, ChunkedPrefill, ContinuousBatching, Orca, Sarathi,
+                            StaticBatching)
     rows.sort()
     df = _df([(t, p, o, _ids(("g", g), -(-p // 4))) for t, p, o, g in rows], hash_bs=4)
     policy = {"continuous": ContinuousBatching(), "chunked": ChunkedPrefill(16),
-              "static": StaticBatching()}[sched]
+              "static": StaticBatching(), "vllm": VLLM(16), "sarathi": Sarathi(16),
+              "orca": Orca()}[sched]
     check = _PoolCheck(policy)
     res = sim.run(df, scheduler=check, prefix_caching="block", block_size=4, kv_blocks=kv_blocks,
                   max_batch_size=4, cost_model=sim.ConstantCost(0.01))
