@@ -54,3 +54,11 @@ def test_bad_limits_are_clear_errors():
         max_rate(df, {"ttft": 1}, attainment=1.5)
     with pytest.raises(ValueError, match="neither per-request SLOs"):
         max_rate(df, {"latency_p99": 1.0}, config=sim.SimConfig(cost_model=sim.ConstantCost(0.01)))
+
+
+def test_a_limit_no_rate_can_meet_gives_nan_not_a_vanishing_rate():
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_batch_size=1)
+    cap = max_rate(_poisson(200), {"e2e_mean": 0.005}, config=cfg)  # below one step of 10 ms
+    assert cap.rate != cap.rate and not cap.points["passed"].any()
+    assert cap.points["rate"].min() >= cap.points["rate"].max() / 2 ** 20

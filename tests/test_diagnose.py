@@ -28,6 +28,17 @@ def test_overloaded_only_when_arrivals_outpace_service():
     assert "overloaded" in _codes(over) and "overloaded" not in _codes(fine)
     f = next(f for f in over.diagnose() if f.code == "overloaded")
     assert f.value < 0.95 and "/s" in f.message and "rate" in f.action
+    # a short healthy run whose last requests drain after the last arrival is not overloaded
+    healthy = sim.run(workloads.load("sharegpt", n=500, rate=4.0, seed=3), scheduler="chunked",
+                      model="llama-3.1-8b", gpu="h100")
+    assert healthy.summary()["queueing_delay_p50"] < 0.1
+    assert "overloaded" not in _codes(healthy)
+
+
+def test_rejected_requests_are_a_finding():
+    df = _df(50, 2.0, 100, 50)
+    assert "rejected" in _codes(sim.run(df, cost_model=COST, kv_blocks=2))
+    assert "rejected" not in _codes(sim.run(df, cost_model=COST))
 
 
 def test_idle_slots_under_static_batching_only():

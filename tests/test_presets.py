@@ -203,3 +203,16 @@ def test_no_thrash_under_kv_pressure(sched):
     limit = 1.2 if sched in ("chunked", "continuous", "sarathi") else 1.5
     assert s["prefill_compute_ratio"] <= limit, s["prefill_compute_ratio"]
     assert s["max_preemptions"] <= 10
+
+
+def test_resolved_config_records_the_policy_knobs_and_caching_spellings():
+    assert SimConfig(scheduler="vllm", gpu="a100").resolved().chunk_size == 2048
+    assert SimConfig().resolved().chunk_size == sim.CHUNK_SIZE
+    assert SimConfig(scheduler="static").resolved().chunk_size is None
+    assert SimConfig(prefix_caching="off").prefix_caching is False
+    with pytest.raises(ValueError, match="radix.*not built yet"):
+        SimConfig(prefix_caching="radix")
+    with pytest.raises(ValueError, match="prefix_caching must be one of"):
+        SimConfig(prefix_caching="lru")
+    df = _df([0.0], [10], [2])
+    assert sim.run(df, scheduler="vllm", cost_model=COST).config.chunk_size == 8192

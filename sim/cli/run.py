@@ -183,8 +183,8 @@ def cmd_run(args) -> int:
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()
-    for knob in ("chunk_size", "token_budget"):  # the policy's knobs live on the policy
-        meta[knob] = getattr(policy, knob, s[knob])
+    for knob in ("chunk_size", "token_budget"):  # the policy knobs used (resolved)
+        meta[knob] = getattr(res.config, knob)
     t = df["arrival_time"].to_numpy()
     if s["rate"] is None and s["closed_loop_users"] is None and len(t) > 1 and t[-1] > t[0]:
         meta["rate"] = (len(t) - 1) / float(t[-1] - t[0])  # the trace's own mean rate

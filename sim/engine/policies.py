@@ -58,11 +58,11 @@ from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
 from .request import PREFILL
 
 KNOBS = ("chunk_size", "token_budget")  # SimConfig fields that belong to a policy
+PREFIX_CACHING_MODES = (False, "block")  # "radix" (SGLang) comes with the sglang preset
 # engine knobs a scheduler may default (a preset brings its engine's); these are the simple
 # policies' (and a policy object's unless it has its own ``engine_defaults``)
 ENGINE_DEFAULTS = {"max_batch_size": 256, "block_size": KV_BLOCK_SIZE,
                    "gpu_memory_utilization": 0.9, "prefix_caching": False}
-PREFIX_CACHING_MODES = (False, "block", "radix")
 
 
 def refuse_unused_knobs(config, name, used=()):
@@ -105,6 +105,9 @@ class StaticBatching:
         refuse_unused_knobs(config, cls.name)
         return cls()
 
+    def knobs(self) -> dict:
+        return {}
+
     def schedule(self, replica, now):
         if not replica.running:
             admit_whole_prompts(replica)
@@ -128,6 +131,10 @@ class ContinuousBatching:
     def from_config(cls, config):
         refuse_unused_knobs(config, cls.name, ("token_budget",))
         return cls(config.token_budget)
+
+    def knobs(self) -> dict:
+        """The policy knobs it uses, as ``SimConfig`` fields (what ``resolved()`` records)."""
+        return {"token_budget": self.token_budget}
 
     def schedule(self, replica, now):
         admit_whole_prompts(replica, 0, self.token_budget,
@@ -156,6 +163,9 @@ class ChunkedPrefill:
                 f"({config.max_batch_size}): every running decode needs one token of the budget "
                 f"(vLLM's max_num_batched_tokens >= max_num_seqs)")
         return policy
+
+    def knobs(self) -> dict:
+        return {"chunk_size": self.chunk_size}
 
     def schedule(self, replica, now):
         budget = self.chunk_size - replica.decodes.count  # every decode takes one token

@@ -71,6 +71,9 @@ class VLLM:
                              f"max_batch_size (max_num_seqs, {config.max_batch_size})")
         return cls(tokens)
 
+    def knobs(self) -> dict:
+        return {"chunk_size": self.max_num_batched_tokens}
+
     def schedule(self, replica, now):
         budget = self.max_num_batched_tokens - replica.decodes.count
         for r in replica.prefilling:  # rule 1: running partial prefills, in running order

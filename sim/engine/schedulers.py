@@ -42,7 +42,11 @@ def resolve(config):
                              f"got {scheduler!r}")
         defaults = getattr(cls, "engine_defaults", None)
         config = _fill(config, defaults(config) if defaults else ENGINE_DEFAULTS)
-        return config, cls.from_config(config)
+        policy = cls.from_config(config)
+        knobs = getattr(policy, "knobs", None)
+        if knobs:  # record the policy knobs it uses (a None knob took its default)
+            config = _fill(config, {k: v for k, v in knobs().items() if v is not None})
+        return config, policy
     if not callable(getattr(scheduler, "schedule", None)):
         raise TypeError(f"scheduler must be a name in {sorted(POLICIES)} or have a "
                         f"schedule(replica, now) method, got {scheduler!r}")

@@ -76,8 +76,6 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
-    if config.prefix_caching == "radix":
-        raise NotImplementedError("prefix_caching='radix' (SGLang) is not built yet; use 'block'")
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None),
                       prefix_caching=bool(config.prefix_caching))

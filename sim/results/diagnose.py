@@ -6,7 +6,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 (thresholds are named constants) and has a test scenario that triggers it and one that does not
 (tests/test_diagnose.py):
 
-- ``overloaded`` - requests arrive faster than they are served: the queue grows without bound;
+- ``overloaded`` - requests arrive faster than they are served: the queue grows while they
+  arrive (not merely drains after the last one);
+- ``rejected`` - requests that can never fit in the KV pool;
 - ``idle_slots`` - static batching leaves batch slots empty while requests wait;
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes;
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-OVERLOAD_RATIO = 0.95  # served / offered rate below this: overloaded
+BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
 IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
 STALL_RATIO = 5.0  # ITL P99 / P50 above this, with prefills of STALL_PREFILL_TOKENS or more
 STALL_PREFILL_TOKENS = 2048  # beside decodes in one iteration (a chunk budget rarely exceeds it)
@@ -45,19 +47,39 @@ def diagnose(result) -> list:
     req, it, cfg = result.requests, result.iterations, result.config
     out = []
     fin = req[req["status"] == "finished"]
-    if len(req) >= 2 and len(fin):
+    if len(req) >= 2 and len(fin) and len(it):
         arrivals = req["arrival_time"].to_numpy()
-        span = arrivals.max() - arrivals.min()
-        offered = (len(req) - 1) / span if span > 0 else float("nan")
-        served = s["request_throughput"]
-        if offered == offered and served < OVERLOAD_RATIO * offered:
-            out.append(Finding(
-                "overloaded",
-                f"overloaded: requests arrive at {offered:.3g}/s but are served at "
-                f"{served:.3g}/s, so the queue grows for the whole run (median queueing delay "
-                f"{s['queueing_delay_p50']:.3g} s)",
-                "lower the request rate, add replicas, or raise throughput (larger batches, "
-                "a faster GPU, quantized weights)", served / offered))
+        t0, t1 = arrivals.min(), arrivals.max()
+        span = t1 - t0
+        if span > 0:
+            # the queue grows while requests keep arriving: waiting requests in the second half
+            # of the arrival window well above the first half, and a backlog at the last
+            # arrival (the drain after it is not overload)
+            start = it["start"].to_numpy()
+            waiting = it["num_waiting"].to_numpy()
+            first = waiting[(start >= t0) & (start < t0 + span / 2)]
+            second = waiting[(start >= t0 + span / 2) & (start <= t1)]
+            finished_by = int((fin["finish_time"] <= t1).sum())
+            backlog = len(req) - finished_by
+            offered = (len(req) - 1) / span
+            served = finished_by / span
+            if (len(first) and len(second) and second.mean() > 2 * first.mean() + 1
+                    and backlog > BACKLOG * len(req)):
+                out.append(Finding(
+                    "overloaded",
+                    f"overloaded: requests arrive at {offered:.3g}/s but are served at "
+                    f"{served:.3g}/s while they arrive; the queue grows (from {first.mean():.3g} "
+                    f"to {second.mean():.3g} waiting on average, {backlog:,} requests still "
+                    f"unfinished at the last arrival)",
+                    "lower the request rate, add replicas, or raise throughput (larger batches, "
+                    "a faster GPU, quantized weights)", served / offered))
+    if s["num_rejected"]:
+        out.append(Finding(
+            "rejected",
+            f"{s['num_rejected']:,} of {len(req):,} requests were rejected: each needs more KV "
+            f"blocks than the whole pool ({s['kv_blocks']:,}) holds",
+            "enlarge the KV pool (kv_blocks, memory, quantized KV, more GPUs) or cap the "
+            "requests' lengths", float(s["num_rejected"])))
     name = str(result.scheduler_name)
     if name == "static" and len(it):
         waiting = (it["num_waiting"] > 0).to_numpy()
@@ -76,12 +98,14 @@ def diagnose(result) -> list:
                    & (it["num_decode_tokens"] > 0)]
         if len(mixed):
             largest = int(mixed["num_prefill_tokens"].max())
+            chunk = getattr(cfg, "chunk_size", None)
+            action = (f"lower the token budget (chunk_size, now {chunk:,})" if chunk else
+                      "use chunked prefill (scheduler='chunked') or a smaller chunk_size")
             out.append(Finding(
                 "decode_stalls",
                 f"decode stalls: P99 inter-token latency {p99 * 1e3:.3g} ms is "
                 f"{p99 / p50:.1f}x the median, as decodes wait for prefills of up to {largest:,} "
-                f"tokens in their iteration",
-                "use chunked prefill (scheduler='chunked') or a smaller chunk_size", p99 / p50))
+                f"tokens in their iteration", action, p99 / p50))
     ratio = s.get("prefill_compute_ratio", float("nan"))
     if ratio == ratio and ratio > RECOMPUTE and s["num_preemptions"]:
         out.append(Finding(

@@ -33,8 +33,8 @@ from ..results.metrics import SLO_KEYS
 
 @dataclass(frozen=True)
 class Capacity:
-    """The answer of :func:`max_rate`: ``rate`` (requests/s; ``nan`` when even the lowest rate
-    tried fails), the ``summary`` of the run at that rate, ``num_gpus``, ``goodput_per_gpu``
+    """The answer of :func:`max_rate`: ``rate`` (requests/s; ``nan`` when even a millionth of the
+    starting rate fails: the limits cannot be met at any load), the ``summary`` of the run at that rate, ``num_gpus``, ``goodput_per_gpu``
     and ``points`` (one row per rate tried: rate, passed, the metrics the limits name)."""
 
     rate: float
@@ -96,6 +96,7 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
     t = df["arrival_time"].to_numpy()
     rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0]) if t[-1] > t[0] else 1.0
     lo = hi = None
+    floor = rate / 2 ** 20  # below a millionth of the starting rate: the limits cannot be met
     for _ in range(max_steps):  # bracket
         if trial(rate):
             lo = rate
@@ -104,7 +105,7 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
             rate *= 2
         else:
             hi = rate
-            if lo is not None:
+            if lo is not None or rate / 2 < floor:
                 break
             rate /= 2
     else:
