@@ -37,3 +37,11 @@ def fraction(name: str, value, *, allow_zero: bool = False) -> float:
     if value > 1:
         raise ValueError(f"{name} must be at most 1, got {value}")
     return value
+
+
+def did_you_mean(value, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt name, else ``""``."""
+    import difflib
+    close = difflib.get_close_matches(str(value).strip().lower(), [str(c) for c in choices], 1,
+                                      0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -175,3 +175,16 @@ def test_gpu_optional_fields_may_be_zero_but_not_negative(field):
         GPU("x", **base, **{field: -1.0})
     with pytest.raises(TypeError, match=f"^{field} must be a number"):
         GPU("x", **base, **{field: "1"})
+
+
+def test_a_misspelt_gpu_or_model_gets_a_suggestion():
+    import pytest as _pytest
+
+    import sim
+    with _pytest.raises(ValueError, match=r"did you mean 'h100'\?"):
+        sim.get_gpu("h10")
+    with _pytest.raises(ValueError, match=r"did you mean 'llama-3.1-8b'\?"):
+        sim.get_model("llama-3.1-8")
+    with _pytest.raises(ValueError) as e:
+        sim.get_gpu("tpu")
+    assert "did you mean" not in str(e.value)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from ..checks import positive_float
+from ..checks import did_you_mean, positive_float
 
 MIB = 1 << 20
 
@@ -71,5 +71,6 @@ def get_gpu(gpu) -> GPU:
     key = _ALIASES.get(gpu.strip().lower(), gpu).lower()
     rows = _gpu_rows()
     if key not in rows:
-        raise ValueError(f"gpu {gpu!r} is not a preset; choose one of {gpu_presets()}")
+        raise ValueError(f"gpu {gpu!r} is not a preset{did_you_mean(gpu, gpu_presets())}; "
+                         f"choose one of {gpu_presets()}")
     return rows[key]

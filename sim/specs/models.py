@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from ..checks import positive_int
+from ..checks import did_you_mean, positive_int
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +395,8 @@ def get_model(config) -> ModelConfig:
         for cfg, row in presets.values():
             if row["hf_id"].split(" ")[0].lower() == key:
                 return cfg
-        raise ValueError(f"model {config!r} is not a preset; choose one of {model_presets()}")
+        raise ValueError(f"model {config!r} is not a preset{did_you_mean(config, model_presets())}"
+                         f"; choose one of {model_presets()}")
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return ModelConfig.from_hf_config(dataclasses.asdict(config))
     if isinstance(config, dict):
