@@ -6,8 +6,9 @@ pool (:class:`~sim.engine.blocks.BlockManager`) and the decoding requests
 and the running set read-only and changes them only through these verbs:
 
 - :meth:`Replica.admit` ``(r, num_tokens)`` - move any waiting request into the running set to
-  prefill its first ``num_tokens`` tokens this iteration (False, nothing changed, when no slot
-  or not enough free blocks: admission never preempts);
+  prefill ``num_tokens`` tokens this iteration after the :meth:`Replica.prefix_hit` tokens the
+  prefix cache serves (False, nothing changed, when no slot or not enough free blocks:
+  admission never preempts);
 - :meth:`Replica.schedule_chunk` ``(r, num_tokens)`` - continue a running prefill, preempting
   victims for its blocks if needed (False when ``r`` itself was the victim);
 - :meth:`Replica.preempt` ``(r)`` - recompute preemption: free all of ``r``'s blocks, back to
@@ -22,7 +23,10 @@ then calls the policy, which adds prefill work, and snapshots the batch for the 
 when the iteration ends.
 
 Invariants (tests/test_replica.py; the engine's brute-force per-token trace under hypothesis):
-- ``blocks.num_free + sum(held_blocks(r) for r running) == blocks.num_blocks``, never below 0;
+- ``blocks.num_free + sum(held_blocks(r) for r running) == blocks.num_blocks``, never below 0
+  (with prefix caching, a block shared by several requests counts once: tests/
+  test_prefix_caching.py checks ``num_free + distinct blocks held == num_blocks`` every
+  iteration);
 - ``len(running) <= max_batch_size``; every running request is PREFILL or DECODE;
 - a request is in exactly one of: waiting, running, finished (which includes rejected);
 - per-iteration work is O(admitted + finished + preempted), never O(running).
