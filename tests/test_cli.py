@@ -99,3 +99,32 @@ def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
     assert "findings:" in capsys.readouterr().out
     doc = json.loads((tmp_path / "o" / "summary.json").read_text())
     assert [f["code"] for f in doc["findings"]] == ["overloaded"]
+
+
+def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('workload = "azure-code"\nnum_requests = 200\ncost = "constant:0.01"\n'
+                   f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99", "num_finished"]\n'
+                   '[grid]\nrate = [1.0, 4.0]\nscheduler = ["chunked", "continuous"]\n'
+                   'chunk_size = [1024]\n')
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "4 points (4 run now, 2 failed)" in out  # continuous refuses chunk_size: rows, not a crash
+    table = pd.read_csv(tmp_path / "o" / "sweep.csv")
+    assert len(table) == 4 and table["error"].notna().sum() == 2
+    assert (tmp_path / "o" / "ttft_p99.png").stat().st_size > 5_000
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0  # the 2 good points are kept
+    assert "(2 run now, 2 failed)" in capsys.readouterr().out
+    cfg.write_text('workload = "azure-code"\n')
+    assert main(["sweep", str(cfg)]) == 2
+    assert "needs a [grid] table" in capsys.readouterr().err
+
+
+def test_the_sample_toml_files_are_valid(tmp_path):
+    from pathlib import Path
+
+    from sim.cli.settings import _read_toml
+    root = Path(__file__).resolve().parents[1] / "examples"
+    assert _read_toml(root / "experiment.toml")["scheduler"] == "vllm"
+    assert set(_read_toml(root / "sweep.toml", extra=("grid", "metrics"))["grid"]) == {
+        "rate", "scheduler"}

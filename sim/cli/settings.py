@@ -132,7 +132,7 @@ class Names:
         return FLAGS.get(key, "--" + key.replace("_", "-"))
 
 
-def _read_toml(config) -> dict:
+def _read_toml(config, extra=()) -> dict:
     path = Path(config)
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "does not exist"
@@ -144,25 +144,29 @@ def _read_toml(config) -> dict:
         raise ValueError(f"{config}: not a valid TOML file: {e}") from None
     except OSError as e:
         raise ValueError(f"{config}: cannot be read: {e.strerror or e}") from None
-    unknown = sorted(set(loaded) - set(DEFAULTS))
+    unknown = sorted(set(loaded) - set(DEFAULTS) - set(extra))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(DEFAULTS), n=1)
+        close = difflib.get_close_matches(unknown[0], list(DEFAULTS) + list(extra), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"{config}: unknown setting(s) {unknown}{hint}; known: "
                          f"{sorted(DEFAULTS)}")
     return loaded
 
 
-def settings_from(args, names=None) -> dict:
+def settings_from(args, names=None, extra=()) -> dict:
     """The run's settings: ``DEFAULTS``, then the TOML file (unknown keys are an error), then
     every flag given on the command line; ``--slo-*`` flags merge into the ``[slo]`` table.
     Checked by :func:`check_settings` (errors name the flag, or the file and key); ``names``
-    (a :class:`Names`, filled in here) says how the user wrote each one."""
+    (a :class:`Names`, filled in here) says how the user wrote each one. ``extra``: further
+    top-level keys the file may hold (a command's own, e.g. ``sim sweep``'s ``grid``), returned
+    in ``s["extra"]``."""
     s = dict(DEFAULTS)
     names = names if names is not None else Names(args.config)
     given = set()
+    extras = {}
     if args.config:
-        loaded = _read_toml(args.config)
+        loaded = _read_toml(args.config, extra)
+        extras = {k: loaded.pop(k) for k in extra if k in loaded}
         s.update(loaded)
         given |= set(loaded)
         names.from_file = set(loaded) | {f"slo.{k}" for k in
@@ -185,7 +189,10 @@ def settings_from(args, names=None) -> dict:
             slo[key] = v
             names.from_file.discard(f"slo.{key}")
     s["slo"] = slo
-    return check_settings(s, names, given)
+    checked = check_settings(s, names, given)
+    if extra:
+        checked["extra"] = extras
+    return checked
 
 
 def check_settings(s, names=None, given=()) -> dict:

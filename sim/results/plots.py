@@ -116,3 +116,29 @@ def save_plots(result, outdir) -> list[Path]:
     plot_latencies(result, paths[0])
     plot_timeline(result, paths[1])
     return paths
+
+
+def plot_sweep(table, fields, metric, path=None):
+    """A sweep's ``metric`` against its first grid field, one line per combination of the other
+    ``fields`` (points that failed are left out); units in seconds for latency metrics."""
+    plt = _plt(path is not None)
+    x, others = fields[0], list(fields[1:])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ok = table[table["error"] == ""] if "error" in table else table
+    groups = ok.groupby(others) if others else [((), ok)]
+    for key, part in groups:
+        part = part.sort_values(x)
+        key = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{k}={v}" for k, v in zip(others, key)) or metric
+        ax.plot(part[x], part[metric], marker="o", label=label)
+    unit = " (s)" if metric.split("_")[0] in ("ttft", "itl", "tpot", "e2e", "queueing") else ""
+    ax.set_xlabel(x)
+    ax.set_ylabel(metric + unit)
+    ax.set_title(f"{metric} by {x}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+    return fig

@@ -116,10 +116,17 @@ def _grid_sweep(df, grid, base, slo, workers, client, out):
             pd.DataFrame(ordered).to_parquet(out, index=False)
 
     if client is not None:
+        from dask.distributed import Client
         from dask.distributed import as_completed as dask_completed
-        futures = client.map(_point, [df] * len(todo), todo, base=base, slo=slo, pure=False)
-        for fut in dask_completed(futures):
-            finished(fut.result())
+        own = isinstance(client, str)  # a scheduler address: connect for this sweep
+        client = Client(client) if own else client
+        try:
+            futures = client.map(_point, [df] * len(todo), todo, base=base, slo=slo, pure=False)
+            for fut in dask_completed(futures):
+                finished(fut.result())
+        finally:
+            if own:
+                client.close()
     else:
         workers = workers or min(len(todo), os.cpu_count() or 1)
         if workers <= 1 or len(todo) <= 1:
@@ -139,8 +146,8 @@ def sweep(workload, grid=None, *, base=None, slo=None, workers=None, client=None
           out=None) -> pd.DataFrame:
     """Run ``grid`` over ``workload`` (a DataFrame), or, without a grid, ``workload`` is a list
     of jobs (see the module docstring); one row per point or job. ``workers``: local processes
-    (default: CPU count; 1 = in this process). ``client``: a ``dask.distributed.Client`` to run
-    them on a cluster instead."""
+    (default: CPU count; 1 = in this process). ``client``: a ``dask.distributed.Client`` (or,
+    for a grid, a scheduler address such as ``"tcp://host:8786"``) to run them on a cluster."""
     if grid is not None:
         return _grid_sweep(workload, grid, base, slo, workers, client, out)
     if out is not None:

@@ -1,0 +1,64 @@
+"""``sim sweep FILE.toml``: a grid of runs from a TOML file; writes the table and a plot per
+metric.
+
+The file holds the settings of ``sim run`` (the base of every point) plus a ``[grid]`` table
+(field -> list of values: any ``SimConfig`` field, plus ``rate`` and ``num_requests``) and an
+optional ``metrics`` list (default TTFT/ITL P99 and throughput). Writes ``sweep.parquet``
+(rewritten as points finish; a re-run resumes), ``sweep.csv`` and ``<metric>.png`` (the metric
+against the grid's first field, one line per combination of the others).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .run import build
+from .settings import Names, number, output_folder, settings_from
+
+METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
+
+
+def cmd_sweep(args) -> int:
+    import pandas as pd
+
+    from ..results.plots import plot_sweep
+    from ..tools.sweep import sweep
+    names = Names(args.config)
+    s = settings_from(args, names, extra=("grid", "metrics"))
+    grid = s["extra"].get("grid")
+    if not isinstance(grid, dict) or not grid:
+        raise ValueError(f"{args.config}: a sweep needs a [grid] table (field = [values, ...])")
+    metrics = s["extra"].get("metrics", METRICS)
+    if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
+        raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
+    out = output_folder(s["output"], names("output"))
+    df, cfg = build(s)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    table = sweep(df, grid, base=cfg, slo=s["slo"] or None, workers=args.workers,
+                  client=args.dask, out=Path(out) / "sweep.parquet")
+    table.to_csv(Path(out) / "sweep.csv", index=False)
+    missing = [m for m in metrics if m not in table.columns]
+    if missing and (table["error"] == "").any():
+        raise ValueError(f"{args.config}: metrics {missing} are not summary keys")
+    for m in metrics:
+        if m in table.columns:
+            plot_sweep(table, list(grid), m, Path(out) / f"{m}.png")
+    failed = int((table["error"] != "").sum())
+    cols = list(grid) + [m for m in metrics if m in table.columns] + ["error"]
+    with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
+        print(table[cols].to_string(index=False))
+    print(f"\n{len(table)} points ({table.attrs['computed']} run now, {failed} failed); wrote "
+          f"sweep.parquet, sweep.csv and {len(metrics)} plots to {out}/")
+    return 0
+
+
+def add_parser(sub):
+    p = sub.add_parser("sweep", help="a grid of runs from a TOML file with a [grid] table")
+    p.add_argument("config", help="TOML file: sim run's settings plus [grid] (and metrics)")
+    p.add_argument("--workers", type=number(int), default=None,
+                   help="local worker processes (default: the CPU count)")
+    p.add_argument("--dask", default=None, metavar="ADDRESS",
+                   help="run on a Dask scheduler, e.g. tcp://host:8786 (pip install "
+                        "'.[cluster]') (default: local processes)")
+    p.add_argument("--output", "-o", default=None, help="output folder (default sim-out)")
+    p.set_defaults(func=cmd_sweep)
