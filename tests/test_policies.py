@@ -138,3 +138,16 @@ def test_token_budget_caps_admission_per_iteration():
     per_iter = res.iterations["num_prefill_tokens"].to_numpy()
     assert per_iter.max() <= 100 and per_iter.sum() == 240
     assert np.count_nonzero(per_iter) == 3  # 2 prompts of 40 per iteration
+
+
+def test_a_policy_may_give_some_engine_defaults_and_the_rest_are_ours():
+    class Small(ShortestPromptFirst):
+        @staticmethod
+        def engine_defaults(config):
+            return {"max_batch_size": 2}
+
+    r = SimConfig(scheduler=Small()).resolved()
+    assert r.max_batch_size == 2 and r.block_size == 16 and r.prefix_caching is False
+    res = sim.run(_df([0.0] * 4, [5] * 4, [3] * 4), scheduler=Small(),
+                  cost_model=sim.ConstantCost(0.01))
+    assert res.iterations["num_running"].max() == 2

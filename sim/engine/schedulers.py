@@ -41,7 +41,7 @@ def resolve(config):
             raise ValueError(f"scheduler must be one of {sorted(POLICIES)} or a policy object, "
                              f"got {scheduler!r}")
         defaults = getattr(cls, "engine_defaults", None)
-        config = _fill(config, defaults(config) if defaults else ENGINE_DEFAULTS)
+        config = _fill(config, {**ENGINE_DEFAULTS, **(defaults(config) if defaults else {})})
         policy = cls.from_config(config)
         knobs = getattr(policy, "knobs", None)
         if knobs:  # record the policy knobs it uses (a None knob took its default)
@@ -55,4 +55,4 @@ def resolve(config):
             raise ValueError(f"{knob}={getattr(config, knob)!r} is set but scheduler is a "
                              f"policy object ({scheduler!r}), which carries its own settings")
     defaults = getattr(scheduler, "engine_defaults", None)
-    return _fill(config, defaults(config) if defaults else ENGINE_DEFAULTS), scheduler
+    return _fill(config, {**ENGINE_DEFAULTS, **(defaults(config) if defaults else {})}), scheduler

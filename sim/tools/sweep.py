@@ -146,8 +146,8 @@ def sweep(workload, grid=None, *, base=None, slo=None, workers=None, client=None
           out=None) -> pd.DataFrame:
     """Run ``grid`` over ``workload`` (a DataFrame), or, without a grid, ``workload`` is a list
     of jobs (see the module docstring); one row per point or job. ``workers``: local processes
-    (default: CPU count; 1 = in this process). ``client``: a ``dask.distributed.Client`` (or,
-    for a grid, a scheduler address such as ``"tcp://host:8786"``) to run them on a cluster."""
+    (default: CPU count; 1 = in this process). ``client``: a ``dask.distributed.Client``, or a
+    scheduler address such as ``"tcp://host:8786"``, to run them on a cluster."""
     if grid is not None:
         return _grid_sweep(workload, grid, base, slo, workers, client, out)
     if out is not None:
@@ -157,8 +157,14 @@ def sweep(workload, grid=None, *, base=None, slo=None, workers=None, client=None
         if not isinstance(job, dict) or "workload" not in job:
             raise ValueError(f"jobs[{i}] must be a dict with a 'workload' key")
     if client is not None:
-        futures = client.map(_one, jobs, slo=slo, pure=False)
-        rows = client.gather(futures)
+        from dask.distributed import Client
+        own = isinstance(client, str)  # a scheduler address: connect for this sweep
+        client = Client(client) if own else client
+        try:
+            rows = client.gather(client.map(_one, jobs, slo=slo, pure=False))
+        finally:
+            if own:
+                client.close()
     else:
         workers = workers or min(len(jobs), os.cpu_count() or 1)
         if workers <= 1 or len(jobs) <= 1:
