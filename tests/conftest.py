@@ -28,3 +28,16 @@ def load_script():
         spec.loader.exec_module(module)
         return module
     return load
+
+
+@pytest.fixture
+def unshared():
+    """A copy of a prefix-sharing workload in which every prompt's blocks are its own (its
+    hash_ids differ from the first token on)."""
+    def unshare(df):
+        out = df.copy()
+        out["hash_ids"] = [[hash(("own", i, k)) for k in range(len(ids))]
+                           for i, ids in enumerate(df["hash_ids"])]
+        out.attrs = dict(df.attrs)
+        return out
+    return unshare

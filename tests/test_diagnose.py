@@ -73,13 +73,10 @@ def test_kv_pool_too_small_when_preemptions_recompute_prefill():
     assert "kv_pool_too_small" in _codes(tight) and "kv_pool_too_small" not in _codes(roomy)
 
 
-def test_no_prefix_hits_when_the_shared_prompt_differs():
+def test_no_prefix_hits_when_the_shared_prompt_differs(unshared):
     same = workloads.shared_prefix(60, n_groups=1, system_prompt_tokens=512, user_tokens=32,
                                    output=4, rate=2.0, seed=3)
-    shifted = same.copy()
-    shifted["hash_ids"] = [[hash(("own", i, k)) for k in range(len(ids))]
-                           for i, ids in enumerate(same["hash_ids"])]
-    shifted.attrs = dict(same.attrs)
+    shifted = unshared(same)
     kw = dict(scheduler="vllm", cost_model=COST)
     assert "no_prefix_hits" in _codes(sim.run(shifted, **kw))
     assert "no_prefix_hits" not in _codes(sim.run(same, **kw))

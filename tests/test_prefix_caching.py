@@ -52,14 +52,11 @@ def test_caching_off_and_requests_without_hash_ids_never_hit():
     assert on.requests["num_cached_tokens"].tolist() == [0, 48, 0]
 
 
-def test_a_prompt_differing_from_the_first_token_gets_no_hits():
+def test_a_prompt_differing_from_the_first_token_gets_no_hits(unshared):
     """The cheat sheet: no prefix hits? Is the system prompt identical from the first token?"""
     same = workloads.shared_prefix(40, n_groups=1, system_prompt_tokens=1024, user_tokens=64,
                                    output=8, rate=2.0, seed=1)
-    shifted = same.copy()
-    shifted["hash_ids"] = [[hash(("own", i, k)) for k in range(len(ids))]
-                           for i, ids in enumerate(same["hash_ids"])]
-    shifted.attrs = dict(same.attrs)
+    shifted = unshared(same)
     hit = _run(same, model="llama-3.1-8b", gpu="h100", cost_model=None)
     miss = _run(shifted, model="llama-3.1-8b", gpu="h100", cost_model=None)
     assert miss.summary()["prefix_hit_rate"] == 0

@@ -11,14 +11,13 @@ by ``SimConfig``); every message names the setting as the user wrote it: ``--rat
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import math
 import os
 import tomllib
 from pathlib import Path
 
-from ..checks import positive_float, positive_int
+from ..checks import did_you_mean, positive_float, positive_int
 from ..constants import CHUNK_SIZE
 from ..engine.schedulers import POLICIES
 from ..results.metrics import SLO_KEYS
@@ -146,8 +145,7 @@ def _read_toml(config, extra=()) -> dict:
         raise ValueError(f"{config}: cannot be read: {e.strerror or e}") from None
     unknown = sorted(set(loaded) - set(DEFAULTS) - set(extra))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(DEFAULTS) + list(extra), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        hint = did_you_mean(unknown[0], list(DEFAULTS) + list(extra))
         raise ValueError(f"{config}: unknown setting(s) {unknown}{hint}; known: "
                          f"{sorted(DEFAULTS)}")
     return loaded

@@ -73,6 +73,13 @@ def refuse_unused_knobs(config, name, used=()):
                              f"scheduler (it uses: {', '.join(used) or 'no knobs'})")
 
 
+def leaves_watermark(replica, tokens, watermark) -> bool:
+    """Whether the blocks for ``tokens`` more tokens leave ``watermark`` blocks free (always
+    true with nothing running: the watermark then has nothing to protect)."""
+    return (not replica.running
+            or replica.blocks.num_free - (-(-tokens // replica.block_size)) >= watermark)
+
+
 def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0) -> int:
     """Admit waiting requests FCFS with their whole (re-)prompt while a slot, blocks and the
     token ``budget`` allow (a prompt over the budget is admitted when ``first`` in its
@@ -85,9 +92,8 @@ def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0)
         need = r.prefill_target - replica.prefix_hit(r)
         if budget is not None and not first and tokens + need > budget:
             break
-        if (watermark and replica.running
-                and replica.blocks.num_free - (-(-need // bs)) < watermark):
-            break  # (with nothing running the watermark has nothing to protect)
+        if watermark and not leaves_watermark(replica, need, watermark):
+            break
         if not replica.admit(r, need):
             break
         tokens += need
@@ -183,10 +189,8 @@ class ChunkedPrefill:
             rest = r.prefill_target - replica.prefix_hit(r)
             # the whole prompt must fit (not only this chunk), or the next iteration's
             # decodes would preempt it again: measured 3.2x the prompt tokens recomputed
-            pool = replica.blocks
-            if (pool.num_free - (-(-rest // replica.block_size)) < pool.watermark
-                    and replica.running):
-                break  # (with nothing running the watermark has nothing to protect)
+            if not leaves_watermark(replica, rest, replica.blocks.watermark):
+                break
             chunk = min(rest, budget)
             if not replica.admit(r, chunk):
                 break

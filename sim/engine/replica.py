@@ -253,12 +253,11 @@ class Replica:
         bs = self.block_size
         need = -(-(done + num_tokens) // bs) - (-(-done // bs))  # blocks_for, inlined (hot)
         blocks = self.blocks
-        if need > blocks.num_free:
-            while need > blocks.num_free:
-                victim = self.select_victim(self)
-                self.preempt(victim)
-                if victim is r:
-                    return False
+        while need > blocks.num_free:
+            victim = self.select_victim(self)
+            self.preempt(victim)
+            if victim is r:
+                return False
         if self.caching:
             blocks.allocate(need)
             self._register(r, done, done + num_tokens)

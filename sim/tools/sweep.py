@@ -28,6 +28,7 @@ import json
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -78,6 +79,20 @@ def _point(df, params, base, slo):
     return row
 
 
+@contextmanager
+def _dask(client):
+    """``client`` as a ``dask.distributed.Client``: one given is used as is; an address (a
+    string) is connected for this sweep and closed after it."""
+    from dask.distributed import Client
+    own = isinstance(client, str)
+    client = Client(client) if own else client
+    try:
+        yield client
+    finally:
+        if own:
+            client.close()
+
+
 def _key(params) -> str:
     """A point's identity, the same before and after a parquet round trip (numpy scalars)."""
     plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in params.items()}
@@ -105,28 +120,23 @@ def _grid_sweep(df, grid, base, slo, workers, client, out):
         for row in old.to_dict("records"):
             if not row.get("error"):
                 done[_key({k: row[k] for k in names})] = row
-    todo = [p for p in points if _key(p) not in done]
+    keys = [_key(p) for p in points]
+    todo = [p for p, k in zip(points, keys) if k not in done]
     rows = dict(done)
 
     def finished(row):
         rows[_key({k: row[k] for k in names})] = row
         if out is not None:
-            ordered = [rows[_key(p)] for p in points if _key(p) in rows]
+            ordered = [rows[k] for k in keys if k in rows]
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(ordered).to_parquet(out, index=False)
 
     if client is not None:
-        from dask.distributed import Client
         from dask.distributed import as_completed as dask_completed
-        own = isinstance(client, str)  # a scheduler address: connect for this sweep
-        client = Client(client) if own else client
-        try:
-            futures = client.map(_point, [df] * len(todo), todo, base=base, slo=slo, pure=False)
+        with _dask(client) as c:
+            futures = c.map(_point, [df] * len(todo), todo, base=base, slo=slo, pure=False)
             for fut in dask_completed(futures):
                 finished(fut.result())
-        finally:
-            if own:
-                client.close()
     else:
         workers = workers or min(len(todo), os.cpu_count() or 1)
         if workers <= 1 or len(todo) <= 1:
@@ -137,7 +147,7 @@ def _grid_sweep(df, grid, base, slo, workers, client, out):
                 futs = [pool.submit(_point, df, p, base, slo) for p in todo]
                 for fut in as_completed(futs):
                     finished(fut.result())
-    table = pd.DataFrame([rows[_key(p)] for p in points])
+    table = pd.DataFrame([rows[k] for k in keys])
     table.attrs["computed"] = len(todo)
     return table
 
@@ -157,14 +167,8 @@ def sweep(workload, grid=None, *, base=None, slo=None, workers=None, client=None
         if not isinstance(job, dict) or "workload" not in job:
             raise ValueError(f"jobs[{i}] must be a dict with a 'workload' key")
     if client is not None:
-        from dask.distributed import Client
-        own = isinstance(client, str)  # a scheduler address: connect for this sweep
-        client = Client(client) if own else client
-        try:
-            rows = client.gather(client.map(_one, jobs, slo=slo, pure=False))
-        finally:
-            if own:
-                client.close()
+        with _dask(client) as c:
+            rows = c.gather(c.map(_one, jobs, slo=slo, pure=False))
     else:
         workers = workers or min(len(jobs), os.cpu_count() or 1)
         if workers <= 1 or len(jobs) <= 1:
