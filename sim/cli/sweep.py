@@ -33,9 +33,9 @@ def cmd_sweep(args) -> int:
         raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
     out = output_folder(s["output"], names("output"))
     df, cfg = build(s)
-    Path(out).mkdir(parents=True, exist_ok=True)
     table = sweep(df, grid, base=cfg, slo=s["slo"] or None, workers=args.workers,
-                  client=args.dask, out=Path(out) / "sweep.parquet")
+                  client=args.dask, out=Path(out) / "sweep.parquet")  # checks the grid first
+    Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / "sweep.csv", index=False)
     missing = [m for m in metrics if m not in table.columns]
     if missing and (table["error"] == "").any():
