@@ -8,3 +8,12 @@ def test_engine_simulates_at_least_50k_requests_per_second(load_script):
     r = load_script("benchmarks/bench_engine.py").measure(100_000, repeats=3)
     print(r)
     assert r["requests_per_s"] >= 50_000
+
+
+@pytest.mark.perf
+def test_speculation_costs_at_most_2x_per_request(load_script):
+    bench = load_script("benchmarks/bench_engine.py")
+    off = bench.measure(30_000, repeats=3)
+    on = bench.measure(30_000, repeats=3, speculative=bench.SPEC)
+    print(off, on)
+    assert on["wall_s_median"] <= 2.0 * off["wall_s_median"]

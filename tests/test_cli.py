@@ -48,7 +48,7 @@ def test_run_errors_are_clear(tmp_path, capsys):
     assert "num_prompt_tokens: row 1" in capsys.readouterr().err
     assert main(["run", "-w", "azure-code", "-n", "5", "--max-batch-size", "0",
                  "-o", str(tmp_path / "x")]) == 2
-    assert "max_batch_size" in capsys.readouterr().err
+    assert "--max-batch-size must be > 0" in capsys.readouterr().err
     cfg = tmp_path / "c.toml"
     cfg.write_text('shceduler = "static"\n')
     assert main(["run", str(cfg)]) == 2

@@ -55,3 +55,27 @@ def test_compare_presets(tmp_path, load_script):
     # chunked prefill (sarathi) keeps the P99 inter-token latency far below vllm's 8k budget
     assert table.loc["sarathi", "itl_p99"] < 0.5 * table.loc["vllm", "itl_p99"]
     assert (tmp_path / "presets.csv").exists() and (tmp_path / "presets_latency_cdfs.png").exists()
+
+
+def test_speculative_breakeven(tmp_path, load_script):
+    exp = load_script("experiments/speculative_breakeven.py")
+    table, load = exp.main(["--tokens", "1500", "-n", "150", "-o", str(tmp_path)])
+    # measured speedup tracks E / (k c + 1) and flips below 1 where the formula does
+    assert ((table["speedup"] / table["formula"] - 1).abs() < 0.08).all()
+    clear = table[(table["formula"] - 1).abs() > 0.05]
+    assert (clear["pays"] == (clear["formula"] > 1)).all()
+    assert not table["pays"].all() and table["pays"].any()
+    assert load["speedup"].iloc[-1] < 0.8 * load["speedup"].iloc[0]
+    assert (tmp_path / "speculative_breakeven.png").exists()
+
+
+def test_precision_tradeoff(tmp_path, load_script):
+    exp = load_script("experiments/precision_tradeoff.py")
+    table = exp.main(["-n", "60", "--rate", "1", "-o", str(tmp_path)]).set_index(
+        ["weight_dtype", "kv_dtype", "tensor_parallel"])
+    assert not table.loc[("fp16", "fp16", 1), "fits"]  # 70B at fp16 on one 80 GB GPU
+    assert "Quantize" in table.loc[("fp16", "fp16", 1), "advice"]
+    fp8 = table.loc[("fp8", "fp16", 1), "kv_blocks"]
+    assert table.loc[("fp8", "fp8", 1), "kv_blocks"] in (2 * fp8, 2 * fp8 + 1)
+    assert table.loc[("int4", "fp16", 1), "kv_blocks"] > fp8
+    assert (tmp_path / "precision.csv").exists() and (tmp_path / "precision.png").exists()

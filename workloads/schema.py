@@ -10,6 +10,7 @@ A workload is a pandas DataFrame with one row per request:
 | ``num_output_tokens`` | int >= 1 | tokens to generate |
 | ``hash_ids`` | list of ints (optional) | prefix-block ids, ``attrs["block_size"]`` tokens each |
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
+| ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ def validate(df, *, source=None) -> pd.DataFrame:
             raise ValueError(f"{where}{col}: row {i} has {_plain(raw.iloc[i])!r} (must be an "
                              f"integer from 1 to 2**53)")
         out[col] = vals.astype(np.int64)
+    if "acceptance_rate" in out.columns:
+        raw = out["acceptance_rate"]
+        vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~(np.isfinite(vals) & (vals >= 0) & (vals <= 1)) & raw.notna().to_numpy()
+        if bad.any():
+            i = _first_bad(bad)
+            raise ValueError(f"{where}acceptance_rate: row {i} has {_plain(raw.iloc[i])!r} "
+                             f"(must be a probability from 0 to 1, or empty for the run's)")
+        out["acceptance_rate"] = vals
     if "request_id" not in out.columns:
         out.insert(0, "request_id", np.arange(len(out), dtype=np.int64))
     elif out["request_id"].duplicated().any():

@@ -13,11 +13,12 @@ from .settings import Names, add_run_args, number, settings_from
 
 def cmd_capacity(args) -> int:
     from ..tools.capacity import max_rate
-    s = settings_from(args, Names(args.config))
+    names = Names(args.config)
+    s = settings_from(args, names)
     if not s["slo"]:
         raise ValueError("sim capacity needs at least one SLO: --slo-ttft, --slo-itl, "
                          "--slo-tpot or --slo-e2e (seconds), or an [slo] table")
-    df, cfg = build(s)
+    df, cfg = build(s, names)
     cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
     print(f"workload {s['workload']}: {len(df):,} requests; scheduler {cfg.policy()!r}; "

@@ -61,20 +61,34 @@ def _prefix_caching(s):
     return value
 
 
-def build(s):
-    """(workload DataFrame, SimConfig) from settings."""
+def build(s, names=None):
+    """(workload DataFrame, SimConfig) from settings; ``names`` (a :class:`Names`): an engine
+    knob's error names it as the user wrote it (``exp.toml: chunk_size``, ``--chunk-size``)."""
     import workloads
-    from ..engine import SimConfig
     df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
+    try:
+        return df, _config(s)
+    except (ValueError, TypeError) as e:
+        key, _, rest = str(e).partition(" ")
+        if names is None or key == "speculative" or not (key in s or key in s["speculative"]):
+            raise
+        shown = names(key if key in s else f"speculative.{key}")
+        raise type(e)(f"{shown} {rest}") from None
+
+
+def _config(s):
+    import workloads
+    from ..engine import SimConfig, SpeculativeConfig
+    spec = SpeculativeConfig(**s["speculative"]) if s["speculative"] else None
     closed = (workloads.ClosedLoop(s["closed_loop_users"], s["think_time"])
               if s["closed_loop_users"] is not None else None)
-    cfg = SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
+    return SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
                     block_size=s["block_size"], prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],
+                    weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"], speculative=spec,
                     seed=s["seed"], closed_loop=closed)
-    return df, cfg
 
 
 def _num(value, spec) -> str:
@@ -104,6 +118,11 @@ def format_summary(summary, max_batch_size=None) -> str:
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
                      f"{summary['num_preemptions']:,} preemptions"),
     ]
+    if "spec_acceptance_rate" in summary:
+        rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
+                                    f"tokens accepted; "
+                                    f"{_num(summary['spec_mean_acceptance_length'], '.2f')} "
+                                    f"tokens per verification (bonus included)"))
     if "slo_attainment" in summary:
         rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
                              f"goodput {_num(summary['goodput'], '.3g')} req/s"))
@@ -173,7 +192,7 @@ def cmd_run(args) -> int:
     names = Names(args.config)
     s = settings_from(args, names)
     out = output_folder(s["output"], names("output"))
-    df, cfg = build(s)
+    df, cfg = build(s, names)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     res = run(df, dataclasses.replace(cfg, progress=show_progress))
     summary = res.summary(slo=s["slo"] or None)

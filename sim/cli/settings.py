@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..checks import did_you_mean, positive_float, positive_int
 from ..constants import CHUNK_SIZE
+from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
 from ..engine.schedulers import POLICIES
 from ..results.metrics import SLO_KEYS
 
@@ -47,7 +48,12 @@ DEFAULTS = {
     "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
     "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
     "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
+    "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
 }
+# the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
+SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
+              "draft_model": "--draft-model", "draft_cost_ratio": "--draft-cost-ratio",
+              "method": "--spec-method", "acceptance_lengths": None}
 DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; the Azure LLM "
                     "inference 2023 'conv' trace (19,366 requests over ~58 min, replayed); "
                     "chunked prefill (512-token budget), max batch 256, KV pool from the memory "
@@ -80,6 +86,11 @@ def add_run_args(p):
     p.add_argument("--gpu", help="GPU preset: a100, h100, h200, l40s, b200, mi300x (default h100)")
     p.add_argument("--tp", type=int, dest="tensor_parallel", metavar="GPUS",
                    help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, dest="weight_dtype",
+                   help="weight precision: sizes the weights and the KV pool and sets the "
+                        "roofline's bytes and peak (default fp16)")
+    p.add_argument("--kv-dtype", choices=KV_DTYPES, dest="kv_dtype",
+                   help="KV-cache precision: fp8 doubles the KV blocks of fp16 (default fp16)")
     p.add_argument("--max-batch-size", type=int, dest="max_batch_size",
                    help="most running requests (default: the scheduler's; 256 for the simple ones)")
     p.add_argument("--chunk-size", type=int, dest="chunk_size",
@@ -107,6 +118,22 @@ def add_run_args(p):
                         "when the last one finished (default: open loop, the trace's arrivals)")
     p.add_argument("--think-time", type=float, dest="think_time", metavar="SECONDS",
                    help="closed loop: pause between a user's requests, >= 0 (default 0)")
+    p.add_argument("--spec-tokens", type=int, dest="spec_num_speculative_tokens", metavar="K",
+                   help="speculative decoding: draft K tokens per iteration and verify them "
+                        "(needs --draft-model, --draft-cost-ratio or --spec-method ngram) "
+                        "(default: off)")
+    p.add_argument("--acceptance-rate", type=float, dest="spec_acceptance_rate",
+                   metavar="ALPHA", help="speculative: each draft token accepted with this "
+                                         "probability until the first rejection (default 0.8)")
+    p.add_argument("--draft-model", dest="spec_draft_model", metavar="NAME",
+                   help="speculative: the draft model preset, priced on the same GPU "
+                        "(default none)")
+    p.add_argument("--draft-cost-ratio", type=float, dest="spec_draft_cost_ratio",
+                   metavar="C", help="speculative: a draft step costs C x the target's decode "
+                                     "step (default none)")
+    p.add_argument("--spec-method", choices=["draft", "ngram"], dest="spec_method",
+                   help="speculative: draft (a draft model or cost ratio) or ngram (prompt "
+                        "lookup, no draft cost) (default draft)")
     for key in ("ttft", "itl", "tpot", "e2e"):
         p.add_argument(f"--slo-{key}", type=float, dest=f"slo_{key}", metavar="SECONDS",
                        help=f"{key.upper()} SLO in seconds, > 0 (default none)")
@@ -128,6 +155,8 @@ class Names:
             return f"{self.config}: {key}"
         if key.startswith("slo."):
             return "--slo-" + key[4:]
+        if key.startswith("speculative."):
+            return SPEC_FLAGS.get(key[12:]) or f"speculative.{key[12:]}"
         return FLAGS.get(key, "--" + key.replace("_", "-"))
 
 
@@ -167,9 +196,10 @@ def settings_from(args, names=None, extra=()) -> dict:
         extras = {k: loaded.pop(k) for k in extra if k in loaded}
         s.update(loaded)
         given |= set(loaded)
-        names.from_file = set(loaded) | {f"slo.{k}" for k in
-                                         (loaded.get("slo") if isinstance(loaded.get("slo"), dict)
-                                          else ())}
+        names.from_file = set(loaded) | {f"{table}.{k}" for table in ("slo", "speculative")
+                                         for k in (loaded.get(table)
+                                                   if isinstance(loaded.get(table), dict)
+                                                   else ())}
     for key in DEFAULTS:
         v = getattr(args, key, None)
         if v is not None:
@@ -187,6 +217,17 @@ def settings_from(args, names=None, extra=()) -> dict:
             slo[key] = v
             names.from_file.discard(f"slo.{key}")
     s["slo"] = slo
+    spec = s.get("speculative")
+    if not isinstance(spec, dict):
+        raise TypeError(f"{names('speculative')} must be a table ([speculative] with "
+                        f"{', '.join(SPEC_FLAGS)}), got {spec!r}")
+    spec = dict(spec)
+    for key in SPEC_FLAGS:
+        v = getattr(args, f"spec_{key}", None)
+        if v is not None:
+            spec[key] = v
+            names.from_file.discard(f"speculative.{key}")
+    s["speculative"] = spec
     checked = check_settings(s, names, given)
     if extra:
         checked["extra"] = extras
@@ -227,6 +268,14 @@ def check_settings(s, names=None, given=()) -> dict:
         raise ValueError(f"{names('slo')}: unknown SLO(s) {unknown}; known: {list(SLO_KEYS)}")
     for key, limit in s["slo"].items():
         s["slo"][key] = positive_float(names(f"slo.{key}"), limit)
+    unknown = sorted(set(s["speculative"]) - set(SPEC_FLAGS))
+    if unknown:
+        hint = did_you_mean(unknown[0], list(SPEC_FLAGS))
+        raise ValueError(f"{names('speculative')}: unknown key(s) {unknown}{hint}; known: "
+                         f"{list(SPEC_FLAGS)}")
+    if s["speculative"] and "num_speculative_tokens" not in s["speculative"]:
+        raise ValueError(f"speculative decoding needs its number of draft tokens: give "
+                         f"{names('speculative.num_speculative_tokens')} K")
     if s["profile"] is not None and not Path(s["profile"]).is_file():
         raise ValueError(f"{names('profile')} {str(s['profile'])!r}: no such file")
     return s

@@ -32,7 +32,7 @@ def cmd_sweep(args) -> int:
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
     out = output_folder(s["output"], names("output"))
-    df, cfg = build(s)
+    df, cfg = build(s, names)
     table = sweep(df, grid, base=cfg, slo=s["slo"] or None, workers=args.workers,
                   client=args.dask, out=Path(out) / "sweep.parquet")  # checks the grid first
     Path(out).mkdir(parents=True, exist_ok=True)

@@ -129,6 +129,9 @@ class CalibratedCost:
 
     def batch_terms(self, batch) -> np.ndarray:
         lengths = batch.decode_context_lengths().tolist()
+        q = 1 + getattr(batch, "num_spec_tokens", 0)
+        if q > 1:  # speculative verification: each decode is a q-token chunk over its context
+            return self.terms(tuple(batch.prefills) + tuple((q, n - q) for n in lengths), ())
         return self.terms(batch.prefills, lengths)
 
     def __call__(self, batch) -> float:

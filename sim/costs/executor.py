@@ -233,6 +233,10 @@ class ExecutedCost:
         self.records = []
 
     def __call__(self, batch) -> float:
+        if getattr(batch, "num_spec_tokens", 0):
+            raise ValueError("the executor runs one token per decode: speculative decoding "
+                             "(num_spec_tokens > 0) is priced by the roofline or a calibrated "
+                             "profile, not executed")
         ex = self.executor
         present = set(batch.prefill_ids)
         present.update(batch.decode_ids)

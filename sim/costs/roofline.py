@@ -167,9 +167,11 @@ class RooflineCost:
             self._kv_bytes_per_ctx = 2 * kv_heads * m.head_dim * self.kvb
             self._q_per_gpu = m.q_size / tp
             decode_flops = 4 * self._q_per_gpu
-        self._decode_s_per_ctx = m.num_hidden_layers * max(
-            decode_flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
-            self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff))
+        self._decode_flops_s_per_ctx = (m.num_hidden_layers * decode_flops
+                                        / (self.peak_fp16 * p.attn_prefill_compute_eff))
+        self._decode_bytes_s_per_ctx = (m.num_hidden_layers * self._kv_bytes_per_ctx
+                                        / (self.bw * p.attn_decode_memory_eff))
+        self._decode_s_per_ctx = max(self._decode_flops_s_per_ctx, self._decode_bytes_s_per_ctx)
         self._attn_floor = layers * p.kernel_floor_s
         if m.is_mla:
             self._prefill_coeffs = (
@@ -335,13 +337,17 @@ class RooflineCost:
         # faster than calling the per-op helpers
         n_dec = batch.num_decode_tokens
         prefills = batch.prefills
-        key = (batch.num_prefill_tokens + n_dec, n_dec + len(prefills))
+        spec = getattr(batch, "num_spec_tokens", 0)  # speculation: 1 + spec queries per decode
+        q = n_dec * (1 + spec) if spec else n_dec
+        key = (batch.num_prefill_tokens + q, q + len(prefills))
         t = self._linear_cache.get(key)
         if t is None:
             t = self.linear_time(*key)
         t += self.params.overhead_s
         if n_dec:
-            d = batch.decode_context_tokens * self._decode_s_per_ctx
+            per_ctx = self._decode_s_per_ctx if not spec else max(
+                (1 + spec) * self._decode_flops_s_per_ctx, self._decode_bytes_s_per_ctx)
+            d = batch.decode_context_tokens * per_ctx
             t += d if d > self._attn_floor else self._attn_floor
         if prefills:
             a, b, c = self._prefill_coeffs

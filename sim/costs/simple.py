@@ -30,7 +30,8 @@ class ConstantCost:
 @dataclass(frozen=True, slots=True)
 class LinearCost:
     """``base + per_prefill_token x prefill tokens + per_decode_token x decode tokens
-    + per_context_token x context tokens`` (the tokens all requests attend over)."""
+    + per_context_token x context tokens`` (the tokens all requests attend over). Decode tokens
+    are query tokens: a speculating decode counts ``1 + num_spec_tokens``."""
 
     base: float = 0.0
     per_prefill_token: float = 0.0
@@ -46,7 +47,8 @@ class LinearCost:
 
     def __call__(self, batch) -> float:
         t = (self.base + self.per_prefill_token * batch.num_prefill_tokens
-             + self.per_decode_token * batch.num_decode_tokens)
+             + self.per_decode_token * batch.num_decode_tokens
+             * (1 + getattr(batch, "num_spec_tokens", 0)))
         if self.per_context_token:
             t += self.per_context_token * batch.context_tokens
         return t

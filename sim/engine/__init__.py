@@ -5,7 +5,8 @@ emits: the lazy decode bookkeeping and ITL from token runs), ``blocks`` (the KV 
 one owner of KV accounting), ``batch`` (the immutable snapshot a cost model prices),
 ``replica`` (queue, running set and the verbs policies act through), ``policies`` (the policy
 contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule),
-``schedulers`` (the table of names and knob resolution), ``config`` (``SimConfig``), ``records`` (results
+``schedulers`` (the table of names and knob resolution), ``speculation`` (speculative decoding:
+settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``records`` (results
 columns), ``simulation`` (``run``).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
@@ -19,6 +20,8 @@ from .policies import ChunkedPrefill, ContinuousBatching, StaticBatching
 from .presets import VLLM, Orca, Sarathi
 from .schedulers import POLICIES
 from .simulation import run
+from .speculation import SpeculativeConfig
 
 __all__ = ["run", "SimConfig", "Batch", "POLICIES", "StaticBatching",
-           "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca"]
+           "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca",
+           "SpeculativeConfig"]

@@ -7,7 +7,10 @@ no live state: it says the same thing after the iteration ran as before, whoever
   prefill this iteration, ``num_prefill_tokens`` their new tokens in all;
 - ``num_decode_tokens``: requests decoding this iteration, attending over
   ``decode_context_tokens`` tokens in all (their new tokens included). Decode tokens per
-  request come from :mod:`sim.engine.decoding`.
+  request come from :mod:`sim.engine.decoding`;
+- ``num_spec_tokens``: draft tokens each decoding request verifies (speculative decoding,
+  :mod:`sim.engine.speculation`; 0 without): a decode then runs ``1 + num_spec_tokens`` query
+  tokens (``num_decode_query_tokens`` in all) and its context counts those slots.
 
 Per-request detail costs O(running) per iteration, so it is opt-in: a cost model with a class
 attribute ``needs_decode_lengths = True`` gets ``prefill_ids`` (the prefilling requests'
@@ -20,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 FIELDS = ("iteration", "prefills", "num_prefill_tokens", "num_decode_tokens",
-          "decode_context_tokens", "prefill_ids", "decode_ids", "decode_lengths")
+          "decode_context_tokens", "prefill_ids", "decode_ids", "decode_lengths", "num_spec_tokens")
 
 
 class _Fields:
@@ -33,10 +36,12 @@ class Batch(_Fields):
     __slots__ = ()
 
     def __init__(self, iteration, prefills, num_prefill_tokens, num_decode_tokens,
-                 decode_context_tokens, prefill_ids=None, decode_ids=None, decode_lengths=None):
+                 decode_context_tokens, prefill_ids=None, decode_ids=None, decode_lengths=None,
+                 num_spec_tokens=0):
         values = (iteration, tuple(prefills), num_prefill_tokens, num_decode_tokens,
                   decode_context_tokens, None if prefill_ids is None else tuple(prefill_ids),
-                  None if decode_ids is None else tuple(decode_ids), decode_lengths)
+                  None if decode_ids is None else tuple(decode_ids), decode_lengths,
+                  num_spec_tokens)
         for name, value in zip(FIELDS, values):
             object.__setattr__(self, name, value)
 
@@ -52,8 +57,13 @@ class Batch(_Fields):
 
     __hash__ = None
     @property
+    def num_decode_query_tokens(self) -> int:
+        """Query tokens the decodes run: one each, ``1 + num_spec_tokens`` when speculating."""
+        return self.num_decode_tokens * (1 + self.num_spec_tokens)
+
+    @property
     def num_tokens(self) -> int:
-        return self.num_prefill_tokens + self.num_decode_tokens
+        return self.num_prefill_tokens + self.num_decode_query_tokens
 
     @property
     def num_requests(self) -> int:
@@ -79,14 +89,17 @@ class Batch(_Fields):
         return self.decode_lengths
 
     def items(self) -> list:
-        """``(tokens, context_length)`` per request: prefills, then decodes (one token each)."""
+        """``(tokens, context_length)`` per request: prefills, then decodes (one token each, or
+        ``1 + num_spec_tokens`` when speculating)."""
         out = [(new, new + cached) for new, cached in self.prefills]
-        out += [(1, int(c)) for c in self.decode_context_lengths()]
+        q = 1 + self.num_spec_tokens
+        out += [(q, int(c)) for c in self.decode_context_lengths()]
         return out
 
     def __repr__(self):
+        spec = f", spec_tokens={self.num_spec_tokens}" if self.num_spec_tokens else ""
         return (f"Batch(iteration={self.iteration}, prefill_tokens={self.num_prefill_tokens} in "
-                f"{len(self.prefills)}, decodes={self.num_decode_tokens})")
+                f"{len(self.prefills)}, decodes={self.num_decode_tokens}{spec})")
 
 
 def _same(a, b) -> bool:
@@ -103,7 +116,7 @@ class _Building(_Fields):
 
 def make_batch(iteration, prefills, num_prefill_tokens, num_decode_tokens,
                decode_context_tokens, prefill_ids=None, decode_ids=None,
-               decode_lengths=None) -> Batch:
+               decode_lengths=None, num_spec_tokens=0) -> Batch:
     """The engine's fast constructor (``prefills`` already a tuple of tuples): fill an
     unguarded object of the same slots layout, then switch its class to :class:`Batch` -
     measured 0.24 us, against 0.28 us for a plain ``__init__`` and 2.8x slower field reads for
@@ -117,5 +130,6 @@ def make_batch(iteration, prefills, num_prefill_tokens, num_decode_tokens,
     b.prefill_ids = prefill_ids
     b.decode_ids = decode_ids
     b.decode_lengths = decode_lengths
+    b.num_spec_tokens = num_spec_tokens
     b.__class__ = Batch
     return b

@@ -6,10 +6,15 @@ bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_
 ``token_budget``) are validated by the policy, and one set for a policy that does not use it is
 an error, never silently ignored. :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
-``memory_budget(model, gpu)`` when either is given (the other taking its default), else the
-cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model of ``model`` on ``gpu``
-(defaults ``"llama-3.1-8b"`` on ``"h100"``). Use ``dataclasses.replace`` for variants; the
-config is validated when built.
+``memory_budget(model, gpu)`` when either is given or a precision differs from fp16 (the others
+taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the
+roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
+
+Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
+and the largest batch (``memory_budget``) and set the default cost model's bytes moved and
+peak (the fp8 peak where the GPU has one). A model that does not fit is an error carrying the
+budget's advice (quantize, or add GPUs). Use ``dataclasses.replace`` for variants; the config is
+validated when built.
 """
 
 from __future__ import annotations
@@ -20,8 +25,11 @@ from ..checks import fraction, positive_int
 from ..constants import KV_BLOCKS_AVAILABLE
 from .policies import PREFIX_CACHING_MODES
 from .schedulers import resolve
+from .speculation import DraftCost, SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
+WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
+KV_DTYPES = ("fp16", "bf16", "fp8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +48,11 @@ class SimConfig:
     gpu: object = None
     gpu_memory_utilization: float | None = None
     tensor_parallel: int = 1
+    weight_dtype: str = "fp16"
+    kv_dtype: str = "fp16"
+    speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
-    seed: int = 0  # recorded in the Result; the engine has no randomness of its own yet
+    seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
 
     def __post_init__(self):
@@ -50,6 +61,11 @@ class SimConfig:
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
             if getattr(self, knob) is not None:
                 positive_int(knob, getattr(self, knob))
+        for name, allowed in (("weight_dtype", WEIGHT_DTYPES), ("kv_dtype", KV_DTYPES)):
+            value = getattr(self, name)
+            if not isinstance(value, str) or value.strip().lower() not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+            object.__setattr__(self, name, value.strip().lower())
         if self.gpu_memory_utilization is not None:
             fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         if self.prefix_caching in ("off", "none", 0):  # the CLI's and TOML's spelling of False
@@ -61,6 +77,9 @@ class SimConfig:
             raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES} or 'off', "
                              f"got {self.prefix_caching!r}")
         resolve(self)  # the policy validates the knobs it uses
+        if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
+            raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
+                            f"{self.speculative!r}")
         if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
                                                  and hasattr(self.closed_loop, "think_time")):
             raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
@@ -81,22 +100,39 @@ class SimConfig:
             return self.kv_blocks
         if self.block_size is None or self.gpu_memory_utilization is None:
             return self.resolved().resolved_kv_blocks()
-        if self.model is not None or self.gpu is not None:  # the other takes its default
+        if (self.model is not None or self.gpu is not None  # the others take their defaults
+                or self.weight_dtype != "fp16" or self.kv_dtype != "fp16"):
             from ..specs.gpus import get_gpu
             from ..specs.memory import memory_budget
             model, gpu = self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU
             budget = memory_budget(model, get_gpu(gpu).memory_gb,
                                    tensor_parallel=self.tensor_parallel,
+                                   weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                    gpu_memory_utilization=self.gpu_memory_utilization,
                                    block_size=self.block_size)
             if not budget.fits:
-                raise ValueError(f"model {model!r} on gpu {gpu!r}: {budget.advice}")
+                raise ValueError(f"model {model!r} on gpu {gpu!r} with {self.weight_dtype} "
+                                 f"weights: {budget.advice}")
             return budget.kv_blocks
         return KV_BLOCKS_AVAILABLE
 
     def resolved_cost_model(self):
-        if self.cost_model is not None:
-            return self.cost_model
+        """The cost model a run prices iterations with: ``cost_model``, else the roofline of
+        ``model`` on ``gpu`` at the run's precisions; with speculative decoding, plus the
+        draft's cost (:class:`~sim.engine.speculation.DraftCost`; none for ``ngram``)."""
         from ..costs.roofline import RooflineCost
-        return RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
-                            tensor_parallel=self.tensor_parallel)
+        target = self.cost_model
+        if target is None:
+            target = RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
+                                  tensor_parallel=self.tensor_parallel,
+                                  weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype)
+        spec = self.speculative
+        if spec is None or spec.method == "ngram":
+            return target
+        k = spec.num_speculative_tokens
+        if spec.draft_model is None:
+            return DraftCost(target, k, ratio=spec.draft_cost_ratio)
+        draft = RooflineCost(spec.draft_model, self.gpu or DEFAULT_GPU,
+                             tensor_parallel=self.tensor_parallel,
+                             weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype)
+        return DraftCost(target, k, draft=draft)

@@ -1,9 +1,10 @@
 """Token emission: the one module that knows how many tokens an iteration emits.
 
-Today's assumption, kept here and nowhere else: **a decoding request emits exactly one token
-in every iteration** from the iteration after its prefill completed until its last token, and
-writes that token's KV into its cache. Speculative decoding (1..k+1 tokens per iteration)
-changes this module, not the replica, the policies or the metrics.
+Without speculation (:class:`Decodes`) **a decoding request emits exactly one token in every
+iteration** from the iteration after its prefill completed until its last token, and writes
+that token's KV into its cache. With speculative decoding (:class:`SpecDecodes`) it emits
+``1..k+1`` tokens per iteration, drawn in advance (:mod:`sim.engine.speculation`). Both give
+the replica the same few calls; neither does per-token work.
 
 Decode progress is *lazy* (nothing is touched per token). When a request's prefill completes at
 iteration ``f`` with ``c`` tokens in its KV cache and ``g`` tokens generated,
@@ -73,6 +74,15 @@ class Decodes:
     def crosses_block(self, r, i: int) -> bool:
         return r.block_phase == i % self.block_size
 
+    def blocks_needed(self, i: int) -> int:
+        """New KV blocks all decodes need at iteration ``i``."""
+        return self.by_phase[i % self.block_size]
+
+    @staticmethod
+    def generated(r, last: int) -> int:
+        """Output tokens DECODE request ``r`` has emitted by the end of iteration ``last``."""
+        return r.decode_base_generated + last - r.decode_start
+
     def context_tokens(self, i: int) -> int:
         """Tokens all decodes attend over at iteration ``i`` (their new tokens included)."""
         return self.context_offset + self.count * i
@@ -94,6 +104,123 @@ class Decodes:
         """``r`` emitted its last token at iteration ``i``: stop tracking it; returns the KV
         blocks it held (to free)."""
         held = -(-(r.decode_base_tokens + i - r.decode_start) // self.block_size)
+        self.stop(r, i)
+        return held
+
+
+class SpecDecodes:
+    """The DECODE requests of one replica under speculative decoding, tracked lazily.
+
+    When ``r`` starts decoding after iteration ``f`` with ``c`` KV tokens, its emissions
+    ``e_0..e_{m-1}`` are drawn at once (``draw(r, tokens_left)`` gives their running sums). Its ``j``-th verification
+    (iteration ``f + 1 + j``) writes ``slots_j = c + k + 1 + e_0 + ... + e_{j-1}`` KV slots
+    (the ``k`` lookahead slots included) and holds ``ceil(slots_j / block_size)`` blocks: the
+    rejected slots are overwritten next iteration and their blocks stay with the request, as
+    vLLM's ``allocate_slots`` keeps them. Each request's per-iteration context and new-block
+    vectors are added into two ring buffers indexed by iteration (vectorised, at start; taken
+    back from the stop iteration on at a preemption), so each iteration reads its totals in
+    O(1). Invariants (tests/test_speculation.py): ``context_tokens(i)`` and
+    ``blocks_needed(i)`` equal the sums over DECODE requests; a request finishes at
+    ``f + m`` having emitted exactly its tokens.
+    """
+
+    __slots__ = ("block_size", "k", "count", "finish_at", "draw", "ctx", "need", "mask")
+
+    def __init__(self, block_size: int, k: int, draw):
+        self.block_size = block_size
+        self.k = k
+        self.draw = draw  # (r, tokens_left) -> int64 running sums of emissions, last == left
+        self.count = 0
+        self.finish_at = {}
+        self.ctx = np.zeros(1024, dtype=np.int64)  # iteration & mask -> context slots
+        self.need = np.zeros(1024, dtype=np.int64)  # iteration & mask -> new blocks
+        self.mask = 1023
+
+    def _add(self, lo: int, *pairs) -> None:
+        """Add each ``(ring, values)`` at iterations ``lo, lo + 1, ...``."""
+        size = self.mask + 1
+        start = lo & self.mask
+        for ring, v in pairs:
+            first = min(len(v), size - start)
+            ring[start:start + first] += v[:first]
+            if first < len(v):
+                ring[:len(v) - first] += v[first:]
+
+    def _grow(self, now: int, span: int) -> None:
+        size = self.mask + 1
+        new = 1 << (span + 1).bit_length()
+        live = np.arange(now, now + size)
+        for name in ("ctx", "need"):
+            old, ring = getattr(self, name), np.zeros(new, dtype=np.int64)
+            ring[live & (new - 1)] = old[live & self.mask]
+            setattr(self, name, ring)
+        self.mask = new - 1
+
+    def start(self, r, i: int) -> None:
+        bs, k = self.block_size, self.k
+        c, g = r.num_computed, r.num_generated
+        cum = self.draw(r, r.num_output_tokens - g)  # tokens after each verification
+        m = len(cum)
+        slots = np.empty(m, dtype=np.int64)
+        slots[0] = c + k + 1
+        np.add(cum[:-1], c + k + 1, out=slots[1:])
+        blocks = np.empty(m + 1, dtype=np.int64)  # blocks[j]: held before verification j
+        blocks[0] = -(-c // bs)
+        np.floor_divide(slots + (bs - 1), bs, out=blocks[1:])
+        if m + 1 > self.mask:
+            self._grow(i, m + 1)
+        self._add(i + 1, (self.ctx, slots), (self.need, blocks[1:] - blocks[:-1]))
+        r.status = DECODE
+        r.decode_base_tokens = c
+        r.decode_base_generated = g
+        r.decode_start = i
+        r.spec_plan = (cum, slots, blocks)
+        r.finish_iteration = i + m
+        self.count += 1
+        self.finish_at.setdefault(i + m, []).append(r)
+
+    def stop(self, r, last: int) -> None:
+        cum, slots, blocks = r.spec_plan
+        steps = last - r.decode_start  # verifications done
+        emitted = int(cum[steps - 1]) if steps else 0
+        r.num_generated = r.decode_base_generated + emitted
+        r.segments.append((r.decode_start, last))
+        r.spec_steps += steps
+        r.spec_accepted += emitted - steps
+        if steps < len(cum):  # preempted: take back its future iterations
+            self._add(last + 1, (self.ctx, -slots[steps:]),
+                      (self.need, blocks[steps:-1] - blocks[steps + 1:]))
+        self.count -= 1
+        r.finish_iteration = -1
+        r.spec_plan = None
+
+    def blocks_needed(self, i: int) -> int:
+        return int(self.need[i & self.mask])
+
+    def context_tokens(self, i: int) -> int:
+        return int(self.ctx[i & self.mask])
+
+    def end_iteration(self, i: int) -> None:
+        """Iteration ``i`` is over: its ring entries are free for iteration ``i + size``."""
+        j = i & self.mask
+        self.ctx[j] = 0
+        self.need[j] = 0
+
+    @staticmethod
+    def context_length(r, i: int) -> int:
+        return int(r.spec_plan[1][i - 1 - r.decode_start])
+
+    @staticmethod
+    def generated(r, last: int) -> int:
+        steps = last - r.decode_start
+        return r.decode_base_generated + (int(r.spec_plan[0][steps - 1]) if steps else 0)
+
+    @staticmethod
+    def held_blocks(r, i: int, reserved: bool) -> int:
+        return int(r.spec_plan[2][i - r.decode_start - (0 if reserved else 1)])
+
+    def finish(self, r, i: int) -> int:
+        held = int(r.spec_plan[2][-1])
         self.stop(r, i)
         return held
 

@@ -18,7 +18,8 @@ only through the replica's verbs (:mod:`sim.engine.replica`):
 
 It reads, never mutates: ``replica.waiting`` (deque, FCFS order), ``replica.running`` (dict
 index -> request, admission order), ``replica.prefilling`` (tuple of PREFILL requests, oldest
-first), ``replica.blocks.num_free``, ``replica.decodes.count`` (decoding requests),
+first), ``replica.blocks.num_free``, ``replica.decodes.count`` (decoding requests; each runs
+``1 + replica.num_spec_tokens`` query tokens),
 ``replica.max_batch_size``, ``replica.block_size``, ``replica.iteration``,
 ``replica.num_preempted_now`` (preemptions so far this iteration), ``replica.num_generated(r)``;
 and per request ``index``, ``arrival_time``, ``num_prompt_tokens``, ``num_output_tokens``,
@@ -174,7 +175,8 @@ class ChunkedPrefill:
         return {"chunk_size": self.chunk_size}
 
     def schedule(self, replica, now):
-        budget = self.chunk_size - replica.decodes.count  # every decode takes one token
+        # every decode takes one token of the budget (1 + k when speculating, as vLLM counts)
+        budget = self.chunk_size - replica.decodes.count * (1 + replica.num_spec_tokens)
         for r in replica.prefilling:  # continue partial prefills, oldest first
             if budget <= 0:
                 break

@@ -75,7 +75,9 @@ class VLLM:
         return {"chunk_size": self.max_num_batched_tokens}
 
     def schedule(self, replica, now):
-        budget = self.max_num_batched_tokens - replica.decodes.count
+        # every decode takes 1 + k tokens of the budget (k: speculative lookahead, vLLM's rule)
+        budget = (self.max_num_batched_tokens
+                  - replica.decodes.count * (1 + replica.num_spec_tokens))
         for r in replica.prefilling:  # rule 1: running partial prefills, in running order
             if budget <= 0:
                 break

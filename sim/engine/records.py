@@ -70,6 +70,11 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         "queueing_delay": first_sched - arrival,
         "max_itl": max_itl,
     })
+    if config.speculative is not None:
+        steps = np.array([r.spec_steps for r in requests], dtype=np.int64)
+        df["spec_steps"] = steps
+        df["spec_drafted"] = steps * config.speculative.num_speculative_tokens
+        df["spec_accepted"] = np.array([r.spec_accepted for r in requests], dtype=np.int64)
     return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
                   getattr(policy, "name", type(policy).__name__),
                   getattr(cost_model, "name", type(cost_model).__name__))

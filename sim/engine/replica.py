@@ -41,7 +41,7 @@ import numpy as np
 
 from .batch import Batch, make_batch
 from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
-from .decoding import Decodes, emits_single_token
+from .decoding import Decodes, SpecDecodes, emits_single_token
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
 
 
@@ -81,14 +81,17 @@ class Replica:
     """State of one replica; see the module docstring for the verbs and invariants."""
 
     def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
-                 prefix_caching=False):
+                 prefix_caching=False, speculative=None, draw=None):
         self.caching = bool(prefix_caching)
         self._memo = (None, -1, -1, (0, 0))  # the last prefix-cache lookup (see _lookup)
         self.blocks = (PrefixCachingBlockManager if self.caching else BlockManager)(kv_blocks,
                                                                                    block_size)
         self.block_size = self.blocks.block_size
         self.max_batch_size = max_batch_size
-        self.decodes = Decodes(self.block_size)
+        # speculative decoding: k draft tokens verified per decode, emissions from draw(r, n)
+        self.num_spec_tokens = speculative.num_speculative_tokens if speculative else 0
+        self.decodes = (SpecDecodes(self.block_size, self.num_spec_tokens, draw)
+                        if speculative else Decodes(self.block_size))
         self.waiting = WaitingQueue()
         self.running = RunningSet()  # index -> Request, admission order
         self.prefilling = ()  # PREFILL requests in admission order (a tuple: read-only)
@@ -115,7 +118,7 @@ class Replica:
         """Output tokens ``r`` has emitted before the current iteration (exact for DECODE
         requests too, whose ``r.num_generated`` is only updated when they stop decoding)."""
         if r.status == DECODE:
-            return r.decode_base_generated + self.iteration - 1 - r.decode_start
+            return self.decodes.generated(r, self.iteration - 1)
         return r.num_generated
 
     def is_scheduled(self, r) -> bool:
@@ -324,12 +327,10 @@ class Replica:
 
     def _reserve_decode_blocks(self, i):
         decodes, blocks = self.decodes, self.blocks
-        need = decodes.by_phase[i % self.block_size]  # blocks the decodes cross into now
+        need = decodes.blocks_needed(i)  # blocks the decodes cross into now
         while need > blocks.num_free:
-            victim = self.select_victim(self)
-            if victim.status == DECODE and decodes.crosses_block(victim, i):
-                need -= 1
-            self.preempt(victim)
+            self.preempt(self.select_victim(self))  # a decode victim takes its need back
+            need = decodes.blocks_needed(i)
         if self.caching:
             blocks.allocate(need)
         else:
@@ -348,7 +349,7 @@ class Replica:
             lengths = np.array([d.context_length(r, i) for r in decoding], dtype=np.int64)
             lengths.flags.writeable = False
         return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
-                          d.context_tokens(i), prefill_ids, ids, lengths)
+                          d.context_tokens(i), prefill_ids, ids, lengths, self.num_spec_tokens)
 
     def form_batch(self, schedule, now, detail: bool = False) -> Batch:
         """One iteration's batch: give every decode the block it crosses into (preempting
@@ -359,13 +360,19 @@ class Replica:
         self.now = now
         self.num_preempted_now = 0
         i = self.iteration
-        if self.decodes.by_phase[i % self.block_size]:
+        d = self.decodes
+        if self.num_spec_tokens:
+            if d.blocks_needed(i):
+                self._reserve_decode_blocks(i)
+            self._decodes_reserved = i
+            schedule(self, now)
+            return self.batch(detail)
+        if d.by_phase[i % self.block_size]:
             self._reserve_decode_blocks(i)
         self._decodes_reserved = i
         schedule(self, now)
         if detail:
             return self.batch(True)
-        d = self.decodes
         return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
                           d.context_offset + d.count * i)
 
@@ -410,6 +417,8 @@ class Replica:
             self._prefill_reqs = []
             self._prefills = []
             self._prefill_tokens = 0
+        if self.num_spec_tokens:
+            decodes.end_iteration(i)
         self.iteration = i + 1
 
     def _finish(self, r, now):

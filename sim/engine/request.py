@@ -38,7 +38,8 @@ class Request:
         "decode_base_tokens", "decode_base_generated", "decode_start", "block_phase",
         "finish_iteration", "scheduled_iteration", "num_preemptions", "num_prefill_computed",
         "num_cached_tokens", "block_keys", "kv_keys", "first_scheduled_time", "first_token_time",
-        "finish_time", "reason", "segments",
+        "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
+        "spec_accepted",
     )
 
     def __init__(self, index, request_id, arrival_time, num_prompt_tokens, num_output_tokens):
@@ -72,6 +73,12 @@ class Request:
         self.finish_time = None
         self.reason = ""
         self.segments = []
+        # speculative decoding (sim.engine.speculation): the request's own acceptance rate
+        # (None: the run's), its drawn plan while decoding, verifications and accepted drafts
+        self.acceptance_rate = None
+        self.spec_plan = None
+        self.spec_steps = 0
+        self.spec_accepted = 0
 
     @property
     def is_finished(self) -> bool:

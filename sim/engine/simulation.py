@@ -49,6 +49,9 @@ def _requests_from(workload, block_size=None):
     reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
         df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
         df["num_output_tokens"].tolist()))]
+    if "acceptance_rate" in df.columns:  # per-request speculative acceptance (validated)
+        for r, a in zip(reqs, df["acceptance_rate"].tolist()):
+            r.acceptance_rate = None if a != a else a
     if block_size and "hash_ids" in df.columns:
         hash_bs = df.attrs.get("block_size")
         if not hash_bs:
@@ -78,7 +81,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     env = simpy.Environment()
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None),
-                      prefix_caching=bool(config.prefix_caching))
+                      prefix_caching=bool(config.prefix_caching),
+                      speculative=config.speculative, draw=_drawer(config))
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     if config.closed_loop is None:
@@ -95,12 +99,27 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
 
 
+def _drawer(config):
+    """``draw(r, tokens_left)``: a speculating request's running sums of emissions, from one
+    generator seeded by ``config.seed`` and consumed in the engine's (deterministic) order;
+    None without speculation."""
+    spec = config.speculative
+    if spec is None:
+        return None
+    import numpy as np
+    from .speculation import EmissionSource
+    source = EmissionSource(spec, np.random.default_rng(config.seed))
+    return lambda r, n: source(n, r.acceptance_rate)
+
+
 def _submit(replica, process, r) -> bool:
     """Queue an arriving request, or reject it when it could never fit; True if queued."""
-    need = r.num_prompt_tokens + r.num_output_tokens
+    need = r.num_prompt_tokens + r.num_output_tokens + replica.num_spec_tokens
     if need > replica.capacity_tokens:
+        spec = (f" (with {replica.num_spec_tokens} speculative lookahead slots)"
+                if replica.num_spec_tokens else "")
         replica.reject(r, f"needs {-(-need // replica.block_size)} KV blocks for "
-                          f"{need} tokens but the pool has {replica.blocks.num_blocks}")
+                          f"{need} tokens{spec} but the pool has {replica.blocks.num_blocks}")
         return False
     replica.enqueue(r)
     process.wake()

@@ -13,12 +13,18 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes;
 - ``kv_pool_too_small`` - preemptions recompute a share of the prefill work;
-- ``no_prefix_hits`` - prefix caching is on but no prompt token came from the cache.
+- ``no_prefix_hits`` - prefix caching is on but no prompt token came from the cache;
+- ``speculation_slower`` - speculative decoding with the acceptance it measured and its draft's
+  cost ratio ``c`` gives ``speculative_speedup = E / (k c + 1)`` below 1 (the cheat sheet's
+  "speculation got slower: measure the acceptance rate first"). ``c``: the configured
+  ``draft_cost_ratio``, or a draft model's step over the target's for one decode at 1,024
+  tokens of context, or 0 for n-gram drafting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
 IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
@@ -122,4 +128,31 @@ def diagnose(result) -> list:
             "no prefix hits: prefix caching is on but no prompt token came from the cache",
             "is the system prompt identical from the first token (and a multiple of the block "
             "size)? does the workload carry hash_ids?", 0.0))
+    spec = getattr(cfg, "speculative", None)
+    length = s.get("spec_mean_acceptance_length", float("nan"))
+    if spec is not None and length == length:
+        k = spec.num_speculative_tokens
+        c = _draft_cost_ratio(cfg)
+        speedup = length / (k * c + 1)
+        if speedup < 1:
+            out.append(Finding(
+                "speculation_slower",
+                f"speculation got slower: {s['spec_acceptance_rate']:.0%} of draft tokens "
+                f"accepted, {length:.2f} tokens per verification for k = {k}; with a draft "
+                f"step costing {c:.2g} of a target step that is a {speedup:.2f}x speedup",
+                "measure the acceptance rate first: fewer speculative tokens, a better-matched "
+                "draft, or no speculation", speedup))
     return out
+
+
+def _draft_cost_ratio(cfg) -> float:
+    spec = cfg.speculative
+    if spec.method == "ngram":
+        return 0.0
+    if spec.draft_cost_ratio is not None:
+        return float(spec.draft_cost_ratio)
+    cost = cfg.resolved_cost_model()  # DraftCost: target and draft (roofline) cost models
+    one = SimpleNamespace(iteration=0, prefills=(), num_prefill_tokens=0, num_decode_tokens=1,
+                          decode_context_tokens=1024, num_spec_tokens=0, prefill_ids=(),
+                          decode_ids=(0,), decode_lengths=None)  # one decode, as a Batch reads
+    return float(cost.draft(one) / cost.target(one))

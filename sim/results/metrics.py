@@ -19,6 +19,12 @@ latencies are NaN. Per request (n = ``num_output_tokens``):
   admission, as vLLM's per-request ``num_cached_tokens``, not its Prometheus hit rate, which
   also counts preempted requests coming back), ``prefill_tokens_computed``, and
   ``max_preemptions`` (of one request) beside ``num_preemptions`` (in all).
+- Speculative decoding (columns ``spec_steps``, ``spec_drafted``, ``spec_accepted``: a
+  request's verifications, draft tokens proposed and accepted, preempted work included):
+  ``spec_acceptance_rate`` = accepted / drafted (vLLM's definition) and
+  ``spec_mean_acceptance_length`` = tokens emitted per verification, the bonus token included
+  (``1 + accepted / verifications``; at most k + 1). Users confuse the two: a rate of 0.8 with
+  k = 5 is a mean length of ~3.7 under independent acceptance.
 
 ``iterations``: one row per engine iteration: ``start``, ``duration`` (what the cost model
 returned), the batch's ``num_prefill_tokens`` and ``num_decode_tokens``, and the replica once the
@@ -32,7 +38,9 @@ times), ``weights[j]`` = how many requests emitted a token in both iterations ``
 ``extra`` = the gap across each preemption that split a request's tokens. The pooled multiset is
 ``repeat(gaps, weights) ++ extra``. Invariants, per finished request: n - 1 gaps, summing to
 E2E - TTFT; so ``len(itl()) == sum(n - 1)`` and ``sum(itl()) == sum(E2E - TTFT)``, and
-``max_itl >= TPOT``.
+``max_itl >= TPOT``. With speculative decoding an iteration may emit several tokens at once: ITL
+is then the gap between emissions (as ``vllm bench serve`` times streamed chunks), so a request
+has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) / (n - 1).
 
 :meth:`Result.summary` conventions:
 
@@ -178,6 +186,12 @@ class Result:
             out["prefill_compute_ratio"] = computed / prompt if prompt else float("nan")
             out["prefix_hit_rate"] = (float(fin["num_cached_tokens"].sum()) / prompt
                                       if prompt else float("nan"))
+        if "spec_steps" in req:  # speculative decoding
+            steps, drafted = float(req["spec_steps"].sum()), float(req["spec_drafted"].sum())
+            accepted = float(req["spec_accepted"].sum())
+            out["spec_acceptance_rate"] = accepted / drafted if drafted else float("nan")
+            out["spec_mean_acceptance_length"] = ((accepted + steps) / steps if steps
+                                                  else float("nan"))
         if slo:
             unknown = set(slo) - set(SLO_KEYS)
             if unknown:

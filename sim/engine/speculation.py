@@ -1,0 +1,203 @@
+"""Speculative decoding in the engine: its settings, the seeded acceptance draws, and the draft's
+price.
+
+:class:`SpeculativeConfig` (``SimConfig.speculative``) says how many tokens a draft proposes per
+iteration (``k = num_speculative_tokens``), how they are accepted and what drafting costs:
+
+- acceptance: each draft token is accepted with probability ``acceptance_rate`` (``alpha``)
+  until the first rejection (the cheat sheet's :class:`~sim.cheatsheet.speculative.DraftModel`),
+  or the number accepted per verification follows ``acceptance_lengths = [p0, ..., pk]``
+  (``p_j``: exactly ``j`` accepted). A workload column ``acceptance_rate`` overrides ``alpha``
+  per request (code and chat differ);
+- draft cost - exactly one of: ``draft_model`` (a preset name or ``ModelConfig``: its roofline on
+  the run's GPU, ``k`` sequential single-token steps over the batch's decodes plus a prefill of
+  the batch's prefill chunks), ``draft_cost_ratio`` ``c`` (each of the ``k`` draft steps costs
+  ``c`` x the target's decode step for the same decodes), or ``method="ngram"`` (prompt lookup:
+  no draft model, cost 0). There is no silent free draft.
+
+Verification: a speculating decode runs ``k + 1`` query tokens (the batch's
+``num_spec_tokens = k``; cost models price the GEMM rows and attention queries) and emits
+``1 + accepted`` tokens, never more than it has left. :class:`EmissionSource` gives a
+request's whole sequence of emissions at once (vectorised, from the run's one seeded
+generator, in the engine's deterministic order), so its finish and its KV block demands are known when it
+starts decoding (:class:`~sim.engine.decoding.SpecDecodes`); after a preemption it is drawn
+anew for the tokens left.
+
+Invariants (tests/test_speculation.py): emissions are in ``1..k+1`` and sum to the tokens left;
+the mean emission per verification is ``E = (1 - alpha**(k+1)) / (1 - alpha)`` and the accepted
+fraction of drafts ``alpha (1 - alpha**k) / ((1 - alpha) k)`` (closed forms, checked by
+simulation); same seed, same draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..checks import fraction, positive_float, positive_int
+from .batch import make_batch
+
+METHODS = ("draft", "ngram")
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    """Speculative decoding settings (see the module docstring)."""
+
+    num_speculative_tokens: int = 5
+    acceptance_rate: float | None = None  # default 0.8 unless acceptance_lengths is given
+    acceptance_lengths: tuple | None = None
+    draft_model: object = None
+    draft_cost_ratio: float | None = None
+    method: str = "draft"
+
+    def __post_init__(self):
+        positive_int("num_speculative_tokens", self.num_speculative_tokens)
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.acceptance_lengths is not None:
+            if self.acceptance_rate is not None:
+                raise ValueError("give acceptance_rate or acceptance_lengths, not both")
+            p = np.asarray(self.acceptance_lengths, dtype=np.float64)
+            k = self.num_speculative_tokens
+            if p.ndim != 1 or len(p) != k + 1:
+                raise ValueError(f"acceptance_lengths must hold k + 1 = {k + 1} probabilities "
+                                 f"(p0..p{k}), got {self.acceptance_lengths!r}")
+            if not (np.isfinite(p).all() and (p >= 0).all() and abs(p.sum() - 1.0) < 1e-9):
+                raise ValueError(f"acceptance_lengths must be probabilities summing to 1, got "
+                                 f"{self.acceptance_lengths!r}")
+            object.__setattr__(self, "acceptance_lengths", tuple(float(x) for x in p))
+        else:
+            rate = 0.8 if self.acceptance_rate is None else self.acceptance_rate
+            object.__setattr__(self, "acceptance_rate",
+                               fraction("acceptance_rate", rate, allow_zero=True))
+        given = [name for name in ("draft_model", "draft_cost_ratio")
+                 if getattr(self, name) is not None]
+        if self.method == "ngram":
+            if given:
+                raise ValueError(f"method='ngram' (prompt lookup) has no draft model; drop "
+                                 f"{given[0]}")
+        elif len(given) != 1:
+            raise ValueError("speculative decoding needs its draft's cost: give draft_model (a "
+                             "preset name or ModelConfig) or draft_cost_ratio, or "
+                             "method='ngram' (prompt lookup, no draft) - not both, not neither")
+        if self.draft_cost_ratio is not None:
+            positive_float("draft_cost_ratio", self.draft_cost_ratio, allow_zero=True)
+        if self.draft_model is not None:
+            from ..specs.models import get_model
+            get_model(self.draft_model)  # a clear error for an unknown preset, now
+
+    def mean_emission(self, alpha=None) -> float:
+        """Expected tokens per verification (bonus included): ``E``."""
+        k = self.num_speculative_tokens
+        if self.acceptance_lengths is not None:
+            return 1.0 + float(np.dot(np.arange(k + 1), self.acceptance_lengths))
+        a = self.acceptance_rate if alpha is None else alpha
+        return float(k + 1) if a == 1.0 else (1 - a ** (k + 1)) / (1 - a)
+
+
+def _emissions(spec, u, alpha, k):
+    """Tokens per verification from uniforms ``u``: ``1 + accepted``, ``accepted`` geometric
+    (failures before the first rejection) capped at ``k``, or from ``acceptance_lengths``."""
+    if spec.acceptance_lengths is not None:
+        return np.searchsorted(np.cumsum(spec.acceptance_lengths)[:-1], u, side="right") + 1
+    if alpha >= 1.0:
+        return np.full(len(u), k + 1, dtype=np.int64)
+    if alpha <= 0.0:
+        return np.ones(len(u), dtype=np.int64)
+    return np.minimum(np.floor(np.log1p(-u) / math.log(alpha)), k).astype(np.int64) + 1
+
+
+def emission_draws(spec: SpeculativeConfig, rng, n: int, alpha=None) -> np.ndarray:
+    """Tokens emitted by each verification of a request with ``n`` tokens left: int64 values in
+    ``1..k+1`` summing to ``n`` (the last one cut to what is left). ``alpha``: the request's own
+    acceptance rate (``None``: the run's)."""
+    k = spec.num_speculative_tokens
+    a = spec.acceptance_rate if alpha is None else alpha
+    draw = max(1, min(n, math.ceil(1.1 * n / spec.mean_emission(a)) + 8))
+    parts, total = [], 0
+    while total < n:
+        e = _emissions(spec, rng.random(draw), a, k)
+        parts.append(e)
+        total += int(e.sum())
+        draw = max(8, math.ceil(1.1 * (n - total) / spec.mean_emission(a)) + 8)
+    e = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    cum = np.cumsum(e)
+    m = int(np.searchsorted(cum, n)) + 1  # first verification reaching n tokens
+    e = e[:m].astype(np.int64)
+    e[-1] -= int(cum[m - 1]) - n
+    return e
+
+
+class EmissionSource:
+    """A run's emissions: ``source(n, alpha) -> cum``, the cumulative tokens after each
+    verification of a request with ``n`` tokens left (``cum[-1] == n``). Requests at the run's
+    acceptance take consecutive stretches of one pre-drawn pool (``POOL`` verifications drawn
+    and summed at once: ~3 NumPy calls per request instead of ~12); a request's own
+    ``acceptance_rate`` draws for itself (:func:`emission_draws`). Same seed, same output."""
+
+    POOL = 1 << 16
+
+    def __init__(self, spec: SpeculativeConfig, rng):
+        self.spec, self.rng = spec, rng
+        self.k = spec.num_speculative_tokens
+        self.pos = 0
+        self.sums = np.zeros(1, dtype=np.int64)  # sums[j]: tokens of the pool's first j
+
+    def _refill(self):
+        e = _emissions(self.spec, self.rng.random(self.POOL), self.spec.acceptance_rate, self.k)
+        self.sums = np.zeros(self.POOL + 1, dtype=np.int64)
+        np.cumsum(e, out=self.sums[1:])
+        self.pos = 0
+
+    def __call__(self, n: int, alpha=None) -> np.ndarray:
+        if (alpha is not None and alpha != self.spec.acceptance_rate) or n > self.POOL:
+            return np.cumsum(emission_draws(self.spec, self.rng, n, alpha))
+        sums, p = self.sums, self.pos
+        target = int(sums[p]) + n
+        if target > sums[-1]:
+            self._refill()
+            sums, p, target = self.sums, 0, n
+        q = int(sums.searchsorted(target))  # the verification reaching n tokens
+        cum = sums[p + 1:q + 1] - sums[p]
+        cum[-1] = n
+        self.pos = q
+        return cum
+
+
+class DraftCost:
+    """The target's cost model plus the draft's: ``cost(batch) = target(batch) + draft``.
+
+    ``ratio`` ``c``: ``k * c * target(decode-only batch)``, the decodes priced as plain
+    one-token decodes; ``draft`` (a cost model of the draft model): ``k * draft(decode-only
+    batch) + draft(prefill-only batch)``. No decodes, no draft steps."""
+
+    def __init__(self, target, k, *, ratio=None, draft=None):
+        self.target, self.k, self.ratio, self.draft = target, k, ratio, draft
+        self.needs_decode_lengths = bool(getattr(target, "needs_decode_lengths", False)
+                                         or getattr(draft, "needs_decode_lengths", False))
+        self.name = getattr(target, "name", type(target).__name__)
+
+    def __call__(self, batch) -> float:
+        t = self.target(batch)
+        n = batch.num_decode_tokens
+        k = batch.num_spec_tokens
+        if not n or not k:
+            return t
+        lengths = batch.decode_lengths
+        plain = make_batch(batch.iteration, (), 0, n, batch.decode_context_tokens - n * k,
+                           (), batch.decode_ids, None if lengths is None else lengths - k)
+        if self.draft is None:
+            return t + self.k * self.ratio * self.target(plain)
+        t += self.k * self.draft(plain)
+        if batch.prefills:
+            t += self.draft(make_batch(batch.iteration, batch.prefills,
+                                       batch.num_prefill_tokens, 0, 0, batch.prefill_ids, (),
+                                       None if lengths is None else lengths[:0]))
+        return t
+
+    def __repr__(self):
+        draft = f"draft={self.draft!r}" if self.draft is not None else f"ratio={self.ratio}"
+        return f"DraftCost({self.target!r}, k={self.k}, {draft})"
