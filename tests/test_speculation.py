@@ -294,3 +294,20 @@ def test_diagnose_says_when_speculation_got_slower():
     big_draft = SpeculativeConfig(num_speculative_tokens=5, acceptance_rate=0.3,
                                   draft_model="llama-3.1-8b")
     assert "speculation_slower" in {f.code for f in run(df, speculative=big_draft).diagnose()}
+
+
+def test_long_runs_wrap_and_grow_the_rings_with_preemptions_exact():
+    """Outputs far longer than the ring (1,024 iterations) and a pool tight enough to preempt:
+    the checked pool and context stay exact through wrap-around, growth and take-backs."""
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0, 1.5],
+                       "num_prompt_tokens": [300, 40, 900, 64],
+                       "num_output_tokens": [4000, 2500, 6000, 3000]})
+    k = 3
+    spec = SpeculativeConfig(num_speculative_tokens=k, acceptance_rate=0.6, method="ngram")
+    checked = Checked(sim.SimConfig(scheduler="continuous").policy(), k)
+    res = run(df, scheduler=checked, cost_model=ConstantCost(0.001), kv_blocks=450,
+              block_size=16, speculative=spec)
+    assert (res.requests.status == "finished").all()
+    assert res.requests.num_preemptions.sum() > 0
+    for r in checked.replica.finished:
+        assert len(r.segments) + r.spec_steps + r.spec_accepted == r.num_output_tokens

@@ -136,15 +136,19 @@ class SpecDecodes:
         self.need = np.zeros(1024, dtype=np.int64)  # iteration & mask -> new blocks
         self.mask = 1023
 
-    def _add(self, lo: int, *pairs) -> None:
-        """Add each ``(ring, values)`` at iterations ``lo, lo + 1, ...``."""
-        size = self.mask + 1
+    def _add(self, lo: int, slots, need) -> None:
+        """Add ``slots`` and ``need`` into the rings at iterations ``lo, lo + 1, ...``."""
         start = lo & self.mask
-        for ring, v in pairs:
-            first = min(len(v), size - start)
-            ring[start:start + first] += v[:first]
-            if first < len(v):
-                ring[:len(v) - first] += v[first:]
+        end = start + len(slots)
+        if end <= self.mask + 1:
+            self.ctx[start:end] += slots
+            self.need[start:end] += need
+            return
+        first = self.mask + 1 - start
+        self.ctx[start:] += slots[:first]
+        self.need[start:] += need[:first]
+        self.ctx[:end - self.mask - 1] += slots[first:]
+        self.need[:end - self.mask - 1] += need[first:]
 
     def _grow(self, now: int, span: int) -> None:
         size = self.mask + 1
@@ -169,7 +173,7 @@ class SpecDecodes:
         np.floor_divide(slots + (bs - 1), bs, out=blocks[1:])
         if m + 1 > self.mask:
             self._grow(i, m + 1)
-        self._add(i + 1, (self.ctx, slots), (self.need, blocks[1:] - blocks[:-1]))
+        self._add(i + 1, slots, blocks[1:] - blocks[:-1])
         r.status = DECODE
         r.decode_base_tokens = c
         r.decode_base_generated = g
@@ -188,8 +192,7 @@ class SpecDecodes:
         r.spec_steps += steps
         r.spec_accepted += emitted - steps
         if steps < len(cum):  # preempted: take back its future iterations
-            self._add(last + 1, (self.ctx, -slots[steps:]),
-                      (self.need, blocks[steps:-1] - blocks[steps + 1:]))
+            self._add(last + 1, -slots[steps:], blocks[steps:-1] - blocks[steps + 1:])
         self.count -= 1
         r.finish_iteration = -1
         r.spec_plan = None

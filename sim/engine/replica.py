@@ -361,12 +361,16 @@ class Replica:
         self.num_preempted_now = 0
         i = self.iteration
         d = self.decodes
-        if self.num_spec_tokens:
-            if d.blocks_needed(i):
+        if self.num_spec_tokens:  # SpecDecodes' ring buffers read inline (hot)
+            j = i & d.mask
+            if d.need[j]:
                 self._reserve_decode_blocks(i)
             self._decodes_reserved = i
             schedule(self, now)
-            return self.batch(detail)
+            if detail:
+                return self.batch(True)
+            return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
+                              int(d.ctx[j]), None, None, None, self.num_spec_tokens)
         if d.by_phase[i % self.block_size]:
             self._reserve_decode_blocks(i)
         self._decodes_reserved = i
@@ -417,8 +421,10 @@ class Replica:
             self._prefill_reqs = []
             self._prefills = []
             self._prefill_tokens = 0
-        if self.num_spec_tokens:
-            decodes.end_iteration(i)
+        if self.num_spec_tokens:  # SpecDecodes.end_iteration, inlined (hot)
+            j = i & decodes.mask
+            decodes.ctx[j] = 0
+            decodes.need[j] = 0
         self.iteration = i + 1
 
     def _finish(self, r, now):
