@@ -21,7 +21,7 @@ METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
 def cmd_sweep(args) -> int:
     import pandas as pd
 
-    from ..results.plots import plot_sweep
+    from ..results.plots_sweep import plot_sweep
     from ..tools.sweep import sweep
     names = Names(args.config)
     s = settings_from(args, names, extra=("grid", "metrics"))
