@@ -245,7 +245,7 @@ def plot_gantt(result, path=None, max_requests=100):
     if not len(fin):
         raise ValueError(f"plot_gantt: no finished request among the first {len(shown)}")
     plt = _plt(path is not None)
-    fig, ax = plt.subplots(figsize=(12, max(3.0, 0.12 * len(shown) + 1.5)))
+    fig, ax = plt.subplots(figsize=(12, min(10.0, max(3.0, 0.12 * len(shown) + 1.5))))
     y = np.arange(len(shown))[(shown["status"] == "finished").to_numpy()]
     for label, a, b, color in GANTT_PHASES:
         ax.barh(y, fin[b] - fin[a], left=fin[a], height=0.8, color=color, label=label)
