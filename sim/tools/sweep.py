@@ -121,7 +121,7 @@ def _key(params, repeat) -> str:
 def _bar(total, done, progress):
     """A tqdm bar over ``total`` points, ``done`` of them already there (resume); see the
     module docstring for ``progress``."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # the text bar (tqdm.auto warns in a notebook without ipywidgets)
     show = sys.stderr.isatty() if progress is None else bool(progress)
     return tqdm(total=total, initial=done, unit="point", desc="sweep", disable=not show,
                 leave=False, file=sys.stderr)
