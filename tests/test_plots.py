@@ -149,6 +149,26 @@ def test_plot_latencies_skips_unfinished_requests():
         plt.close(fig)
 
 
+def test_a_long_run_draws_the_itl_cdf_from_weighted_gaps(monkeypatch):
+    import sim.results.plots as plots
+    res = sim.run(workloads.load("azure-code", n=100, rate=4))  # roofline: gaps of many sizes
+    every = np.sort(res.itl())
+    assert np.unique(every).size > 200
+    monkeypatch.setattr(plots, "ITL_EXACT", 10)  # as if the run had more than 2M gaps
+    monkeypatch.setattr(plots, "ITL_POINTS", 50)
+    fig = plot_latencies(res)
+    try:
+        line = _curves(fig.axes[1])[0]
+        x, y = line.get_xdata(), line.get_ydata()
+        assert 50 <= len(x) <= 102 and y[-1] == 1.0 and x[-1] == every[-1]
+        assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
+        below = np.searchsorted(every, x, side="left") / every.size  # share strictly below x
+        upto = np.searchsorted(every, x, side="right") / every.size  # share at most x
+        assert np.all(below < y + 1e-12) and np.all(y <= upto + 1e-12)  # on the exact CDF
+    finally:
+        plt.close(fig)
+
+
 @pytest.fixture(scope="module")
 def preempting():
     rng = np.random.default_rng(5)

@@ -13,8 +13,10 @@ Figures:
   curve two dots mark its P50 and P99 (x = the summary's percentile, the same numbers as
   :meth:`Result.summary`); ``slo`` draws each limit as a red dashed line on its panel (``ttft``,
   ``itl``, ``e2e``). The title says what was simulated (:func:`run_title`). Non-finite values
-  (rejected requests) are left out. Beyond 2M gaps the ITL curve is thinned to every k-th sorted
-  value (k = size // 1M): deterministic, and the CDF's shape is kept.
+  (rejected requests) are left out. Beyond ``ITL_EXACT`` (2M) gaps the ITL curve is computed from
+  the run's (gap, weight) pairs without materialising one value per token (the CDF's value at
+  each distinct gap: y = cumulative weight / total) and drawn at every k-th of them (k = pairs //
+  ``ITL_POINTS``, 1M) and the last: deterministic, and the CDF's shape is kept.
 - :func:`plot_timeline`: two stacked panels over simulated time, the iterations binned into at
   most ``bins`` equal time bins so that a million-request run stays readable. Top: per bin the
   time-weighted mean of running requests (a line), their max (a shaded band up to it) and the
@@ -106,13 +108,40 @@ def run_title(results) -> str:
     return " · ".join(keep)
 
 
-def _cdf(ax, values, label):
-    """Empirical CDF of the finite ``values``: sorted x, y = 1/n .. 1; nothing drawn if none."""
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    v = v[np.isfinite(v)]
+ITL_EXACT = 2_000_000  # gaps: up to this many, the ITL CDF has one point per gap
+ITL_POINTS = 1_000_000  # beyond: the CDF drawn at about this many points
+
+
+def _cdf(ax, values, label, y=None):
+    """Empirical CDF of the finite ``values``: sorted x, y = 1/n .. 1 (or the ``y`` given with
+    sorted ``values``); nothing drawn if none."""
+    if y is None:
+        v = np.sort(np.asarray(values, dtype=np.float64))
+        v = v[np.isfinite(v)]
+        y = np.arange(1, v.size + 1) / v.size
+    else:
+        v = values
     if v.size:
-        return ax.plot(v, np.arange(1, v.size + 1) / v.size, label=label)[0]
+        return ax.plot(v, y, label=label)[0]
     return None
+
+
+def _itl_for_cdf(res):
+    """Every gap (at most ``ITL_EXACT``), else ``(x, y)``: the CDF at each distinct gap of the
+    (gap, weight) pairs, thinned to every k-th point (see the module docstring)."""
+    gaps, weights, extra = res._itl
+    total = int(weights.sum()) + len(extra)
+    if total <= ITL_EXACT:
+        return res.itl()
+    v = np.concatenate([gaps, extra])
+    w = np.concatenate([weights, np.ones(len(extra), dtype=np.int64)])
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(w[order])
+    keep = w[order] > 0
+    v, y = v[keep], cum[keep] / total
+    step = max(1, v.size // ITL_POINTS)
+    idx = np.unique(np.r_[np.arange(0, v.size, step), v.size - 1])  # the last point: y = 1
+    return v[idx], y[idx]
 
 
 def plot_latencies(results, path=None, slo=None):
@@ -131,13 +160,12 @@ def plot_latencies(results, path=None, slo=None):
     fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
     for label, res in results.items():
         fin = fins[label]
-        itl = res.itl()
-        if itl.size > 2_000_000:  # plot a deterministic thinning of very long runs
-            itl = np.sort(itl)[:: itl.size // 1_000_000]
+        itl = _itl_for_cdf(res)
         p = {"ttft": np.percentile(fin["ttft"], (50, 99)), "itl": res.itl_percentiles((50, 99)),
              "e2e": np.percentile(fin["e2e"], (50, 99))}
         for ax, key, values in zip(axes, SLO_PANELS, (fin["ttft"], itl, fin["e2e"])):
-            line = _cdf(ax, values, label)
+            xy = values if isinstance(values, tuple) else (values, None)
+            line = _cdf(ax, xy[0], label, y=xy[1])
             if line is not None and np.isfinite(p[key]).all():
                 ax.plot(p[key], [0.5, 0.99], "o", color=line.get_color(), ms=5,
                         label=f"_{label} P50/P99")  # '_': left out of the legend
