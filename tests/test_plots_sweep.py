@@ -92,6 +92,8 @@ def test_failed_points_are_left_out(rate_table):
         lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
         assert len(lines["scheduler=chunked"].get_xdata()) == 3
         assert len(lines["scheduler=vllm"].get_xdata()) == 4
+        assert fig.axes[0].get_xlabel() == "rate (req/s)"
+        assert fig.axes[0].get_ylabel() == "ttft_p99 (s)"
     finally:
         plt.close(fig)
 

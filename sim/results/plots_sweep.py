@@ -24,8 +24,18 @@ from .plots import _finish, _plt, need_columns
 LATENCY = ("ttft", "itl", "tpot", "e2e", "queueing")
 
 
+FIELD_UNITS = {"rate": "req/s", "chunk_size": "tokens", "token_budget": "tokens",
+               "max_batch_size": "requests", "num_requests": "requests", "kv_blocks": "blocks",
+               "block_size": "tokens", "tensor_parallel": "GPUs"}
+
+
 def _unit(metric) -> str:
     return " (s)" if metric.split("_")[0] in LATENCY else ""
+
+
+def _field_label(field) -> str:
+    """A grid field with its unit, when it has one: ``rate (req/s)``."""
+    return f"{field} ({FIELD_UNITS[field]})" if field in FIELD_UNITS else field
 
 
 def _ok(table, columns, what):
@@ -62,7 +72,7 @@ def plot_sweep(table, fields, metric, path=None):
         line = ax.plot(mean.index, mean.to_numpy(), marker="o", label=label)[0]
         if (hi > lo).any():
             ax.fill_between(mean.index, lo, hi, alpha=0.2, color=line.get_color())
-    ax.set_xlabel(x)
+    ax.set_xlabel(_field_label(x))
     ax.set_ylabel(metric + _unit(metric))
     ax.set_title(f"{metric} by {x}")
     ax.grid(alpha=0.3)
@@ -109,8 +119,8 @@ def plot_percentiles_vs_rate(table, metric="ttft", path=None, *, x="rate", by=No
     if slo is not None:
         ax.axhline(slo, color="red", ls="--", lw=1, label=f"SLO {slo:g} s")
     ax.set_yscale("log")
-    ax.set(xlabel=f"{x} (req/s)" if x == "rate" else x,
-           ylabel=f"{metric} (s, log scale)", title=f"{metric} percentiles by {x}")
+    ax.set(xlabel=_field_label(x), ylabel=f"{metric} (s, log scale)",
+           title=f"{metric} percentiles by {x}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if by else 1)
     fig.tight_layout()
