@@ -64,7 +64,8 @@ def cmd_sweep(args) -> int:
             + [m for m in metrics if m in table.columns] + ["error"])
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
         print(table[cols].to_string(index=False))
-    print(f"\n{len(table)} {'runs' if repeats > 1 else 'points'} ({table.attrs['computed']} run now, {failed} failed); wrote "
+    what = "runs" if repeats > 1 else "points"
+    print(f"\n{len(table)} {what} ({table.attrs['computed']} run now, {failed} failed); wrote "
           f"sweep.parquet, sweep.csv and {len(metrics)} plots to {out}/")
     return 0
 
