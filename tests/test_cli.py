@@ -128,3 +128,21 @@ def test_the_sample_toml_files_are_valid(tmp_path):
     assert _read_toml(root / "experiment.toml")["scheduler"] == "vllm"
     assert set(_read_toml(root / "sweep.toml", extra=("grid", "metrics"))["grid"]) == {
         "rate", "scheduler"}
+
+
+def test_sweep_repeats_from_the_file_and_the_flag(tmp_path, capsys):
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('workload = "sharegpt"\nnum_requests = 40\nrate = 4.0\ncost = "constant:0.01"\n'
+                   f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99"]\nrepeats = 2\n'
+                   '[grid]\nmax_batch_size = [8, 32]\n')
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    assert "4 runs (4 run now, 0 failed)" in capsys.readouterr().out
+    table = pd.read_csv(tmp_path / "o" / "sweep.csv")
+    assert list(table["repeat"]) == [0, 1, 0, 1] and list(table["seed"]) == [0, 1, 0, 1]
+    assert table["ttft_p99"].iloc[0] != table["ttft_p99"].iloc[1]  # arrivals drawn per seed
+    assert main(["sweep", str(cfg), "--workers", "1", "--repeats", "3", "--no-progress"]) == 0
+    assert "6 runs (2 run now, 0 failed)" in capsys.readouterr().out  # resumed
+    cfg.write_text(cfg.read_text().replace("repeats = 2", "repeats = 0"))
+    assert main(["sweep", str(cfg)]) == 2
+    assert capsys.readouterr().err == (f"sim sweep: error: {cfg}: repeats must be an integer "
+                                       f">= 1, got 0\n")

@@ -12,7 +12,8 @@ import pytest
 
 import sim
 import workloads
-from sim.results.plots import plot_latencies, plot_timeline, save_plots
+from sim.results.plots import (bin_iterations, plot_gantt, plot_latencies, plot_timeline,
+                               run_title, save_plots)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -36,7 +37,7 @@ def test_save_plots_writes_two_pngs_and_closes_them(results, tmp_path):
     paths = save_plots(results["chunked"], out)
     assert [p.name for p in paths] == ["latency_cdfs.png", "timeline.png"]
     assert all(p.parent == out for p in paths)
-    _is_png(paths[0], 14 * 110, round(3.8 * 110))
+    _is_png(paths[0], 14 * 110, round(4.2 * 110))
     _is_png(paths[1], 12 * 110, round(5.5 * 110))
     assert plt.get_fignums() == open_before  # written figures are closed
 
@@ -44,7 +45,12 @@ def test_save_plots_writes_two_pngs_and_closes_them(results, tmp_path):
 def test_plot_latencies_to_file_accepts_a_dict(results, tmp_path):
     path = tmp_path / "compare.png"
     plot_latencies(results, path)
-    _is_png(path, 14 * 110, round(3.8 * 110))
+    _is_png(path, 14 * 110, round(4.2 * 110))
+
+
+def _curves(ax):
+    """The CDF curves of a panel (the P50/P99 dots are labelled '_...', SLO lines 'SLO ...')."""
+    return [ln for ln in ax.get_lines() if not ln.get_label().startswith(("_", "SLO"))]
 
 
 def test_plot_latencies_draws_one_cdf_per_result_and_panel(results):
@@ -55,10 +61,11 @@ def test_plot_latencies_draws_one_cdf_per_result_and_panel(results):
                                                    "end-to-end latency"]
         assert [ax.get_ylabel() for ax in axes[:2]] == ["fraction of requests",
                                                         "fraction of tokens"]
-        assert all(ax.get_xscale() == "log" and ax.get_xlabel() == "seconds" for ax in axes)
+        assert all(ax.get_xscale() == "log" and ax.get_xlabel() == "seconds (log scale)"
+                   for ax in axes)
         for ax in axes:
-            assert [ln.get_label() for ln in ax.get_lines()] == list(results)
-        for label, ax_lines in zip(results, zip(*(ax.get_lines() for ax in axes))):
+            assert [ln.get_label() for ln in _curves(ax)] == list(results)
+        for label, ax_lines in zip(results, zip(*(_curves(ax) for ax in axes))):
             res = results[label]
             fin = res.requests[res.requests["status"] == "finished"]
             for line, values in zip(ax_lines, (fin["ttft"], res.itl(), fin["e2e"])):
@@ -67,14 +74,61 @@ def test_plot_latencies_draws_one_cdf_per_result_and_panel(results):
                 np.testing.assert_allclose(y, np.arange(1, len(values) + 1) / len(values))
         legend = axes[2].get_legend()
         assert [t.get_text() for t in legend.get_texts()] == list(results)
+        # two results differ only in their scheduler: the title keeps what they share
+        assert fig._suptitle.get_text() == "cost model ConstantCost · 1 req/s · n=200"
     finally:
         plt.close(fig)
+
+
+def test_p50_p99_markers_sit_at_the_summary_percentiles_and_slo_lines_at_the_limits():
+    df = workloads.load("azure-code", n=200, rate=4)
+    res = sim.run(df)
+    s = res.summary()
+    fig = plot_latencies(res, slo={"ttft": 0.5, "e2e": 3.0})
+    try:
+        ttft_ax, itl_ax, e2e_ax = fig.axes
+        for ax, key in ((ttft_ax, "ttft"), (itl_ax, "itl"), (e2e_ax, "e2e")):
+            dots = [ln for ln in ax.get_lines() if ln.get_label() == "_chunked P50/P99"]
+            assert len(dots) == 1
+            np.testing.assert_allclose(dots[0].get_xdata(), [s[f"{key}_p50"], s[f"{key}_p99"]],
+                                       rtol=1e-12)
+            np.testing.assert_array_equal(dots[0].get_ydata(), [0.5, 0.99])
+            texts = [t.get_text() for t in ax.texts]
+            assert texts == [f"P50 {s[f'{key}_p50']:.3g} s", f"P99 {s[f'{key}_p99']:.3g} s"]
+        slo_lines = {ax.get_title(): [ln.get_xdata()[0] for ln in ax.get_lines()
+                                      if ln.get_label().startswith("SLO")] for ax in fig.axes}
+        assert slo_lines == {"TTFT": [0.5], "inter-token latency": [], "end-to-end latency": [3.0]}
+        assert fig._suptitle.get_text() == "llama-3.1-8b on h100 · chunked · 4 req/s · n=200"
+    finally:
+        plt.close(fig)
+
+
+def test_the_title_names_model_gpu_and_tensor_parallelism():
+    df = workloads.load("azure-code", n=30, rate=2)
+    res = sim.run(df, model="llama-3.1-70b", gpu="h200", tensor_parallel=2, scheduler="vllm")
+    assert run_title(res) == "llama-3.1-70b on h200 x2 (TP) · vllm · 2 req/s · n=30"
+
+
+def test_bad_input_to_plot_latencies_is_named(results):
+    with pytest.raises(ValueError, match="no result to plot"):
+        plot_latencies({})
+    with pytest.raises(ValueError, match=r"slo keys must be among .*\['p99'\]"):
+        plot_latencies(results["chunked"], slo={"p99": 1.0})
+    df = pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": [10_000],
+                       "num_output_tokens": [4]})
+    rejected = sim.run(df, cost_model=sim.ConstantCost(0.01), kv_blocks=8)
+    with pytest.raises(ValueError, match=r"plot_latencies\('chunked'\): no finished request"):
+        plot_latencies(rejected)
+    broken = sim.run(workloads.load("azure-code", n=5), cost_model=sim.ConstantCost(0.01))
+    broken.requests = broken.requests.drop(columns=["ttft"])
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['ttft'\]"):
+        plot_latencies(broken)
 
 
 def test_plot_latencies_labels_a_single_result_by_its_scheduler(results):
     fig = plot_latencies(results["static"])
     try:
-        assert [ln.get_label() for ln in fig.axes[0].get_lines()] == ["static"]
+        assert [ln.get_label() for ln in _curves(fig.axes[0])] == ["static"]
     finally:
         plt.close(fig)
 
@@ -95,31 +149,143 @@ def test_plot_latencies_skips_unfinished_requests():
         plt.close(fig)
 
 
-def test_plot_timeline_panels_and_preemption_marks():
+def test_a_long_run_draws_the_itl_cdf_from_weighted_gaps(monkeypatch):
+    import sim.results.plots as plots
+    res = sim.run(workloads.load("azure-code", n=100, rate=4))  # roofline: gaps of many sizes
+    every = np.sort(res.itl())
+    assert np.unique(every).size > 200
+    monkeypatch.setattr(plots, "ITL_EXACT", 10)  # as if the run had more than 2M gaps
+    monkeypatch.setattr(plots, "ITL_POINTS", 50)
+    fig = plot_latencies(res)
+    try:
+        line = _curves(fig.axes[1])[0]
+        x, y = line.get_xdata(), line.get_ydata()
+        assert 50 <= len(x) <= 102 and y[-1] == 1.0 and x[-1] == every[-1]
+        assert np.all(np.diff(x) >= 0) and np.all(np.diff(y) > 0)
+        below = np.searchsorted(every, x, side="left") / every.size  # share strictly below x
+        upto = np.searchsorted(every, x, side="right") / every.size  # share at most x
+        assert np.all(below < y + 1e-12) and np.all(y <= upto + 1e-12)  # on the exact CDF
+    finally:
+        plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def preempting():
     rng = np.random.default_rng(5)
     n = 200
     df = pd.DataFrame({"arrival_time": np.sort(rng.uniform(0, 2, n)),
                        "num_prompt_tokens": rng.integers(20, 200, n),
                        "num_output_tokens": rng.integers(20, 300, n)})
-    res = sim.run(df, scheduler="continuous", cost_model=sim.LinearCost(0.01, 1e-5, 1e-4),
-                  kv_blocks=64, max_batch_size=32)
-    it = res.iterations
+    return sim.run(df, scheduler="continuous", cost_model=sim.LinearCost(0.01, 1e-5, 1e-4),
+                   kv_blocks=64, max_batch_size=32)
+
+
+def _brute_bins(it, nb):
+    """Each bin's statistics by a plain loop over the iterations (the reference)."""
+    t0, t1 = it["start"].iloc[0], (it["start"] + it["duration"]).max()
+    width = (t1 - t0) / nb
+    rows = []
+    for b in range(nb):
+        lo, hi = t0 + b * width, t0 + (b + 1) * width
+        sel = it[(it["start"] >= lo) & ((it["start"] < hi) | (b == nb - 1))]
+        w = sel["duration"]
+        rows.append((np.average(sel["num_running"], weights=w) if len(sel) else np.nan,
+                     sel["num_running"].max() if len(sel) else np.nan,
+                     np.average(sel["kv_blocks_used"], weights=w) if len(sel) else np.nan,
+                     sel["kv_blocks_used"].max() if len(sel) else np.nan,
+                     int(sel["num_preemptions"].sum())))
+    return np.array(rows, dtype=float)
+
+
+def test_bin_iterations_matches_a_plain_loop(preempting):
+    it = preempting.iterations
+    binned = bin_iterations(it, bins=37)
+    assert len(binned) == 37
+    got = binned[["running_mean", "running_max", "kv_mean", "kv_max", "num_preemptions"]]
+    np.testing.assert_allclose(got.to_numpy(dtype=float), _brute_bins(it, 37), rtol=1e-9,
+                               atol=1e-9)
+    assert binned["num_preemptions"].sum() == it["num_preemptions"].sum()  # nothing lost
+    assert len(bin_iterations(it.iloc[:5], bins=400)) == 5  # never more bins than iterations
+
+
+def test_plot_timeline_draws_the_bins_on_axes_scaled_to_the_data(preempting):
+    res, it = preempting, preempting.iterations
     assert it["num_preemptions"].sum() > 0
-    fig = plot_timeline(res)
+    binned = bin_iterations(it, bins=50)
+    fig = plot_timeline(res, bins=50)
     try:
         top, bottom = fig.axes
-        assert [ln.get_label() for ln in top.get_lines()] == ["running", "waiting",
-                                                              "max batch size"]
-        np.testing.assert_array_equal(top.get_lines()[0].get_xdata(), it["start"])
-        np.testing.assert_array_equal(top.get_lines()[0].get_ydata(), it["num_running"])
-        assert top.get_lines()[2].get_ydata()[0] == 32
-        np.testing.assert_allclose(bottom.get_lines()[0].get_ydata(),
-                                   it["kv_blocks_used"] / 64 * 100)
+        lines = {ln.get_label(): ln for ln in top.get_lines()}
+        assert list(lines) == ["running (mean)", "waiting (mean)"]  # no max-batch line
+        np.testing.assert_array_equal(lines["running (mean)"].get_xdata(), binned["t"])
+        np.testing.assert_array_equal(lines["running (mean)"].get_ydata(),
+                                      binned["running_mean"])
+        assert "max batch size 32" in top.get_title()
+        assert top.get_ylim()[1] < 1.2 * max(binned["running_max"].max(),
+                                             binned["waiting_mean"].max())
+        np.testing.assert_allclose(bottom.get_lines()[0].get_ydata(), binned["kv_mean"] / 64 * 100)
+        assert bottom.get_ylim() == pytest.approx((0, binned["kv_max"].max() / 64 * 100 * 1.15))
         assert bottom.get_xlabel() == "simulated time (s)"
-        marks = bottom.collections[0].get_offsets()  # one red dot per preempting iteration
-        assert len(marks) == (it["num_preemptions"] > 0).sum()
+        assert bottom.get_ylabel() == "KV blocks used (% of pool)"
+        marks = bottom.collections[-1].get_offsets()  # one red dot per bin that preempted
+        assert len(marks) == (binned["num_preemptions"] > 0).sum()
     finally:
         plt.close(fig)
+
+
+def test_kv_axis_follows_low_usage_instead_of_0_to_100():
+    df = workloads.load("sharegpt", n=100, rate=1)
+    res = sim.run(df, model="llama-3.1-8b", gpu="h100")  # its memory budget: a few % in use
+    peak = res.summary()["kv_usage_max"] * 100
+    assert peak < 20
+    fig = plot_timeline(res)
+    try:
+        assert fig.axes[1].get_ylim()[1] == pytest.approx(peak * 1.15)
+    finally:
+        plt.close(fig)
+
+
+def test_plot_timeline_bad_input():
+    res = sim.run(workloads.load("azure-code", n=5), cost_model=sim.ConstantCost(0.01))
+    with pytest.raises(ValueError, match="bins must be a positive integer, got 0"):
+        plot_timeline(res, bins=0)
+    res.iterations = res.iterations.iloc[:0]
+    with pytest.raises(ValueError, match="no iteration to plot"):
+        plot_timeline(res)
+    res.iterations = pd.DataFrame({"start": [0.0]})
+    with pytest.raises(ValueError, match=r"iterations: missing column\(s\) \['duration'"):
+        plot_timeline(res)
+
+
+def test_gantt_bars_are_each_requests_waiting_prefill_and_decode():
+    df = pd.DataFrame({"arrival_time": [0.0, 0.02, 0.03, 0.5],
+                       "num_prompt_tokens": [16, 16, 10_000, 40],
+                       "num_output_tokens": [4, 6, 4, 3]})
+    res = sim.run(df, cost_model=sim.LinearCost(0.01, 1e-4, 1e-3), kv_blocks=8)
+    req = res.requests
+    fig = plot_gantt(res)
+    try:
+        ax = fig.axes[0]
+        assert [c.get_label() for c in ax.containers] == ["waiting", "prefill", "decode"]
+        fin = req[req["status"] == "finished"]
+        for bars, (a, b) in zip(ax.containers, (("arrival_time", "first_scheduled_time"),
+                                                ("first_scheduled_time", "first_token_time"),
+                                                ("first_token_time", "finish_time"))):
+            np.testing.assert_allclose([p.get_x() for p in bars], fin[a])
+            np.testing.assert_allclose([p.get_width() for p in bars], fin[b] - fin[a])
+            assert [p.get_y() + p.get_height() / 2 for p in bars] == [0, 1, 3]  # row 2 rejected
+        assert ax.get_title() == "requests; 1 rejected (no bar)"
+        assert ax.get_xlabel() == "simulated time (s)"
+    finally:
+        plt.close(fig)
+    fig = plot_gantt(res, max_requests=2)
+    try:
+        assert fig.axes[0].get_title() == "requests (first 2 of 4)"
+        assert len(fig.axes[0].containers[0]) == 2
+    finally:
+        plt.close(fig)
+    with pytest.raises(ValueError, match="max_requests must be a positive integer, got 0"):
+        plot_gantt(res, max_requests=0)
 
 
 def test_core_never_imports_matplotlib():

@@ -311,3 +311,18 @@ def test_long_runs_wrap_and_grow_the_rings_with_preemptions_exact():
     assert res.requests.num_preemptions.sum() > 0
     for r in checked.replica.finished:
         assert len(r.segments) + r.spec_steps + r.spec_accepted == r.num_output_tokens
+
+
+def test_a_draft_model_shares_the_gpu_memory():
+    from sim import get_gpu, kv_cache_bytes, memory_budget
+    plain = sim.SimConfig(model="llama-3.1-8b")
+    drafted = sim.SimConfig(model="llama-3.1-8b",
+                            speculative=SpeculativeConfig(draft_model="tinyllama-1.1b"))
+    draft_gb = sim.get_model("tinyllama-1.1b").total_params() * 2 / 1e9
+    b = memory_budget("llama-3.1-8b", get_gpu("h100").memory_gb, overhead_gb=draft_gb)
+    per_block = b.kv_block_bytes_per_gpu + kv_cache_bytes(16, model="tinyllama-1.1b")
+    assert drafted.resolved_kv_blocks() == int(b.kv_bytes_per_gpu // per_block)
+    assert drafted.resolved_kv_blocks() < 0.85 * plain.resolved_kv_blocks()
+    ratio = SpeculativeConfig(draft_cost_ratio=0.1)  # no draft model: the pool is unchanged
+    assert sim.SimConfig(model="llama-3.1-8b", speculative=ratio).resolved_kv_blocks() == \
+        plain.resolved_kv_blocks()

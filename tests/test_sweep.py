@@ -1,6 +1,9 @@
 """sim/tools/sweep.py: job validation, one row per job in job order, labels as columns, the same
 table in this process and in a process pool. (The Dask path: tests/test_experiments.py.)"""
 
+import dataclasses
+import functools
+
 import pandas as pd
 import pytest
 
@@ -172,3 +175,89 @@ def test_grid_on_a_dask_cluster_matches_local_processes():
                       dashboard_address=None) as cluster, Client(cluster) as client:
         remote = sim.sweep(_grid_df(), grid, base=base, client=client)
     pd.testing.assert_frame_equal(remote.drop(columns="wall_seconds"), local)
+
+
+SHAREGPT = functools.partial(workloads.load, "sharegpt", n=40, rate=4.0)  # seed -> DataFrame
+COST = sim.SimConfig(cost_model=sim.ConstantCost(0.01))
+
+
+def test_repeats_run_each_point_with_successive_seeds_and_match_direct_runs():
+    grid = {"max_batch_size": [4, 16]}
+    table = sim.sweep(SHAREGPT, grid, base=COST, repeats=3, workers=1)
+    assert list(table.columns[:3]) == ["max_batch_size", "repeat", "seed"]
+    assert list(table["max_batch_size"]) == [4, 4, 4, 16, 16, 16]
+    assert list(table["repeat"]) == [0, 1, 2] * 2 and list(table["seed"]) == [0, 1, 2] * 2
+    for row in table.itertuples():
+        direct = sim.run(SHAREGPT(seed=row.seed), COST, max_batch_size=row.max_batch_size,
+                         seed=row.seed).summary()
+        assert row.ttft_p99 == direct["ttft_p99"] and row.e2e_mean == direct["e2e_mean"]
+    assert table["ttft_p99"].iloc[:3].nunique() == 3  # the repeats differ: new arrivals each
+    pool = sim.sweep(SHAREGPT, grid, base=dataclasses.replace(COST), repeats=3, workers=2)
+    pd.testing.assert_frame_equal(pool.drop(columns="wall_seconds"),
+                                  table.drop(columns="wall_seconds"))  # bit for bit
+
+
+def test_the_seed_of_the_base_config_or_the_grid_starts_the_repeats():
+    base = dataclasses.replace(COST, seed=7)
+    table = sim.sweep(SHAREGPT, {"max_batch_size": [8]}, base=base, repeats=2, workers=1)
+    assert list(table["seed"]) == [7, 8]
+    one = sim.sweep(SHAREGPT, {"seed": [3, 5]}, base=COST, workers=1)
+    assert list(one["seed"]) == [3, 5] and list(one["repeat"]) == [0, 0]
+    assert one["ttft_p99"].iloc[0] == sim.run(SHAREGPT(seed=3), COST).summary()["ttft_p99"]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"workload": "df", "repeats": 2}, ValueError, "repeats=2 needs a workload that depends on "
+                                                   "the seed"),
+    ({"repeats": 0}, ValueError, "repeats must be > 0, got 0"),
+    ({"repeats": 1.5}, TypeError, "repeats must be an integer, got 1.5"),
+    ({"grid": {"seed": [1, 2]}, "repeats": 2}, ValueError, r"grid\['seed'\] with repeats > 1"),
+    ({"grid": None, "workload": [], "repeats": 2}, ValueError, "repeats= need the grid form"),
+])
+def test_bad_repeats_are_named(kwargs, error, message):
+    args = {"workload": SHAREGPT, "grid": {"max_batch_size": [8]}, "repeats": 1}
+    args.update(kwargs)
+    if args["workload"] == "df":
+        args["workload"] = SHAREGPT(seed=0)
+    with pytest.raises(error, match=message):
+        sim.sweep(args.pop("workload"), args.pop("grid"), base=COST, workers=1, **args)
+
+
+def test_an_interrupted_sweep_with_repeats_resumes_the_missing_repeats(tmp_path):
+    out = tmp_path / "sweep.parquet"
+    grid = {"max_batch_size": [4, 16]}
+    first = sim.sweep(SHAREGPT, grid, base=COST, repeats=2, workers=1, out=out)
+    assert first.attrs["computed"] == 4
+    saved = pd.read_parquet(out)
+    saved[~((saved["max_batch_size"] == 16) & (saved["repeat"] == 1))].to_parquet(out, index=False)
+    again = sim.sweep(SHAREGPT, grid, base=COST, repeats=2, workers=1, out=out)
+    assert again.attrs["computed"] == 1
+    pd.testing.assert_frame_equal(again.drop(columns="wall_seconds"),
+                                  first.drop(columns="wall_seconds"))
+    more = sim.sweep(SHAREGPT, grid, base=COST, repeats=3, workers=1, out=out)
+    assert more.attrs["computed"] == 2 and list(more["repeat"]) == [0, 1, 2] * 2
+
+
+def test_progress_bar_only_when_asked_or_on_a_terminal(capsys):
+    grid = {"max_batch_size": [4, 16]}
+    df = SHAREGPT(seed=0)
+    sim.sweep(df, grid, base=COST, workers=1, progress=True)
+    err = capsys.readouterr().err
+    assert "sweep:" in err and "0/2" in err and "point" in err  # (cleared when done: leave=False)
+    sim.sweep(df, grid, base=COST, workers=1)  # stderr is not a terminal under pytest
+    sim.sweep(df, grid, base=COST, workers=1, progress=False)
+    assert capsys.readouterr().err == ""
+
+
+def test_repeats_of_one_dataframe_vary_the_speculative_draws():
+    import pandas as pd
+    from sim import SimConfig, SpeculativeConfig, sweep
+    df = pd.DataFrame({"arrival_time": [0.0, 0.2], "num_prompt_tokens": [64, 64],
+                       "num_output_tokens": [300, 300]})
+    spec = SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.6, method="ngram")
+    table = sweep(df, {"max_batch_size": [8]}, base=SimConfig(speculative=spec), repeats=3,
+                  workers=1, progress=False)
+    assert table["seed"].tolist() == [0, 1, 2]
+    assert table["spec_acceptance_rate"].nunique() > 1 and table["e2e_mean"].nunique() == 3
+    with pytest.raises(ValueError, match="identical"):
+        sweep(df, {"max_batch_size": [8]}, repeats=2, workers=1, progress=False)

@@ -4,6 +4,8 @@ The settings and the output folder are checked before anything is simulated. Wri
 ``requests.parquet``, ``iterations.parquet``, ``summary.json`` (settings + metrics, strict JSON:
 an undefined metric is ``null`` with its reason in ``null_reasons``) and, unless
 ``--no-plots``, two PNG figures; each file is written under a temporary name and renamed.
+``--report FILE.html`` (or ``report`` in the TOML file) also writes the self-contained HTML
+page of :mod:`sim.results.report` (checked writable before the run).
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .settings import (DEFAULT_SCENARIO, Names, add_run_args, is_default_scenario, output_folder,
-                       read_profile, settings_from)
+from .settings import (DEFAULT_SCENARIO, Names, add_run_args, is_default_scenario, output_file,
+                       output_folder, read_profile, settings_from)
 
 
 def cost_model_from(s):
@@ -165,7 +167,7 @@ def strict_json(doc) -> str:
     return json.dumps(doc, indent=2, allow_nan=False, default=str)
 
 
-def write_outputs(res, out, doc, plots) -> list[str]:
+def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
     interrupted run leaves the previous files or the new ones, never half a file."""
     out.mkdir(parents=True, exist_ok=True)
@@ -177,7 +179,7 @@ def write_outputs(res, out, doc, plots) -> list[str]:
         written = ["requests.parquet", "iterations.parquet", "summary.json"]
         if plots:
             from ..results.plots import save_plots
-            written += [p.name for p in save_plots(res, tmp)]
+            written += [p.name for p in save_plots(res, tmp, slo=slo)]
         for name in written:
             os.replace(tmp / name, out / name)
     finally:
@@ -190,8 +192,14 @@ def cmd_run(args) -> int:
     the scenario line and the summary (a progress bar on stderr for long runs in a terminal)."""
     from ..engine import run
     names = Names(args.config)
-    s = settings_from(args, names)
+    s = settings_from(args, names, extra=("report",))
     out = output_folder(s["output"], names("output"))
+    report = args.report if args.report is not None else s["extra"].get("report")
+    if report is not None:
+        shown = "--report" if args.report is not None else f"{args.config}: report"
+        if not isinstance(report, str) or not report.endswith((".html", ".htm")):
+            raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
+        report = output_file(report, shown)
     df, cfg = build(s, names)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     res = run(df, dataclasses.replace(cfg, progress=show_progress))
@@ -213,7 +221,10 @@ def cmd_run(args) -> int:
     findings = res.diagnose()
     written = write_outputs(res, out, {"settings": meta, "summary": summary, "findings": [
         {"code": f.code, "message": f.message, "action": f.action, "value": f.value}
-        for f in findings]}, s["plots"])
+        for f in findings]}, s["plots"], slo=s["slo"] or None)
+    if report is not None:
+        from ..results.report import write_report
+        write_report(res, report, slo=s["slo"] or None, findings=findings, settings=meta)
     if not args.quiet:
         if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")
@@ -229,10 +240,15 @@ def cmd_run(args) -> int:
             for f in findings:
                 print(f"  - {f.message}\n    try: {f.action}")
         print(f"\nwrote {', '.join(written)} to {out}/")
+        if report is not None:
+            print(f"wrote the report to {report}")
     return 0
 
 
 def add_parser(sub):
     p = sub.add_parser("run", help="simulate a workload (no arguments: the default scenario)")
     add_run_args(p)
+    p.add_argument("--report", metavar="FILE.html", default=None,
+                   help="also write one self-contained HTML page: settings, summary, findings "
+                        "and figures (default: none)")
     p.set_defaults(func=cmd_run)

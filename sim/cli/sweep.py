@@ -2,14 +2,19 @@
 metric.
 
 The file holds the settings of ``sim run`` (the base of every point) plus a ``[grid]`` table
-(field -> list of values: any ``SimConfig`` field, plus ``rate`` and ``num_requests``) and an
-optional ``metrics`` list (default TTFT/ITL P99 and throughput). Writes ``sweep.parquet``
+(field -> list of values: any ``SimConfig`` field, plus ``rate`` and ``num_requests``), an
+optional ``metrics`` list (default TTFT/ITL P99 and throughput) and an optional ``repeats``
+(``--repeats`` overrides it): runs per point with seeds ``seed, seed + 1, ...``, the workload
+drawn again with each (Poisson arrivals at ``rate``, resampled lengths; a replayed trace's own
+timing does not change with the seed). A progress bar on a terminal (``--no-progress``: none).
+Writes ``sweep.parquet``
 (rewritten as points finish; a re-run resumes), ``sweep.csv`` and ``<metric>.png`` (the metric
 against the grid's first field, one line per combination of the others).
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from .run import build
@@ -21,20 +26,31 @@ METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
 def cmd_sweep(args) -> int:
     import pandas as pd
 
-    from ..results.plots import plot_sweep
+    from ..results.plots_sweep import plot_sweep
     from ..tools.sweep import sweep
     names = Names(args.config)
-    s = settings_from(args, names, extra=("grid", "metrics"))
+    s = settings_from(args, names, extra=("grid", "metrics", "repeats"))
     grid = s["extra"].get("grid")
     if not isinstance(grid, dict) or not grid:
         raise ValueError(f"{args.config}: a sweep needs a [grid] table (field = [values, ...])")
     metrics = s["extra"].get("metrics", METRICS)
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
+    if args.repeats is not None:
+        repeats = args.repeats
+    else:
+        repeats = s["extra"].get("repeats", 1)
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"{args.config}: repeats must be an integer >= 1, got {repeats!r}")
     out = output_folder(s["output"], names("output"))
     df, cfg = build(s, names)
-    table = sweep(df, grid, base=cfg, slo=s["slo"] or None, workers=args.workers,
-                  client=args.dask, out=Path(out) / "sweep.parquet")  # checks the grid first
+    if repeats > 1:  # each repeat draws the workload again with its seed
+        import workloads
+        df = functools.partial(workloads.load, s["workload"], n=s["num_requests"],
+                               rate=s["rate"])
+    table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
+                  workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
+                  progress=False if args.no_progress else None)  # checks the grid first
     Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / "sweep.csv", index=False)
     missing = [m for m in metrics if m not in table.columns]
@@ -44,10 +60,12 @@ def cmd_sweep(args) -> int:
         if m in table.columns:
             plot_sweep(table, list(grid), m, Path(out) / f"{m}.png")
     failed = int((table["error"] != "").sum())
-    cols = list(grid) + [m for m in metrics if m in table.columns] + ["error"]
+    cols = (list(grid) + (["repeat", "seed"] if repeats > 1 else [])
+            + [m for m in metrics if m in table.columns] + ["error"])
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
         print(table[cols].to_string(index=False))
-    print(f"\n{len(table)} points ({table.attrs['computed']} run now, {failed} failed); wrote "
+    what = "runs" if repeats > 1 else "points"
+    print(f"\n{len(table)} {what} ({table.attrs['computed']} run now, {failed} failed); wrote "
           f"sweep.parquet, sweep.csv and {len(metrics)} plots to {out}/")
     return 0
 
@@ -60,5 +78,10 @@ def add_parser(sub):
     p.add_argument("--dask", default=None, metavar="ADDRESS",
                    help="run on a Dask scheduler, e.g. tcp://host:8786 (pip install "
                         "'.[cluster]') (default: local processes)")
+    p.add_argument("--repeats", type=number(int), default=None, metavar="N",
+                   help="runs per point, seeds seed, seed+1, ... (default: the file's repeats, "
+                        "else 1)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (default: one on a terminal)")
     p.add_argument("--output", "-o", default=None, help="output folder (default sim-out)")
     p.set_defaults(func=cmd_sweep)

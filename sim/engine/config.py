@@ -13,7 +13,8 @@ roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"`
 Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
 and the largest batch (``memory_budget``) and set the default cost model's bytes moved and
 peak (the fp8 peak where the GPU has one). A model that does not fit is an error carrying the
-budget's advice (quantize, or add GPUs). Use ``dataclasses.replace`` for variants; the config is
+budget's advice (quantize, or add GPUs). A speculative ``draft_model`` shares the GPUs: its
+weights come off the budget and each KV block also holds its KV (as vLLM allocates them). Use ``dataclasses.replace`` for variants; the config is
 validated when built.
 """
 
@@ -100,20 +101,37 @@ class SimConfig:
             return self.kv_blocks
         if self.block_size is None or self.gpu_memory_utilization is None:
             return self.resolved().resolved_kv_blocks()
+        draft = self.speculative.draft_model if self.speculative is not None else None
         if (self.model is not None or self.gpu is not None  # the others take their defaults
-                or self.weight_dtype != "fp16" or self.kv_dtype != "fp16"):
+                or self.weight_dtype != "fp16" or self.kv_dtype != "fp16" or draft is not None):
             from ..specs.gpus import get_gpu
-            from ..specs.memory import memory_budget
+            from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
+            from ..specs.models import get_model
             model, gpu = self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU
-            budget = memory_budget(model, get_gpu(gpu).memory_gb,
-                                   tensor_parallel=self.tensor_parallel,
+            tp = self.tensor_parallel
+            draft_weights = 0.0  # a draft model's weights and KV share the GPUs (vLLM)
+            if draft is not None:
+                draft = get_model(draft)
+                draft_weights = (draft.total_params() / tp
+                                 * bytes_per_value("weight_dtype", self.weight_dtype) / 1e9)
+            budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                    gpu_memory_utilization=self.gpu_memory_utilization,
-                                   block_size=self.block_size)
+                                   block_size=self.block_size, overhead_gb=draft_weights)
             if not budget.fits:
-                raise ValueError(f"model {model!r} on gpu {gpu!r} with {self.weight_dtype} "
-                                 f"weights: {budget.advice}")
-            return budget.kv_blocks
+                what = " and the draft model" if draft is not None else ""
+                raise ValueError(f"model {model!r}{what} on gpu {gpu!r} with "
+                                 f"{self.weight_dtype} weights: {budget.advice}")
+            if draft is None:
+                return budget.kv_blocks
+            # each block holds the draft's KV of its tokens too (one block table per request)
+            per_block = budget.kv_block_bytes_per_gpu + kv_cache_bytes(
+                self.block_size, model=draft, dtype=self.kv_dtype, tensor_parallel=tp)
+            blocks = int(budget.kv_bytes_per_gpu // per_block)
+            if blocks < 1:
+                raise ValueError(f"model {model!r} with draft model {draft.name!r} on gpu "
+                                 f"{gpu!r}: no room left for a KV block")
+            return blocks
         return KV_BLOCKS_AVAILABLE
 
     def resolved_cost_model(self):

@@ -1,9 +1,10 @@
 """Results: the ``Result`` of a run (DataFrames and summaries in the usual metric conventions)
 and its plots.
 
-``metrics`` (``Result``, percentiles, ITL, SLO attainment, goodput), ``plots`` (matplotlib,
-imported lazily: nothing in the core imports it). A ``Result`` holds columns; the engine builds
-it (:mod:`sim.engine.records`).
+``metrics`` (``Result``, percentiles, ITL, SLO attainment, goodput), ``diagnose`` (findings),
+``plots`` (a Result's figures; matplotlib, imported lazily: nothing in the core imports it),
+``plots_sweep`` (a sweep table's figures), ``report`` (the self-contained HTML page). A
+``Result`` holds columns; the engine builds it (:mod:`sim.engine.records`).
 
 May import: ``sim.checks``, ``sim.constants``. Never the engine.
 """

@@ -7,11 +7,23 @@ Two forms:
 
 **Grid form**: the cartesian product of ``grid`` (field -> values: any :class:`SimConfig` field,
 plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to the rate, its first
-``num_requests`` rows), one row per point: the parameters, every summary metric, ``wall_seconds``
-and ``error`` (empty, or why the point failed - a failing point never stops the others). With
-``out=`` (a parquet path) the table is rewritten as points finish, and a later call with the same
-``out`` skips the points already there without an error (resume); ``table.attrs["computed"]``
-says how many points ran.
+``num_requests`` rows), one row per point and repeat: the parameters, ``repeat`` and ``seed``,
+every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed - a failing
+point never stops the others). With ``out=`` (a parquet path) the table is rewritten as points
+finish, and a later call with the same ``out`` skips the (point, repeat) pairs already there
+without an error (resume); ``table.attrs["computed"]`` says how many ran.
+
+**Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
+the grid's or the base config's). The engine draws nothing but speculative acceptance, so
+without speculation a repeat differs only through its workload: ``workload`` is then a function
+``workload(seed=...) -> DataFrame`` (picklable for processes and Dask, e.g.
+``functools.partial(workloads.load, "sharegpt", n=500, rate=4)``), called with each repeat's
+seed; a fixed DataFrame with ``repeats > 1`` is refused (its rows would be identical) unless
+speculative decoding is on (in the base config or the grid): its acceptance draws take the
+seed. A function workload also works with ``repeats=1``.
+
+**Progress**: a bar (tqdm, on stderr) counts finished points; ``progress=None`` shows it only
+when stderr is a terminal, ``False`` never, ``True`` always.
 
 **Jobs form** (the original): each job a dict with ``workload``, ``config`` overrides and
 ``label`` columns; one row per job; an error in a job raises.
@@ -26,6 +38,7 @@ import dataclasses
 import itertools
 import json
 import os
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -49,14 +62,19 @@ def _one(job, slo):
     return row
 
 
-def _point(df, params, base, slo):
-    """One grid point: its row (parameters, summary, wall time, error)."""
+def _point(workload, params, base, slo, repeat=0):
+    """One grid point and repeat: its row (parameters, repeat, seed, summary, wall time,
+    error). ``workload``: a DataFrame, or a function of the seed that returns one."""
     import workloads as wl
 
     from ..engine import SimConfig, run
+    base = base or SimConfig()
     row = dict(params)
+    row["repeat"], row["seed"] = repeat, params.get("seed", base.seed)
     t = time.perf_counter()
     try:
+        seed = row["seed"] = params.get("seed", base.seed) + repeat
+        df = workload(seed=seed) if callable(workload) else workload
         w = df
         if params.get("num_requests") is not None:
             n = int(params["num_requests"])
@@ -67,7 +85,8 @@ def _point(df, params, base, slo):
         if params.get("rate") is not None:
             w = wl.scale_to_rate(w, params["rate"])
         fields = {k: v for k, v in params.items() if k not in RESHAPE}
-        config = dataclasses.replace(base or SimConfig(), **fields)
+        fields["seed"] = seed
+        config = dataclasses.replace(base, **fields)
         res = run(w, config)
         summary = res.summary(slo=slo)
         clash = sorted(set(row) & set(summary))
@@ -93,15 +112,36 @@ def _dask(client):
             client.close()
 
 
-def _key(params) -> str:
-    """A point's identity, the same before and after a parquet round trip (numpy scalars)."""
+def _key(params, repeat) -> str:
+    """A (point, repeat)'s identity, the same before and after a parquet round trip (numpy
+    scalars)."""
     plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in params.items()}
+    plain["\0repeat"] = int(repeat)  # a name no grid field can have
     return json.dumps(plain, sort_keys=True, default=str)
 
 
-def _grid_sweep(df, grid, base, slo, workers, client, out):
+def _bar(total, done, progress):
+    """A tqdm bar over ``total`` points, ``done`` of them already there (resume); see the
+    module docstring for ``progress``."""
+    from tqdm import tqdm  # the text bar (tqdm.auto warns in a notebook without ipywidgets)
+    show = sys.stderr.isatty() if progress is None else bool(progress)
+    return tqdm(total=total, initial=done, unit="point", desc="sweep", disable=not show,
+                leave=False, file=sys.stderr)
+
+
+def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
+    from ..checks import positive_int
     from ..engine import SimConfig
     import workloads as wl
+    positive_int("repeats", repeats)
+    speculating = getattr(base, "speculative", None) is not None or any(
+        v is not None for v in (grid.get("speculative", ()) if isinstance(grid, dict) else ()))
+    if repeats > 1 and not callable(df) and not speculating:
+        raise ValueError(f"repeats={repeats} needs a workload that depends on the seed: pass a "
+                         f"function seed -> DataFrame, e.g. functools.partial(workloads.load, "
+                         f"name, n=..., rate=...); without speculative decoding the engine draws "
+                         f"nothing, so repeating one DataFrame would give {repeats} identical "
+                         f"rows")
     if not isinstance(grid, dict) or not grid:
         raise ValueError("grid must be a non-empty dict of field -> list of values")
     known = {f.name for f in dataclasses.fields(SimConfig)} | set(RESHAPE)
@@ -111,57 +151,71 @@ def _grid_sweep(df, grid, base, slo, workers, client, out):
     for k, values in grid.items():
         if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not len(values):
             raise ValueError(f"grid[{k!r}] must be a non-empty list of values, got {values!r}")
-    df = wl.validate(df)
+    if repeats > 1 and "seed" in grid:
+        raise ValueError("grid['seed'] with repeats > 1: the repeats already take the seeds "
+                         "seed, seed + 1, ...; give one or the other")
+    if not callable(df):  # a function of the seed: run validates what it returns, per point
+        df = wl.validate(df)
     names = list(grid)
-    points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
+    points = [(dict(zip(names, combo)), r) for combo in itertools.product(*grid.values())
+              for r in range(repeats)]
     done = {}
     if out is not None and Path(out).exists():
         old = pd.read_parquet(out)
         for row in old.to_dict("records"):
             if not row.get("error"):
-                done[_key({k: row[k] for k in names})] = row
-    keys = [_key(p) for p in points]
-    todo = [p for p, k in zip(points, keys) if k not in done]
-    rows = dict(done)
+                done[_key({k: row[k] for k in names}, row.get("repeat", 0))] = row
+    keys = [_key(p, r) for p, r in points]
+    todo = [(p, r) for (p, r), k in zip(points, keys) if k not in done]
+    rows = {k: done[k] for k in keys if k in done}
+    bar = _bar(len(points), len(rows), progress)
 
     def finished(row):
-        rows[_key({k: row[k] for k in names})] = row
+        rows[_key({k: row[k] for k in names}, row["repeat"])] = row
+        bar.update(1)
         if out is not None:
             ordered = [rows[k] for k in keys if k in rows]
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(ordered).to_parquet(out, index=False)
 
-    if client is not None:
-        from dask.distributed import as_completed as dask_completed
-        with _dask(client) as c:
-            futures = c.map(_point, [df] * len(todo), todo, base=base, slo=slo, pure=False)
-            for fut in dask_completed(futures):
-                finished(fut.result())
-    else:
-        workers = workers or min(len(todo), os.cpu_count() or 1)
-        if workers <= 1 or len(todo) <= 1:
-            for p in todo:
-                finished(_point(df, p, base, slo))
-        else:
-            with ProcessPoolExecutor(workers) as pool:
-                futs = [pool.submit(_point, df, p, base, slo) for p in todo]
-                for fut in as_completed(futs):
+    params, reps = [p for p, _ in todo], [r for _, r in todo]
+    with bar:
+        if client is not None:
+            from dask.distributed import as_completed as dask_completed
+            with _dask(client) as c:
+                n = len(todo)  # (keyword arguments of map are not mapped: all positional)
+                futures = c.map(_point, [df] * n, params, [base] * n, [slo] * n, reps,
+                                pure=False)
+                for fut in dask_completed(futures):
                     finished(fut.result())
+        else:
+            workers = workers or min(len(todo), os.cpu_count() or 1)
+            if workers <= 1 or len(todo) <= 1:
+                for p, r in todo:
+                    finished(_point(df, p, base, slo, r))
+            else:
+                with ProcessPoolExecutor(workers) as pool:
+                    futs = [pool.submit(_point, df, p, base, slo, r) for p, r in todo]
+                    for fut in as_completed(futs):
+                        finished(fut.result())
     table = pd.DataFrame([rows[k] for k in keys])
     table.attrs["computed"] = len(todo)
     return table
 
 
-def sweep(workload, grid=None, *, base=None, slo=None, workers=None, client=None,
-          out=None) -> pd.DataFrame:
-    """Run ``grid`` over ``workload`` (a DataFrame), or, without a grid, ``workload`` is a list
-    of jobs (see the module docstring); one row per point or job. ``workers``: local processes
-    (default: CPU count; 1 = in this process). ``client``: a ``dask.distributed.Client``, or a
-    scheduler address such as ``"tcp://host:8786"``, to run them on a cluster."""
+def sweep(workload, grid=None, *, base=None, slo=None, repeats=1, workers=None, client=None,
+          out=None, progress=None) -> pd.DataFrame:
+    """Run ``grid`` over ``workload`` (a DataFrame, or a function ``seed -> DataFrame``), or,
+    without a grid, ``workload`` is a list of jobs (see the module docstring); one row per point
+    and repeat, or per job. ``repeats``: runs per point, seeds ``seed, seed + 1, ...``.
+    ``workers``: local processes (default: CPU count; 1 = in this process). ``client``: a
+    ``dask.distributed.Client``, or a scheduler address such as ``"tcp://host:8786"``, to run
+    them on a cluster. ``progress``: the bar (None: only on a terminal)."""
     if grid is not None:
-        return _grid_sweep(workload, grid, base, slo, workers, client, out)
-    if out is not None:
-        raise ValueError("out= (resume) needs the grid form: sweep(workload, grid, out=...)")
+        return _grid_sweep(workload, grid, base, slo, repeats, workers, client, out, progress)
+    if out is not None or repeats != 1:
+        raise ValueError("out= (resume) and repeats= need the grid form: "
+                         "sweep(workload, grid, repeats=..., out=...)")
     jobs = list(workload)
     for i, job in enumerate(jobs):
         if not isinstance(job, dict) or "workload" not in job:
