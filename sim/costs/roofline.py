@@ -13,7 +13,21 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
   layer (one for a parallel attention+MLP block, whose two outputs are summed before the
   reduction), priced from measured NCCL timings (interpolated by size) or a ring model;
-- the LM head once per iteration for the tokens that sample, and a per-iteration overhead.
+- the LM head once per iteration for the tokens that sample;
+- fixed costs the kernel timings miss (:meth:`RooflineCost.fixed_time`): ``overhead_s`` per
+  iteration (the engine's CPU work: scheduling, input preparation, sampler launch),
+  ``overhead_per_seq_s`` per sequence in the batch (output processing; 0 by default: engines
+  since vLLM 0.6 overlap it with the GPU) and ``eager_layer_overhead_s`` per layer when the
+  iteration launches its kernels one by one (the gaps between kernels that per-kernel timings
+  miss): every batch with a prefill, and decode-only batches of more than
+  ``cuda_graph_max_batch`` sequences; smaller decode batches replay a CUDA graph and pay no
+  per-layer term (vLLM captures graphs for decode batches up to 512 by default).
+
+Compute peak by weight dtype (``compute_dtype``): fp8 weights run FP8 GEMMs at the FP8 peak
+with their own fitted efficiency (``fp8_gemm_compute_eff``); int8 at the INT8 peak; fp4 at the
+FP4 peak only on a GPU that has one (Blackwell), with the FP8 efficiency (no FP4 measurement
+yet); everything else, fp4 on a GPU without FP4 tensor cores and int4 included, dequantises the
+weights and computes at the fp16 peak (``compute_note`` says so).
 
 Multi-head latent attention (MLA, DeepSeek-V2/V3) is priced as vLLM runs it: decode attends
 over the cached latent (``kv_lora_rank + qk_rope_head_dim`` values per token, read once for
@@ -23,8 +37,10 @@ they cost what the ``kv_b_proj`` GEMM costs), prefill attention is ordinary atte
 up-projects the latents of its cached prefix again (a GEMM over the cached tokens).
 
 The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
-``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; GPUs without
-measurements use the mean of the fitted ones. Linear-op time depends only on the number of
+``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs
+and the FP8 efficiency to published end-to-end measurements (``sim/data/cpu_overheads.csv``,
+``sim/data/published_latency.csv``, every row sourced); GPUs without measurements use the mean
+of the fitted ones. Linear-op time depends only on the number of
 tokens, so it is memoised per token count (the hot path is a dict lookup).
 """
 
@@ -56,18 +72,29 @@ class RooflineParams:
     kernel_floor_s: float = 3e-6
     attn_prefill_compute_eff: float = 0.55
     attn_decode_memory_eff: float = 0.7
-    overhead_s: float = 1e-3
+    overhead_s: float = 1e-3  # per iteration (CPU: schedule, prepare inputs, sample)
     allreduce_eff: float = 0.7
     allreduce_latency_s: float = 2e-5
+    overhead_per_seq_s: float = 0.0  # per sequence in the batch, not overlapped with the GPU
+    eager_layer_overhead_s: float = 0.0  # per layer when not replaying a CUDA graph
+    cuda_graph_max_batch: int = 512  # decode-only batches up to this size replay a graph
+    fp8_gemm_compute_eff: float | None = None  # None: gemm_compute_eff
 
     def __post_init__(self):
         for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
-                  "attn_decode_memory_eff", "allreduce_eff"):
+                  "attn_decode_memory_eff", "allreduce_eff", "fp8_gemm_compute_eff"):
+            if f == "fp8_gemm_compute_eff" and self.fp8_gemm_compute_eff is None:
+                continue
             v = positive_float(f, getattr(self, f))
             if v > 1:
                 raise ValueError(f"{f} must be at most 1, got {v}")
-        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s"):
+        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s",
+                  "overhead_per_seq_s", "eager_layer_overhead_s"):
             positive_float(f, getattr(self, f), allow_zero=True)
+        if isinstance(self.cuda_graph_max_batch, bool) or not isinstance(
+                self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:
+            raise ValueError(f"cuda_graph_max_batch must be an integer >= 0 (0: always eager), "
+                             f"got {self.cuda_graph_max_batch!r}")
 
 
 @lru_cache(maxsize=1)
@@ -79,18 +106,21 @@ def _fitted() -> dict:
 
 
 def fitted_params(gpu_key: str) -> RooflineParams:
-    """The fitted efficiencies of ``gpu_key`` ("a100", "h100"), else the mean of those fitted."""
-    fits = _fitted().get("params", {})
+    """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
+    GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads)."""
+    data = _fitted()
+    fits, shared = data.get("params", {}), data.get("shared", {})
     if not fits:
-        return RooflineParams()
+        return RooflineParams(**shared)
     if gpu_key in fits:
         p = fits[gpu_key]
     else:
-        keys = list(fits)
-        p = {k: (float(np.mean([fits[g][k] for g in keys])) if not isinstance(fits[keys[0]][k], dict)
-                 else {op: float(np.mean([fits[g][k][op] for g in keys])) for op in fits[keys[0]][k]})
-             for k in fits[keys[0]]}
-    return RooflineParams(**p)
+        p = {}
+        for k in dict.fromkeys(k for g in fits.values() for k in g):
+            vals = [g[k] for g in fits.values() if k in g]
+            p[k] = ({op: float(np.mean([v[op] for v in vals])) for op in vals[0]}
+                    if isinstance(vals[0], dict) else float(np.mean(vals)))
+    return RooflineParams(**{**shared, **p})
 
 
 @lru_cache(maxsize=1)
@@ -107,6 +137,27 @@ def _allreduce_table() -> dict:
 
 _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
              "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x"}
+
+
+def _compute_peak(weight_dtype, nbytes, gpu):
+    """``(compute dtype, peak FLOP/s, note)`` of GEMMs on weights of ``weight_dtype``."""
+    key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
+    fp16 = gpu.fp16_tflops * 1e12
+    if key == "fp4":
+        if gpu.fp4_tflops:
+            return "fp4", gpu.fp4_tflops * 1e12, "fp4 GEMMs at the FP4 peak"
+        return "fp16", fp16, (f"{gpu.name} has no FP4 tensor cores: fp4 weights are "
+                              f"dequantised and computed at the fp16 peak")
+    if key == "fp8" or nbytes == 1 and key != "int8":
+        if gpu.fp8_tflops:
+            return "fp8", gpu.fp8_tflops * 1e12, "fp8 GEMMs at the FP8 peak"
+        return "fp16", fp16, (f"{gpu.name} has no FP8 tensor cores: fp8 weights are "
+                              f"dequantised and computed at the fp16 peak")
+    if key == "int8" and gpu.int8_tops:
+        return "int8", gpu.int8_tops * 1e12, "int8 GEMMs at the INT8 peak"
+    if nbytes < 2:  # weight-only int4 (or int8 without INT8 cores): dequantised in the kernel
+        return "fp16", fp16, f"{key} weights are dequantised and computed at the fp16 peak"
+    return "fp16", fp16, "fp16/bf16 GEMMs at the fp16 peak"
 
 
 class RooflineCost:
@@ -130,17 +181,17 @@ class RooflineCost:
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
-        key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
-        if key in ("fp8",) or self.wb == 1 and key != "int8":
-            self.peak = (g.fp8_tflops or g.fp16_tflops) * 1e12
-        elif key == "int8":
-            self.peak = (g.int8_tops or g.fp16_tflops) * 1e12
-        else:  # fp16/bf16, and weight-only int4 (dequantised to fp16 in the kernel)
-            self.peak = self.peak_fp16
+        self.compute_dtype, self.peak, self.compute_note = _compute_peak(weight_dtype, self.wb, g)
+        p = self.params
+        self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
+            "fp8", "fp4") else p.gemm_compute_eff
         self._linear_cache = {}
         m, tp = self.model, self.tp
-        p = self.params
         layers = m.num_hidden_layers
+        self._fixed_s = p.overhead_s
+        self._eager_s = layers * p.eager_layer_overhead_s
+        self._per_seq_s = p.overhead_per_seq_s
+        self._graph_max = p.cuda_graph_max_batch
         self._allreduces_per_layer = 1 if m.parallel_attn else 2
         self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
         if m.is_mla:
@@ -157,7 +208,7 @@ class RooflineCost:
             self._prefill_new_bytes = qkv_width * ACT_BYTES  # read Q, write O
             up_width = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
             self._upproj = (
-                layers * 2.0 * up_width / (self.peak * p.gemm_compute_eff),
+                layers * 2.0 * up_width / (self.peak * self._gemm_ce),
                 layers * up_width * self.wb / (self.bw * p.gemm_memory_eff),
                 layers * (m.kv_lora_rank + heads * (m.qk_nope_head_dim + m.v_head_dim))
                 * ACT_BYTES / (self.bw * p.gemm_memory_eff))
@@ -256,7 +307,7 @@ class RooflineCost:
         out = {}
         for op, (flops, nbytes) in work.items():
             if op in GEMM_OPS:
-                t = np.maximum(np.maximum(flops / (self.peak * p.gemm_compute_eff),
+                t = np.maximum(np.maximum(flops / (self.peak * self._gemm_ce),
                                           nbytes / (self.bw * p.gemm_memory_eff)),
                                p.kernel_floor_s) + p.gemm_latency_s
             else:
@@ -301,11 +352,17 @@ class RooflineCost:
             t = self.model.num_hidden_layers * layer
             if sampled:
                 p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
-                t += max(2.0 * sampled * h * v / (self.peak * p.gemm_compute_eff),
+                t += max(2.0 * sampled * h * v / (self.peak * self._gemm_ce),
                          (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
                          / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
             self._linear_cache[key] = t
         return t
+
+    def fixed_time(self, num_seqs, *, graphed=False) -> float:
+        """The fixed costs of an iteration of ``num_seqs`` sequences (see the module docstring);
+        ``graphed``: a decode-only batch that replays a CUDA graph."""
+        t = self._fixed_s + self._per_seq_s * num_seqs
+        return t if graphed else t + self._eager_s
 
     def prefill_attention_time(self, new, cached) -> float:
         """Attention of a prefill chunk of ``new`` tokens over ``cached`` ones, all layers (an
@@ -339,7 +396,9 @@ class RooflineCost:
         t = self._linear_cache.get(key)
         if t is None:
             t = self.linear_time(*key)
-        t += self.params.overhead_s
+        t += self._fixed_s + self._per_seq_s * key[1]  # fixed costs (fixed_time)
+        if prefills or n_dec > self._graph_max:
+            t += self._eager_s
         if n_dec:
             d = batch.decode_context_tokens * self._decode_s_per_ctx
             t += d if d > self._attn_floor else self._attn_floor
