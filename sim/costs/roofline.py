@@ -37,10 +37,11 @@ they cost what the ``kv_b_proj`` GEMM costs), prefill attention is ordinary atte
 up-projects the latents of its cached prefix again (a GEMM over the cached tokens).
 
 The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
-``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs
-and the FP8 efficiency to published end-to-end measurements (``sim/data/cpu_overheads.csv``,
-``sim/data/published_latency.csv``, every row sourced); GPUs without measurements use the mean
-of the fitted ones. Linear-op time depends only on the number of
+``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs,
+the FP8 efficiency and the decode attention's bandwidth efficiency to published end-to-end
+measurements (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, every row
+sourced); the prefill attention's compute efficiency (0.55) is still an assumption. GPUs
+without measurements use, term by term, the mean of the fitted ones. Linear-op time depends only on the number of
 tokens, so it is memoised per token count (the hot path is a dict lookup).
 """
 
