@@ -40,88 +40,29 @@ The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
 ``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs,
 the FP8 efficiency and the decode attention's bandwidth efficiency to published end-to-end
 measurements (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, every row
-sourced); the prefill attention's compute efficiency (0.55) is still an assumption. GPUs
-without measurements use, term by term, the mean of the fitted ones. Linear-op time depends only on the number of
-tokens, so it is memoised per token count (the hot path is a dict lookup).
+sourced); the prefill attention's compute efficiency (0.55) is still an assumption. The terms
+and their fitted values live in :mod:`sim.costs.roofline_params`. Linear-op time depends only
+on the number of tokens, so it is memoised per token count (the hot path is a dict lookup).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
 import numpy as np
 
-from ..checks import positive_float, positive_int
+from ..checks import positive_int
 from ..specs.gpus import get_gpu
 from ..specs.memory import bytes_per_value
 from ..specs.models import get_model
+from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, RooflineParams, compute_peak,
+                              fitted_params)
 
-ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
-GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+__all__ = ["ACT_BYTES", "ELEMENTWISE_OPS", "GEMM_OPS", "RooflineCost", "RooflineParams",
+           "fitted_params"]
+
 ACT_BYTES = 2  # activations in fp16/bf16
-
-
-@dataclass(frozen=True, slots=True)
-class RooflineParams:
-    gemm_compute_eff: float = 0.72
-    gemm_memory_eff: float = 0.78
-    gemm_latency_s: float = 0.0  # fixed time added to every GEMM (launch, tails)
-    elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
-    kernel_floor_s: float = 3e-6
-    attn_prefill_compute_eff: float = 0.55
-    attn_decode_memory_eff: float = 0.7
-    overhead_s: float = 1e-3  # per iteration (CPU: schedule, prepare inputs, sample)
-    allreduce_eff: float = 0.7
-    allreduce_latency_s: float = 2e-5
-    overhead_per_seq_s: float = 0.0  # per sequence in the batch, not overlapped with the GPU
-    eager_layer_overhead_s: float = 0.0  # per layer when not replaying a CUDA graph
-    cuda_graph_max_batch: int = 512  # decode-only batches up to this size replay a graph
-    fp8_gemm_compute_eff: float | None = None  # None: gemm_compute_eff
-
-    def __post_init__(self):
-        for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
-                  "attn_decode_memory_eff", "allreduce_eff", "fp8_gemm_compute_eff"):
-            if f == "fp8_gemm_compute_eff" and self.fp8_gemm_compute_eff is None:
-                continue
-            v = positive_float(f, getattr(self, f))
-            if v > 1:
-                raise ValueError(f"{f} must be at most 1, got {v}")
-        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s",
-                  "overhead_per_seq_s", "eager_layer_overhead_s"):
-            positive_float(f, getattr(self, f), allow_zero=True)
-        if isinstance(self.cuda_graph_max_batch, bool) or not isinstance(
-                self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:
-            raise ValueError(f"cuda_graph_max_batch must be an integer >= 0 (0: always eager), "
-                             f"got {self.cuda_graph_max_batch!r}")
-
-
-@lru_cache(maxsize=1)
-def _fitted() -> dict:
-    path = resources.files("sim").joinpath("data/roofline_fit.json")
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text())
-
-
-def fitted_params(gpu_key: str) -> RooflineParams:
-    """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
-    GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads)."""
-    data = _fitted()
-    fits, shared = data.get("params", {}), data.get("shared", {})
-    if not fits:
-        return RooflineParams(**shared)
-    if gpu_key in fits:
-        p = fits[gpu_key]
-    else:
-        p = {}
-        for k in dict.fromkeys(k for g in fits.values() for k in g):
-            vals = [g[k] for g in fits.values() if k in g]
-            p[k] = ({op: float(np.mean([v[op] for v in vals])) for op in vals[0]}
-                    if isinstance(vals[0], dict) else float(np.mean(vals)))
-    return RooflineParams(**{**shared, **p})
 
 
 @lru_cache(maxsize=1)
@@ -138,27 +79,6 @@ def _allreduce_table() -> dict:
 
 _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
              "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x"}
-
-
-def _compute_peak(weight_dtype, nbytes, gpu):
-    """``(compute dtype, peak FLOP/s, note)`` of GEMMs on weights of ``weight_dtype``."""
-    key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
-    fp16 = gpu.fp16_tflops * 1e12
-    if key == "fp4":
-        if gpu.fp4_tflops:
-            return "fp4", gpu.fp4_tflops * 1e12, "fp4 GEMMs at the FP4 peak"
-        return "fp16", fp16, (f"{gpu.name} has no FP4 tensor cores: fp4 weights are "
-                              f"dequantised and computed at the fp16 peak")
-    if key == "fp8" or nbytes == 1 and key != "int8":
-        if gpu.fp8_tflops:
-            return "fp8", gpu.fp8_tflops * 1e12, "fp8 GEMMs at the FP8 peak"
-        return "fp16", fp16, (f"{gpu.name} has no FP8 tensor cores: fp8 weights are "
-                              f"dequantised and computed at the fp16 peak")
-    if key == "int8" and gpu.int8_tops:
-        return "int8", gpu.int8_tops * 1e12, "int8 GEMMs at the INT8 peak"
-    if nbytes < 2:  # weight-only int4 (or int8 without INT8 cores): dequantised in the kernel
-        return "fp16", fp16, f"{key} weights are dequantised and computed at the fp16 peak"
-    return "fp16", fp16, "fp16/bf16 GEMMs at the fp16 peak"
 
 
 class RooflineCost:
@@ -182,7 +102,7 @@ class RooflineCost:
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
-        self.compute_dtype, self.peak, self.compute_note = _compute_peak(weight_dtype, self.wb, g)
+        self.compute_dtype, self.peak, self.compute_note = compute_peak(weight_dtype, self.wb, g)
         p = self.params
         self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
             "fp8", "fp4") else p.gemm_compute_eff
