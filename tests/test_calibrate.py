@@ -68,12 +68,14 @@ def test_calibrated_cost_is_weights_dot_terms(small_profile):
     assert terms[TERMS.index("linear")] == pytest.approx(
         _loglog_interp(66.0, *(np.asarray(small_profile["fit"]["linear"][k]) for k in "xy")))
     assert cost.predict([(64, 100)], [30, 200]) == pytest.approx(terms @ cost.weights)
-    # larger batches: every term grows, and with weights >= 0 no price shrinks (strict growth
-    # would depend on which weights a loaded machine's fit leaves above zero)
+    # larger batches: the counted terms grow; the timed ones come from a 1-second calibration,
+    # and on a loaded machine a timing table need not be monotone (seen: lm_head 8.1 ms at one
+    # sequence, 0.42 ms at eight), so only their prices' sign is certain: >= 0
     small, more, mixed = ([], [30]), ([], [30] * 8), ([(256, 0)], [30] * 8)
-    assert (cost.terms(*small) <= cost.terms(*more)).all()
-    assert (cost.terms(*more) <= cost.terms(*mixed)).all()
-    assert 0 <= cost.predict(*small) <= cost.predict(*more) <= cost.predict(*mixed)
+    counts = [TERMS.index(k) for k in ("base_s", "per_seq_s", "per_block_s")]
+    assert (cost.terms(*small)[counts] <= cost.terms(*more)[counts]).all()
+    assert (cost.terms(*more)[counts] <= cost.terms(*mixed)[counts]).all()
+    assert min(cost.predict(*small), cost.predict(*more), cost.predict(*mixed)) >= 0
 
 
 def test_profile_file_round_trip_and_sim_run_profile(small_profile, tmp_path, capsys):

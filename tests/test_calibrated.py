@@ -330,3 +330,23 @@ def test_shipped_profile_warning_lists_its_negative_weights(shipped):
 def test_a_profile_that_is_not_an_object_is_a_clear_error():
     with pytest.raises(ValueError, match="JSON object"):
         CalibratedCost([1, 2])
+
+
+def test_every_shipped_profile_has_nonnegative_terms_and_a_passed_gate():
+    """A shipped profile prices every batch >= 0 by construction: every weight >= 0 (the CPU
+    profile's intercept, fitted before the non-negative fit, was clipped to 0: the adjustment is
+    recorded in the profile with its reason) and its gate verdict passed, so no warning."""
+    from importlib import resources
+    shipped = [f for f in resources.files("sim").joinpath("data/profiles").iterdir()
+               if f.name.endswith(".json")]
+    assert shipped
+    for f in shipped:
+        cost = CalibratedCost(json.loads(f.read_text()))
+        assert (cost.weights >= 0).all(), (f.name, dict(zip(TERMS, cost.weights)))
+        assert cost.quality["passed"] and cost.warning() is None
+        for adj in cost.profile.get("adjustments", []):
+            assert adj["was"] < 0 == adj["now"] and adj["why"]
+    # a decode of one token costs at least its kernels (no negative fixed term)
+    cpu = CalibratedCost(json.loads(shipped_cpu_profile().read_text()))
+    kernels = cpu.terms([], [1])[:4] @ cpu.weights[:4]
+    assert cpu.predict([], [1]) >= kernels > 0

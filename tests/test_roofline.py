@@ -25,6 +25,12 @@ def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_scri
     for gpu, p in params.items():
         assert stored["params"][gpu]["gemm_compute_eff"] == p.gemm_compute_eff
         assert stored["params"][gpu]["elementwise_eff"] == p.elementwise_eff
+    # the fixed costs and the FP8 efficiency fitted after the kernels reproduce too
+    shared, per_gpu, sync_cpu, _, lat, _ = fit_roofline.fit_fixed_costs(params)
+    assert stored["shared"] == shared and stored["synchronous_cpu"] == sync_cpu
+    for gpu, terms in per_gpu.items():
+        assert {k: stored["params"][gpu][k] for k in terms} == terms
+    assert len(lat) == 29 and set(lat["split"]) == {"fit", "held-out"}
     held = rep[rep["split"] == "held-out"]
     assert set(held["gpu"]) == {"a100", "h100"}
     assert (rep["median_ape_pct"] <= 10).all(), rep
@@ -38,7 +44,9 @@ def test_decode_of_one_token_reads_the_weights_and_matches_measured_layers():
     cost = RooflineCost("llama-2-7b", "h100")
     m, g, p = get_model("llama-2-7b"), get_gpu("h100"), fitted_params("h100")
     weights = m.total_params() * 2 - m.vocab_size * m.hidden_size * 2  # input embedding not read
-    t = cost(FakeBatch(decodes=1, context=1)) - p.overhead_s
+    fixed = cost.fixed_time(1, graphed=True)  # a decode of one replays a CUDA graph
+    assert fixed == p.overhead_s
+    t = cost(FakeBatch(decodes=1, context=1)) - fixed
     assert t > weights / (g.memory_bandwidth_gbps * 1e9)  # never faster than peak bandwidth
     # Vidur's measured H100 kernels for one layer at 1 token, x 32 layers (+ 1 extra residual add)
     import pandas as pd
@@ -48,7 +56,7 @@ def test_decode_of_one_token_reads_the_weights_and_matches_measured_layers():
     ops = [c for c in prof.columns if c.endswith("_ms") and c != "emb_ms"]
     measured = 32 * (row[ops].sum() + row["add_ms"]) * 1e-3
     lm_head = cost.linear_time(1, 1) - cost.linear_time(1, 0)
-    attention = cost(FakeBatch(decodes=1, context=1)) - p.overhead_s - cost.linear_time(1, 1)
+    attention = cost(FakeBatch(decodes=1, context=1)) - fixed - cost.linear_time(1, 1)
     assert t - lm_head - attention == pytest.approx(measured, rel=0.10)
 
 
@@ -112,7 +120,7 @@ def test_hot_path_matches_per_op_sum():
     ops = c.op_times(300)
     p = c.params
     m = c.model
-    expected = (p.overhead_s + m.num_hidden_layers * (sum(ops.values()) + ops["add"])
+    expected = (c.fixed_time(1) + m.num_hidden_layers * (sum(ops.values()) + ops["add"])
                 + max(2 * 300 * 0 + 2.0 * 1 * m.hidden_size * m.vocab_size / (c.peak * p.gemm_compute_eff),
                       (m.hidden_size * m.vocab_size * 2 + (m.hidden_size + m.vocab_size) * 2)
                       / (c.bw * p.gemm_memory_eff), p.kernel_floor_s)
@@ -272,7 +280,7 @@ def test_hot_path_matches_per_op_sum_for_new_architectures(name, tp):
     ops = c.op_times(357)
     layers = m.num_hidden_layers
     v = m.vocab_size / tp
-    expected = (p.overhead_s + layers * (sum(ops.values()) + ops["add"])
+    expected = (c.fixed_time(9) + layers * (sum(ops.values()) + ops["add"])
                 + layers * (1 if m.parallel_attn else 2)
                 * c.allreduce_time(357 * m.hidden_size * 2)
                 + max(2.0 * 9 * m.hidden_size * v / (c.peak * p.gemm_compute_eff),

@@ -13,7 +13,21 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
   layer (one for a parallel attention+MLP block, whose two outputs are summed before the
   reduction), priced from measured NCCL timings (interpolated by size) or a ring model;
-- the LM head once per iteration for the tokens that sample, and a per-iteration overhead.
+- the LM head once per iteration for the tokens that sample;
+- fixed costs the kernel timings miss (:meth:`RooflineCost.fixed_time`): ``overhead_s`` per
+  iteration (the engine's CPU work: scheduling, input preparation, sampler launch),
+  ``overhead_per_seq_s`` per sequence in the batch (output processing; 0 by default: engines
+  since vLLM 0.6 overlap it with the GPU) and ``eager_layer_overhead_s`` per layer when the
+  iteration launches its kernels one by one (the gaps between kernels that per-kernel timings
+  miss): every batch with a prefill, and decode-only batches of more than
+  ``cuda_graph_max_batch`` sequences; smaller decode batches replay a CUDA graph and pay no
+  per-layer term (vLLM captures graphs for decode batches up to 512 by default).
+
+Compute peak by weight dtype (``compute_dtype``): fp8 weights run FP8 GEMMs at the FP8 peak
+with their own fitted efficiency (``fp8_gemm_compute_eff``); int8 at the INT8 peak; fp4 at the
+FP4 peak only on a GPU that has one (Blackwell), with the FP8 efficiency (no FP4 measurement
+yet); everything else, fp4 on a GPU without FP4 tensor cores and int4 included, dequantises the
+weights and computes at the fp16 peak (``compute_note`` says so).
 
 Multi-head latent attention (MLA, DeepSeek-V2/V3) is priced as vLLM runs it: decode attends
 over the cached latent (``kv_lora_rank + qk_rope_head_dim`` values per token, read once for
@@ -23,74 +37,32 @@ they cost what the ``kv_b_proj`` GEMM costs), prefill attention is ordinary atte
 up-projects the latents of its cached prefix again (a GEMM over the cached tokens).
 
 The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
-``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; GPUs without
-measurements use the mean of the fitted ones. Linear-op time depends only on the number of
-tokens, so it is memoised per token count (the hot path is a dict lookup).
+``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs,
+the FP8 efficiency and the decode attention's bandwidth efficiency to published end-to-end
+measurements (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, every row
+sourced); the prefill attention's compute efficiency (0.55) is still an assumption. The terms
+and their fitted values live in :mod:`sim.costs.roofline_params`. Linear-op time depends only
+on the number of tokens, so it is memoised per token count (the hot path is a dict lookup).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
 import numpy as np
 
-from ..checks import positive_float, positive_int
+from ..checks import positive_int
 from ..specs.gpus import get_gpu
 from ..specs.memory import bytes_per_value
 from ..specs.models import get_model
+from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, RooflineParams, compute_peak,
+                              fitted_params)
 
-ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
-GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+__all__ = ["ACT_BYTES", "ELEMENTWISE_OPS", "GEMM_OPS", "RooflineCost", "RooflineParams",
+           "fitted_params"]
+
 ACT_BYTES = 2  # activations in fp16/bf16
-
-
-@dataclass(frozen=True, slots=True)
-class RooflineParams:
-    gemm_compute_eff: float = 0.72
-    gemm_memory_eff: float = 0.78
-    gemm_latency_s: float = 0.0  # fixed time added to every GEMM (launch, tails)
-    elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
-    kernel_floor_s: float = 3e-6
-    attn_prefill_compute_eff: float = 0.55
-    attn_decode_memory_eff: float = 0.7
-    overhead_s: float = 1e-3
-    allreduce_eff: float = 0.7
-    allreduce_latency_s: float = 2e-5
-
-    def __post_init__(self):
-        for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
-                  "attn_decode_memory_eff", "allreduce_eff"):
-            v = positive_float(f, getattr(self, f))
-            if v > 1:
-                raise ValueError(f"{f} must be at most 1, got {v}")
-        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s"):
-            positive_float(f, getattr(self, f), allow_zero=True)
-
-
-@lru_cache(maxsize=1)
-def _fitted() -> dict:
-    path = resources.files("sim").joinpath("data/roofline_fit.json")
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text())
-
-
-def fitted_params(gpu_key: str) -> RooflineParams:
-    """The fitted efficiencies of ``gpu_key`` ("a100", "h100"), else the mean of those fitted."""
-    fits = _fitted().get("params", {})
-    if not fits:
-        return RooflineParams()
-    if gpu_key in fits:
-        p = fits[gpu_key]
-    else:
-        keys = list(fits)
-        p = {k: (float(np.mean([fits[g][k] for g in keys])) if not isinstance(fits[keys[0]][k], dict)
-                 else {op: float(np.mean([fits[g][k][op] for g in keys])) for op in fits[keys[0]][k]})
-             for k in fits[keys[0]]}
-    return RooflineParams(**p)
 
 
 @lru_cache(maxsize=1)
@@ -130,17 +102,17 @@ class RooflineCost:
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
-        key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
-        if key in ("fp8",) or self.wb == 1 and key != "int8":
-            self.peak = (g.fp8_tflops or g.fp16_tflops) * 1e12
-        elif key == "int8":
-            self.peak = (g.int8_tops or g.fp16_tflops) * 1e12
-        else:  # fp16/bf16, and weight-only int4 (dequantised to fp16 in the kernel)
-            self.peak = self.peak_fp16
+        self.compute_dtype, self.peak, self.compute_note = compute_peak(weight_dtype, self.wb, g)
+        p = self.params
+        self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
+            "fp8", "fp4") else p.gemm_compute_eff
         self._linear_cache = {}
         m, tp = self.model, self.tp
-        p = self.params
         layers = m.num_hidden_layers
+        self._fixed_s = p.overhead_s
+        self._eager_s = layers * p.eager_layer_overhead_s
+        self._per_seq_s = p.overhead_per_seq_s
+        self._graph_max = p.cuda_graph_max_batch
         self._allreduces_per_layer = 1 if m.parallel_attn else 2
         self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
         if m.is_mla:
@@ -157,7 +129,7 @@ class RooflineCost:
             self._prefill_new_bytes = qkv_width * ACT_BYTES  # read Q, write O
             up_width = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
             self._upproj = (
-                layers * 2.0 * up_width / (self.peak * p.gemm_compute_eff),
+                layers * 2.0 * up_width / (self.peak * self._gemm_ce),
                 layers * up_width * self.wb / (self.bw * p.gemm_memory_eff),
                 layers * (m.kv_lora_rank + heads * (m.qk_nope_head_dim + m.v_head_dim))
                 * ACT_BYTES / (self.bw * p.gemm_memory_eff))
@@ -258,7 +230,7 @@ class RooflineCost:
         out = {}
         for op, (flops, nbytes) in work.items():
             if op in GEMM_OPS:
-                t = np.maximum(np.maximum(flops / (self.peak * p.gemm_compute_eff),
+                t = np.maximum(np.maximum(flops / (self.peak * self._gemm_ce),
                                           nbytes / (self.bw * p.gemm_memory_eff)),
                                p.kernel_floor_s) + p.gemm_latency_s
             else:
@@ -303,11 +275,17 @@ class RooflineCost:
             t = self.model.num_hidden_layers * layer
             if sampled:
                 p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
-                t += max(2.0 * sampled * h * v / (self.peak * p.gemm_compute_eff),
+                t += max(2.0 * sampled * h * v / (self.peak * self._gemm_ce),
                          (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
                          / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
             self._linear_cache[key] = t
         return t
+
+    def fixed_time(self, num_seqs, *, graphed=False) -> float:
+        """The fixed costs of an iteration of ``num_seqs`` sequences (see the module docstring);
+        ``graphed``: a decode-only batch that replays a CUDA graph."""
+        t = self._fixed_s + self._per_seq_s * num_seqs
+        return t if graphed else t + self._eager_s
 
     def prefill_attention_time(self, new, cached) -> float:
         """Attention of a prefill chunk of ``new`` tokens over ``cached`` ones, all layers (an
@@ -343,7 +321,9 @@ class RooflineCost:
         t = self._linear_cache.get(key)
         if t is None:
             t = self.linear_time(*key)
-        t += self.params.overhead_s
+        t += self._fixed_s + self._per_seq_s * key[1]  # fixed costs (fixed_time)
+        if prefills or q > self._graph_max:  # graphs are captured per query-token count
+            t += self._eager_s
         if n_dec:
             per_ctx = self._decode_s_per_ctx if not spec else max(
                 (1 + spec) * self._decode_flops_s_per_ctx, self._decode_bytes_s_per_ctx)

@@ -1,0 +1,106 @@
+"""The roofline's terms: :class:`RooflineParams` (efficiencies and fixed costs), the fitted
+values per GPU (:func:`fitted_params`, from ``sim/data/roofline_fit.json``, written by
+``experiments/fit_roofline.py``) and the compute peak a weight dtype runs at
+(:func:`compute_peak`).
+
+Invariants: every efficiency is in (0, 1]; every fixed cost is >= 0; ``cuda_graph_max_batch``
+is an integer >= 0 (0: every iteration runs eagerly). A GPU without fitted terms gets, term by
+term, the mean over the GPUs fitted for that term (an FP8 efficiency only from GPUs with FP8
+tensor cores). FP8/FP4 compute needs the GPU's FP8/FP4 tensor cores; otherwise the weights are
+dequantised and computed at the fp16 peak, and the returned note says so.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+from ..checks import positive_float
+
+ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
+GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+
+
+@dataclass(frozen=True, slots=True)
+class RooflineParams:
+    gemm_compute_eff: float = 0.72
+    gemm_memory_eff: float = 0.78
+    gemm_latency_s: float = 0.0  # fixed time added to every GEMM (launch, tails)
+    elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
+    kernel_floor_s: float = 3e-6
+    attn_prefill_compute_eff: float = 0.55
+    attn_decode_memory_eff: float = 0.7
+    overhead_s: float = 1e-3  # per iteration (CPU: schedule, prepare inputs, sample)
+    allreduce_eff: float = 0.7
+    allreduce_latency_s: float = 2e-5
+    overhead_per_seq_s: float = 0.0  # per sequence in the batch, not overlapped with the GPU
+    eager_layer_overhead_s: float = 0.0  # per layer when not replaying a CUDA graph
+    cuda_graph_max_batch: int = 512  # decode-only batches up to this size replay a graph
+    fp8_gemm_compute_eff: float | None = None  # None: gemm_compute_eff
+
+    def __post_init__(self):
+        for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
+                  "attn_decode_memory_eff", "allreduce_eff", "fp8_gemm_compute_eff"):
+            if f == "fp8_gemm_compute_eff" and self.fp8_gemm_compute_eff is None:
+                continue
+            v = positive_float(f, getattr(self, f))
+            if v > 1:
+                raise ValueError(f"{f} must be at most 1, got {v}")
+        for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s",
+                  "overhead_per_seq_s", "eager_layer_overhead_s"):
+            positive_float(f, getattr(self, f), allow_zero=True)
+        if isinstance(self.cuda_graph_max_batch, bool) or not isinstance(
+                self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:
+            raise ValueError(f"cuda_graph_max_batch must be an integer >= 0 (0: always eager), "
+                             f"got {self.cuda_graph_max_batch!r}")
+
+
+@lru_cache(maxsize=1)
+def _fitted() -> dict:
+    path = resources.files("sim").joinpath("data/roofline_fit.json")
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text())
+
+
+def fitted_params(gpu_key: str) -> RooflineParams:
+    """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
+    GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads)."""
+    data = _fitted()
+    fits, shared = data.get("params", {}), data.get("shared", {})
+    if not fits:
+        return RooflineParams(**shared)
+    if gpu_key in fits:
+        p = fits[gpu_key]
+    else:
+        p = {}
+        for k in dict.fromkeys(k for g in fits.values() for k in g):
+            vals = [g[k] for g in fits.values() if k in g]
+            p[k] = ({op: float(np.mean([v[op] for v in vals])) for op in vals[0]}
+                    if isinstance(vals[0], dict) else float(np.mean(vals)))
+    return RooflineParams(**{**shared, **p})
+
+
+def compute_peak(weight_dtype, nbytes, gpu):
+    """``(compute dtype, peak FLOP/s, note)`` of GEMMs on weights of ``weight_dtype``."""
+    key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
+    fp16 = gpu.fp16_tflops * 1e12
+    if key == "fp4":
+        if gpu.fp4_tflops:
+            return "fp4", gpu.fp4_tflops * 1e12, "fp4 GEMMs at the FP4 peak"
+        return "fp16", fp16, (f"{gpu.name} has no FP4 tensor cores: fp4 weights are "
+                              f"dequantised and computed at the fp16 peak")
+    if key == "fp8" or nbytes == 1 and key != "int8":
+        if gpu.fp8_tflops:
+            return "fp8", gpu.fp8_tflops * 1e12, "fp8 GEMMs at the FP8 peak"
+        return "fp16", fp16, (f"{gpu.name} has no FP8 tensor cores: fp8 weights are "
+                              f"dequantised and computed at the fp16 peak")
+    if key == "int8" and gpu.int8_tops:
+        return "int8", gpu.int8_tops * 1e12, "int8 GEMMs at the INT8 peak"
+    if nbytes < 2:  # weight-only int4 (or int8 without INT8 cores): dequantised in the kernel
+        return "fp16", fp16, f"{key} weights are dequantised and computed at the fp16 peak"
+    return "fp16", fp16, "fp16/bf16 GEMMs at the fp16 peak"
