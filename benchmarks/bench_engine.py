@@ -7,7 +7,8 @@ arrivals at 1,000 req/s (far above capacity: saturated), max batch 256, chunked 
 the 512-token budget, Llama-3.1-8B on H100 roofline costs, KV blocks on (the pool from the
 memory budget, 28,343 blocks; and the cheat sheet's 1,800 blocks, which forces preemptions).
 Reports medians over repeats and the ratio to a bare SimPy loop with one timeout per iteration
-(the floor any one-event-per-iteration engine pays).
+(the floor any one-event-per-iteration engine pays). A third scenario routes the same workload
+round-robin over 4 replicas (a cluster: one process per replica, a dispatcher per arrival).
 """
 
 from __future__ import annotations
@@ -44,19 +45,19 @@ def bare_simpy(iterations) -> float:
     return time.perf_counter() - t
 
 
-def measure(n=100_000, repeats=3, kv_blocks=None) -> dict:
+def measure(n=100_000, repeats=3, kv_blocks=None, replicas=1) -> dict:
     df = workload(n)
     cost = RooflineCost("llama-3.1-8b", "h100")
     walls, res = [], None
     for _ in range(repeats):
         t = time.perf_counter()
         res = run(df, scheduler="chunked", cost_model=cost, max_batch_size=256,
-                  kv_blocks=kv_blocks, model="llama-3.1-8b", gpu="h100")
+                  kv_blocks=kv_blocks, model="llama-3.1-8b", gpu="h100", replicas=replicas)
         walls.append(time.perf_counter() - t)
     wall = statistics.median(walls)
     iters = len(res.iterations)
     bare = statistics.median(bare_simpy(iters) for _ in range(repeats))
-    return {"requests": n, "kv_blocks": res.kv_blocks, "iterations": iters,
+    return {"requests": n, "replicas": replicas, "kv_blocks": res.kv_blocks, "iterations": iters,
             "preemptions": int(res.requests["num_preemptions"].sum()),
             "wall_s_median": round(wall, 3), "requests_per_s": round(n / wall),
             "iterations_per_s": round(iters / wall),
@@ -69,7 +70,8 @@ def main(argv=None):
     p.add_argument("--requests", type=int, default=100_000)
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
-    out = [measure(a.requests, a.repeats), measure(a.requests, a.repeats, KV_BLOCKS_AVAILABLE)]
+    out = [measure(a.requests, a.repeats), measure(a.requests, a.repeats, KV_BLOCKS_AVAILABLE),
+           measure(a.requests, a.repeats, replicas=4)]
     json.dump(out, sys.stdout, indent=2)
     print()
     return out

@@ -8,3 +8,11 @@ def test_engine_simulates_at_least_50k_requests_per_second(load_script):
     r = load_script("benchmarks/bench_engine.py").measure(100_000, repeats=3)
     print(r)
     assert r["requests_per_s"] >= 50_000
+
+
+@pytest.mark.perf
+def test_four_replicas_cost_at_most_twice_as_much_per_request_as_one(load_script):
+    bench = load_script("benchmarks/bench_engine.py")
+    one, four = bench.measure(50_000, repeats=3), bench.measure(50_000, repeats=3, replicas=4)
+    print(one, four)
+    assert four["wall_s_median"] <= 2 * one["wall_s_median"]

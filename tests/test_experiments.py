@@ -55,3 +55,15 @@ def test_compare_presets(tmp_path, load_script):
     # chunked prefill (sarathi) keeps the P99 inter-token latency far below vllm's 8k budget
     assert table.loc["sarathi", "itl_p99"] < 0.5 * table.loc["vllm", "itl_p99"]
     assert (tmp_path / "presets.csv").exists() and (tmp_path / "presets_latency_cdfs.png").exists()
+
+
+def test_routing(tmp_path, load_script):
+    routing = load_script("experiments/routing.py")
+    table = routing.main(["-n", "600", "--rate", "30", "-o", str(tmp_path)])
+    assert list(table.index) == ["round_robin", "random", "least_outstanding", "least_kv",
+                                 "prefix_affinity"]
+    assert table["prefix_hit_rate"].idxmax() == "prefix_affinity"
+    assert table.loc["prefix_affinity", "ttft_p50"] < table.loc["round_robin", "ttft_p50"]
+    assert table.loc["round_robin", "busiest_share"] == 0.25
+    for name in ("routing.csv", "routing_latency_cdfs.png", "routing_replica_load.png"):
+        assert (tmp_path / name).exists()

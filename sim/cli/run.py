@@ -73,7 +73,8 @@ def build(s):
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
                     block_size=s["block_size"], prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],
-                    seed=s["seed"], closed_loop=closed)
+                    seed=s["seed"], closed_loop=closed, replicas=s["replicas"],
+                    router=s["router"])
     return df, cfg
 
 
@@ -104,9 +105,13 @@ def format_summary(summary, max_batch_size=None) -> str:
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
                      f"{summary['num_preemptions']:,} preemptions"),
     ]
+    if summary.get("num_replicas", 1) > 1:
+        rows.append(("cluster", f"{summary['num_replicas']} replicas, {summary['num_gpus']} "
+                                f"GPUs in all (busy and batch: per replica on average)"))
     if "slo_attainment" in summary:
         rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
-                             f"goodput {_num(summary['goodput'], '.3g')} req/s"))
+                             f"goodput {_num(summary['goodput'], '.3g')} req/s, "
+                             f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

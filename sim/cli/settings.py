@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..checks import did_you_mean, positive_float, positive_int
 from ..constants import CHUNK_SIZE
+from ..engine.routers import ROUTERS
 from ..engine.schedulers import POLICIES
 from ..results.metrics import SLO_KEYS
 
@@ -47,6 +48,7 @@ DEFAULTS = {
     "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
     "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
     "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
+    "replicas": 1, "router": "round_robin",
 }
 DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; the Azure LLM "
                     "inference 2023 'conv' trace (19,366 requests over ~58 min, replayed); "
@@ -102,6 +104,11 @@ def add_run_args(p):
                         "(default roofline)")
     p.add_argument("--profile", metavar="JSON",
                    help="calibrated profile from 'sim calibrate'; replaces --cost (default none)")
+    p.add_argument("--replicas", type=int, metavar="N",
+                   help="replicas behind the router, each of --tp GPUs (default 1)")
+    p.add_argument("--router", metavar="NAME",
+                   help=f"which replica serves a request: {', '.join(ROUTERS)} "
+                        f"(default round_robin)")
     p.add_argument("--closed-loop", type=int, dest="closed_loop_users", metavar="USERS",
                    help="closed loop with this many users, >= 1, each sending its next request "
                         "when the last one finished (default: open loop, the trace's arrivals)")
@@ -216,6 +223,12 @@ def check_settings(s, names=None, given=()) -> dict:
     if s["rate"] is not None:
         s["rate"] = positive_float(names("rate"), s["rate"])
     s["seed"] = positive_int(names("seed"), s["seed"], allow_zero=True)
+    s["replicas"] = positive_int(names("replicas"), s["replicas"])
+    typed("router", str, f"a router name ({', '.join(ROUTERS)})")
+    if s["router"].strip().lower() not in ROUTERS:
+        raise ValueError(f"{names('router')} {s['router']!r} is not a router"
+                         f"{did_you_mean(s['router'], list(ROUTERS))}; known: "
+                         f"{', '.join(ROUTERS)}")
     if s["closed_loop_users"] is not None:
         s["closed_loop_users"] = positive_int(names("closed_loop_users"), s["closed_loop_users"])
     s["think_time"] = positive_float(names("think_time"), s["think_time"], allow_zero=True)

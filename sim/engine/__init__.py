@@ -6,7 +6,8 @@ one owner of KV accounting), ``batch`` (the immutable snapshot a cost model pric
 ``replica`` (queue, running set and the verbs policies act through), ``policies`` (the policy
 contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule),
 ``schedulers`` (the table of names and knob resolution), ``config`` (``SimConfig``), ``records`` (results
-columns), ``simulation`` (``run``).
+columns), ``routers`` (which replica serves a request), ``cluster`` (replicas behind a router),
+``simulation`` (``run``).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
 roofline), ``sim.results`` (the ``Result`` it returns) and ``workloads`` (validation). Never

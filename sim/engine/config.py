@@ -8,8 +8,10 @@ an error, never silently ignored. :meth:`SimConfig.resolved` gives the config wi
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
 ``memory_budget(model, gpu)`` when either is given (the other taking its default), else the
 cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the roofline model of ``model`` on ``gpu``
-(defaults ``"llama-3.1-8b"`` on ``"h100"``). Use ``dataclasses.replace`` for variants; the
-config is validated when built.
+(defaults ``"llama-3.1-8b"`` on ``"h100"``). ``replicas`` > 1: a cluster of identical
+replicas (each of ``tensor_parallel`` GPUs, with the knobs above) behind ``router``
+(:mod:`sim.engine.routers`, :mod:`sim.engine.cluster`). Use ``dataclasses.replace`` for
+variants; the config is validated when built.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCKS_AVAILABLE
 from .policies import PREFIX_CACHING_MODES
+from .routers import check_router
 from .schedulers import resolve
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
@@ -40,12 +43,16 @@ class SimConfig:
     gpu: object = None
     gpu_memory_utilization: float | None = None
     tensor_parallel: int = 1
+    replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.cluster)
+    router: object = "round_robin"  # a name in sim.engine.routers.ROUTERS or a callable
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     seed: int = 0  # recorded in the Result; the engine has no randomness of its own yet
     progress: bool = False
 
     def __post_init__(self):
         positive_int("tensor_parallel", self.tensor_parallel)
+        positive_int("replicas", self.replicas)
+        check_router(self.router)
         positive_int("seed", self.seed, allow_zero=True)
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
             if getattr(self, knob) is not None:

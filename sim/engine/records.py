@@ -33,8 +33,17 @@ def iterations_frame(records) -> pd.DataFrame:
 
 
 def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
-                 cost_model) -> Result:
+                 cost_model, replicas=None) -> Result:
+    """``replicas``: a cluster's ``(replica of each request, iterations per replica)``, the
+    records concatenated replica by replica (:mod:`sim.engine.cluster`); None: one replica."""
     iters = iterations_frame(records)
+    if replicas is None:
+        replica_of = np.zeros(len(requests), dtype=np.int64)
+        iters["replica"] = np.zeros(len(iters), dtype=np.int64)
+    else:
+        replica_of, counts = replicas
+        iters["replica"] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        iters["iteration"] = np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
     itl_data, max_itl = inter_token_gaps(requests, end)
     arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
@@ -51,6 +60,7 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         tpot = np.where(done & (n_out > 1), (e2e - ttft) / (n_out - 1), np.nan)
     df = pd.DataFrame({
         "request_id": [r.request_id for r in requests],
+        "replica": replica_of,
         "arrival_time": arrival,
         "first_scheduled_time": first_sched,
         "first_token_time": first_tok,

@@ -28,6 +28,7 @@ import pandas as pd
 import simpy
 
 from ..results.metrics import Result
+from .cluster import run_cluster
 from .config import SimConfig
 from .schedulers import resolve
 from .records import build_result
@@ -76,6 +77,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
+    if config.replicas > 1:
+        return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
+                           process=_ReplicaProcess, submit=_submit)
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None),
                       prefix_caching=bool(config.prefix_caching))

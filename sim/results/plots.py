@@ -16,6 +16,10 @@ Figures:
 - :func:`plot_timeline`: two stacked panels sharing x = simulated time (each iteration's
   start). Top: running and waiting requests per iteration, with ``max_batch_size`` dashed.
   Bottom: KV blocks used, in % of the pool, with a red dot at each iteration that preempted.
+  A cluster's result: one line of running requests and of KV usage per replica.
+- :func:`plot_replica_load`: a cluster's load per replica (:meth:`Result.replica_summary`):
+  share of the requests, busy fraction and mean KV usage, bars side by side; ``{label:
+  Result}`` compares runs (one group of bars per run).
 
 With ``path`` a figure is saved (110 dpi) and closed, so batch runs do not accumulate open
 figures; without, it stays open for a notebook. Both return the figure. Saving first selects
@@ -80,14 +84,21 @@ def plot_timeline(result, path=None):
     plt = _plt(path is not None)
     it = result.iterations
     fig, axes = plt.subplots(2, 1, figsize=(12, 5.5), sharex=True)
-    t = it["start"].to_numpy()
-    axes[0].plot(t, it["num_running"], lw=0.8, label="running")
-    axes[0].plot(t, it["num_waiting"], lw=0.8, label="waiting")
+    cluster = "replica" in it and it["replica"].nunique() > 1
+    if cluster:  # one line per replica (its iterations are its own timeline)
+        for k, part in it.groupby("replica"):
+            t = part["start"].to_numpy()
+            axes[0].plot(t, part["num_running"], lw=0.8, label=f"running, replica {k}")
+            axes[1].plot(t, part["kv_blocks_used"] / result.kv_blocks * 100, lw=0.8)
+    else:
+        t = it["start"].to_numpy()
+        axes[0].plot(t, it["num_running"], lw=0.8, label="running")
+        axes[0].plot(t, it["num_waiting"], lw=0.8, label="waiting")
+        axes[1].plot(t, it["kv_blocks_used"] / result.kv_blocks * 100, lw=0.8)
     axes[0].axhline(result.config.max_batch_size, color="grey", ls="--", lw=0.8,
                     label="max batch size")
     axes[0].set(ylabel="requests", title="batch size over time")
     axes[0].legend(loc="upper right")
-    axes[1].plot(t, it["kv_blocks_used"] / result.kv_blocks * 100, lw=0.8)
     pre = it[it["num_preemptions"] > 0]
     if len(pre):
         axes[1].scatter(pre["start"], pre["kv_blocks_used"] / result.kv_blocks * 100, s=6,
@@ -95,6 +106,29 @@ def plot_timeline(result, path=None):
         axes[1].legend(loc="upper right")
     axes[1].set(ylabel="KV blocks used (%)", xlabel="simulated time (s)", ylim=(0, 105),
                 title="KV-cache usage")
+    fig.tight_layout()
+    return _finish(fig, path, plt)
+
+
+def plot_replica_load(results, path=None):
+    """Per-replica load share, busy fraction and KV usage of one Result or ``{label:
+    Result}``; saved to ``path`` and closed when given."""
+    plt = _plt(path is not None)
+    if not isinstance(results, dict):
+        results = {results.scheduler_name: results}
+    metrics = (("load_share", "share of requests"), ("busy_fraction", "busy fraction"),
+               ("kv_usage_mean", "mean KV usage"))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(13, 3.8), sharey=True)
+    width = 0.8 / len(results)
+    for j, (label, res) in enumerate(results.items()):
+        per = res.replica_summary()
+        x = np.arange(len(per)) + (j - (len(results) - 1) / 2) * width
+        for ax, (col, _title) in zip(axes, metrics):
+            ax.bar(x, per[col], width, label=label)
+    for ax, (_col, title) in zip(axes, metrics):
+        ax.set(title=title, xlabel="replica", xticks=range(len(per)))
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     return _finish(fig, path, plt)
 

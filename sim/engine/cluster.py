@@ -1,0 +1,187 @@
+"""A cluster: ``SimConfig.replicas`` replicas behind a router, in one SimPy environment.
+
+Each replica is the single-replica engine's process (``simulation._ReplicaProcess``, passed
+in: one event per iteration, its own policy object, KV pool and iteration
+records); only the arrivals differ. A dispatcher wakes once per distinct arrival time and hands
+every request due to the replica the router picks (``route(request, views, now) -> index``,
+:mod:`sim.engine.routers`), where it is queued (or rejected, when it could never fit that
+replica's pool) and an idle replica is woken. The dispatcher's events are scheduled with
+SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch
+at ``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and
+a router sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet
+post-processed). Closed loop: each user's next request is routed when it is issued.
+
+A named scheduler is built once per replica; a policy object passed in is shared by all of
+them (``schedule(replica, now)`` receives the replica: it must keep no per-replica state).
+
+Invariants (tests/test_cluster.py):
+- every request is routed exactly once, at its arrival, and comes out once (finished or
+  rejected) at the replica it was routed to;
+- a request's token runs (``segments``) index its replica's iterations: the records are
+  concatenated replica by replica and the runs shifted by the replica's offset, so ITL is
+  computed exactly as for one replica (the gap across two replicas' records has weight 0);
+- with one replica the cluster path gives the single-replica result (tested), and
+  ``run`` keeps the single-replica path for ``replicas == 1``.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+
+import numpy as np
+import simpy
+from simpy.core import URGENT
+
+from .records import ITERATION_COLUMNS, build_result
+from .replica import Replica
+from .routers import ReplicaView, make_router
+from .schedulers import resolve
+
+
+class _Dispatch(simpy.events.Event):
+    """An event that is already triggered and fires after ``delay`` with URGENT priority (a
+    ``Timeout`` with priority: it runs before the NORMAL events of the same instant)."""
+
+    def __init__(self, env, delay, callback):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, URGENT, delay)
+
+
+class Cluster:
+    """The replicas, their processes, the router and where each request went."""
+
+    def __init__(self, env, config, policy, cost, kv_blocks, requests, process, submit):
+        self.env = env
+        self._submit = submit
+        self.requests = requests
+        n = config.replicas
+        self.replicas, self.processes, self.records = [], [], []
+        for k in range(n):
+            pol = policy if k == 0 or not isinstance(config.scheduler, str) else resolve(
+                config)[1]
+            rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
+                          getattr(pol, "select_victim", None),
+                          prefix_caching=bool(config.prefix_caching))
+            rec = array("d")
+            proc = process(env, rep, pol, cost, rec, False, 0)
+            self.replicas.append(rep)
+            self.processes.append(proc)
+            self.records.append(rec)
+        self.views = tuple(ReplicaView(rep, k) for k, rep in enumerate(self.replicas))
+        self.route = make_router(config.router, config.seed)
+        self.replica_of = np.full(len(requests), -1, dtype=np.int64)
+        self.bar = None
+        if config.progress:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=len(requests), unit="req", desc="routing", leave=False)
+
+    def submit(self, r) -> bool:
+        """Route ``r`` now and queue it there (or reject it); True if queued."""
+        k = self.route(r, self.views, self.env.now)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
+                or not 0 <= k < len(self.replicas):
+            raise ValueError(f"router {self.route!r} returned {k!r} for {r!r}; expected a "
+                             f"replica index in 0..{len(self.replicas) - 1}")
+        k = int(k)
+        self.replica_of[r.index] = k
+        if self.bar is not None:
+            self.bar.update(1)
+        return self._submit(self.replicas[k], self.processes[k], r)
+
+    def open_loop(self):
+        """Route each request at its ``arrival_time`` (requests sorted by arrival)."""
+        arrivals, env = self.requests, self.env
+        n = len(arrivals)
+        state = {"next": 0}
+
+        def fire(_event):
+            i, now = state["next"], env.now
+            self.submit(arrivals[i])  # the one this event was scheduled for (float rounding)
+            i += 1
+            while i < n and arrivals[i].arrival_time <= now:
+                self.submit(arrivals[i])
+                i += 1
+            state["next"] = i
+            if i < n:
+                _Dispatch(env, max(arrivals[i].arrival_time - now, 0.0), fire)
+
+        if n:
+            _Dispatch(env, max(arrivals[0].arrival_time - env.now, 0.0), fire)
+
+    def closed_loop(self, loop):
+        """``num_users`` users; each issues its next request ``think_time`` after the last
+        finished or was rejected, routed when issued."""
+        env = self.env
+        pending = iter(self.requests)
+        think = float(loop.think_time)
+
+        def issue(_event=None):
+            r = next(pending, None)
+            if r is None:
+                return
+            r.arrival_time = env.now
+            if not self.submit(r):
+                done(r, env.now)
+
+        def done(_r, _now):
+            if think > 0:
+                env.timeout(think).callbacks.append(issue)
+            else:
+                issue()
+
+        for rep in self.replicas:
+            rep.on_finish = done
+        for _ in range(int(loop.num_users)):
+            issue()
+
+    def start(self):
+        for proc in self.processes:
+            self.env.process(proc.loop())
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+    def num_out(self) -> int:
+        return sum(len(rep.finished) for rep in self.replicas)
+
+    def result(self, config, kv_blocks, *, wall_seconds, policy, cost_model):
+        """Concatenate the replicas' iteration records (replica by replica), shift each
+        request's token runs to that numbering, and build the Result."""
+        records, counts, offsets = array("d"), [], []
+        width = len(ITERATION_COLUMNS)
+        for rec in self.records:
+            offsets.append(len(records) // width)
+            counts.append(len(rec) // width)
+            records.extend(rec)
+        for r in self.requests:
+            off = offsets[self.replica_of[r.index]]
+            if off and r.segments:
+                r.segments = [(a + off, b + off) for a, b in r.segments]
+        return build_result(self.requests, records, config, kv_blocks,
+                            wall_seconds=wall_seconds, policy=policy, cost_model=cost_model,
+                            replicas=(self.replica_of, counts))
+
+
+def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
+                submit) -> "Result":
+    """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
+    ``submit``: the single-replica engine's process class and arrival verb
+    (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
+    cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit)
+    if config.closed_loop is None:
+        cluster.open_loop()
+    else:
+        cluster.closed_loop(config.closed_loop)
+    cluster.start()
+    env.run()
+    cluster.close()
+    if cluster.num_out() != len(requests):  # a bug, never a silent loss
+        raise RuntimeError(f"{len(requests) - cluster.num_out()} request(s) neither finished "
+                           f"nor rejected")
+    return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
+                          policy=policy, cost_model=cost)
