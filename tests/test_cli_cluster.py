@@ -46,7 +46,32 @@ def test_toml_keys_and_a_sweep_over_replicas(tmp_path, capsys):
     assert doc["summary"]["num_replicas"] == 2 and doc["settings"]["router"] == "least_kv"
 
 
+def test_run_disaggregated_from_flags_and_toml(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(RUN + ["--prefill-replicas", "1", "--decode-replicas", "2", "--link-bandwidth",
+                       "5", "--link-latency", "0.001", "-o", str(out)]) == 0
+    assert "KV transfer" in capsys.readouterr().out
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["summary"]["num_replicas"] == 3 and doc["summary"]["kv_transfer_time_p50"] > 0.001
+    req = pd.read_parquet(out / "requests.parquet")
+    assert set(req["prefill_replica"]) == {0} and set(req["replica"]) <= {0, 1, 2}
+    cfg = tmp_path / "pd.toml"
+    cfg.write_text('workload = "azure-code"\nnum_requests = 50\ncost = "constant:0.01"\n'
+                   'plots = false\nprefill_replicas = 2\ndecode_replicas = 1\n'
+                   'link_bandwidth_gbps = 50.0\n')
+    assert main(["run", str(cfg), "-o", str(tmp_path / "r"), "-q"]) == 0
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert doc["summary"]["num_gpus"] == 3
+
+
 @pytest.mark.parametrize("extra, message", [
+    (["--link-bandwidth", "5"], "--link-bandwidth applies to disaggregation only: give "
+                                "--prefill-replicas"),
+    (["--replicas", "2", "--decode-replicas", "2"], "--replicas and --decode-replicas exclude "
+                                                    "each other"),
+    (["--prefill-replicas", "0"], "--prefill-replicas must be > 0, got 0"),
+    (["--decode-replicas", "1", "--link-latency", "-1"], "--link-latency must be a finite "
+                                                         "number >= 0"),
     (["--router", "round-robin"], "--router 'round-robin' is not a router (did you mean "
                                   "'round_robin'?)"),
     (["--router", "fastest"], "--router 'fastest' is not a router; known: round_robin"),

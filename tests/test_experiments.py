@@ -67,3 +67,17 @@ def test_routing(tmp_path, load_script):
     assert table.loc["round_robin", "busiest_share"] == 0.25
     for name in ("routing.csv", "routing_latency_cdfs.png", "routing_replica_load.png"):
         assert (tmp_path / name).exists()
+
+
+def test_disaggregation(tmp_path, load_script):
+    disaggregation = load_script("experiments/disaggregation.py")
+    table = disaggregation.main(["-n", "300", "--rates", "8,16", "-o", str(tmp_path)])
+    assert sorted(set(table["layout"])) == ["1P:3D", "2P:2D", "3P:1D", "colocated"]
+    assert (table["num_gpus"] == 4).all()
+    at = table[table["rate"] == 16].set_index("layout")
+    # decode pools never run prefills: TPOT stays at the decode step time
+    assert at.loc["3P:1D", "tpot_p99"] < 0.2 * at.loc["colocated", "tpot_p99"]
+    assert at.loc["1P:3D", "ttft_p50"] > at.loc["colocated", "ttft_p50"]  # one prefill GPU
+    assert at["goodput_per_gpu"].idxmax() == "3P:1D"
+    for name in ("disaggregation.csv", "goodput_per_gpu.png"):
+        assert (tmp_path / name).exists()

@@ -71,25 +71,38 @@ class Cluster:
             self.replicas.append(rep)
             self.processes.append(proc)
             self.records.append(rec)
+        self.config = config
         self.views = tuple(ReplicaView(rep, k) for k, rep in enumerate(self.replicas))
         self.route = make_router(config.router, config.seed)
         self.replica_of = np.full(len(requests), -1, dtype=np.int64)
+        self.max_tokens = None  # disaggregation: (tokens, blocks) a decode replica can hold
+        self.more_replicas = ()  # disaggregation: the decode pool (closed-loop completions)
         self.bar = None
         if config.progress:
             from tqdm.auto import tqdm
             self.bar = tqdm(total=len(requests), unit="req", desc="routing", leave=False)
 
-    def submit(self, r) -> bool:
-        """Route ``r`` now and queue it there (or reject it); True if queued."""
+    def pick(self, r) -> int:
+        """The replica the router picks for ``r`` now (checked)."""
         k = self.route(r, self.views, self.env.now)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
                 or not 0 <= k < len(self.replicas):
             raise ValueError(f"router {self.route!r} returned {k!r} for {r!r}; expected a "
                              f"replica index in 0..{len(self.replicas) - 1}")
-        k = int(k)
+        return int(k)
+
+    def submit(self, r) -> bool:
+        """Route ``r`` now and queue it there (or reject it); True if queued."""
+        k = self.pick(r)
         self.replica_of[r.index] = k
         if self.bar is not None:
             self.bar.update(1)
+        need = r.num_prompt_tokens + r.num_output_tokens
+        if self.max_tokens is not None and need > self.max_tokens[0]:
+            self.replicas[k].reject(r, f"needs {need} tokens of KV but a decode replica's pool "
+                                       f"holds {self.max_tokens[0]} ({self.max_tokens[1]} "
+                                       f"blocks)")
+            return False
         return self._submit(self.replicas[k], self.processes[k], r)
 
     def open_loop(self):
@@ -133,8 +146,8 @@ class Cluster:
             else:
                 issue()
 
-        for rep in self.replicas:
-            rep.on_finish = done
+        for rep in self.replicas + list(self.more_replicas):
+            rep.on_finish = _chain(rep.on_finish, done)
         for _ in range(int(loop.num_users)):
             issue()
 
@@ -150,21 +163,66 @@ class Cluster:
         return sum(len(rep.finished) for rep in self.replicas)
 
     def result(self, config, kv_blocks, *, wall_seconds, policy, cost_model):
-        """Concatenate the replicas' iteration records (replica by replica), shift each
-        request's token runs to that numbering, and build the Result."""
-        records, counts, offsets = array("d"), [], []
-        width = len(ITERATION_COLUMNS)
-        for rec in self.records:
-            offsets.append(len(records) // width)
-            counts.append(len(rec) // width)
-            records.extend(rec)
-        for r in self.requests:
-            off = offsets[self.replica_of[r.index]]
-            if off and r.segments:
-                r.segments = [(a + off, b + off) for a, b in r.segments]
-        return build_result(self.requests, records, config, kv_blocks,
-                            wall_seconds=wall_seconds, policy=policy, cost_model=cost_model,
-                            replicas=(self.replica_of, counts))
+        return assemble(self.requests, self.records, self.replica_of, config, kv_blocks,
+                        wall_seconds=wall_seconds, policy=policy, cost_model=cost_model)
+
+
+def _chain(first, then):
+    """One ``on_finish`` callback calling ``first`` (if any) then ``then``."""
+    if first is None:
+        return then
+
+    def both(r, now):
+        first(r, now)
+        then(r, now)
+    return both
+
+
+def concatenate(records_per_replica):
+    """``(records, iterations per replica, offsets)``: the replicas' flat iteration records
+    one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k] + j``)."""
+    records, counts, offsets = array("d"), [], []
+    width = len(ITERATION_COLUMNS)
+    for rec in records_per_replica:
+        offsets.append(len(records) // width)
+        counts.append(len(rec) // width)
+        records.extend(rec)
+    return records, counts, offsets
+
+
+def shift_segments(requests, runs_at, offsets):
+    """Renumber each request's token runs from its replica's iterations (``runs_at[index]``)
+    to the concatenated records'."""
+    for r in requests:
+        off = offsets[runs_at[r.index]]
+        if off and r.segments:
+            r.segments = [(a + off, b + off) for a, b in r.segments]
+
+
+def assemble(requests, records_per_replica, replica_of, config, kv_blocks, **kwargs):
+    """Concatenate the replicas' iteration records (replica by replica), shift each
+    request's token runs to that numbering, and build the Result."""
+    records, counts, offsets = concatenate(records_per_replica)
+    shift_segments(requests, replica_of, offsets)
+    return build_result(requests, records, config, kv_blocks, replicas=(replica_of, counts),
+                        **kwargs)
+
+
+def simulate(env, config, entry, *others, busy=False) -> None:
+    """Run the environment: arrivals (open or closed loop) enter at ``entry``, every pool's
+    replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
+    loss; ``busy``: some other work was left behind)."""
+    if config.closed_loop is None:
+        entry.open_loop()
+    else:
+        entry.closed_loop(config.closed_loop)
+    for pool in (entry, *others):
+        pool.start()
+    env.run()
+    entry.close()
+    lost = len(entry.requests) - sum(pool.num_out() for pool in (entry, *others))
+    if lost or busy and busy():
+        raise RuntimeError(f"{lost} request(s) neither finished nor rejected")
 
 
 def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
@@ -173,15 +231,6 @@ def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process
     ``submit``: the single-replica engine's process class and arrival verb
     (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
     cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit)
-    if config.closed_loop is None:
-        cluster.open_loop()
-    else:
-        cluster.closed_loop(config.closed_loop)
-    cluster.start()
-    env.run()
-    cluster.close()
-    if cluster.num_out() != len(requests):  # a bug, never a silent loss
-        raise RuntimeError(f"{len(requests) - cluster.num_out()} request(s) neither finished "
-                           f"nor rejected")
+    simulate(env, config, cluster)
     return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
                           policy=policy, cost_model=cost)

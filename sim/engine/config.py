@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCKS_AVAILABLE
+from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
 from .routers import check_router
 from .schedulers import resolve
@@ -45,6 +46,7 @@ class SimConfig:
     tensor_parallel: int = 1
     replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.cluster)
     router: object = "round_robin"  # a name in sim.engine.routers.ROUTERS or a callable
+    disaggregation: object = None  # sim.engine.disaggregation.Disaggregation: two pools
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     seed: int = 0  # recorded in the Result; the engine has no randomness of its own yet
     progress: bool = False
@@ -53,6 +55,14 @@ class SimConfig:
         positive_int("tensor_parallel", self.tensor_parallel)
         positive_int("replicas", self.replicas)
         check_router(self.router)
+        if self.disaggregation is not None:
+            if not isinstance(self.disaggregation, Disaggregation):
+                raise TypeError(f"disaggregation must be a sim.Disaggregation, got "
+                                f"{self.disaggregation!r}")
+            if self.replicas != 1:
+                raise ValueError(f"replicas={self.replicas} with disaggregation: give the "
+                                 f"pools' sizes, Disaggregation(prefill_replicas, "
+                                 f"decode_replicas)")
         positive_int("seed", self.seed, allow_zero=True)
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
             if getattr(self, knob) is not None:
@@ -74,6 +84,18 @@ class SimConfig:
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")
+
+    def resolved_model(self):
+        return self.model or DEFAULT_MODEL
+
+    def resolved_gpu(self):
+        return self.gpu or DEFAULT_GPU
+
+    def fleet(self) -> tuple:
+        """``(replicas, GPUs)`` of the run: ``replicas x tensor_parallel``, or both pools'."""
+        if self.disaggregation is not None:
+            return self.disaggregation.fleet(self)
+        return self.replicas, self.replicas * self.tensor_parallel
 
     def policy(self):
         """The batching policy object (built anew from a name; a given object as is)."""

@@ -33,9 +33,12 @@ def iterations_frame(records) -> pd.DataFrame:
 
 
 def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
-                 cost_model, replicas=None) -> Result:
+                 cost_model, replicas=None, columns=None, first_gaps=None) -> Result:
     """``replicas``: a cluster's ``(replica of each request, iterations per replica)``, the
-    records concatenated replica by replica (:mod:`sim.engine.cluster`); None: one replica."""
+    records concatenated replica by replica (:mod:`sim.engine.cluster`); None: one replica.
+    ``columns``: further request columns (name -> array in request order); ``first_gaps``:
+    ``(request indices, gaps)`` between a first token streamed outside any iteration
+    (disaggregation) and the request's next token, pooled into ITL like the others."""
     iters = iterations_frame(records)
     if replicas is None:
         replica_of = np.zeros(len(requests), dtype=np.int64)
@@ -46,6 +49,10 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         iters["iteration"] = np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
     itl_data, max_itl = inter_token_gaps(requests, end)
+    if first_gaps is not None and len(first_gaps[0]):
+        idx, gaps = first_gaps
+        itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))
+        np.fmax.at(max_itl, idx, gaps)
     arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
     # None (never scheduled / no token / not finished) becomes NaN in a float array
     first_sched = np.array([r.first_scheduled_time for r in requests], dtype=np.float64)
@@ -80,6 +87,8 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         "queueing_delay": first_sched - arrival,
         "max_itl": max_itl,
     })
+    for name, values in (columns or {}).items():
+        df[name] = values
     return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
                   getattr(policy, "name", type(policy).__name__),
                   getattr(cost_model, "name", type(cost_model).__name__))

@@ -30,6 +30,7 @@ import simpy
 from ..results.metrics import Result
 from .cluster import run_cluster
 from .config import SimConfig
+from .disaggregation import run_disaggregated
 from .schedulers import resolve
 from .records import build_result
 from .replica import Replica
@@ -77,6 +78,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
+    if config.disaggregation is not None:
+        return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
+                                 submit=_submit)
     if config.replicas > 1:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
                            process=_ReplicaProcess, submit=_submit)
@@ -189,6 +193,12 @@ class _ReplicaProcess:
                 continue
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
             if not batch.prefills and not batch.num_decode_tokens:
+                if replica.num_in_transit:  # disaggregation: blocks held by KV in transit
+                    replica.stand_by()
+                    self.idle = env.event()
+                    yield self.idle  # woken when a transfer frees them, or by an arrival
+                    self.idle = None
+                    continue
                 raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
                                    f"{len(replica.waiting)} waiting and {len(replica.running)} "
                                    f"running")

@@ -51,6 +51,10 @@ E2E - TTFT; so ``len(itl()) == sum(n - 1)`` and ``sum(itl()) == sum(E2E - TTFT)`
   summary stays whole-cluster (occupancy means are per replica, over all replicas' busy time)
   and adds ``num_replicas`` and ``num_gpus`` (replicas x ``tensor_parallel``), and with an SLO
   ``goodput_per_gpu``; :meth:`Result.replica_summary` gives one row per replica.
+  Disaggregation: ``replica`` is where a request decoded (its prefill replica when it finished
+  there), ``prefill_replica`` where it prefilled, ``kv_transfer_time`` from prefill done to its
+  KV landed (NaN when not transferred), summarised as ``kv_transfer_time_mean/_p50/_p99``;
+  ``kv_blocks`` is the decode pool's.
 - Degenerate runs: nothing finished -> window 0 and every rate NaN; no iterations -> the
   time-weighted means are 0.0; no tokens -> ITL statistics NaN.
 """
@@ -167,7 +171,8 @@ class Result:
                                                    + fin["num_prompt_tokens"].sum()))
         busy = float(it["duration"].sum()) if len(it) else 0.0
         w = it["duration"].to_numpy()
-        replicas = int(getattr(self.config, "replicas", 1))
+        fleet = getattr(self.config, "fleet", None)
+        replicas, gpus = fleet() if fleet else (1, 1)
         out["busy_fraction"] = busy / duration / replicas if duration > 0 else float("nan")
         out["num_iterations"] = len(it)
         out["mean_batch_size"] = float(w @ it["num_running"].to_numpy() / busy) if busy else 0.0
@@ -177,7 +182,12 @@ class Result:
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
         out["num_replicas"] = replicas
-        out["num_gpus"] = out["num_replicas"] * int(getattr(self.config, "tensor_parallel", 1))
+        out["num_gpus"] = gpus
+        if "kv_transfer_time" in req:  # disaggregation: prefill done -> KV landed
+            col = fin["kv_transfer_time"].dropna().to_numpy()
+            out["kv_transfer_time_mean"] = float(col.mean()) if col.size else float("nan")
+            for q, v in zip((50, 99), np.percentile(col, (50, 99)) if col.size else [np.nan] * 2):
+                out[f"kv_transfer_time_p{q}"] = float(v)
         out["num_preemptions"] = int(req["num_preemptions"].sum())
         out["max_preemptions"] = int(req["num_preemptions"].max()) if len(req) else 0
         prompt = float(fin["num_prompt_tokens"].sum())
@@ -215,14 +225,18 @@ class Result:
         its finished requests) and its finished requests' ``ttft_p50`` / ``ttft_p99``."""
         import pandas as pd
         req, it = self.requests, self.iterations
-        n = int(getattr(self.config, "replicas", 1))
+        fleet = getattr(self.config, "fleet", None)
+        n = fleet()[0] if fleet else 1
         fin = req["status"] == "finished"
         start = float(req["arrival_time"].min()) if len(req) else 0.0
         end = float(req.loc[fin, "finish_time"].max()) if fin.any() else start
         window = end - start
         rows = []
         for k in range(n):
-            mine, its = req[req["replica"] == k], it[it["replica"] == k]
+            here = req["replica"] == k
+            if "prefill_replica" in req:  # disaggregation: a request visits two replicas
+                here |= req["prefill_replica"] == k
+            mine, its = req[here], it[it["replica"] == k]
             done = mine[mine["status"] == "finished"]
             w = its["duration"].to_numpy()
             busy = float(w.sum())
