@@ -136,3 +136,10 @@ def test_goodput_per_gpu_counts_replicas_times_tensor_parallel():
     assert s["num_gpus"] == 4
     assert s["goodput_per_gpu"] == pytest.approx(s["goodput"] / 4)
     assert SimConfig(replicas=3).replicas == 3
+
+
+def test_a_cluster_run_with_a_progress_bar_gives_the_same_result(capsys):
+    df = _uniform(200, 20.0, 0)
+    a = run(df, cost_model=COST, replicas=2)
+    b = run(df, cost_model=COST, replicas=2, progress=True)
+    pd.testing.assert_frame_equal(a.requests, b.requests)

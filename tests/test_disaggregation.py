@@ -174,3 +174,14 @@ def test_a_replica_standing_by_decodes_a_landed_request_in_its_next_iteration():
     assert (batch.num_decode_tokens, batch.decode_context_tokens) == (1, 65)
     rep.postprocess(0.6)
     assert rep.num_generated(landed) == 2
+
+
+def test_random_routing_draws_the_decode_pool_from_its_own_stream():
+    df = wl.synthetic(200, rate=5, prompt=wl.Uniform(10, 100), output=wl.Uniform(2, 20), seed=4)
+    res = run(df, cost_model=COST, router="random", seed=7,
+              disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
+    req = res.requests[res.requests["num_output_tokens"] > 1]
+    assert not (req["replica"] - 3).equals(req["prefill_replica"])  # not the same draws
+    again = run(df, cost_model=COST, router="random", seed=7,
+                disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
+    pd.testing.assert_frame_equal(res.requests, again.requests)

@@ -4,7 +4,8 @@
 run's ``router`` sends each arriving request to a prefill replica (replicas ``0..P-1``), which
 runs its prefill as in a colocated run (same policy, KV pool, preemption). When the prefill
 completes (the iteration that computes the first token), the request leaves that replica's
-batch but keeps its KV blocks; a second instance of the router picks a decode replica
+batch but keeps its KV blocks; a second instance of the router (``random``: its own stream; a
+callable router is called for both pools) picks a decode replica
 (``P..P+D-1``); the KV of its ``num_computed`` tokens (``kv_cache_bytes`` of the model on one
 GPU of the prefill replica's tensor-parallel group: each GPU sends its shard over its own link,
 in parallel) crosses the prefill replica's link, then the request decodes there.
@@ -204,6 +205,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit):
     single-replica engine's process class and arrival verb, as for a cluster)."""
     from .cluster import Cluster, concatenate, shift_segments, simulate
     from .records import build_result
+    from .routers import make_router
     from .schedulers import resolve
     disagg = config.disaggregation
     pools = []
@@ -212,6 +214,8 @@ def run_disaggregated(env, requests, config, wall, *, process, submit):
         pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
                              cfg.resolved_kv_blocks(), requests, process, submit))
     prefill, decode = pools
+    if isinstance(config.router, str):  # its own instance (random: its own stream)
+        decode.route = make_router(config.router, [config.seed, 1])
     first = decode.replicas[0]
     prefill.max_tokens = (first.capacity_tokens, first.blocks.num_blocks)
     prefill.more_replicas = decode.replicas

@@ -95,8 +95,8 @@ class Random:
 
     name = "random"
 
-    def __init__(self, seed: int = 0):
-        self.rng = np.random.default_rng(seed)
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)  # an int, or a sequence of ints
 
     def __call__(self, request, replicas, now) -> int:
         return int(self.rng.integers(len(replicas)))
