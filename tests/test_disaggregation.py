@@ -185,3 +185,28 @@ def test_random_routing_draws_the_decode_pool_from_its_own_stream():
     again = run(df, cost_model=COST, router="random", seed=7,
                 disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
     pd.testing.assert_frame_equal(res.requests, again.requests)
+
+
+def test_usage_is_measured_against_each_pools_own_size():
+    df = wl.synthetic(200, rate=5, prompt=wl.Uniform(100, 800), output=wl.Uniform(20, 200),
+                      seed=5)
+    d = Disaggregation(1, 1, link_bandwidth_gbps=math.inf,
+                       prefill={"kv_blocks": 4000, "max_batch_size": 16},
+                       decode={"kv_blocks": 1000, "max_batch_size": 64})
+    res = run(df, cost_model=COST, disaggregation=d)
+    per = res.replica_summary()
+    it = res.iterations
+    for k, (blocks, slots) in enumerate([(4000, 16), (1000, 64)]):
+        mine = it[it["replica"] == k]
+        w = mine["duration"].to_numpy()
+        assert per.loc[k, "kv_usage_mean"] == pytest.approx(
+            w @ mine["kv_blocks_used"].to_numpy() / w.sum() / blocks)
+        assert per.loc[k, "slot_utilization"] == pytest.approx(
+            w @ mine["num_running"].to_numpy() / w.sum() / slots)
+    s = res.summary()
+    assert s["kv_usage_max"] == pytest.approx(max(
+        it.loc[it["replica"] == 0, "kv_blocks_used"].max() / 4000,
+        it.loc[it["replica"] == 1, "kv_blocks_used"].max() / 1000))
+    busy = per["busy_fraction"].to_numpy()  # the summary's usage weighs replicas by busy time
+    assert s["kv_usage_mean"] == pytest.approx(
+        (per["kv_usage_mean"].to_numpy() @ busy) / busy.sum())

@@ -232,10 +232,14 @@ def run_disaggregated(env, requests, config, wall, *, process, submit):
     first_gaps = _first_gaps(requests, moved, records)
     kwargs = dict(wall_seconds=time.perf_counter() - wall, policy=prefill.processes[0].policy,
                   cost_model=prefill.processes[0].cost)
-    return build_result(requests, records, config, decode.replicas[0].blocks.num_blocks,
-                        replicas=(runs_at, counts), first_gaps=first_gaps,
-                        columns={"prefill_replica": prefill.replica_of,
-                                 "kv_transfer_time": transfers.transfer_time}, **kwargs)
+    res = build_result(requests, records, config, decode.replicas[0].blocks.num_blocks,
+                       replicas=(runs_at, counts), first_gaps=first_gaps,
+                       columns={"prefill_replica": prefill.replica_of,
+                                "kv_transfer_time": transfers.transfer_time}, **kwargs)
+    reps = prefill.replicas + decode.replicas
+    res.replica_pools = ([rep.blocks.num_blocks for rep in reps],
+                         [rep.max_batch_size for rep in reps])
+    return res
 
 
 def _first_gaps(requests, moved, records):

@@ -54,7 +54,8 @@ E2E - TTFT; so ``len(itl()) == sum(n - 1)`` and ``sum(itl()) == sum(E2E - TTFT)`
   Disaggregation: ``replica`` is where a request decoded (its prefill replica when it finished
   there), ``prefill_replica`` where it prefilled, ``kv_transfer_time`` from prefill done to its
   KV landed (NaN when not transferred), summarised as ``kv_transfer_time_mean/_p50/_p99``;
-  ``kv_blocks`` is the decode pool's.
+  ``kv_blocks`` is the decode pool's, ``replica_pools`` each replica's (KV blocks, max batch
+  size), over which slot and KV usage are computed iteration by iteration.
 - Degenerate runs: nothing finished -> window 0 and every rate NaN; no iterations -> the
   time-weighted means are 0.0; no tokens -> ITL statistics NaN.
 """
@@ -111,6 +112,8 @@ class Result:
         self.iterations = iterations
         self.config = config
         self.kv_blocks = kv_blocks
+        # disaggregation: per replica (KV blocks, max batch size), pools may differ; else None
+        self.replica_pools = None
         self.wall_seconds = wall_seconds
         self.seed = config.seed
         self.scheduler_name = scheduler_name
@@ -181,6 +184,14 @@ class Result:
                                 if busy else 0.0)
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
+        if self.replica_pools is not None and len(it):  # each iteration over its own pool
+            blocks, slots = (np.asarray(x, dtype=np.float64)[it["replica"].to_numpy()]
+                             for x in self.replica_pools)
+            used = it["kv_blocks_used"].to_numpy() / blocks
+            out["slot_utilization"] = float(w @ (it["num_running"].to_numpy() / slots) / busy) \
+                if busy else 0.0
+            out["kv_usage_mean"] = float(w @ used / busy) if busy else 0.0
+            out["kv_usage_max"] = float(used.max())
         out["num_replicas"] = replicas
         out["num_gpus"] = gpus
         if "kv_transfer_time" in req:  # disaggregation: prefill done -> KV landed
@@ -232,6 +243,7 @@ class Result:
         end = float(req.loc[fin, "finish_time"].max()) if fin.any() else start
         window = end - start
         rows = []
+        pools = self.replica_pools or ([self.kv_blocks] * n, [self.config.max_batch_size] * n)
         for k in range(n):
             here = req["replica"] == k
             if "prefill_replica" in req:  # disaggregation: a request visits two replicas
@@ -249,9 +261,9 @@ class Result:
                 "load_share": len(mine) / len(req) if len(req) else float("nan"),
                 "busy_fraction": busy / window if window > 0 else float("nan"),
                 "mean_batch_size": batch,
-                "slot_utilization": batch / self.config.max_batch_size,
+                "slot_utilization": batch / pools[1][k],
                 "kv_usage_mean": (float(w @ its["kv_blocks_used"].to_numpy() / busy
-                                        / self.kv_blocks) if busy else 0.0),
+                                        / pools[0][k]) if busy else 0.0),
                 "num_iterations": len(its),
                 "num_preemptions": int(mine["num_preemptions"].sum()),
                 "prefix_hit_rate": (float(done["num_cached_tokens"].sum()) / prompt
