@@ -9,7 +9,9 @@ memory budget, 28,343 blocks; and the cheat sheet's 1,800 blocks, which forces p
 Reports medians over repeats and the ratio to a bare SimPy loop with one timeout per iteration
 (the floor any one-event-per-iteration engine pays). A third scenario turns speculative
 decoding on (k = 4, acceptance 0.8, draft cost ratio 0.05: ``SPEC``) over the first scenario;
-its ``per_request_vs_off`` is its wall time per request over the first's.
+its ``per_request_vs_off`` is its wall time per request over the first's. A fourth routes the
+same workload round-robin over 4 replicas (a cluster: one process per replica, a dispatcher
+per arrival).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ def bare_simpy(iterations) -> float:
     return time.perf_counter() - t
 
 
-def measure(n=100_000, repeats=3, kv_blocks=None, speculative=None) -> dict:
+def measure(n=100_000, repeats=3, kv_blocks=None, speculative=None, replicas=1) -> dict:
     df = workload(n)
     cost = RooflineCost("llama-3.1-8b", "h100")
     walls, res = [], None
@@ -56,12 +58,12 @@ def measure(n=100_000, repeats=3, kv_blocks=None, speculative=None) -> dict:
         t = time.perf_counter()
         res = run(df, scheduler="chunked", cost_model=cost, max_batch_size=256,
                   kv_blocks=kv_blocks, model="llama-3.1-8b", gpu="h100",
-                  speculative=speculative)
+                  speculative=speculative, replicas=replicas)
         walls.append(time.perf_counter() - t)
     wall = statistics.median(walls)
     iters = len(res.iterations)
     bare = statistics.median(bare_simpy(iters) for _ in range(repeats))
-    return {"requests": n, "speculative": speculative is not None,
+    return {"requests": n, "speculative": speculative is not None, "replicas": replicas,
             "kv_blocks": res.kv_blocks, "iterations": iters,
             "preemptions": int(res.requests["num_preemptions"].sum()),
             "wall_s_median": round(wall, 3), "requests_per_s": round(n / wall),
@@ -76,7 +78,8 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=3)
     a = p.parse_args(argv)
     out = [measure(a.requests, a.repeats), measure(a.requests, a.repeats, KV_BLOCKS_AVAILABLE),
-           measure(a.requests, a.repeats, speculative=SPEC)]
+           measure(a.requests, a.repeats, speculative=SPEC),
+           measure(a.requests, a.repeats, replicas=4)]
     out[2]["per_request_vs_off"] = round(out[2]["wall_s_median"] / out[0]["wall_s_median"], 3)
     json.dump(out, sys.stdout, indent=2)
     print()

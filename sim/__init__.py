@@ -25,8 +25,8 @@ from .costs.kernels import (KVCache, paged_decode_attention, scaled_dot_product_
                             softmax, tiled_softmax_dot, tiled_softmax_dot_batched)
 from .costs.roofline import RooflineCost
 from .costs.simple import ConstantCost, LinearCost
-from .engine import (POLICIES, VLLM, Batch, ChunkedPrefill, ContinuousBatching, Orca, Sarathi,
-                     SimConfig, SpeculativeConfig, StaticBatching, run)
+from .engine import (POLICIES, VLLM, Batch, ChunkedPrefill, ContinuousBatching, Disaggregation,
+                     Orca, Sarathi, SimConfig, SpeculativeConfig, StaticBatching, run)
 from .results.metrics import Result
 from .specs.gpus import GPU, get_gpu, gpu_presets
 from .specs.memory import MemoryBudget, blocks_needed, kv_cache_bytes, memory_budget
@@ -38,7 +38,7 @@ from .tools.sweep import sweep
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "SimConfig", "SpeculativeConfig", "Result", "Batch", "sweep", "max_rate", "Capacity",
+    "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "Result", "Batch", "sweep", "max_rate", "Capacity",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
     "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",
     "Orca",

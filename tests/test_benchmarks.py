@@ -17,3 +17,11 @@ def test_speculation_costs_at_most_2x_per_request(load_script):
     on = bench.measure(30_000, repeats=3, speculative=bench.SPEC)
     print(off, on)
     assert on["wall_s_median"] <= 2.0 * off["wall_s_median"]
+
+
+@pytest.mark.perf
+def test_four_replicas_cost_at_most_twice_as_much_per_request_as_one(load_script):
+    bench = load_script("benchmarks/bench_engine.py")
+    one, four = bench.measure(50_000, repeats=3), bench.measure(50_000, repeats=3, replicas=4)
+    print(one, four)
+    assert four["wall_s_median"] <= 2 * one["wall_s_median"]

@@ -79,3 +79,27 @@ def test_precision_tradeoff(tmp_path, load_script):
     assert table.loc[("fp8", "fp8", 1), "kv_blocks"] in (2 * fp8, 2 * fp8 + 1)
     assert table.loc[("int4", "fp16", 1), "kv_blocks"] > fp8
     assert (tmp_path / "precision.csv").exists() and (tmp_path / "precision.png").exists()
+def test_routing(tmp_path, load_script):
+    routing = load_script("experiments/routing.py")
+    table = routing.main(["-n", "600", "--rate", "30", "-o", str(tmp_path)])
+    assert list(table.index) == ["round_robin", "random", "least_outstanding", "least_kv",
+                                 "prefix_affinity"]
+    assert table["prefix_hit_rate"].idxmax() == "prefix_affinity"
+    assert table.loc["prefix_affinity", "ttft_p50"] < table.loc["round_robin", "ttft_p50"]
+    assert table.loc["round_robin", "busiest_share"] == 0.25
+    for name in ("routing.csv", "routing_latency_cdfs.png", "routing_replica_load.png"):
+        assert (tmp_path / name).exists()
+
+
+def test_disaggregation(tmp_path, load_script):
+    disaggregation = load_script("experiments/disaggregation.py")
+    table = disaggregation.main(["-n", "300", "--rates", "8,16", "-o", str(tmp_path)])
+    assert sorted(set(table["layout"])) == ["1P:3D", "2P:2D", "3P:1D", "colocated"]
+    assert (table["num_gpus"] == 4).all()
+    at = table[table["rate"] == 16].set_index("layout")
+    # decode pools never run prefills: TPOT stays at the decode step time
+    assert at.loc["3P:1D", "tpot_p99"] < 0.2 * at.loc["colocated", "tpot_p99"]
+    assert at.loc["1P:3D", "ttft_p50"] > at.loc["colocated", "ttft_p50"]  # one prefill GPU
+    assert at["goodput_per_gpu"].idxmax() == "3P:1D"
+    for name in ("disaggregation.csv", "goodput_per_gpu.png"):
+        assert (tmp_path / name).exists()

@@ -296,3 +296,25 @@ def test_core_never_imports_matplotlib():
             "or m == 'sim.results.plots']\n"
             "assert not bad, bad\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_a_cluster_timeline_and_the_replica_load_draw_one_series_per_replica(tmp_path):
+    from sim.results.plots import plot_replica_load
+    df = workloads.load("azure-code", n=200, rate=20.0)
+    res = {r: sim.run(df, cost_model=sim.ConstantCost(0.01), replicas=3, router=r)
+           for r in ("round_robin", "least_outstanding")}
+    fig = plot_timeline(res["round_robin"])
+    assert [line.get_label() for line in fig.axes[0].lines[:3]] == [
+        f"running, replica {k}" for k in range(3)]
+    assert len(fig.axes[1].lines) == 3
+    for k, line in enumerate(fig.axes[0].lines[:3]):
+        mine = bin_iterations(res["round_robin"].iterations.query("replica == @k"))
+        assert np.array_equal(line.get_xdata(), mine["t"].to_numpy())
+        np.testing.assert_array_equal(line.get_ydata(), mine["running_mean"].to_numpy())
+    plt.close(fig)
+    fig = plot_replica_load(res)
+    shares = [p.get_height() for p in fig.axes[0].patches]
+    assert len(shares) == 6 and shares[:3] == pytest.approx([0.335, 0.335, 0.33])  # 67+67+66
+    plt.close(fig)
+    plot_replica_load(res["round_robin"], tmp_path / "load.png")
+    _is_png(tmp_path / "load.png", 13 * 110, round(3.8 * 110))

@@ -326,3 +326,28 @@ def test_a_draft_model_shares_the_gpu_memory():
     ratio = SpeculativeConfig(draft_cost_ratio=0.1)  # no draft model: the pool is unchanged
     assert sim.SimConfig(model="llama-3.1-8b", speculative=ratio).resolved_kv_blocks() == \
         plain.resolved_kv_blocks()
+
+
+def test_speculation_in_clusters_and_disaggregated_pools():
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"arrival_time": np.sort(rng.uniform(0, 4, 60)),
+                       "num_prompt_tokens": rng.integers(50, 600, 60),
+                       "num_output_tokens": rng.integers(1, 200, 60)})
+    spec = SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.7,
+                             draft_cost_ratio=0.05)
+    one = run(df, speculative=spec, kv_blocks=400)
+    # a 3-replica cluster routing everything to replica 0: the single replica's run exactly
+    all_to_0 = run(df, speculative=spec, kv_blocks=400, replicas=3,
+                   router=lambda r, replicas, now: 0)
+    cols = [c for c in one.requests.columns if c in all_to_0.requests.columns]
+    pd.testing.assert_frame_equal(one.requests[cols], all_to_0.requests[cols])
+    fleet = run(df, speculative=spec, kv_blocks=400, replicas=3)
+    assert (fleet.requests.status == "finished").all()
+    assert 0 < fleet.summary()["spec_acceptance_rate"] < 1
+    # disaggregated: the decode pool speculates; the KV sent is at the run's kv_dtype
+    d = sim.Disaggregation(prefill_replicas=1, decode_replicas=2, link_bandwidth_gbps=1.0)
+    fp16 = run(df, speculative=spec, disaggregation=d)
+    fp8 = run(df, speculative=spec, disaggregation=d, kv_dtype="fp8")
+    assert (fp16.requests.status == "finished").all() and (fp8.requests.status == "finished").all()
+    assert fp16.summary()["spec_mean_acceptance_length"] > 1.5
+    assert fp8.requests.kv_transfer_time.median() < 0.6 * fp16.requests.kv_transfer_time.median()

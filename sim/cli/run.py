@@ -63,6 +63,16 @@ def _prefix_caching(s):
     return value
 
 
+def disaggregation_from(s):
+    """The settings' ``Disaggregation`` (None: colocated)."""
+    if s["prefill_replicas"] is None and s["decode_replicas"] is None:
+        return None
+    from ..engine.disaggregation import Disaggregation
+    return Disaggregation(s["prefill_replicas"] or 1, s["decode_replicas"] or 1,
+                          link_bandwidth_gbps=s["link_bandwidth_gbps"],
+                          link_latency_s=s["link_latency_s"])
+
+
 def build(s, names=None):
     """(workload DataFrame, SimConfig) from settings; ``names`` (a :class:`Names`): an engine
     knob's error names it as the user wrote it (``exp.toml: chunk_size``, ``--chunk-size``)."""
@@ -90,7 +100,8 @@ def _config(s):
                     block_size=s["block_size"], prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],
                     weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"], speculative=spec,
-                    seed=s["seed"], closed_loop=closed)
+                    seed=s["seed"], closed_loop=closed, replicas=s["replicas"],
+                    router=s["router"], disaggregation=disaggregation_from(s))
 
 
 def _num(value, spec) -> str:
@@ -125,9 +136,17 @@ def format_summary(summary, max_batch_size=None) -> str:
                                     f"tokens accepted; "
                                     f"{_num(summary['spec_mean_acceptance_length'], '.2f')} "
                                     f"tokens per verification (bonus included)"))
+    if summary.get("num_replicas", 1) > 1:
+        rows.append(("cluster", f"{summary['num_replicas']} replicas, {summary['num_gpus']} "
+                                f"GPUs in all (busy and batch: per replica on average)"))
+    if "kv_transfer_time_mean" in summary:
+        rows.append(("KV transfer", "prefill done to KV on the decode replica: mean "
+                     f"{_num(summary['kv_transfer_time_mean'], '.4g')} s, P99 "
+                     f"{_num(summary['kv_transfer_time_p99'], '.4g')} s (in TTFT)"))
     if "slo_attainment" in summary:
         rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
-                             f"goodput {_num(summary['goodput'], '.3g')} req/s"))
+                             f"goodput {_num(summary['goodput'], '.3g')} req/s, "
+                             f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -20,6 +20,7 @@ from pathlib import Path
 from ..checks import did_you_mean, positive_float, positive_int
 from ..constants import CHUNK_SIZE
 from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
+from ..engine.routers import ROUTERS
 from ..engine.schedulers import POLICIES
 from ..results.metrics import SLO_KEYS
 
@@ -49,6 +50,8 @@ DEFAULTS = {
     "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
     "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
+    "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
+    "link_bandwidth_gbps": None, "link_latency_s": 0.0,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
 SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
@@ -61,7 +64,8 @@ DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; 
 
 
 FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "--no-plots",
-         "closed_loop_users": "--closed-loop"}  # the others: ``--`` + key with dashes
+         "closed_loop_users": "--closed-loop", "link_bandwidth_gbps": "--link-bandwidth",
+         "link_latency_s": "--link-latency"}  # the others: ``--`` + key with dashes
 NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
 
 
@@ -113,6 +117,20 @@ def add_run_args(p):
                         "(default roofline)")
     p.add_argument("--profile", metavar="JSON",
                    help="calibrated profile from 'sim calibrate'; replaces --cost (default none)")
+    p.add_argument("--replicas", type=int, metavar="N",
+                   help="replicas behind the router, each of --tp GPUs (default 1)")
+    p.add_argument("--router", metavar="NAME",
+                   help=f"which replica serves a request: {', '.join(ROUTERS)} "
+                        f"(default round_robin)")
+    p.add_argument("--prefill-replicas", type=int, dest="prefill_replicas", metavar="N",
+                   help="disaggregation: replicas of the prefill pool (default: colocated)")
+    p.add_argument("--decode-replicas", type=int, dest="decode_replicas", metavar="N",
+                   help="disaggregation: replicas of the decode pool (default: colocated)")
+    p.add_argument("--link-bandwidth", type=float, dest="link_bandwidth_gbps", metavar="GB_S",
+                   help="disaggregation: KV-transfer link, GB/s per direction (default: the "
+                        "GPU's scale-up link, 450 on an H100)")
+    p.add_argument("--link-latency", type=float, dest="link_latency_s", metavar="SECONDS",
+                   help="disaggregation: latency of each KV transfer, >= 0 (default 0)")
     p.add_argument("--closed-loop", type=int, dest="closed_loop_users", metavar="USERS",
                    help="closed loop with this many users, >= 1, each sending its next request "
                         "when the last one finished (default: open loop, the trace's arrivals)")
@@ -257,6 +275,27 @@ def check_settings(s, names=None, given=()) -> dict:
     if s["rate"] is not None:
         s["rate"] = positive_float(names("rate"), s["rate"])
     s["seed"] = positive_int(names("seed"), s["seed"], allow_zero=True)
+    s["replicas"] = positive_int(names("replicas"), s["replicas"])
+    typed("router", str, f"a router name ({', '.join(ROUTERS)})")
+    if s["router"].strip().lower() not in ROUTERS:
+        raise ValueError(f"{names('router')} {s['router']!r} is not a router"
+                         f"{did_you_mean(s['router'], list(ROUTERS))}; known: "
+                         f"{', '.join(ROUTERS)}")
+    pools = [k for k in ("prefill_replicas", "decode_replicas") if s[k] is not None]
+    for key in pools:
+        s[key] = positive_int(names(key), s[key])
+    if s["link_bandwidth_gbps"] is not None:
+        s["link_bandwidth_gbps"] = positive_float(names("link_bandwidth_gbps"),
+                                                  s["link_bandwidth_gbps"])
+    s["link_latency_s"] = positive_float(names("link_latency_s"), s["link_latency_s"],
+                                         allow_zero=True)
+    link = [k for k in ("link_bandwidth_gbps", "link_latency_s") if k in given]
+    if link and not pools:
+        raise ValueError(f"{names(link[0])} applies to disaggregation only: give "
+                         f"{names('prefill_replicas')} and/or {names('decode_replicas')}")
+    if pools and s["replicas"] != 1:
+        raise ValueError(f"{names('replicas')} and {names(pools[0])} exclude each other: a "
+                         f"disaggregated run's size is its two pools")
     if s["closed_loop_users"] is not None:
         s["closed_loop_users"] = positive_int(names("closed_loop_users"), s["closed_loop_users"])
     s["think_time"] = positive_float(names("think_time"), s["think_time"], allow_zero=True)

@@ -7,7 +7,9 @@ one owner of KV accounting), ``batch`` (the immutable snapshot a cost model pric
 contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule),
 ``schedulers`` (the table of names and knob resolution), ``speculation`` (speculative decoding:
 settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``records`` (results
-columns), ``simulation`` (``run``).
+columns), ``routers`` (which replica serves a request), ``cluster`` (replicas behind a router),
+``disaggregation`` (prefill and decode pools joined by KV-transfer links),
+``simulation`` (``run``).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
 roofline), ``sim.results`` (the ``Result`` it returns) and ``workloads`` (validation). Never
@@ -16,12 +18,13 @@ plotting, the CLI, the tools, Dask, or anything that writes files.
 
 from .batch import Batch
 from .config import SimConfig
+from .disaggregation import Disaggregation
 from .policies import ChunkedPrefill, ContinuousBatching, StaticBatching
 from .presets import VLLM, Orca, Sarathi
 from .schedulers import POLICIES
 from .simulation import run
 from .speculation import SpeculativeConfig
 
-__all__ = ["run", "SimConfig", "Batch", "POLICIES", "StaticBatching",
+__all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
            "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca",
            "SpeculativeConfig"]

@@ -14,8 +14,10 @@ Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weigh
 and the largest batch (``memory_budget``) and set the default cost model's bytes moved and
 peak (the fp8 peak where the GPU has one). A model that does not fit is an error carrying the
 budget's advice (quantize, or add GPUs). A speculative ``draft_model`` shares the GPUs: its
-weights come off the budget and each KV block also holds its KV (as vLLM allocates them). Use ``dataclasses.replace`` for variants; the config is
-validated when built.
+weights come off the budget and each KV block also holds its KV (as vLLM allocates them).
+``replicas`` > 1: a cluster of identical replicas (each of ``tensor_parallel`` GPUs, with the
+knobs above) behind ``router`` (:mod:`sim.engine.routers`, :mod:`sim.engine.cluster`). Use
+``dataclasses.replace`` for variants; the config is validated when built.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCKS_AVAILABLE
+from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
+from .routers import check_router
 from .schedulers import resolve
 from .speculation import DraftCost, SpeculativeConfig
 
@@ -52,12 +56,25 @@ class SimConfig:
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
+    replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.cluster)
+    router: object = "round_robin"  # a name in sim.engine.routers.ROUTERS or a callable
+    disaggregation: object = None  # sim.engine.disaggregation.Disaggregation: two pools
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
 
     def __post_init__(self):
         positive_int("tensor_parallel", self.tensor_parallel)
+        positive_int("replicas", self.replicas)
+        check_router(self.router)
+        if self.disaggregation is not None:
+            if not isinstance(self.disaggregation, Disaggregation):
+                raise TypeError(f"disaggregation must be a sim.Disaggregation, got "
+                                f"{self.disaggregation!r}")
+            if self.replicas != 1:
+                raise ValueError(f"replicas={self.replicas} with disaggregation: give the "
+                                 f"pools' sizes, Disaggregation(prefill_replicas, "
+                                 f"decode_replicas)")
         positive_int("seed", self.seed, allow_zero=True)
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
             if getattr(self, knob) is not None:
@@ -87,6 +104,18 @@ class SimConfig:
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")
+
+    def resolved_model(self):
+        return self.model or DEFAULT_MODEL
+
+    def resolved_gpu(self):
+        return self.gpu or DEFAULT_GPU
+
+    def fleet(self) -> tuple:
+        """``(replicas, GPUs)`` of the run: ``replicas x tensor_parallel``, or both pools'."""
+        if self.disaggregation is not None:
+            return self.disaggregation.fleet(self)
+        return self.replicas, self.replicas * self.tensor_parallel
 
     def policy(self):
         """The batching policy object (built anew from a name; a given object as is)."""

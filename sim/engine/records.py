@@ -33,10 +33,26 @@ def iterations_frame(records) -> pd.DataFrame:
 
 
 def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
-                 cost_model) -> Result:
+                 cost_model, replicas=None, columns=None, first_gaps=None) -> Result:
+    """``replicas``: a cluster's ``(replica of each request, iterations per replica)``, the
+    records concatenated replica by replica (:mod:`sim.engine.cluster`); None: one replica.
+    ``columns``: further request columns (name -> array in request order); ``first_gaps``:
+    ``(request indices, gaps)`` between a first token streamed outside any iteration
+    (disaggregation) and the request's next token, pooled into ITL like the others."""
     iters = iterations_frame(records)
+    if replicas is None:
+        replica_of = np.zeros(len(requests), dtype=np.int64)
+        iters["replica"] = np.zeros(len(iters), dtype=np.int64)
+    else:
+        replica_of, counts = replicas
+        iters["replica"] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        iters["iteration"] = np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
     itl_data, max_itl = inter_token_gaps(requests, end)
+    if first_gaps is not None and len(first_gaps[0]):
+        idx, gaps = first_gaps
+        itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))
+        np.fmax.at(max_itl, idx, gaps)
     arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
     # None (never scheduled / no token / not finished) becomes NaN in a float array
     first_sched = np.array([r.first_scheduled_time for r in requests], dtype=np.float64)
@@ -51,6 +67,7 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         tpot = np.where(done & (n_out > 1), (e2e - ttft) / (n_out - 1), np.nan)
     df = pd.DataFrame({
         "request_id": [r.request_id for r in requests],
+        "replica": replica_of,
         "arrival_time": arrival,
         "first_scheduled_time": first_sched,
         "first_token_time": first_tok,
@@ -75,6 +92,8 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         df["spec_steps"] = steps
         df["spec_drafted"] = steps * config.speculative.num_speculative_tokens
         df["spec_accepted"] = np.array([r.spec_accepted for r in requests], dtype=np.int64)
+    for name, values in (columns or {}).items():
+        df[name] = values
     return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
                   getattr(policy, "name", type(policy).__name__),
                   getattr(cost_model, "name", type(cost_model).__name__))

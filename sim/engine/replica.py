@@ -26,7 +26,8 @@ Invariants (tests/test_replica.py; the engine's brute-force per-token trace unde
 - ``blocks.num_free + sum(held_blocks(r) for r running) == blocks.num_blocks``, never below 0
   (with prefix caching, a block shared by several requests counts once: tests/
   test_prefix_caching.py checks ``num_free + distinct blocks held == num_blocks`` every
-  iteration);
+  iteration; with disaggregation, plus the blocks of the ``num_in_transit`` KV transfers
+  leaving or reaching this replica: :meth:`release`, :meth:`reserve`, :meth:`receive`);
 - ``len(running) <= max_batch_size``; every running request is PREFILL or DECODE;
 - a request is in exactly one of: waiting, running, finished (which includes rejected);
 - per-iteration work is O(admitted + finished + preempted), never O(running).
@@ -111,6 +112,8 @@ class Replica:
         self._decodes_reserved = -1  # iteration whose decode blocks are already taken
         self.finished = []
         self.on_finish = None  # optional callback(request, now), e.g. closed-loop clients
+        self.on_prefilled = None  # disaggregation: callback(request, now) at prefill completion
+        self.num_in_transit = 0  # disaggregation: KV transfers from or to here holding blocks
 
     # -- what a policy reads: waiting, running, prefilling, blocks.num_free, decodes.count,
     # max_batch_size, iteration, and these -------------------------------------------------
@@ -402,6 +405,9 @@ class Replica:
                 _del_running(self.running, r.index)
                 self._finish(r, now)
                 continue
+            if self.on_prefilled is not None:  # disaggregation: hand its KV off
+                self._hand_off(r, now)
+                continue
             decodes.start(r, i)
         if completed:
             self.prefilling = tuple([r for r in self.prefilling if r.status == PREFILL])
@@ -433,6 +439,45 @@ class Replica:
         self.finished.append(r)
         if self.on_finish is not None:
             self.on_finish(r, now)
+
+    # -- disaggregation (sim.engine.disaggregation): KV leaves one replica for another -------
+    def _hand_off(self, r, now) -> None:
+        """``r`` completed its prefill here and decodes elsewhere: it leaves the running set
+        (its batch slot is free) but keeps its blocks until :meth:`release` (its KV is being
+        sent); status DECODE-bound (``DECODE``, tracked by no replica meanwhile)."""
+        r.status = DECODE
+        _del_running(self.running, r.index)
+        self.num_in_transit += 1
+        self.on_prefilled(r, now)
+
+    def release(self, r) -> None:
+        """A handed-off request's KV has left: free the blocks it held here."""
+        self._free_blocks(r, -(-r.num_computed // self.block_size))
+        self.num_in_transit -= 1
+
+    def reserve(self, num_blocks: int) -> bool:
+        """Take ``num_blocks`` free blocks for a KV transfer on its way here (False, nothing
+        taken, when fewer are free)."""
+        if num_blocks > self.blocks.num_free:
+            return False
+        self.blocks.allocate(num_blocks)
+        self.num_in_transit += 1
+        return True
+
+    def stand_by(self) -> None:
+        """The batch just formed is empty and will not run (the engine sleeps until a KV
+        transfer frees or brings blocks): no iteration is in flight."""
+        self._decodes_reserved = -1
+
+    def receive(self, r) -> None:
+        """``r``'s KV (``r.num_computed`` tokens, blocks taken with :meth:`reserve`) has
+        arrived: it joins the running set and decodes from the next iteration this replica
+        forms (the one after the iteration in flight, if any)."""
+        in_flight = self._decodes_reserved == self.iteration
+        self.num_in_transit -= 1
+        _set_running(self.running, r.index, r)
+        r.kv_keys = ()
+        self.decodes.start(r, self.iteration if in_flight else self.iteration - 1)
 
     def __repr__(self):
         counts = {name: 0 for name in STATUS_NAMES}

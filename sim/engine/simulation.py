@@ -28,11 +28,14 @@ import pandas as pd
 import simpy
 
 from ..results.metrics import Result
+from .cluster import run_cluster
 from .config import SimConfig
+from .disaggregation import run_disaggregated
 from .schedulers import resolve
 from .records import build_result
 from .replica import Replica
 from .request import Request
+from .speculation import make_drawer
 
 
 def _requests_from(workload, block_size=None):
@@ -79,10 +82,16 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
+    if config.disaggregation is not None:
+        return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
+                                 submit=_submit)
+    if config.replicas > 1:
+        return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
+                           process=_ReplicaProcess, submit=_submit)
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None),
                       prefix_caching=bool(config.prefix_caching),
-                      speculative=config.speculative, draw=_drawer(config))
+                      speculative=config.speculative, draw=make_drawer(config))
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     if config.closed_loop is None:
@@ -97,19 +106,6 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                            f"nor rejected")
     return build_result(requests, records, config, kv_blocks,
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
-
-
-def _drawer(config):
-    """``draw(r, tokens_left)``: a speculating request's running sums of emissions, from one
-    generator seeded by ``config.seed`` and consumed in the engine's (deterministic) order;
-    None without speculation."""
-    spec = config.speculative
-    if spec is None:
-        return None
-    import numpy as np
-    from .speculation import EmissionSource
-    source = EmissionSource(spec, np.random.default_rng(config.seed))
-    return lambda r, n: source(n, r.acceptance_rate)
 
 
 def _submit(replica, process, r) -> bool:
@@ -204,6 +200,12 @@ class _ReplicaProcess:
                 continue
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
             if not batch.prefills and not batch.num_decode_tokens:
+                if replica.num_in_transit:  # disaggregation: blocks held by KV in transit
+                    replica.stand_by()
+                    self.idle = env.event()
+                    yield self.idle  # woken when a transfer frees them, or by an arrival
+                    self.idle = None
+                    continue
                 raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
                                    f"{len(replica.waiting)} waiting and {len(replica.running)} "
                                    f"running")

@@ -167,6 +167,19 @@ class EmissionSource:
         return cum
 
 
+def make_drawer(config, stream: int = 0):
+    """``draw(r, tokens_left)`` for one replica: a speculating request's running sums of
+    emissions (:class:`EmissionSource`), from a generator seeded by ``config.seed`` (replica
+    ``stream`` > 0 of a cluster: by ``[seed, stream]``, its own stream) and consumed in the
+    engine's deterministic order; None without speculation."""
+    spec = config.speculative
+    if spec is None:
+        return None
+    seed = config.seed if not stream else [config.seed, stream]
+    source = EmissionSource(spec, np.random.default_rng(seed))
+    return lambda r, n: source(n, r.acceptance_rate)
+
+
 class DraftCost:
     """The target's cost model plus the draft's: ``cost(batch) = target(batch) + draft``.
 

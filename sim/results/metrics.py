@@ -48,11 +48,22 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
   (TTFT, TPOT, E2E, queueing delay; NaNs dropped) or over pooled tokens (ITL).
 - The window: from the first arrival of any request (rejected ones included) to the last finish;
   ``duration`` = its length. Throughputs count finished requests and their tokens per second of
-  the window; ``busy_fraction`` = sum of iteration durations / window (<= 1 for one replica).
+  the window; ``busy_fraction`` = sum of iteration durations / window / replicas (<= 1: a
+  cluster's replicas on average).
 - Occupancy is time-weighted over busy time (an iteration counts for its duration, not once):
   ``mean_batch_size`` = sum(duration x num_running) / sum(duration); ``slot_utilization`` = that
   / ``max_batch_size``; ``kv_usage_mean`` likewise for ``kv_blocks_used`` / ``kv_blocks``;
   ``kv_usage_max`` the peak fraction.
+- A cluster (``replicas`` > 1, :mod:`sim.engine.cluster`): ``requests`` and ``iterations``
+  have a ``replica`` column (0 for one replica; ``iteration`` counts each replica's own); the
+  summary stays whole-cluster (occupancy means are per replica, over all replicas' busy time)
+  and adds ``num_replicas`` and ``num_gpus`` (replicas x ``tensor_parallel``), and with an SLO
+  ``goodput_per_gpu``; :meth:`Result.replica_summary` gives one row per replica.
+  Disaggregation: ``replica`` is where a request decoded (its prefill replica when it finished
+  there), ``prefill_replica`` where it prefilled, ``kv_transfer_time`` from prefill done to its
+  KV landed (NaN when not transferred), summarised as ``kv_transfer_time_mean/_p50/_p99``;
+  ``kv_blocks`` is the decode pool's, ``replica_pools`` each replica's (KV blocks, max batch
+  size), over which slot and KV usage are computed iteration by iteration.
 - Degenerate runs: nothing finished -> window 0 and every rate NaN; no iterations -> the
   time-weighted means are 0.0; no tokens -> ITL statistics NaN.
 """
@@ -109,6 +120,8 @@ class Result:
         self.iterations = iterations
         self.config = config
         self.kv_blocks = kv_blocks
+        # disaggregation: per replica (KV blocks, max batch size), pools may differ; else None
+        self.replica_pools = None
         self.wall_seconds = wall_seconds
         self.seed = config.seed
         self.scheduler_name = scheduler_name
@@ -169,7 +182,9 @@ class Result:
                                                    + fin["num_prompt_tokens"].sum()))
         busy = float(it["duration"].sum()) if len(it) else 0.0
         w = it["duration"].to_numpy()
-        out["busy_fraction"] = busy / duration if duration > 0 else float("nan")
+        fleet = getattr(self.config, "fleet", None)
+        replicas, gpus = fleet() if fleet else (1, 1)
+        out["busy_fraction"] = busy / duration / replicas if duration > 0 else float("nan")
         out["num_iterations"] = len(it)
         out["mean_batch_size"] = float(w @ it["num_running"].to_numpy() / busy) if busy else 0.0
         out["slot_utilization"] = out["mean_batch_size"] / self.config.max_batch_size
@@ -177,6 +192,21 @@ class Result:
                                 if busy else 0.0)
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
+        if self.replica_pools is not None and len(it):  # each iteration over its own pool
+            blocks, slots = (np.asarray(x, dtype=np.float64)[it["replica"].to_numpy()]
+                             for x in self.replica_pools)
+            used = it["kv_blocks_used"].to_numpy() / blocks
+            out["slot_utilization"] = float(w @ (it["num_running"].to_numpy() / slots) / busy) \
+                if busy else 0.0
+            out["kv_usage_mean"] = float(w @ used / busy) if busy else 0.0
+            out["kv_usage_max"] = float(used.max())
+        out["num_replicas"] = replicas
+        out["num_gpus"] = gpus
+        if "kv_transfer_time" in req:  # disaggregation: prefill done -> KV landed
+            col = fin["kv_transfer_time"].dropna().to_numpy()
+            out["kv_transfer_time_mean"] = float(col.mean()) if col.size else float("nan")
+            for q, v in zip((50, 99), np.percentile(col, (50, 99)) if col.size else [np.nan] * 2):
+                out[f"kv_transfer_time_p{q}"] = float(v)
         out["num_preemptions"] = int(req["num_preemptions"].sum())
         out["max_preemptions"] = int(req["num_preemptions"].max()) if len(req) else 0
         prompt = float(fin["num_prompt_tokens"].sum())
@@ -207,8 +237,53 @@ class Result:
                 out[f"slo_{key}"] = float(limit)
             out["slo_attainment"] = float(ok.mean()) if len(ok) else float("nan")
             out["goodput"] = rate(float(ok.sum()))
+            out["goodput_per_gpu"] = out["goodput"] / out["num_gpus"]
         out["wall_seconds"] = self.wall_seconds
         return out
+
+    def replica_summary(self) -> "pd.DataFrame":
+        """One row per replica (index ``replica``): ``num_requests`` routed there,
+        ``num_finished``, ``load_share`` (its fraction of all requests), ``busy_fraction``
+        (its iterations' time / the run's window), ``mean_batch_size``, ``slot_utilization``
+        and ``kv_usage_mean`` (time-weighted over its busy time, as in :meth:`summary`),
+        ``num_iterations``, ``num_preemptions``, ``prefix_hit_rate`` (cached / prompt tokens of
+        its finished requests) and its finished requests' ``ttft_p50`` / ``ttft_p99``."""
+        import pandas as pd
+        req, it = self.requests, self.iterations
+        fleet = getattr(self.config, "fleet", None)
+        n = fleet()[0] if fleet else 1
+        fin = req["status"] == "finished"
+        start = float(req["arrival_time"].min()) if len(req) else 0.0
+        end = float(req.loc[fin, "finish_time"].max()) if fin.any() else start
+        window = end - start
+        rows = []
+        pools = self.replica_pools or ([self.kv_blocks] * n, [self.config.max_batch_size] * n)
+        for k in range(n):
+            here = req["replica"] == k
+            if "prefill_replica" in req:  # disaggregation: a request visits two replicas
+                here |= req["prefill_replica"] == k
+            mine, its = req[here], it[it["replica"] == k]
+            done = mine[mine["status"] == "finished"]
+            w = its["duration"].to_numpy()
+            busy = float(w.sum())
+            batch = float(w @ its["num_running"].to_numpy() / busy) if busy else 0.0
+            prompt = float(done["num_prompt_tokens"].sum())
+            ttft = done["ttft"].dropna().to_numpy()
+            p50, p99 = np.percentile(ttft, (50, 99)) if ttft.size else (np.nan, np.nan)
+            rows.append({
+                "replica": k, "num_requests": len(mine), "num_finished": len(done),
+                "load_share": len(mine) / len(req) if len(req) else float("nan"),
+                "busy_fraction": busy / window if window > 0 else float("nan"),
+                "mean_batch_size": batch,
+                "slot_utilization": batch / pools[1][k],
+                "kv_usage_mean": (float(w @ its["kv_blocks_used"].to_numpy() / busy
+                                        / pools[0][k]) if busy else 0.0),
+                "num_iterations": len(its),
+                "num_preemptions": int(mine["num_preemptions"].sum()),
+                "prefix_hit_rate": (float(done["num_cached_tokens"].sum()) / prompt
+                                    if prompt else float("nan")),
+                "ttft_p50": float(p50), "ttft_p99": float(p99)})
+        return pd.DataFrame(rows).set_index("replica")
 
     def diagnose(self) -> list:
         """Findings in the cheat sheet's words (:mod:`sim.results.diagnose`): overloaded, idle

@@ -23,10 +23,14 @@ Figures:
   mean waiting requests; no max-batch-size line (it is in the title) to squeeze the real batch.
   Bottom: KV blocks used in % of the pool, mean and max per bin, on an axis scaled to the data
   (0 to 1.15 x the peak), and a red dot on each bin whose iterations preempted. A bin without
-  iterations (idle time) is a gap.
+  iterations (idle time) is a gap. A cluster's result: per replica, the mean running requests
+  and mean KV usage of its own iterations, binned.
 - :func:`plot_gantt`: one bar per request (the first ``max_requests`` by arrival): waiting
   (arrival -> first scheduled), prefill (-> first token) and decode (-> finish), on simulated
   seconds; rejected requests have no bars (the title counts them).
+- :func:`plot_replica_load`: a cluster's load per replica (:meth:`Result.replica_summary`):
+  share of the requests, busy fraction and mean KV usage, bars side by side; ``{label:
+  Result}`` compares runs (one group of bars per run).
 
 With ``path`` a figure is saved (110 dpi) and closed, so batch runs do not accumulate open
 figures; without, it stays open for a notebook. Every function returns the figure. Saving first
@@ -224,7 +228,10 @@ def bin_iterations(iterations, bins=400):
 def plot_timeline(result, path=None, bins=400):
     """Batch size and KV-cache usage over simulated time, binned (see the module docstring);
     saved to ``path`` and closed when given."""
-    binned = bin_iterations(result.iterations, bins)
+    it = result.iterations
+    if "replica" in it and it["replica"].nunique() > 1:
+        return _cluster_timeline(result, path, bins)
+    binned = bin_iterations(it, bins)
     plt = _plt(path is not None)
     fig, axes = plt.subplots(2, 1, figsize=(12, 5.5), sharex=True)
     t = binned["t"].to_numpy()
@@ -250,6 +257,28 @@ def plot_timeline(result, path=None, bins=400):
     bottom.set(ylabel="KV blocks used (% of pool)", xlabel="simulated time (s)",
                title=f"KV-cache usage ({result.kv_blocks:,} blocks)")
     bottom.legend(loc="upper right", fontsize=8)
+    fig.suptitle(run_title(result))
+    fig.tight_layout()
+    return _finish(fig, path, plt)
+
+
+def _cluster_timeline(result, path, bins):
+    """A cluster's timeline: per replica (its own iterations, binned on its own time span) the
+    mean running requests and the mean KV usage in % of its pool."""
+    plt = _plt(path is not None)
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 5.5), sharex=True)
+    pct = 100.0 / result.kv_blocks
+    for k, part in result.iterations.groupby("replica"):
+        binned = bin_iterations(part, bins)
+        top.plot(binned["t"], binned["running_mean"], lw=0.9, label=f"running, replica {k}")
+        bottom.plot(binned["t"], binned["kv_mean"] * pct, lw=0.9)
+    top.set_ylim(bottom=0)
+    top.set(ylabel="requests (mean in bin)", title=f"batch size per replica (max batch size "
+                                                    f"{result.config.max_batch_size:,})")
+    top.legend(loc="upper right", fontsize=8)
+    bottom.set_ylim(bottom=0)
+    bottom.set(ylabel="KV blocks used (% of pool)", xlabel="simulated time (s)",
+               title=f"KV-cache usage per replica ({result.kv_blocks:,} blocks each)")
     fig.suptitle(run_title(result))
     fig.tight_layout()
     return _finish(fig, path, plt)
@@ -284,6 +313,29 @@ def plot_gantt(result, path=None, max_requests=100):
     ax.set_title(f"requests{more}" + (f"; {rejected} rejected (no bar)" if rejected else ""))
     ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(run_title(result))
+    fig.tight_layout()
+    return _finish(fig, path, plt)
+
+
+def plot_replica_load(results, path=None):
+    """Per-replica load share, busy fraction and KV usage of one Result or ``{label:
+    Result}``; saved to ``path`` and closed when given."""
+    plt = _plt(path is not None)
+    if not isinstance(results, dict):
+        results = {results.scheduler_name: results}
+    metrics = (("load_share", "share of requests"), ("busy_fraction", "busy fraction"),
+               ("kv_usage_mean", "mean KV usage"))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(13, 3.8), sharey=True)
+    width = 0.8 / len(results)
+    for j, (label, res) in enumerate(results.items()):
+        per = res.replica_summary()
+        x = np.arange(len(per)) + (j - (len(results) - 1) / 2) * width
+        for ax, (col, _title) in zip(axes, metrics):
+            ax.bar(x, per[col], width, label=label)
+    for ax, (_col, title) in zip(axes, metrics):
+        ax.set(title=title, xlabel="replica", xticks=range(len(per)))
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     return _finish(fig, path, plt)
 

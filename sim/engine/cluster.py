@@ -1,0 +1,241 @@
+"""A cluster: ``SimConfig.replicas`` replicas behind a router, in one SimPy environment.
+
+Each replica is the single-replica engine's process (``simulation._ReplicaProcess``, passed
+in: one event per iteration, its own policy object, KV pool and iteration
+records); only the arrivals differ. A dispatcher wakes once per distinct arrival time and hands
+every request due to the replica the router picks (``route(request, views, now) -> index``,
+:mod:`sim.engine.routers`), where it is queued (or rejected, when it could never fit that
+replica's pool) and an idle replica is woken. The dispatcher's events are scheduled with
+SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch
+at ``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and
+a router sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet
+post-processed). Closed loop: each user's next request is routed when it is issued.
+
+A named scheduler is built once per replica; a policy object passed in is shared by all of
+them (``schedule(replica, now)`` receives the replica: it must keep no per-replica state).
+
+Invariants (tests/test_cluster.py):
+- every request is routed exactly once, at its arrival, and comes out once (finished or
+  rejected) at the replica it was routed to;
+- a request's token runs (``segments``) index its replica's iterations: the records are
+  concatenated replica by replica and the runs shifted by the replica's offset, so ITL is
+  computed exactly as for one replica (the gap across two replicas' records has weight 0);
+- with one replica the cluster path gives the single-replica result (tested), and
+  ``run`` keeps the single-replica path for ``replicas == 1``.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+
+import numpy as np
+import simpy
+from simpy.core import URGENT
+
+from .records import ITERATION_COLUMNS, build_result
+from .replica import Replica
+from .routers import ReplicaView, make_router
+from .schedulers import resolve
+from .speculation import make_drawer
+
+
+class _Dispatch(simpy.events.Event):
+    """An event that is already triggered and fires after ``delay`` with URGENT priority (a
+    ``Timeout`` with priority: it runs before the NORMAL events of the same instant)."""
+
+    def __init__(self, env, delay, callback):
+        super().__init__(env)
+        self._ok = True
+        self._value = None
+        self.callbacks.append(callback)
+        env.schedule(self, URGENT, delay)
+
+
+class Cluster:
+    """The replicas, their processes, the router and where each request went."""
+
+    def __init__(self, env, config, policy, cost, kv_blocks, requests, process, submit,
+                 stream=0):
+        self.env = env
+        self._submit = submit
+        self.requests = requests
+        n = config.replicas
+        self.replicas, self.processes, self.records = [], [], []
+        for k in range(n):
+            pol = policy if k == 0 or not isinstance(config.scheduler, str) else resolve(
+                config)[1]
+            rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
+                          getattr(pol, "select_victim", None),
+                          prefix_caching=bool(config.prefix_caching),
+                          speculative=config.speculative,
+                          draw=make_drawer(config, stream + k))  # its own draws
+            rec = array("d")
+            proc = process(env, rep, pol, cost, rec, False, 0)
+            self.replicas.append(rep)
+            self.processes.append(proc)
+            self.records.append(rec)
+        self.config = config
+        self.views = tuple(ReplicaView(rep, k) for k, rep in enumerate(self.replicas))
+        self.route = make_router(config.router, config.seed)
+        self.replica_of = np.full(len(requests), -1, dtype=np.int64)
+        self.max_tokens = None  # disaggregation: (tokens, blocks) a decode replica can hold
+        self.decode_lookahead = 0  # disaggregation: a decode replica's speculative slots
+        self.more_replicas = ()  # disaggregation: the decode pool (closed-loop completions)
+        self.bar = None
+        if config.progress:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=len(requests), unit="req", desc="routing", leave=False)
+
+    def pick(self, r) -> int:
+        """The replica the router picks for ``r`` now (checked)."""
+        k = self.route(r, self.views, self.env.now)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
+                or not 0 <= k < len(self.replicas):
+            raise ValueError(f"router {self.route!r} returned {k!r} for {r!r}; expected a "
+                             f"replica index in 0..{len(self.replicas) - 1}")
+        return int(k)
+
+    def submit(self, r) -> bool:
+        """Route ``r`` now and queue it there (or reject it); True if queued."""
+        k = self.pick(r)
+        self.replica_of[r.index] = k
+        if self.bar is not None:
+            self.bar.update(1)
+        need = r.num_prompt_tokens + r.num_output_tokens + self.decode_lookahead
+        if self.max_tokens is not None and need > self.max_tokens[0]:
+            self.replicas[k].reject(r, f"needs {need} tokens of KV but a decode replica's pool "
+                                       f"holds {self.max_tokens[0]} ({self.max_tokens[1]} "
+                                       f"blocks)")
+            return False
+        return self._submit(self.replicas[k], self.processes[k], r)
+
+    def open_loop(self):
+        """Route each request at its ``arrival_time`` (requests sorted by arrival)."""
+        arrivals, env = self.requests, self.env
+        n = len(arrivals)
+        state = {"next": 0}
+
+        def fire(_event):
+            i, now = state["next"], env.now
+            self.submit(arrivals[i])  # the one this event was scheduled for (float rounding)
+            i += 1
+            while i < n and arrivals[i].arrival_time <= now:
+                self.submit(arrivals[i])
+                i += 1
+            state["next"] = i
+            if i < n:
+                _Dispatch(env, max(arrivals[i].arrival_time - now, 0.0), fire)
+
+        if n:
+            _Dispatch(env, max(arrivals[0].arrival_time - env.now, 0.0), fire)
+
+    def closed_loop(self, loop):
+        """``num_users`` users; each issues its next request ``think_time`` after the last
+        finished or was rejected, routed when issued."""
+        env = self.env
+        pending = iter(self.requests)
+        think = float(loop.think_time)
+
+        def issue(_event=None):
+            r = next(pending, None)
+            if r is None:
+                return
+            r.arrival_time = env.now
+            if not self.submit(r):
+                done(r, env.now)
+
+        def done(_r, _now):
+            if think > 0:
+                env.timeout(think).callbacks.append(issue)
+            else:
+                issue()
+
+        for rep in self.replicas + list(self.more_replicas):
+            rep.on_finish = _chain(rep.on_finish, done)
+        for _ in range(int(loop.num_users)):
+            issue()
+
+    def start(self):
+        for proc in self.processes:
+            self.env.process(proc.loop())
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+    def num_out(self) -> int:
+        return sum(len(rep.finished) for rep in self.replicas)
+
+    def result(self, config, kv_blocks, *, wall_seconds, policy, cost_model):
+        return assemble(self.requests, self.records, self.replica_of, config, kv_blocks,
+                        wall_seconds=wall_seconds, policy=policy, cost_model=cost_model)
+
+
+def _chain(first, then):
+    """One ``on_finish`` callback calling ``first`` (if any) then ``then``."""
+    if first is None:
+        return then
+
+    def both(r, now):
+        first(r, now)
+        then(r, now)
+    return both
+
+
+def concatenate(records_per_replica):
+    """``(records, iterations per replica, offsets)``: the replicas' flat iteration records
+    one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k] + j``)."""
+    records, counts, offsets = array("d"), [], []
+    width = len(ITERATION_COLUMNS)
+    for rec in records_per_replica:
+        offsets.append(len(records) // width)
+        counts.append(len(rec) // width)
+        records.extend(rec)
+    return records, counts, offsets
+
+
+def shift_segments(requests, runs_at, offsets):
+    """Renumber each request's token runs from its replica's iterations (``runs_at[index]``)
+    to the concatenated records'."""
+    for r in requests:
+        off = offsets[runs_at[r.index]]
+        if off and r.segments:
+            r.segments = [(a + off, b + off) for a, b in r.segments]
+
+
+def assemble(requests, records_per_replica, replica_of, config, kv_blocks, **kwargs):
+    """Concatenate the replicas' iteration records (replica by replica), shift each
+    request's token runs to that numbering, and build the Result."""
+    records, counts, offsets = concatenate(records_per_replica)
+    shift_segments(requests, replica_of, offsets)
+    return build_result(requests, records, config, kv_blocks, replicas=(replica_of, counts),
+                        **kwargs)
+
+
+def simulate(env, config, entry, *others, busy=False) -> None:
+    """Run the environment: arrivals (open or closed loop) enter at ``entry``, every pool's
+    replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
+    loss; ``busy``: some other work was left behind)."""
+    if config.closed_loop is None:
+        entry.open_loop()
+    else:
+        entry.closed_loop(config.closed_loop)
+    for pool in (entry, *others):
+        pool.start()
+    env.run()
+    entry.close()
+    lost = len(entry.requests) - sum(pool.num_out() for pool in (entry, *others))
+    if lost or busy and busy():
+        raise RuntimeError(f"{lost} request(s) neither finished nor rejected")
+
+
+def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
+                submit) -> "Result":
+    """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
+    ``submit``: the single-replica engine's process class and arrival verb
+    (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
+    cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit)
+    simulate(env, config, cluster)
+    return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
+                          policy=policy, cost_model=cost)

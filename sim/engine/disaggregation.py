@@ -1,0 +1,266 @@
+"""Prefill/decode disaggregation: a prefill pool and a decode pool joined by KV-transfer links.
+
+``SimConfig.disaggregation = Disaggregation(prefill_replicas=P, decode_replicas=D, ...)``: the
+run's ``router`` sends each arriving request to a prefill replica (replicas ``0..P-1``), which
+runs its prefill as in a colocated run (same policy, KV pool, preemption). When the prefill
+completes (the iteration that computes the first token), the request leaves that replica's
+batch but keeps its KV blocks; a second instance of the router (``random``: its own stream; a
+callable router is called for both pools) picks a decode replica
+(``P..P+D-1``); the KV of its ``num_computed`` tokens (``kv_cache_bytes`` of the model at the
+run's ``kv_dtype`` on one GPU of the prefill replica's tensor-parallel group: each GPU sends its shard over its own link,
+in parallel) crosses the prefill replica's link, then the request decodes there.
+
+- **Link**: one per prefill replica, FIFO: a transfer of ``b`` bytes occupies it
+  ``b / bandwidth`` seconds after the transfers queued before it, and lands ``latency`` after
+  that (the latency is pipelined: it does not hold the link). ``link_bandwidth_gbps``: GB/s per
+  direction (1e9 bytes/s); default the GPU preset's scale-up link (NVLink: 450 GB/s on an
+  H100); ``math.inf`` makes the serialisation free.
+- **Blocks on both sides**: the decode replica's blocks are taken (and a batch slot counted)
+  when the transfer starts; the prefill replica frees its blocks when it lands.
+- **Back-pressure**: a transfer starts only when the chosen decode replica has the blocks and a
+  slot free; until then it waits in that replica's FIFO of pending transfers, retried each time
+  one of its requests finishes. A request whose prompt + output could never fit a decode
+  replica's pool is rejected at arrival (as for a colocated pool). Nothing is lost.
+- **First token**: the decode side streams it when the KV has landed (vLLM's disaggregated
+  serving), so ``first_token_time`` = landing time: TTFT = arrival -> prefill done +
+  ``kv_transfer_time`` (prefill done -> landed: back-pressure wait, link queue, bytes /
+  bandwidth, latency). A one-token request finishes at its prefill (no transfer).
+- Each pool is the run's config with its overrides (``prefill={...}``, ``decode={...}``: any of
+  ``scheduler``, ``cost_model``, ``max_batch_size``, ``chunk_size``, ``token_budget``,
+  ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``); the model, block
+  size and prefix caching are the run's (the KV and its block keys mean the same on both
+  sides).
+- The KV is counted at 2 bytes per value (fp16/bf16), the engine's KV precision today.
+
+Invariants (tests/test_disaggregation.py): every request comes out once; with infinite
+bandwidth and zero latency a request alone has exactly the colocated timings' TTFT; a
+request's token gaps still sum to E2E - TTFT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..checks import positive_float, positive_int
+
+POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
+              "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel")
+
+
+@dataclass(frozen=True, slots=True)
+class Disaggregation:
+    """Two pools and the link between them; see the module docstring."""
+
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    link_bandwidth_gbps: float | None = None  # GB/s per direction; None: the GPU's scale-up link
+    link_latency_s: float = 0.0
+    prefill: object = ()  # SimConfig overrides for the prefill pool (a dict)
+    decode: object = ()
+
+    def __post_init__(self):
+        positive_int("prefill_replicas", self.prefill_replicas)
+        positive_int("decode_replicas", self.decode_replicas)
+        if self.link_bandwidth_gbps is not None and self.link_bandwidth_gbps != math.inf:
+            positive_float("link_bandwidth_gbps", self.link_bandwidth_gbps)
+        positive_float("link_latency_s", self.link_latency_s, allow_zero=True)
+        for pool in ("prefill", "decode"):
+            given = getattr(self, pool)
+            items = tuple(sorted(dict(given or {}).items())) if isinstance(
+                given, (dict, tuple)) else None
+            if items is None:
+                raise TypeError(f"{pool} must be a dict of SimConfig overrides, got {given!r}")
+            bad = [k for k, _ in items if k not in POOL_KNOBS]
+            if bad:
+                raise ValueError(f"{pool}: {bad[0]!r} cannot differ between pools; one of "
+                                 f"{list(POOL_KNOBS)}")
+            object.__setattr__(self, pool, items)  # hashable, like the rest of the config
+
+    def pool_configs(self, config):
+        """``(prefill, decode)`` SimConfigs: ``config`` with each pool's replicas and
+        overrides (validated as any config)."""
+        base = dataclasses.replace(config, disaggregation=None, replicas=1)
+        return tuple(dataclasses.replace(base, replicas=n, **dict(over)) for n, over in (
+            (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
+
+    def fleet(self, config) -> tuple:
+        """``(replicas, GPUs)`` of both pools together."""
+        p, d = self.pool_configs(config)
+        return (p.replicas + d.replicas,
+                p.replicas * p.tensor_parallel + d.replicas * d.tensor_parallel)
+
+    def bandwidth_bytes(self, config) -> float:
+        """Link bandwidth in bytes/s: the given figure, else the prefill GPU's scale-up link."""
+        if self.link_bandwidth_gbps is not None:
+            return self.link_bandwidth_gbps * 1e9
+        from ..specs.gpus import get_gpu
+        gpu = get_gpu(config.resolved_gpu())
+        if not gpu.link_bandwidth_gbps:
+            raise ValueError(f"gpu {gpu.name!r} has no scale-up link in the presets: give "
+                             f"Disaggregation(link_bandwidth_gbps=...)")
+        return gpu.link_bandwidth_gbps * 1e9
+
+
+class Link:
+    """One FIFO link: ``send(now, nbytes)`` -> landing time (see the module docstring)."""
+
+    __slots__ = ("bandwidth", "latency", "free_at")
+
+    def __init__(self, bandwidth: float, latency: float):
+        self.bandwidth, self.latency, self.free_at = bandwidth, latency, 0.0
+
+    def send(self, now: float, nbytes: float) -> float:
+        start = max(now, self.free_at)
+        self.free_at = start + (nbytes / self.bandwidth if self.bandwidth != math.inf else 0.0)
+        return self.free_at + self.latency
+
+
+class Transfers:
+    """Hands requests from the prefill pool to the decode pool (the hooks of both)."""
+
+    def __init__(self, env, prefill, decode, disagg, model, bandwidth, kv_dtype="fp16"):
+        from ..specs.memory import kv_cache_bytes
+        self.env, self.prefill, self.decode = env, prefill, decode
+        self.kv_bytes = kv_cache_bytes
+        self.model, self.kv_dtype = model, kv_dtype
+        self.tp = prefill.config.tensor_parallel
+        self.links = [Link(bandwidth, float(disagg.link_latency_s)) for _ in prefill.replicas]
+        self.pending = [deque() for _ in decode.replicas]
+        self.in_flight = [0] * len(decode.replicas)
+        self.retry = [False] * len(decode.replicas)
+        n = len(prefill.requests)
+        self.prefill_done = np.full(n, np.nan)
+        self.transfer_time = np.full(n, np.nan)
+        self.decode_of = np.full(n, -1, dtype=np.int64)
+        self.source = {}
+        for k, rep in enumerate(prefill.replicas):
+            rep.on_prefilled = self._hook(k)
+        for k, rep in enumerate(decode.replicas):
+            rep.on_finish = self._finished_hook(k, rep.on_finish)
+
+    def _hook(self, k):
+        def prefilled(r, now):
+            self.source[r.index] = k
+            self.prefill_done[r.index] = now
+            r.first_token_time = None  # the decode side streams it (see the docstring)
+            d = self.decode.pick(r)
+            self.decode_of[r.index] = d
+            self.pending[d].append(r)
+            self._start(d)
+        return prefilled
+
+    def _finished_hook(self, d, previous):
+        def finished(r, now):
+            if self.pending[d] and not self.retry[d]:  # once the replica has freed its blocks
+                self.retry[d] = True                   # (after its postprocess): same instant
+                self.env.timeout(0).callbacks.append(self._retry(d))
+            if previous is not None:
+                previous(r, now)
+        return finished
+
+    def _retry(self, d):
+        def retry(_event):
+            self.retry[d] = False
+            self._start(d)
+        return retry
+
+    def _start(self, d):
+        """Start the pending transfers to decode replica ``d`` that fit, in order."""
+        rep, queue = self.decode.replicas[d], self.pending[d]
+        while queue:
+            r = queue[0]
+            if len(rep.running) + self.in_flight[d] >= rep.max_batch_size or not rep.reserve(
+                    -(-r.num_computed // rep.block_size)):
+                return
+            queue.popleft()
+            self.in_flight[d] += 1
+            now = self.env.now
+            nbytes = self.kv_bytes(r.num_computed, model=self.model, dtype=self.kv_dtype,
+                                   tensor_parallel=self.tp)
+            landing = self.links[self.source[r.index]].send(now, nbytes)
+            self.env.timeout(landing - now).callbacks.append(self._lander(r, d))
+
+    def _lander(self, r, d):
+        def land(_event):
+            now = self.env.now
+            k = self.source.pop(r.index)
+            self.prefill.replicas[k].release(r)
+            self.prefill.processes[k].wake()  # it may wait for these blocks
+            rep = self.decode.replicas[d]
+            self.in_flight[d] -= 1
+            rep.receive(r)
+            r.first_token_time = now
+            self.transfer_time[r.index] = now - self.prefill_done[r.index]
+            self.decode.processes[d].wake()
+        return land
+
+
+def run_disaggregated(env, requests, config, wall, *, process, submit):
+    """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
+    single-replica engine's process class and arrival verb, as for a cluster)."""
+    from .cluster import Cluster, concatenate, shift_segments, simulate
+    from .records import build_result
+    from .routers import make_router
+    from .schedulers import resolve
+    disagg = config.disaggregation
+    pools = []
+    for cfg in disagg.pool_configs(config):
+        cfg, policy = resolve(cfg)
+        pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
+                             cfg.resolved_kv_blocks(), requests, process, submit,
+                             stream=sum(len(p.replicas) for p in pools)))
+    prefill, decode = pools
+    if isinstance(config.router, str):  # its own instance (random: its own stream)
+        decode.route = make_router(config.router, [config.seed, 1])
+    first = decode.replicas[0]
+    prefill.max_tokens = (first.capacity_tokens, first.blocks.num_blocks)
+    prefill.decode_lookahead = first.num_spec_tokens
+    prefill.more_replicas = decode.replicas
+    transfers = Transfers(env, prefill, decode, disagg, config.resolved_model(),
+                          disagg.bandwidth_bytes(prefill.config), prefill.config.kv_dtype)
+    simulate(env, config, prefill, decode,
+             busy=lambda: any(transfers.pending) or bool(transfers.source))
+    # where each request's token runs were recorded: its decode replica once handed off
+    num_prefill = len(prefill.replicas)
+    moved = transfers.decode_of >= 0
+    runs_at = np.where(moved, transfers.decode_of + num_prefill, prefill.replica_of)
+    records, counts, offsets = concatenate(prefill.records + decode.records)
+    shift_segments(requests, runs_at, offsets)
+    first_gaps = _first_gaps(requests, moved, records)
+    kwargs = dict(wall_seconds=time.perf_counter() - wall, policy=prefill.processes[0].policy,
+                  cost_model=prefill.processes[0].cost)
+    res = build_result(requests, records, config, decode.replicas[0].blocks.num_blocks,
+                       replicas=(runs_at, counts), first_gaps=first_gaps,
+                       columns={"prefill_replica": prefill.replica_of,
+                                "kv_transfer_time": transfers.transfer_time}, **kwargs)
+    reps = prefill.replicas + decode.replicas
+    res.replica_pools = ([rep.blocks.num_blocks for rep in reps],
+                         [rep.max_batch_size for rep in reps])
+    return res
+
+
+def _first_gaps(requests, moved, records):
+    """The first token of a handed-off request is streamed at landing, not at the end of an
+    iteration: its first decode-side run ``(a, b)`` (``a``: the iteration before it joined)
+    becomes ``(a + 1, b)`` (dropped when empty) and the gap landing -> next token is returned
+    for the ITL pool."""
+    from .records import ITERATION_COLUMNS
+    rec = np.frombuffer(records, dtype=np.float64).reshape(-1, len(ITERATION_COLUMNS)) \
+        if len(records) else np.zeros((0, len(ITERATION_COLUMNS)))
+    end = rec[:, 0] + rec[:, 1]
+    idx, gaps = [], []
+    for r in requests:
+        if not moved[r.index] or not r.segments:
+            continue
+        a, b = r.segments[0]
+        r.segments = ([(a + 1, b)] if b > a else []) + r.segments[1:]
+        if r.segments and r.first_token_time is not None:
+            idx.append(r.index)
+            gaps.append(end[r.segments[0][0]] - r.first_token_time)
+    return np.array(idx, dtype=np.int64), np.array(gaps, dtype=np.float64)

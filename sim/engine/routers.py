@@ -1,0 +1,186 @@
+"""Routers: which replica of a cluster serves an arriving request.
+
+A router is any callable ``route(request, replicas, now) -> index``: ``request`` is the
+arriving :class:`~sim.engine.request.Request` (read it, never change it), ``replicas`` a tuple
+of :class:`ReplicaView` (read-only: counts and the prefix-cache lookup of one live replica,
+computed when read), ``now`` the arrival time. The engine calls it once per request, at the
+request's arrival, and queues the request at ``replicas[index]``. The named routers
+(:data:`ROUTERS`, the names ``SimConfig.router`` and ``--router`` accept):
+
+- ``round_robin``: replicas in turn (``i mod N``), blind to load;
+- ``random``: uniform, from a ``numpy`` generator seeded by ``SimConfig.seed`` (a run is still
+  deterministic);
+- ``least_outstanding``: fewest queued + running requests (vLLM production stack's and llm-d's
+  queue-length scorers);
+- ``least_kv``: most free KV blocks;
+- ``prefix_affinity``: the replica whose prefix cache holds the longest leading run of the
+  request's prompt blocks (SGLang's cache-aware router, llm-d's prefix scorer), falling back to
+  ``least_outstanding`` when no replica holds any or when the best one has more than
+  ``max_imbalance`` outstanding requests beyond the least loaded.
+
+Ties go to the lowest index. Each run builds its named router anew (:func:`make_router`), so
+stateful routers (round robin's counter, random's generator) never carry state between runs.
+A callable passed in is used as is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..checks import did_you_mean
+
+
+class ReplicaView:
+    """What a router may read of one replica (attributes computed from the live replica when
+    read; nothing can be written through it)."""
+
+    __slots__ = ("_replica", "index")
+
+    def __init__(self, replica, index: int):
+        self._replica = replica
+        self.index = index
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._replica.waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._replica.running)
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests queued or running here (those routed here and not finished)."""
+        rep = self._replica
+        return len(rep.waiting) + len(rep.running)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self._replica.blocks.num_free
+
+    @property
+    def num_blocks(self) -> int:
+        return self._replica.blocks.num_blocks
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._replica.max_batch_size
+
+    def prefix_hit(self, request) -> int:
+        """Prompt tokens of ``request`` this replica's prefix cache would serve now (0 without
+        prefix caching or without ``hash_ids``)."""
+        return self._replica.prefix_hit(request)
+
+    def __repr__(self):
+        return (f"ReplicaView({self.index}, outstanding={self.num_outstanding}, "
+                f"free_blocks={self.num_free_blocks})")
+
+
+class RoundRobin:
+    """Replicas in turn: the k-th request goes to replica ``k mod N``."""
+
+    name = "round_robin"
+
+    def __init__(self):
+        self.next = 0
+
+    def __call__(self, request, replicas, now) -> int:
+        i = self.next % len(replicas)
+        self.next = i + 1
+        return i
+
+
+class Random:
+    """A uniformly random replica, from ``numpy.random.default_rng(seed)``."""
+
+    name = "random"
+
+    def __init__(self, seed=0):
+        self.rng = np.random.default_rng(seed)  # an int, or a sequence of ints
+
+    def __call__(self, request, replicas, now) -> int:
+        return int(self.rng.integers(len(replicas)))
+
+
+def least_outstanding(request, replicas, now) -> int:
+    """The replica with the fewest queued + running requests (lowest index on ties)."""
+    best, best_load = 0, None
+    for v in replicas:
+        load = v.num_outstanding
+        if best_load is None or load < best_load:
+            best, best_load = v.index, load
+    return best
+
+
+def least_kv(request, replicas, now) -> int:
+    """The replica with the most free KV blocks (lowest index on ties)."""
+    best, best_free = 0, None
+    for v in replicas:
+        free = v.num_free_blocks
+        if best_free is None or free > best_free:
+            best, best_free = v.index, free
+    return best
+
+
+class PrefixAffinity:
+    """The replica caching the longest prefix of the request, unless it is overloaded.
+
+    ``max_imbalance``: the best-hit replica is skipped (``least_outstanding`` decides) when it
+    has more than this many outstanding requests beyond the least loaded replica (SGLang's
+    cache-aware router balances the same way, on an absolute queue-length threshold).
+    """
+
+    name = "prefix_affinity"
+
+    def __init__(self, max_imbalance: int = 32):
+        if isinstance(max_imbalance, bool) or not isinstance(max_imbalance, int) \
+                or max_imbalance < 0:
+            raise ValueError(f"max_imbalance must be an int >= 0, got {max_imbalance!r}")
+        self.max_imbalance = max_imbalance
+
+    def __call__(self, request, replicas, now) -> int:
+        loads = [v.num_outstanding for v in replicas]
+        least = min(loads)
+        best, best_hit = -1, 0
+        for v in replicas:
+            hit = v.prefix_hit(request)
+            if hit > best_hit and loads[v.index] <= least + self.max_imbalance:
+                best, best_hit = v.index, hit
+        return best if best >= 0 else loads.index(least)
+
+
+ROUTERS = {
+    "round_robin": RoundRobin,
+    "random": Random,
+    "least_outstanding": lambda: least_outstanding,
+    "least_kv": lambda: least_kv,
+    "prefix_affinity": PrefixAffinity,
+}
+
+
+def check_router(router) -> None:
+    """Raise unless ``router`` is a name in :data:`ROUTERS` or a callable."""
+    if isinstance(router, str):
+        if router.strip().lower() not in ROUTERS:
+            raise ValueError(f"router must be one of {sorted(ROUTERS)} or a callable "
+                             f"route(request, replicas, now) -> index, got {router!r}"
+                             f"{did_you_mean(router, list(ROUTERS))}")
+    elif not callable(router):
+        raise TypeError(f"router must be a name in {sorted(ROUTERS)} or a callable "
+                        f"route(request, replicas, now) -> index, got {router!r}")
+
+
+def make_router(router, seed: int = 0):
+    """A fresh router for one run: a name from :data:`ROUTERS` (``random`` seeded by
+    ``seed``), or the callable given."""
+    check_router(router)
+    if not isinstance(router, str):
+        return router
+    name = router.strip().lower()
+    return Random(seed) if name == "random" else ROUTERS[name]()
+
+
+def router_name(router) -> str:
+    if isinstance(router, str):
+        return router.strip().lower()
+    return getattr(router, "name", None) or getattr(router, "__name__", type(router).__name__)
