@@ -154,3 +154,19 @@ def test_real_process_prints_no_traceback(tmp_path):
                            timeout=120)
         assert p.returncode == 2, p.stderr
         assert p.stderr.count("\n") == 1 and message in p.stderr and "Traceback" not in p.stderr
+
+
+def test_engine_errors_name_the_flags_the_user_typed(tmp_path, capsys):
+    from sim.cli import main
+    out = str(tmp_path / "o")
+    assert main(["run", "-w", "sharegpt", "-n", "10", "-o", out]) == 2
+    assert "give --rate REQ_PER_S" in capsys.readouterr().err
+    assert main(["run", "--tp", "3", "-n", "10", "-o", out]) == 2
+    assert "--tp 3 must divide" in capsys.readouterr().err
+    assert main(["run", "--model", "llama-3.1-70b", "-n", "5", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert "(--tp 2)" in err and "tensor_parallel=" not in err
+    toml = tmp_path / "t.toml"
+    toml.write_text("tensor_parallel = 3\n")
+    assert main(["run", str(toml), "-n", "5", "-o", out]) == 2
+    assert f"{toml}: tensor_parallel 3 must divide" in capsys.readouterr().err

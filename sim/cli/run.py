@@ -14,6 +14,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -74,18 +75,33 @@ def disaggregation_from(s):
 
 
 def build(s, names=None):
-    """(workload DataFrame, SimConfig) from settings; ``names`` (a :class:`Names`): an engine
-    knob's error names it as the user wrote it (``exp.toml: chunk_size``, ``--chunk-size``)."""
+    """(workload DataFrame, SimConfig) from settings, the config checked through to its KV
+    pool and cost model; ``names`` (a :class:`Names`): an error names each setting as the user
+    wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
     import workloads
-    df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
     try:
-        return df, _config(s)
+        df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
+        cfg = _config(s)
+        cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
+        cfg.resolved_cost_model()
+        return df, cfg
     except (ValueError, TypeError) as e:
-        key, _, rest = str(e).partition(" ")
-        if names is None or key == "speculative" or not (key in s or key in s["speculative"]):
+        if names is None:
             raise
-        shown = names(key if key in s else f"speculative.{key}")
-        raise type(e)(f"{shown} {rest}") from None
+        raise type(e)(_as_written(str(e), s, names)) from None
+
+
+def _as_written(msg, s, names) -> str:
+    """``msg`` with the API's names of settings replaced by the user's (flag or file key)."""
+    key, _, rest = msg.partition(" ")
+    if key in s and key != "speculative":
+        msg = f"{names(key)} {rest}"
+    elif key in s["speculative"]:
+        msg = f"{names(f'speculative.{key}')} {rest}"
+    msg = re.sub(r"\(tensor_parallel=(\d+)\)",
+                 lambda m: f"({names('tensor_parallel')} {m.group(1)})", msg)
+    return msg.replace("give rate= (requests/s) or arrival_times=",
+                       f"give {names('rate')} REQ_PER_S")
 
 
 def _config(s):
