@@ -8,7 +8,9 @@ import numbers
 
 def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
     """Return ``value`` as an int; raise if it is not an integer > 0 (or >= 0)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if not isinstance(value, numbers.Integral):
         if isinstance(value, numbers.Real) and float(value).is_integer():
             value = int(value)
         else:

@@ -41,7 +41,9 @@ def test_one_long_request_iterations_and_acceptance_match_closed_forms(alpha, k)
     assert s["spec_mean_acceptance_length"] == pytest.approx(_closed_e(alpha, k), rel=0.02)
     r = res.requests.iloc[0]
     assert r.spec_steps == decode_iterations and r.spec_drafted == k * decode_iterations
-    assert 1 + r.spec_steps + r.spec_accepted == n  # every token emitted once
+    # every token emitted once; accepted counts as vLLM's (the last verification's accepted
+    # drafts beyond the end included, at most k)
+    assert n <= 1 + r.spec_steps + r.spec_accepted <= n + k
     # ITL is the gap between emissions: one per verification
     assert len(res.itl()) == decode_iterations
     assert res.itl().sum() == pytest.approx(r.e2e - r.ttft)
@@ -118,8 +120,22 @@ def test_per_request_acceptance_rate_column_overrides_the_run():
 def test_config_errors_name_the_setting():
     with pytest.raises(ValueError, match="draft_model .* or draft_cost_ratio"):
         SpeculativeConfig(num_speculative_tokens=3)  # no silent free draft
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="both given: give one"):
         SpeculativeConfig(draft_model="tinyllama-1.1b", draft_cost_ratio=0.1)
+    with pytest.raises(TypeError, match="num_speculative_tokens must be an integer"):
+        SpeculativeConfig(num_speculative_tokens=True, method="ngram")
+    with pytest.raises(ValueError, match="at most 64"):
+        SpeculativeConfig(num_speculative_tokens=100, method="ngram")
+    assert SpeculativeConfig(num_speculative_tokens=2.0, method="ngram").num_speculative_tokens \
+        == 2 and isinstance(SpeculativeConfig(2.0, method="ngram").num_speculative_tokens, int)
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        SpeculativeConfig(num_speculative_tokens=3, acceptance_lengths=[1.2, -0.2, 0, 0],
+                          method="ngram")
+    with pytest.raises(TypeError, match="acceptance_lengths must be a list"):
+        SpeculativeConfig(num_speculative_tokens=3, acceptance_lengths="0.25,0.25,0.25,0.25",
+                          method="ngram")
+    with pytest.raises(ValueError, match="draft_model 'tinyllama'"):
+        SpeculativeConfig(draft_model="tinyllama")
     with pytest.raises(ValueError, match="ngram"):
         SpeculativeConfig(method="ngram", draft_cost_ratio=0.1)
     with pytest.raises(ValueError, match="method"):
@@ -131,13 +147,13 @@ def test_config_errors_name_the_setting():
     with pytest.raises(ValueError, match="k \\+ 1 = 3"):
         SpeculativeConfig(num_speculative_tokens=2, acceptance_lengths=[0.5, 0.5],
                           method="ngram")
-    with pytest.raises(ValueError, match="summing to 1"):
+    with pytest.raises(ValueError, match="must sum to 1"):
         SpeculativeConfig(num_speculative_tokens=1, acceptance_lengths=[0.5, 0.6],
                           method="ngram")
     with pytest.raises(ValueError, match="not both"):
         SpeculativeConfig(acceptance_rate=0.5, acceptance_lengths=[0.5, 0.5] + [0] * 4,
                           method="ngram")
-    with pytest.raises(ValueError, match="nosuchmodel"):
+    with pytest.raises(ValueError, match="draft_model 'nosuchmodel'"):
         SpeculativeConfig(draft_model="nosuchmodel")
     with pytest.raises(TypeError, match="SpeculativeConfig"):
         sim.SimConfig(speculative={"num_speculative_tokens": 3})
@@ -172,7 +188,10 @@ def test_draft_cost_prices_k_draft_steps_and_the_draft_prefill():
     plain = make_batch(7, (), 0, 3, 3 * 101)
     prefill = make_batch(7, ((128, 0),), 128, 0, 0)
     got = DraftCost(target, k, draft=draft)(spec_batch)
-    assert got == pytest.approx(target(spec_batch) + k * draft(plain) + draft(prefill))
+    # the draft's steps without its per-iteration CPU costs (scheduled and sampled once)
+    assert got == pytest.approx(target(spec_batch) + k * (draft(plain) - draft.fixed_time(
+        3, graphed=True)) + draft(prefill) - draft.fixed_time(1, graphed=True))
+    assert 0 < DraftCost(target, k, draft=draft).cost_ratio() < 0.5
     assert DraftCost(target, k, ratio=0.1)(spec_batch) == pytest.approx(
         target(spec_batch) + k * 0.1 * target(plain))
     # the verification of k + 1 tokens per decode costs more than one token per decode
@@ -351,3 +370,26 @@ def test_speculation_in_clusters_and_disaggregated_pools():
     assert (fp16.requests.status == "finished").all() and (fp8.requests.status == "finished").all()
     assert fp16.summary()["spec_mean_acceptance_length"] > 1.5
     assert fp8.requests.kv_transfer_time.median() < 0.6 * fp16.requests.kv_transfer_time.median()
+
+
+def test_diagnose_with_a_calibrated_target_and_a_draft_model():
+    from sim.costs.calibrated import CalibratedCost, shipped_cpu_profile
+    cost = CalibratedCost.from_file(shipped_cpu_profile())
+    spec = SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.7,
+                             draft_model="tinyllama-1.1b")
+    res = run(_one(200, prompt=64), cost_model=cost, speculative=spec, kv_blocks=200)
+    assert isinstance(res.diagnose(), list)  # prices the draft against the profile or skips
+
+
+def test_per_request_rate_overrides_acceptance_lengths_and_overshoot_counts_as_vllm():
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0], "num_prompt_tokens": [50, 50],
+                       "num_output_tokens": [6000, 6000], "acceptance_rate": [0.0, None]})
+    spec = SpeculativeConfig(num_speculative_tokens=3, acceptance_lengths=[0.25] * 4,
+                             method="ngram")
+    req = run(df, scheduler="continuous", cost_model=ConstantCost(0.01), speculative=spec,
+              kv_blocks=2000).requests
+    assert req.spec_accepted[0] == 0  # its own rate 0: nothing accepted
+    assert req.spec_accepted[1] / req.spec_drafted[1] == pytest.approx(0.5, abs=0.03)
+    one = SpeculativeConfig(num_speculative_tokens=4, acceptance_rate=1.0, method="ngram")
+    s = run(_one(11), cost_model=ConstantCost(0.01), speculative=one).summary()
+    assert s["spec_acceptance_rate"] == 1.0  # 2 verifications of 5; the last cut to 0 + 5

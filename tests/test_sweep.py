@@ -261,3 +261,21 @@ def test_repeats_of_one_dataframe_vary_the_speculative_draws():
     assert table["spec_acceptance_rate"].nunique() > 1 and table["e2e_mean"].nunique() == 3
     with pytest.raises(ValueError, match="identical"):
         sweep(df, {"max_batch_size": [8]}, repeats=2, workers=1, progress=False)
+
+
+def test_resume_refuses_rows_of_another_base_config_or_workload(tmp_path):
+    import pandas as pd
+    from sim import SimConfig, sweep
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    out = tmp_path / "s.parquet"
+    first = sweep(df, {"max_batch_size": [4, 8]}, out=out, workers=1, progress=False)
+    assert first.attrs["computed"] == 2 and first["sweep_context"].nunique() == 1
+    again = sweep(df, {"max_batch_size": [4, 8]}, out=out, workers=1, progress=False)
+    assert again.attrs["computed"] == 0  # the same sweep resumes
+    with pytest.raises(ValueError, match="another sweep"):
+        sweep(df, {"max_batch_size": [4, 8]}, base=SimConfig(kv_dtype="fp8"), out=out,
+              workers=1, progress=False)
+    with pytest.raises(ValueError, match="another sweep"):
+        sweep(df.assign(num_output_tokens=[5, 5, 5]), {"max_batch_size": [4, 8]}, out=out,
+              workers=1, progress=False)

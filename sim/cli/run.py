@@ -80,7 +80,13 @@ def build(s, names=None):
     wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
     import workloads
     try:
-        df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"], seed=s["seed"])
+        try:
+            df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"],
+                                seed=s["seed"])
+        except ValueError as e:  # a closed loop issues requests itself: no arrivals needed
+            if s["closed_loop_users"] is None or "no arrival times" not in str(e):
+                raise
+            df = workloads.load(s["workload"], n=s["num_requests"], rate=1.0, seed=s["seed"])
         cfg = _config(s)
         cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         cfg.resolved_cost_model()
@@ -235,6 +241,12 @@ def cmd_run(args) -> int:
         if not isinstance(report, str) or not report.endswith((".html", ".htm")):
             raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
         report = output_file(report, shown)
+        if report.parent.is_dir():  # a real probe: os.access says yes to /proc
+            try:
+                tempfile.NamedTemporaryFile(dir=report.parent, prefix=".sim-probe").close()
+            except OSError as e:
+                raise ValueError(f"{shown} {str(report)!r}: cannot write there "
+                                 f"({e.strerror or e})") from None
     df, cfg = build(s, names)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     res = run(df, dataclasses.replace(cfg, progress=show_progress))

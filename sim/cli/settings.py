@@ -299,6 +299,10 @@ def check_settings(s, names=None, given=()) -> dict:
     if s["closed_loop_users"] is not None:
         s["closed_loop_users"] = positive_int(names("closed_loop_users"), s["closed_loop_users"])
     s["think_time"] = positive_float(names("think_time"), s["think_time"], allow_zero=True)
+    if "rate" in given and s["closed_loop_users"] is not None:
+        raise ValueError(f"{names('rate')} applies to an open loop: with "
+                         f"{names('closed_loop_users')} the users issue the requests (drop "
+                         f"the rate, or use --think-time)")
     if "think_time" in given and s["closed_loop_users"] is None:
         raise ValueError(f"{names('think_time')} applies to a closed loop only: give "
                          f"{names('closed_loop_users')} USERS as well")

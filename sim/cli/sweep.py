@@ -43,11 +43,22 @@ def cmd_sweep(args) -> int:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"{args.config}: repeats must be an integer >= 1, got {repeats!r}")
     out = output_folder(s["output"], names("output"))
+    rates = grid.get("rate") if isinstance(grid, dict) else None
+    if s["rate"] is None and isinstance(rates, list) and rates and isinstance(
+            rates[0], (int, float)) and not isinstance(rates[0], bool) and rates[0] > 0:
+        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own
+        s = dict(s, rate=float(rates[0]))
     df, cfg = build(s, names)
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads
         df = functools.partial(workloads.load, s["workload"], n=s["num_requests"],
                                rate=s["rate"])
+        if cfg.speculative is None and df(seed=s["seed"]).equals(df(seed=s["seed"] + 1)):
+            raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
+                             f"for every seed (a replayed trace), so {repeats} repeats would "
+                             f"be identical: use a length-only set (e.g. sharegpt) whose "
+                             f"arrivals and lengths are drawn per seed, or speculative "
+                             f"decoding, whose draws take the seed")
     table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
                   workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
                   progress=False if args.no_progress else None)  # checks the grid first

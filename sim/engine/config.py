@@ -6,7 +6,7 @@ bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_
 ``token_budget``) are validated by the policy, and one set for a policy that does not use it is
 an error, never silently ignored. :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
-``memory_budget(model, gpu)`` when either is given or a precision differs from fp16 (the others
+``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes (the others
 taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the
 roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
 
@@ -35,6 +35,7 @@ from .speculation import DraftCost, SpeculativeConfig
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
 WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
 KV_DTYPES = ("fp16", "bf16", "fp8")
+_TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is sized for these
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +65,8 @@ class SimConfig:
     progress: bool = False
 
     def __post_init__(self):
-        positive_int("tensor_parallel", self.tensor_parallel)
-        positive_int("replicas", self.replicas)
+        for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
+            object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
         check_router(self.router)
         if self.disaggregation is not None:
             if not isinstance(self.disaggregation, Disaggregation):
@@ -75,10 +76,10 @@ class SimConfig:
                 raise ValueError(f"replicas={self.replicas} with disaggregation: give the "
                                  f"pools' sizes, Disaggregation(prefill_replicas, "
                                  f"decode_replicas)")
-        positive_int("seed", self.seed, allow_zero=True)
+        object.__setattr__(self, "seed", positive_int("seed", self.seed, allow_zero=True))
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
             if getattr(self, knob) is not None:
-                positive_int(knob, getattr(self, knob))
+                object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
         for name, allowed in (("weight_dtype", WEIGHT_DTYPES), ("kv_dtype", KV_DTYPES)):
             value = getattr(self, name)
             if not isinstance(value, str) or value.strip().lower() not in allowed:
@@ -132,7 +133,8 @@ class SimConfig:
             return self.resolved().resolved_kv_blocks()
         draft = self.speculative.draft_model if self.speculative is not None else None
         if (self.model is not None or self.gpu is not None  # the others take their defaults
-                or self.weight_dtype != "fp16" or self.kv_dtype != "fp16" or draft is not None):
+                or self.weight_dtype not in _TWO_BYTES or self.kv_dtype not in _TWO_BYTES
+                or draft is not None):
             from ..specs.gpus import get_gpu
             from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
             from ..specs.models import get_model
@@ -147,10 +149,15 @@ class SimConfig:
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                    gpu_memory_utilization=self.gpu_memory_utilization,
                                    block_size=self.block_size, overhead_gb=draft_weights)
+            if not budget.fits and draft is not None:
+                raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
+                                 f"weights per GPU at {self.weight_dtype}) beside model "
+                                 f"{model!r} on gpu {gpu!r} leaves no room for the KV cache: "
+                                 f"use a smaller draft model, quantize (weight_dtype) or add "
+                                 f"GPUs (tensor_parallel)")
             if not budget.fits:
-                what = " and the draft model" if draft is not None else ""
-                raise ValueError(f"model {model!r}{what} on gpu {gpu!r} with "
-                                 f"{self.weight_dtype} weights: {budget.advice}")
+                raise ValueError(f"model {model!r} on gpu {gpu!r} with {self.weight_dtype} "
+                                 f"weights: {budget.advice}")
             if draft is None:
                 return budget.kv_blocks
             # each block holds the draft's KV of its tokens too (one block table per request)
@@ -158,8 +165,10 @@ class SimConfig:
                 self.block_size, model=draft, dtype=self.kv_dtype, tensor_parallel=tp)
             blocks = int(budget.kv_bytes_per_gpu // per_block)
             if blocks < 1:
-                raise ValueError(f"model {model!r} with draft model {draft.name!r} on gpu "
-                                 f"{gpu!r}: no room left for a KV block")
+                raise ValueError(f"draft_model {draft.name!r} beside model {model!r} on gpu "
+                                 f"{gpu!r} leaves no room for a KV block: use a smaller draft "
+                                 f"model, quantize (weight_dtype) or add GPUs "
+                                 f"(tensor_parallel)")
             return blocks
         return KV_BLOCKS_AVAILABLE
 

@@ -112,7 +112,8 @@ class SpecDecodes:
     """The DECODE requests of one replica under speculative decoding, tracked lazily.
 
     When ``r`` starts decoding after iteration ``f`` with ``c`` KV tokens, its emissions
-    ``e_0..e_{m-1}`` are drawn at once (``draw(r, tokens_left)`` gives their running sums). Its ``j``-th verification
+    ``e_0..e_{m-1}`` are drawn at once (``draw(r, tokens_left)`` gives their running sums, and
+    the accepted drafts the last one drew beyond the end). Its ``j``-th verification
     (iteration ``f + 1 + j``) writes ``slots_j = c + k + 1 + e_0 + ... + e_{j-1}`` KV slots
     (the ``k`` lookahead slots included) and holds ``ceil(slots_j / block_size)`` blocks: the
     rejected slots are overwritten next iteration and their blocks stay with the request, as
@@ -129,7 +130,7 @@ class SpecDecodes:
     def __init__(self, block_size: int, k: int, draw):
         self.block_size = block_size
         self.k = k
-        self.draw = draw  # (r, tokens_left) -> int64 running sums of emissions, last == left
+        self.draw = draw  # (r, tokens_left) -> (running sums of emissions, last == left; over)
         self.count = 0
         self.finish_at = {}
         self.ctx = np.zeros(1024, dtype=np.int64)  # iteration & mask -> context slots
@@ -163,7 +164,7 @@ class SpecDecodes:
     def start(self, r, i: int) -> None:
         bs, k = self.block_size, self.k
         c, g = r.num_computed, r.num_generated
-        cum = self.draw(r, r.num_output_tokens - g)  # tokens after each verification
+        cum, over = self.draw(r, r.num_output_tokens - g)  # tokens after each verification
         m = len(cum)
         slots = np.empty(m, dtype=np.int64)
         slots[0] = c + k + 1
@@ -178,20 +179,22 @@ class SpecDecodes:
         r.decode_base_tokens = c
         r.decode_base_generated = g
         r.decode_start = i
-        r.spec_plan = (cum, slots, blocks)
+        r.spec_plan = (cum, slots, blocks, over)
         r.finish_iteration = i + m
         self.count += 1
         self.finish_at.setdefault(i + m, []).append(r)
 
     def stop(self, r, last: int) -> None:
-        cum, slots, blocks = r.spec_plan
+        cum, slots, blocks, over = r.spec_plan
         steps = last - r.decode_start  # verifications done
         emitted = int(cum[steps - 1]) if steps else 0
         r.num_generated = r.decode_base_generated + emitted
         r.segments.append((r.decode_start, last))
         r.spec_steps += steps
         r.spec_accepted += emitted - steps
-        if steps < len(cum):  # preempted: take back its future iterations
+        if steps == len(cum):  # finished: its last verification's drafts beyond the end
+            r.spec_overshoot += over
+        else:  # preempted: take back its future iterations
             self._add(last + 1, -slots[steps:], blocks[steps:-1] - blocks[steps + 1:])
         self.count -= 1
         r.finish_iteration = -1

@@ -91,7 +91,10 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         steps = np.array([r.spec_steps for r in requests], dtype=np.int64)
         df["spec_steps"] = steps
         df["spec_drafted"] = steps * config.speculative.num_speculative_tokens
-        df["spec_accepted"] = np.array([r.spec_accepted for r in requests], dtype=np.int64)
+        # accepted as vLLM counts them: the last verification's accepted drafts beyond the
+        # request's end included (its output is cut at max_tokens after verification)
+        df["spec_accepted"] = np.array([r.spec_accepted + r.spec_overshoot for r in requests],
+                                       dtype=np.int64)
     for name, values in (columns or {}).items():
         df[name] = values
     return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,

@@ -39,7 +39,7 @@ class Request:
         "finish_iteration", "scheduled_iteration", "num_preemptions", "num_prefill_computed",
         "num_cached_tokens", "block_keys", "kv_keys", "first_scheduled_time", "first_token_time",
         "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
-        "spec_accepted",
+        "spec_accepted", "spec_overshoot",
     )
 
     def __init__(self, index, request_id, arrival_time, num_prompt_tokens, num_output_tokens):
@@ -79,6 +79,7 @@ class Request:
         self.spec_plan = None
         self.spec_steps = 0
         self.spec_accepted = 0
+        self.spec_overshoot = 0  # accepted drafts beyond its last token (vLLM counts them)
 
     @property
     def is_finished(self) -> bool:

@@ -40,6 +40,7 @@ from ..checks import fraction, positive_float, positive_int
 from .batch import make_batch
 
 METHODS = ("draft", "ngram")
+MAX_SPECULATIVE_TOKENS = 64  # a draft longer than this is a typo, not a setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,20 +55,33 @@ class SpeculativeConfig:
     method: str = "draft"
 
     def __post_init__(self):
-        positive_int("num_speculative_tokens", self.num_speculative_tokens)
+        object.__setattr__(self, "num_speculative_tokens",
+                           positive_int("num_speculative_tokens", self.num_speculative_tokens))
+        if self.num_speculative_tokens > MAX_SPECULATIVE_TOKENS:
+            raise ValueError(f"num_speculative_tokens must be at most {MAX_SPECULATIVE_TOKENS} "
+                             f"(drafts per verification), got {self.num_speculative_tokens}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.acceptance_lengths is not None:
             if self.acceptance_rate is not None:
                 raise ValueError("give acceptance_rate or acceptance_lengths, not both")
-            p = np.asarray(self.acceptance_lengths, dtype=np.float64)
             k = self.num_speculative_tokens
+            try:
+                if isinstance(self.acceptance_lengths, (str, bytes)):
+                    raise TypeError
+                p = np.asarray(self.acceptance_lengths, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise TypeError(f"acceptance_lengths must be a list of k + 1 = {k + 1} "
+                                f"probabilities, got {self.acceptance_lengths!r}") from None
             if p.ndim != 1 or len(p) != k + 1:
                 raise ValueError(f"acceptance_lengths must hold k + 1 = {k + 1} probabilities "
                                  f"(p0..p{k}), got {self.acceptance_lengths!r}")
-            if not (np.isfinite(p).all() and (p >= 0).all() and abs(p.sum() - 1.0) < 1e-9):
-                raise ValueError(f"acceptance_lengths must be probabilities summing to 1, got "
+            if not (np.isfinite(p).all() and (p >= 0).all() and (p <= 1).all()):
+                raise ValueError(f"acceptance_lengths must be probabilities in [0, 1], got "
                                  f"{self.acceptance_lengths!r}")
+            if abs(p.sum() - 1.0) > 1e-9:
+                raise ValueError(f"acceptance_lengths must sum to 1, got "
+                                 f"{self.acceptance_lengths!r} (sum {p.sum():g})")
             object.__setattr__(self, "acceptance_lengths", tuple(float(x) for x in p))
         else:
             rate = 0.8 if self.acceptance_rate is None else self.acceptance_rate
@@ -77,32 +91,41 @@ class SpeculativeConfig:
                  if getattr(self, name) is not None]
         if self.method == "ngram":
             if given:
-                raise ValueError(f"method='ngram' (prompt lookup) has no draft model; drop "
-                                 f"{given[0]}")
-        elif len(given) != 1:
+                raise ValueError(f"{given[0]} is given but method='ngram' (prompt lookup) has "
+                                 f"no draft model: drop it, or use method='draft'")
+        elif len(given) == 2:
+            raise ValueError("draft_model and draft_cost_ratio are both given: give one (the "
+                             "draft model is priced by its roofline; the ratio prices it as a "
+                             "fraction of the target's decode step)")
+        elif not given:
             raise ValueError("speculative decoding needs its draft's cost: give draft_model (a "
                              "preset name or ModelConfig) or draft_cost_ratio, or "
-                             "method='ngram' (prompt lookup, no draft) - not both, not neither")
+                             "method='ngram' (prompt lookup, no draft)")
         if self.draft_cost_ratio is not None:
             positive_float("draft_cost_ratio", self.draft_cost_ratio, allow_zero=True)
         if self.draft_model is not None:
             from ..specs.models import get_model
-            get_model(self.draft_model)  # a clear error for an unknown preset, now
+            try:
+                get_model(self.draft_model)  # a clear error for an unknown preset, now
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"draft_model {self.draft_model!r}: {e}") from None
 
     def mean_emission(self, alpha=None) -> float:
-        """Expected tokens per verification (bonus included): ``E``."""
+        """Expected tokens per verification (bonus included): ``E``; ``alpha``: under
+        independent acceptance at that rate instead of the config's model."""
         k = self.num_speculative_tokens
-        if self.acceptance_lengths is not None:
+        if self.acceptance_lengths is not None and alpha is None:
             return 1.0 + float(np.dot(np.arange(k + 1), self.acceptance_lengths))
         a = self.acceptance_rate if alpha is None else alpha
         return float(k + 1) if a == 1.0 else (1 - a ** (k + 1)) / (1 - a)
 
 
-def _emissions(spec, u, alpha, k):
-    """Tokens per verification from uniforms ``u``: ``1 + accepted``, ``accepted`` geometric
-    (failures before the first rejection) capped at ``k``, or from ``acceptance_lengths``."""
-    if spec.acceptance_lengths is not None:
-        return np.searchsorted(np.cumsum(spec.acceptance_lengths)[:-1], u, side="right") + 1
+def _emissions(lengths, u, alpha, k):
+    """Tokens per verification from uniforms ``u``: ``1 + accepted``, ``accepted`` drawn from
+    ``lengths`` (p0..pk) when given, else geometric (failures before the first rejection at
+    acceptance ``alpha``) capped at ``k``."""
+    if lengths is not None:
+        return np.searchsorted(np.cumsum(lengths)[:-1], u, side="right") + 1
     if alpha >= 1.0:
         return np.full(len(u), k + 1, dtype=np.int64)
     if alpha <= 0.0:
@@ -110,32 +133,40 @@ def _emissions(spec, u, alpha, k):
     return np.minimum(np.floor(np.log1p(-u) / math.log(alpha)), k).astype(np.int64) + 1
 
 
-def emission_draws(spec: SpeculativeConfig, rng, n: int, alpha=None) -> np.ndarray:
+def emission_draws(spec: SpeculativeConfig, rng, n: int, alpha=None, *,
+                   with_overshoot=False):
     """Tokens emitted by each verification of a request with ``n`` tokens left: int64 values in
     ``1..k+1`` summing to ``n`` (the last one cut to what is left). ``alpha``: the request's own
-    acceptance rate (``None``: the run's)."""
+    acceptance rate, independent acceptance (``None``: the run's acceptance model).
+    ``with_overshoot``: also return the accepted drafts the cut dropped (they count as
+    accepted in vLLM's acceptance metrics, which see the verification before the output is
+    cut at ``max_tokens``)."""
     k = spec.num_speculative_tokens
+    lengths = spec.acceptance_lengths if alpha is None else None
     a = spec.acceptance_rate if alpha is None else alpha
-    draw = max(1, min(n, math.ceil(1.1 * n / spec.mean_emission(a)) + 8))
+    mean = spec.mean_emission(alpha)
+    draw = max(1, min(n, math.ceil(1.1 * n / mean) + 8))
     parts, total = [], 0
     while total < n:
-        e = _emissions(spec, rng.random(draw), a, k)
+        e = _emissions(lengths, rng.random(draw), a, k)
         parts.append(e)
         total += int(e.sum())
-        draw = max(8, math.ceil(1.1 * (n - total) / spec.mean_emission(a)) + 8)
+        draw = max(8, math.ceil(1.1 * (n - total) / mean) + 8)
     e = np.concatenate(parts) if len(parts) > 1 else parts[0]
     cum = np.cumsum(e)
     m = int(np.searchsorted(cum, n)) + 1  # first verification reaching n tokens
     e = e[:m].astype(np.int64)
-    e[-1] -= int(cum[m - 1]) - n
-    return e
+    over = int(cum[m - 1]) - n
+    e[-1] -= over
+    return (e, over) if with_overshoot else e
 
 
 class EmissionSource:
-    """A run's emissions: ``source(n, alpha) -> cum``, the cumulative tokens after each
-    verification of a request with ``n`` tokens left (``cum[-1] == n``). Requests at the run's
-    acceptance take consecutive stretches of one pre-drawn pool (``POOL`` verifications drawn
-    and summed at once: ~3 NumPy calls per request instead of ~12); a request's own
+    """A run's emissions: ``source(n, alpha) -> (cum, over)``, the cumulative tokens after each
+    verification of a request with ``n`` tokens left (``cum[-1] == n``) and the accepted drafts
+    its last verification drew beyond them. Requests under the run's acceptance model take
+    consecutive stretches of one pre-drawn pool (``POOL`` verifications drawn and summed at
+    once: ~3 NumPy calls per request instead of ~12); a request with its own
     ``acceptance_rate`` draws for itself (:func:`emission_draws`). Same seed, same output."""
 
     POOL = 1 << 16
@@ -147,14 +178,19 @@ class EmissionSource:
         self.sums = np.zeros(1, dtype=np.int64)  # sums[j]: tokens of the pool's first j
 
     def _refill(self):
-        e = _emissions(self.spec, self.rng.random(self.POOL), self.spec.acceptance_rate, self.k)
+        spec = self.spec
+        e = _emissions(spec.acceptance_lengths, self.rng.random(self.POOL), spec.acceptance_rate,
+                       self.k)
         self.sums = np.zeros(self.POOL + 1, dtype=np.int64)
         np.cumsum(e, out=self.sums[1:])
         self.pos = 0
 
-    def __call__(self, n: int, alpha=None) -> np.ndarray:
-        if (alpha is not None and alpha != self.spec.acceptance_rate) or n > self.POOL:
-            return np.cumsum(emission_draws(self.spec, self.rng, n, alpha))
+    def __call__(self, n: int, alpha=None):
+        spec = self.spec
+        if (alpha is not None and (spec.acceptance_lengths is not None
+                                   or alpha != spec.acceptance_rate)) or n > self.POOL:
+            e, over = emission_draws(spec, self.rng, n, alpha, with_overshoot=True)
+            return np.cumsum(e), over
         sums, p = self.sums, self.pos
         target = int(sums[p]) + n
         if target > sums[-1]:
@@ -162,9 +198,10 @@ class EmissionSource:
             sums, p, target = self.sums, 0, n
         q = int(sums.searchsorted(target))  # the verification reaching n tokens
         cum = sums[p + 1:q + 1] - sums[p]
+        over = int(cum[-1]) - n
         cum[-1] = n
         self.pos = q
-        return cum
+        return cum, over
 
 
 def make_drawer(config, stream: int = 0):
@@ -184,14 +221,21 @@ class DraftCost:
     """The target's cost model plus the draft's: ``cost(batch) = target(batch) + draft``.
 
     ``ratio`` ``c``: ``k * c * target(decode-only batch)``, the decodes priced as plain
-    one-token decodes; ``draft`` (a cost model of the draft model): ``k * draft(decode-only
-    batch) + draft(prefill-only batch)``. No decodes, no draft steps."""
+    one-token decodes; ``draft`` (a cost model of the draft model): ``k`` draft steps over the
+    decode-only batch plus a draft prefill of the batch's prefill chunks, each without the
+    draft model's per-iteration CPU costs (``fixed_time``: the engine step schedules and
+    samples once, not once per draft step). No decodes, no draft steps."""
 
     def __init__(self, target, k, *, ratio=None, draft=None):
         self.target, self.k, self.ratio, self.draft = target, k, ratio, draft
         self.needs_decode_lengths = bool(getattr(target, "needs_decode_lengths", False)
                                          or getattr(draft, "needs_decode_lengths", False))
         self.name = getattr(target, "name", type(target).__name__)
+
+    def _draft_step(self, batch, seqs) -> float:
+        t = self.draft(batch)
+        fixed = getattr(self.draft, "fixed_time", None)
+        return t - fixed(seqs, graphed=True) if fixed is not None else t
 
     def __call__(self, batch) -> float:
         t = self.target(batch)
@@ -204,12 +248,21 @@ class DraftCost:
                            (), batch.decode_ids, None if lengths is None else lengths - k)
         if self.draft is None:
             return t + self.k * self.ratio * self.target(plain)
-        t += self.k * self.draft(plain)
+        t += self.k * self._draft_step(plain, n)
         if batch.prefills:
-            t += self.draft(make_batch(batch.iteration, batch.prefills,
-                                       batch.num_prefill_tokens, 0, 0, batch.prefill_ids, (),
-                                       None if lengths is None else lengths[:0]))
+            t += self._draft_step(make_batch(batch.iteration, batch.prefills,
+                                             batch.num_prefill_tokens, 0, 0, batch.prefill_ids,
+                                             (), None if lengths is None else lengths[:0]),
+                                  len(batch.prefills))
         return t
+
+    def cost_ratio(self, context=1024) -> float:
+        """``c``: one draft step over one target decode step, for one sequence at ``context``
+        tokens (the cheat sheet's ``speculative_speedup(a, k, c)``)."""
+        if self.draft is None:
+            return float(self.ratio)
+        one = make_batch(0, (), 0, 1, context, (), (0,), np.array([context], dtype=np.int64))
+        return self._draft_step(one, 1) / self.target(one)
 
     def __repr__(self):
         draft = f"draft={self.draft!r}" if self.draft is not None else f"ratio={self.ratio}"

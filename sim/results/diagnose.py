@@ -18,13 +18,12 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
   cost ratio ``c`` gives ``speculative_speedup = E / (k c + 1)`` below 1 (the cheat sheet's
   "speculation got slower: measure the acceptance rate first"). ``c``: the configured
   ``draft_cost_ratio``, or a draft model's step over the target's for one decode at 1,024
-  tokens of context, or 0 for n-gram drafting.
+  tokens of context (``DraftCost.cost_ratio``), or 0 for n-gram drafting.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
 IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
@@ -133,7 +132,7 @@ def diagnose(result) -> list:
     if spec is not None and length == length:
         k = spec.num_speculative_tokens
         c = _draft_cost_ratio(cfg)
-        speedup = length / (k * c + 1)
+        speedup = length / (k * c + 1) if c is not None else float("nan")
         if speedup < 1:
             out.append(Finding(
                 "speculation_slower",
@@ -145,14 +144,14 @@ def diagnose(result) -> list:
     return out
 
 
-def _draft_cost_ratio(cfg) -> float:
+def _draft_cost_ratio(cfg):
+    """``c`` of the run's draft (None when its cost model cannot say)."""
     spec = cfg.speculative
     if spec.method == "ngram":
         return 0.0
     if spec.draft_cost_ratio is not None:
         return float(spec.draft_cost_ratio)
-    cost = cfg.resolved_cost_model()  # DraftCost: target and draft (roofline) cost models
-    one = SimpleNamespace(iteration=0, prefills=(), num_prefill_tokens=0, num_decode_tokens=1,
-                          decode_context_tokens=1024, num_spec_tokens=0, prefill_ids=(),
-                          decode_ids=(0,), decode_lengths=None)  # one decode, as a Batch reads
-    return float(cost.draft(one) / cost.target(one))
+    try:  # the engine's DraftCost prices one draft step against one target step
+        return float(cfg.resolved_cost_model().cost_ratio())
+    except (AttributeError, TypeError, ValueError):
+        return None

@@ -11,7 +11,9 @@ plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to t
 every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed - a failing
 point never stops the others). With ``out=`` (a parquet path) the table is rewritten as points
 finish, and a later call with the same ``out`` skips the (point, repeat) pairs already there
-without an error (resume); ``table.attrs["computed"]`` says how many ran.
+without an error (resume); ``table.attrs["computed"]`` says how many ran. Each row carries
+``sweep_context``, a fingerprint of the workload, base config and SLOs: a file written by
+another sweep is refused rather than mixed in.
 
 **Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
 the grid's or the base config's). The engine draws nothing but speculative acceptance, so
@@ -35,9 +37,11 @@ runs it. Dask is imported only when ``client=`` (a ``dask.distributed.Client``) 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -112,6 +116,29 @@ def _dask(client):
             client.close()
 
 
+def _context(df, base, slo) -> str:
+    """A fingerprint of what every point shares - the workload (its columns, or the function
+    and arguments that draw it), the base config and the SLOs - so that a resumed sweep never
+    mixes rows of another (reprs without memory addresses: stable across processes)."""
+    def plain(v):
+        return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(v))
+    h = hashlib.sha1()
+    if callable(df):
+        f = getattr(df, "func", df)
+        h.update(plain((getattr(f, "__module__", ""), getattr(f, "__qualname__", ""),
+                        getattr(df, "args", ()), sorted(getattr(df, "keywords", {}).items())))
+                 .encode())
+    else:
+        for c in ("arrival_time", "num_prompt_tokens", "num_output_tokens"):
+            h.update(df[c].to_numpy().tobytes())
+        h.update(plain(sorted(set(df.columns))).encode())
+    if base is not None:
+        h.update(plain([(f.name, getattr(base, f.name))
+                        for f in dataclasses.fields(base)]).encode())
+    h.update(plain(sorted((slo or {}).items())).encode())
+    return h.hexdigest()[:16]
+
+
 def _key(params, repeat) -> str:
     """A (point, repeat)'s identity, the same before and after a parquet round trip (numpy
     scalars)."""
@@ -160,8 +187,14 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     points = [(dict(zip(names, combo)), r) for combo in itertools.product(*grid.values())
               for r in range(repeats)]
     done = {}
+    context = _context(df, base, slo)
     if out is not None and Path(out).exists():
         old = pd.read_parquet(out)
+        if len(old) and ("sweep_context" not in old or (old["sweep_context"] != context).any()
+                         or set(names) - set(old.columns)):
+            raise ValueError(f"out={str(out)!r} holds rows of another sweep (a different "
+                             f"workload, base config, SLOs or grid fields): resuming would mix "
+                             f"them; write to another file or delete it")
         for row in old.to_dict("records"):
             if not row.get("error"):
                 done[_key({k: row[k] for k in names}, row.get("repeat", 0))] = row
@@ -171,6 +204,7 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     bar = _bar(len(points), len(rows), progress)
 
     def finished(row):
+        row["sweep_context"] = context
         rows[_key({k: row[k] for k in names}, row["repeat"])] = row
         bar.update(1)
         if out is not None:
