@@ -103,3 +103,38 @@ def test_disaggregation(tmp_path, load_script):
     assert at["goodput_per_gpu"].idxmax() == "3P:1D"
     for name in ("disaggregation.csv", "goodput_per_gpu.png"):
         assert (tmp_path / name).exists()
+
+
+def test_chunk_tradeoff(tmp_path, load_script):
+    exp = load_script("experiments/chunk_tradeoff.py")
+    table = exp.main(["-n", "600", "--chunks", "128,512,2048,8192", "--workers", "2",
+                      "-o", str(tmp_path)]).set_index("chunk_size")
+    assert (table["error"] == "").all()
+    # a smaller chunk buys inter-token latency ...
+    assert table["itl_p99"].is_monotonic_increasing
+    assert table.loc[128, "itl_p99"] < 0.2 * table.loc[8192, "itl_p99"]
+    # ... with time to first token: the whole prompt waits for more, smaller iterations
+    assert table["ttft_p99"].is_monotonic_decreasing
+    assert table.loc[128, "ttft_p99"] > 5 * table.loc[8192, "ttft_p99"]
+    for name in ("chunk_tradeoff.csv", "chunk_tradeoff.png"):
+        assert (tmp_path / name).exists()
+
+
+def test_latency_vs_load(tmp_path, load_script):
+    exp = load_script("experiments/latency_vs_load.py")
+    table, knees = exp.main(["-n", "400", "--rates", "1,3,6,12", "--workers", "2",
+                             "-o", str(tmp_path)])
+    assert len(table) == 5 * 4 and (table["error"] == "").all()
+    for _, part in table.groupby("scheduler"):  # past the knee the queue grows without bound
+        assert part["ttft_p99"].is_monotonic_increasing
+        assert part["ttft_p99"].iloc[-1] > max(3 * part["ttft_p99"].iloc[0], 2.0)
+    # static batching saturates first; continuous batching has the highest throughput
+    assert knees["max_throughput"].idxmin() == "static"
+    assert knees.loc["continuous", "max_throughput"] > knees.loc["chunked", "max_throughput"]
+    assert knees.loc["continuous", "ttft_knee"] >= knees.loc["chunked", "ttft_knee"]
+    # chunked prefill keeps P99 ITL within the 0.1 s SLO at every rate, continuous does not
+    assert knees.loc["chunked", "itl_knee"] == 12
+    assert knees.loc["continuous", "itl_knee"] < knees.loc["chunked", "itl_knee"]
+    for name in ("latency_vs_load.csv", "latency_knees.csv", "latency_vs_load_ttft.png",
+                 "latency_vs_load_itl.png"):
+        assert (tmp_path / name).exists()
