@@ -138,3 +138,27 @@ def test_latency_vs_load(tmp_path, load_script):
     for name in ("latency_vs_load.csv", "latency_knees.csv", "latency_vs_load_ttft.png",
                  "latency_vs_load_itl.png"):
         assert (tmp_path / name).exists()
+
+
+def test_kv_budget(tmp_path, load_script):
+    exp = load_script("experiments/kv_budget.py")
+    table = exp.main(["-n", "400", "--kv-blocks", "1000,2000,8000", "--batch-sizes", "8,256",
+                      "-o", str(tmp_path)])
+    wide = table[table["max_batch_size"] == 256].set_index("kv_blocks")
+    # as the pool shrinks: more preemptions, more prefill recomputed, a longer queue
+    assert wide["num_preemptions"].is_monotonic_decreasing
+    assert wide.loc[1000, "num_preemptions"] > 0 == wide.loc[8000, "num_preemptions"]
+    assert wide["prefill_compute_ratio"].is_monotonic_decreasing
+    assert wide.loc[8000, "prefill_compute_ratio"] == 1.0
+    assert wide["ttft_p50"].is_monotonic_decreasing
+    assert wide.loc[1000, "request_throughput"] < 0.5 * wide.loc[8000, "request_throughput"]
+    # ... and the finding appears, with the cheat sheet's advice, only where the pool binds
+    assert "kv_pool_too_small" in wide.loc[1000, "findings"].split()
+    assert "kv_pool_too_small" not in wide.loc[8000, "findings"].split()
+    # with a small pool a larger max batch only adds preemptions: the pool caps the batch
+    small = table[table["kv_blocks"] == 1000].set_index("max_batch_size")
+    assert small.loc[256, "num_preemptions"] > small.loc[8, "num_preemptions"]
+    assert small.loc[256, "mean_batch_size"] < 1.1 * small.loc[8, "mean_batch_size"]
+    assert (small["mean_batch_size"] < small["pool_batch"]).all()
+    for name in ("kv_budget.csv", "kv_budget.png"):
+        assert (tmp_path / name).exists()
