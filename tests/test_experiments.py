@@ -162,3 +162,32 @@ def test_kv_budget(tmp_path, load_script):
     assert (small["mean_batch_size"] < small["pool_batch"]).all()
     for name in ("kv_budget.csv", "kv_budget.png"):
         assert (tmp_path / name).exists()
+
+
+def test_capacity_per_gpu(tmp_path, load_script):
+    exp = load_script("experiments/capacity_per_gpu.py")
+    # prices here are placeholders to check the arithmetic, not claims about any market
+    table = exp.main(["-n", "300", "--gpus", "h100,l40s,b200", "--price", "h100=2",
+                      "--price", "L40S=1", "-o", str(tmp_path)]).set_index("gpu")
+    assert table["fits"].all()
+    assert (table["slo_attainment"] >= 0.9).all()
+    assert (table["goodput_per_gpu"] <= table["max_rate"]).all()
+    # capacity follows bandwidth and KV pool: B200 > H100 > L40S
+    assert table.loc["b200", "max_rate"] > 1.5 * table.loc["h100", "max_rate"]
+    assert table.loc["l40s", "max_rate"] < 0.5 * table.loc["h100", "max_rate"]
+    assert table.loc["h100", "requests_per_usd"] == pytest.approx(
+        table.loc["h100", "goodput_per_gpu"] * 3600 / 2)
+    assert table.loc["l40s", "usd_per_million_requests"] == pytest.approx(
+        1e6 / (table.loc["l40s", "goodput_per_gpu"] * 3600))
+    assert table["usd_per_gpu_hour"].isna().tolist() == [False, False, True]
+    for name in ("capacity_per_gpu.csv", "capacity_per_gpu.png"):
+        assert (tmp_path / name).exists()
+    # a model that does not fit is a row of advice, and nothing runs
+    big = exp.main(["--model", "llama-3.1-70b", "--gpus", "l40s", "-n", "50"]).set_index("gpu")
+    assert not big.loc["l40s", "fits"] and big["max_rate"].isna().all()
+    assert "tensor_parallel" in big.loc["l40s", "advice"]
+    for bad in (["--price", "h100=-1"], ["--price", "h100"], ["--price", "a100=1",
+                                                              "--gpus", "h100"]):
+        with pytest.raises(SystemExit) as e:
+            exp.main(bad)
+        assert e.value.code == 2
