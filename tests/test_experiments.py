@@ -103,3 +103,91 @@ def test_disaggregation(tmp_path, load_script):
     assert at["goodput_per_gpu"].idxmax() == "3P:1D"
     for name in ("disaggregation.csv", "goodput_per_gpu.png"):
         assert (tmp_path / name).exists()
+
+
+def test_chunk_tradeoff(tmp_path, load_script):
+    exp = load_script("experiments/chunk_tradeoff.py")
+    table = exp.main(["-n", "600", "--chunks", "128,512,2048,8192", "--workers", "2",
+                      "-o", str(tmp_path)]).set_index("chunk_size")
+    assert (table["error"] == "").all()
+    # a smaller chunk buys inter-token latency ...
+    assert table["itl_p99"].is_monotonic_increasing
+    assert table.loc[128, "itl_p99"] < 0.2 * table.loc[8192, "itl_p99"]
+    # ... with time to first token: the whole prompt waits for more, smaller iterations
+    assert table["ttft_p99"].is_monotonic_decreasing
+    assert table.loc[128, "ttft_p99"] > 5 * table.loc[8192, "ttft_p99"]
+    for name in ("chunk_tradeoff.csv", "chunk_tradeoff.png"):
+        assert (tmp_path / name).exists()
+
+
+def test_latency_vs_load(tmp_path, load_script):
+    exp = load_script("experiments/latency_vs_load.py")
+    table, knees = exp.main(["-n", "400", "--rates", "1,3,6,12", "--workers", "2",
+                             "-o", str(tmp_path)])
+    assert len(table) == 5 * 4 and (table["error"] == "").all()
+    for _, part in table.groupby("scheduler"):  # past the knee the queue grows without bound
+        assert part["ttft_p99"].is_monotonic_increasing
+        assert part["ttft_p99"].iloc[-1] > max(3 * part["ttft_p99"].iloc[0], 2.0)
+    # static batching saturates first; continuous batching has the highest throughput
+    assert knees["max_throughput"].idxmin() == "static"
+    assert knees.loc["continuous", "max_throughput"] > knees.loc["chunked", "max_throughput"]
+    assert knees.loc["continuous", "ttft_knee"] >= knees.loc["chunked", "ttft_knee"]
+    # chunked prefill keeps P99 ITL within the 0.1 s SLO at every rate, continuous does not
+    assert knees.loc["chunked", "itl_knee"] == 12
+    assert knees.loc["continuous", "itl_knee"] < knees.loc["chunked", "itl_knee"]
+    for name in ("latency_vs_load.csv", "latency_knees.csv", "latency_vs_load_ttft.png",
+                 "latency_vs_load_itl.png"):
+        assert (tmp_path / name).exists()
+
+
+def test_kv_budget(tmp_path, load_script):
+    exp = load_script("experiments/kv_budget.py")
+    table = exp.main(["-n", "400", "--kv-blocks", "1000,2000,8000", "--batch-sizes", "8,256",
+                      "-o", str(tmp_path)])
+    wide = table[table["max_batch_size"] == 256].set_index("kv_blocks")
+    # as the pool shrinks: more preemptions, more prefill recomputed, a longer queue
+    assert wide["num_preemptions"].is_monotonic_decreasing
+    assert wide.loc[1000, "num_preemptions"] > 0 == wide.loc[8000, "num_preemptions"]
+    assert wide["prefill_compute_ratio"].is_monotonic_decreasing
+    assert wide.loc[8000, "prefill_compute_ratio"] == 1.0
+    assert wide["ttft_p50"].is_monotonic_decreasing
+    assert wide.loc[1000, "request_throughput"] < 0.5 * wide.loc[8000, "request_throughput"]
+    # ... and the finding appears, with the cheat sheet's advice, only where the pool binds
+    assert "kv_pool_too_small" in wide.loc[1000, "findings"].split()
+    assert "kv_pool_too_small" not in wide.loc[8000, "findings"].split()
+    # with a small pool a larger max batch only adds preemptions: the pool caps the batch
+    small = table[table["kv_blocks"] == 1000].set_index("max_batch_size")
+    assert small.loc[256, "num_preemptions"] > small.loc[8, "num_preemptions"]
+    assert small.loc[256, "mean_batch_size"] < 1.1 * small.loc[8, "mean_batch_size"]
+    assert (small["mean_batch_size"] < small["pool_batch"]).all()
+    for name in ("kv_budget.csv", "kv_budget.png"):
+        assert (tmp_path / name).exists()
+
+
+def test_capacity_per_gpu(tmp_path, load_script):
+    exp = load_script("experiments/capacity_per_gpu.py")
+    # prices here are placeholders to check the arithmetic, not claims about any market
+    table = exp.main(["-n", "300", "--gpus", "h100,l40s,b200", "--price", "h100=2",
+                      "--price", "L40S=1", "-o", str(tmp_path)]).set_index("gpu")
+    assert table["fits"].all()
+    assert (table["slo_attainment"] >= 0.9).all()
+    assert (table["goodput_per_gpu"] <= table["max_rate"]).all()
+    # capacity follows bandwidth and KV pool: B200 > H100 > L40S
+    assert table.loc["b200", "max_rate"] > 1.5 * table.loc["h100", "max_rate"]
+    assert table.loc["l40s", "max_rate"] < 0.5 * table.loc["h100", "max_rate"]
+    assert table.loc["h100", "requests_per_usd"] == pytest.approx(
+        table.loc["h100", "goodput_per_gpu"] * 3600 / 2)
+    assert table.loc["l40s", "usd_per_million_requests"] == pytest.approx(
+        1e6 / (table.loc["l40s", "goodput_per_gpu"] * 3600))
+    assert table["usd_per_gpu_hour"].isna().tolist() == [False, False, True]
+    for name in ("capacity_per_gpu.csv", "capacity_per_gpu.png"):
+        assert (tmp_path / name).exists()
+    # a model that does not fit is a row of advice, and nothing runs
+    big = exp.main(["--model", "llama-3.1-70b", "--gpus", "l40s", "-n", "50"]).set_index("gpu")
+    assert not big.loc["l40s", "fits"] and big["max_rate"].isna().all()
+    assert "tensor_parallel" in big.loc["l40s", "advice"]
+    for bad in (["--price", "h100=-1"], ["--price", "h100"], ["--price", "a100=1",
+                                                              "--gpus", "h100"]):
+        with pytest.raises(SystemExit) as e:
+            exp.main(bad)
+        assert e.value.code == 2

@@ -21,3 +21,10 @@ def test_notebook_runs(path):
 
 def test_there_is_a_notebook():
     assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and not [c for c in code if c.get("outputs") or c.get("execution_count")]
