@@ -191,3 +191,17 @@ def test_capacity_per_gpu(tmp_path, load_script):
         with pytest.raises(SystemExit) as e:
             exp.main(bad)
         assert e.value.code == 2
+
+
+def test_memory_budget(tmp_path, load_script):
+    exp = load_script("experiments/memory_budget.py")
+    t = exp.main(["-o", str(tmp_path)]).set_index(["model", "gpu", "weight_dtype"])["min_tp"]
+    assert t[("llama-3.1-70b", "h100", "fp16")] == 4 and t[("llama-3.1-70b", "h100", "fp8")] == 2
+    assert (t.xs("llama-3.1-8b", level="model") == 1).all()
+    # narrower weights never need more GPUs (where the wider ones fit at all)
+    wide = t.unstack("weight_dtype")
+    for a, b in (("fp16", "fp8"), ("fp8", "int4")):
+        both = wide[[a, b]].dropna()
+        assert (both[b] <= both[a]).all()
+        assert wide[b].notna().sum() >= wide[a].notna().sum()
+    assert (tmp_path / "memory_budget.csv").exists() and (tmp_path / "memory_budget.png").exists()
