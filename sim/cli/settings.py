@@ -163,10 +163,25 @@ def add_run_args(p):
 
 
 class Names:
-    """How the user wrote each setting, for messages: ``--rate`` or ``exp.toml: rate``."""
+    """How the user wrote each setting, for messages: ``--rate`` or ``exp.toml: rate``.
+    ``from_file``: keys the TOML file set (``slo.ttft``, ``speculative.method`` for its tables'
+    keys); ``from_flags``: keys a flag set (a flag overrides the file)."""
 
     def __init__(self, config):
-        self.config, self.from_file = config, set()
+        self.config, self.from_file, self.from_flags = config, set(), set()
+
+    def like(self, key, other, metavar="") -> str:
+        """``other`` (with its ``metavar`` value) in ``key``'s voice, for a message that starts
+        with ``names(key)``: the file's bare key (``prefill_replicas``, ``closed_loop_users =
+        USERS``) when ``key`` came from the file and no flag set ``other``, else
+        ``names(other)`` (``--closed-loop USERS``)."""
+        if key in self.from_file and other not in self.from_flags:
+            return f"{other} = {metavar}" if metavar else other
+        return f"{self(other)} {metavar}".rstrip()
+
+    def table(self, name) -> str:
+        """Whether the TOML file set any key of the ``[name]`` table."""
+        return any(k.startswith(f"{name}.") for k in self.from_file)
 
     def __call__(self, key):
         if key in self.from_file:
@@ -224,6 +239,7 @@ def settings_from(args, names=None, extra=()) -> dict:
             s[key] = v
             given.add(key)
             names.from_file.discard(key)
+            names.from_flags.add(key)
     slo = s.get("slo")
     if not isinstance(slo, dict):
         raise TypeError(f"{names('slo')} must be a table of limits in seconds ([slo] with ttft, "
@@ -234,6 +250,7 @@ def settings_from(args, names=None, extra=()) -> dict:
         if v is not None:
             slo[key] = v
             names.from_file.discard(f"slo.{key}")
+            names.from_flags.add(f"slo.{key}")
     s["slo"] = slo
     spec = s.get("speculative")
     if not isinstance(spec, dict):
@@ -245,6 +262,7 @@ def settings_from(args, names=None, extra=()) -> dict:
         if v is not None:
             spec[key] = v
             names.from_file.discard(f"speculative.{key}")
+            names.from_flags.add(f"speculative.{key}")
     s["speculative"] = spec
     checked = check_settings(s, names, given)
     if extra:
@@ -292,20 +310,22 @@ def check_settings(s, names=None, given=()) -> dict:
     link = [k for k in ("link_bandwidth_gbps", "link_latency_s") if k in given]
     if link and not pools:
         raise ValueError(f"{names(link[0])} applies to disaggregation only: give "
-                         f"{names('prefill_replicas')} and/or {names('decode_replicas')}")
+                         f"{names.like(link[0], 'prefill_replicas')} and/or "
+                         f"{names.like(link[0], 'decode_replicas')}")
     if pools and s["replicas"] != 1:
-        raise ValueError(f"{names('replicas')} and {names(pools[0])} exclude each other: a "
-                         f"disaggregated run's size is its two pools")
+        raise ValueError(f"{names('replicas')} and {names.like('replicas', pools[0])} exclude "
+                         f"each other: a disaggregated run's size is its two pools")
     if s["closed_loop_users"] is not None:
         s["closed_loop_users"] = positive_int(names("closed_loop_users"), s["closed_loop_users"])
     s["think_time"] = positive_float(names("think_time"), s["think_time"], allow_zero=True)
     if "rate" in given and s["closed_loop_users"] is not None:
         raise ValueError(f"{names('rate')} applies to an open loop: with "
-                         f"{names('closed_loop_users')} the users issue the requests (drop "
-                         f"the rate, or use --think-time)")
+                         f"{names.like('rate', 'closed_loop_users')} the users issue the "
+                         f"requests (drop the rate, or use "
+                         f"{names.like('rate', 'think_time')})")
     if "think_time" in given and s["closed_loop_users"] is None:
         raise ValueError(f"{names('think_time')} applies to a closed loop only: give "
-                         f"{names('closed_loop_users')} USERS as well")
+                         f"{names.like('think_time', 'closed_loop_users', 'USERS')} as well")
     unknown = sorted(set(s["slo"]) - set(SLO_KEYS))
     if unknown:
         raise ValueError(f"{names('slo')}: unknown SLO(s) {unknown}; known: {list(SLO_KEYS)}")
@@ -316,7 +336,14 @@ def check_settings(s, names=None, given=()) -> dict:
         hint = did_you_mean(unknown[0], list(SPEC_FLAGS))
         raise ValueError(f"{names('speculative')}: unknown key(s) {unknown}{hint}; known: "
                          f"{list(SPEC_FLAGS)}")
+    if "speculative" in given and not s["speculative"]:
+        raise ValueError(f"{names.config}: [speculative] is empty: give num_speculative_tokens "
+                         f"and the draft's cost (draft_model, draft_cost_ratio, or method = "
+                         f"\"ngram\"), or remove the table to run without speculation")
     if s["speculative"] and "num_speculative_tokens" not in s["speculative"]:
+        if names.table("speculative"):
+            raise ValueError(f"{names.config}: [speculative] needs num_speculative_tokens (K, "
+                             f"the draft tokens per iteration)")
         raise ValueError(f"speculative decoding needs its number of draft tokens: give "
                          f"{names('speculative.num_speculative_tokens')} K")
     if s["profile"] is not None and not Path(s["profile"]).is_file():
