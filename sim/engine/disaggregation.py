@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import positive_float, positive_int
+from ..checks import did_you_mean, positive_float, positive_int
 
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel")
@@ -78,6 +78,13 @@ class Disaggregation:
                 raise TypeError(f"{pool} must be a dict of SimConfig overrides, got {given!r}")
             bad = [k for k, _ in items if k not in POOL_KNOBS]
             if bad:
+                from dataclasses import fields
+
+                from .config import SimConfig  # (config imports this module)
+                if bad[0] not in {f.name for f in fields(SimConfig)}:
+                    raise ValueError(f"{pool}: unknown key {bad[0]!r}"
+                                     f"{did_you_mean(bad[0], POOL_KNOBS)}; known: "
+                                     f"{list(POOL_KNOBS)}")
                 raise ValueError(f"{pool}: {bad[0]!r} cannot differ between pools; one of "
                                  f"{list(POOL_KNOBS)}")
             object.__setattr__(self, pool, items)  # hashable, like the rest of the config
