@@ -65,7 +65,25 @@ CASES = [
     (RUN + ["--slo-ttft", "-1"], "--slo-ttft must be a finite number > 0, got -1.0"),
     (RUN + ["--rate", "0"], "--rate must be a finite number > 0, got 0.0"),
     (RUN + ["--seed", "-1"], "--seed must be >= 0, got -1"),
-    (RUN + ["--cost", "linear:"], "--cost 'linear:': use roofline, constant:SECONDS or"),
+    (RUN + ["--cost", "linear:"], "--cost 'linear:': four numbers expected (BASE,PREFILL,"),
+    (RUN + ["--cost", "linear:1"], "--cost 'linear:1': four numbers expected (BASE,PREFILL,DECODE,"
+                                   "CONTEXT: seconds, and seconds per prefill, decode and context "
+                                   "token; write 0 for a term not wanted), got 1"),
+    (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
+    (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
+    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
+                                   "'cost', 'decode_replicas', 'gpu', 'kv_blocks', 'kv_dtype', "
+                                   "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
+                                   "'model', 'num_requests', 'output', 'plots', 'prefill_replicas', "
+                                   "'prefix_caching', 'profile', 'rate', 'replicas', 'report', "
+                                   "'router', 'scheduler', 'seed', 'slo', 'speculative', "
+                                   "'tensor_parallel', 'think_time', 'token_budget', "
+                                   "'weight_dtype', 'workload']"),
+    (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'output', 'plots', "
+                                     "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
+                                     "'repeats', 'replicas', 'router', "),
+    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'metrics', 'model', "),
+    (["sweep", "{d}/misspelt.toml"], "'gpu', 'grid', 'kv_blocks', "),
     (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
     (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),
     # a setting is named as the user wrote it: the file's key, or the flag

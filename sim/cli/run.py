@@ -48,8 +48,12 @@ def cost_model_from(s):
     try:
         if kind == "constant" and len(nums) == 1:
             return ConstantCost(nums[0])
-        if kind == "linear" and 1 <= len(nums) <= 4:
+        if kind == "linear" and len(nums) == 4:
             return LinearCost(*nums)
+        if kind == "linear":
+            raise ValueError(f"four numbers expected (BASE,PREFILL,DECODE,CONTEXT: seconds, "
+                             f"and seconds per prefill, decode and context token; write 0 "
+                             f"for a term not wanted), got {len(nums)}")
     except (ValueError, TypeError) as e:
         raise ValueError(f"cost {spec!r}: {e}") from None
     raise ValueError(f"cost {spec!r}: {usage}")

@@ -22,6 +22,7 @@ from ..constants import CHUNK_SIZE
 from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
 from ..engine.routers import ROUTERS
 from ..engine.schedulers import POLICIES
+from ..engine.speculation import MAX_SPECULATIVE_TOKENS
 from ..results.metrics import SLO_KEYS
 
 
@@ -81,54 +82,64 @@ def add_run_args(p):
                         "error, a length-only set is resampled (default: all)")
     p.add_argument("--rate", type=float, metavar="REQ_PER_S",
                    help="requests/s > 0: time-scales a trace, or the Poisson rate of a "
-                        "length-only set (default: the trace's own timing)")
-    p.add_argument("--scheduler", "-s", choices=sorted(POLICIES), metavar="NAME",
+                        "length-only set such as sharegpt, where it is required (default: the "
+                        "trace's own timing)")
+    p.add_argument("--scheduler", "-s", type=str.lower, choices=sorted(POLICIES), metavar="NAME",
                    help="; ".join(f"{name}: {_first_line(cls)}" for name, cls in POLICIES.items())
                    + " (default chunked)")
     p.add_argument("--model", help="model preset (see 'sim memory') or a Hugging Face "
                                     "config.json (default llama-3.1-8b)")
     p.add_argument("--gpu", help="GPU preset: a100, h100, h200, l40s, b200, mi300x (default h100)")
     p.add_argument("--tp", type=int, dest="tensor_parallel", metavar="GPUS",
-                   help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, dest="weight_dtype",
-                   help="weight precision: sizes the weights and the KV pool and sets the "
-                        "roofline's bytes and peak (default fp16)")
-    p.add_argument("--kv-dtype", choices=KV_DTYPES, dest="kv_dtype",
-                   help="KV-cache precision: fp8 doubles the KV blocks of fp16 (default fp16)")
-    p.add_argument("--max-batch-size", type=int, dest="max_batch_size",
-                   help="most running requests (default: the scheduler's; 256 for the simple ones)")
-    p.add_argument("--chunk-size", type=int, dest="chunk_size",
-                   help=f"chunked: prefill token budget per iteration (default {CHUNK_SIZE})")
-    p.add_argument("--token-budget", type=int, dest="token_budget",
-                   help="continuous: cap on prompt tokens admitted per iteration (default none)")
-    p.add_argument("--kv-blocks", type=int, dest="kv_blocks",
-                   help="KV-cache blocks in the pool (default: from the model's and GPU's memory "
-                        "budget)")
-    p.add_argument("--prefix-caching", choices=["off", "block"], dest="prefix_caching",
+                   help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a "
+                        "multiple of them (default 1)")
+    p.add_argument("--weight-dtype", type=str.lower, choices=WEIGHT_DTYPES, dest="weight_dtype",
+                   help="weight precision, any case: sizes the weights and the KV pool and sets "
+                        "the roofline's bytes and peak (default fp16)")
+    p.add_argument("--kv-dtype", type=str.lower, choices=KV_DTYPES, dest="kv_dtype",
+                   help="KV-cache precision, any case: fp8 doubles the KV blocks of fp16 "
+                        "(default fp16)")
+    p.add_argument("--max-batch-size", type=int, dest="max_batch_size", metavar="N",
+                   help="most running requests, >= 1 (default: the scheduler's; 256 for the "
+                        "simple ones)")
+    p.add_argument("--chunk-size", type=int, dest="chunk_size", metavar="TOKENS",
+                   help=f"chunked, sarathi, vllm: prefill token budget per iteration, >= 1 "
+                        f"(default: the scheduler's: chunked and sarathi {CHUNK_SIZE}, vllm "
+                        f"8,192 on GPUs of >= 70 GiB other than the A100, else 2,048)")
+    p.add_argument("--token-budget", type=int, dest="token_budget", metavar="TOKENS",
+                   help="continuous: cap on prompt tokens admitted per iteration, >= 1 (default "
+                        "none)")
+    p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
+                   help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
+                        "memory budget)")
+    p.add_argument("--prefix-caching", type=str.lower, choices=["off", "block"],
+                   dest="prefix_caching",
                    help="prefix cache: off, or block (vLLM v1: full blocks keyed by the "
                         "workload's hash_ids) (default: the scheduler's; off for the simple "
                         "ones, block for vllm)")
-    p.add_argument("--block-size", type=int, dest="block_size",
-                   help="tokens per KV block (default: the scheduler's; 16)")
+    p.add_argument("--block-size", type=int, dest="block_size", metavar="TOKENS",
+                   help="tokens per KV block, >= 1 (default: the scheduler's; 16)")
     p.add_argument("--seed", type=int,
                    help="seed of sampled arrivals and lengths, >= 0 (default 0)")
     p.add_argument("--cost", metavar="SPEC",
                    help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT "
-                        "(default roofline)")
+                        "(all four numbers) (default roofline)")
     p.add_argument("--profile", metavar="JSON",
                    help="calibrated profile from 'sim calibrate'; replaces --cost (default none)")
     p.add_argument("--replicas", type=int, metavar="N",
-                   help="replicas behind the router, each of --tp GPUs (default 1)")
-    p.add_argument("--router", metavar="NAME",
+                   help="replicas behind the router, >= 1, each of --tp GPUs (default 1)")
+    p.add_argument("--router", type=str.lower, metavar="NAME",
                    help=f"which replica serves a request: {', '.join(ROUTERS)} "
                         f"(default round_robin)")
     p.add_argument("--prefill-replicas", type=int, dest="prefill_replicas", metavar="N",
-                   help="disaggregation: replicas of the prefill pool (default: colocated)")
+                   help="disaggregation: replicas of the prefill pool, >= 1 (default: "
+                        "colocated)")
     p.add_argument("--decode-replicas", type=int, dest="decode_replicas", metavar="N",
-                   help="disaggregation: replicas of the decode pool (default: colocated)")
+                   help="disaggregation: replicas of the decode pool, >= 1 (default: "
+                        "colocated)")
     p.add_argument("--link-bandwidth", type=float, dest="link_bandwidth_gbps", metavar="GB_S",
-                   help="disaggregation: KV-transfer link, GB/s per direction (default: the "
-                        "GPU's scale-up link, 450 on an H100)")
+                   help="disaggregation: KV-transfer link, GB/s per direction, > 0 (default: "
+                        "the GPU's scale-up link, 450 on an H100)")
     p.add_argument("--link-latency", type=float, dest="link_latency_s", metavar="SECONDS",
                    help="disaggregation: latency of each KV transfer, >= 0 (default 0)")
     p.add_argument("--closed-loop", type=int, dest="closed_loop_users", metavar="USERS",
@@ -137,19 +148,21 @@ def add_run_args(p):
     p.add_argument("--think-time", type=float, dest="think_time", metavar="SECONDS",
                    help="closed loop: pause between a user's requests, >= 0 (default 0)")
     p.add_argument("--spec-tokens", type=int, dest="spec_num_speculative_tokens", metavar="K",
-                   help="speculative decoding: draft K tokens per iteration and verify them "
-                        "(needs --draft-model, --draft-cost-ratio or --spec-method ngram) "
-                        "(default: off)")
+                   help=f"speculative decoding: draft K tokens per iteration and verify them, "
+                        f"K in 1..{MAX_SPECULATIVE_TOKENS} (needs --draft-model, "
+                        f"--draft-cost-ratio or --spec-method ngram) (default: off)")
     p.add_argument("--acceptance-rate", type=float, dest="spec_acceptance_rate",
                    metavar="ALPHA", help="speculative: each draft token accepted with this "
-                                         "probability until the first rejection (default 0.8)")
+                                         "probability, in [0, 1], until the first rejection "
+                                         "(default 0.8)")
     p.add_argument("--draft-model", dest="spec_draft_model", metavar="NAME",
-                   help="speculative: the draft model preset, priced on the same GPU "
-                        "(default none)")
+                   help="speculative: the draft model, a model preset (listed by 'sim memory'), "
+                        "priced on the same GPU (default none)")
     p.add_argument("--draft-cost-ratio", type=float, dest="spec_draft_cost_ratio",
                    metavar="C", help="speculative: a draft step costs C x the target's decode "
-                                     "step (default none)")
-    p.add_argument("--spec-method", choices=["draft", "ngram"], dest="spec_method",
+                                     "step, C >= 0 (default none)")
+    p.add_argument("--spec-method", type=str.lower, choices=["draft", "ngram"],
+                   dest="spec_method",
                    help="speculative: draft (a draft model or cost ratio) or ngram (prompt "
                         "lookup, no draft cost) (default draft)")
     for key in ("ttft", "itl", "tpot", "e2e"):
@@ -209,7 +222,7 @@ def _read_toml(config, extra=()) -> dict:
     if unknown:
         hint = did_you_mean(unknown[0], list(DEFAULTS) + list(extra))
         raise ValueError(f"{config}: unknown setting(s) {unknown}{hint}; known: "
-                         f"{sorted(DEFAULTS)}")
+                         f"{sorted(set(DEFAULTS) | set(extra))}")
     return loaded
 
 
@@ -285,6 +298,11 @@ def check_settings(s, names=None, given=()) -> dict:
     typed("profile", (str, Path), "a profile file path")
     typed("output", (str, Path), "a folder path")
     typed("plots", bool, "true or false")
+    for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching"):
+        if isinstance(s[key], str):  # names take any case, as the flags do
+            s[key] = s[key].strip().lower()
+    if isinstance(s["speculative"], dict) and isinstance(s["speculative"].get("method"), str):
+        s["speculative"]["method"] = s["speculative"]["method"].strip().lower()
     if s["num_requests"] is not None:
         if s["num_requests"] == 0 and not isinstance(s["num_requests"], bool):
             raise ValueError(f"{names('num_requests')} must be >= 1, got 0: an empty workload "
