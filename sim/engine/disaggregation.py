@@ -51,6 +51,10 @@ from ..checks import did_you_mean, positive_float, positive_int
 
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel")
+# the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
+SHARED_KNOBS = ("block_size", "prefix_caching", "model", "weight_dtype", "kv_dtype",
+                "speculative", "replicas", "router", "disaggregation", "closed_loop", "seed",
+                "progress")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +82,7 @@ class Disaggregation:
                 raise TypeError(f"{pool} must be a dict of SimConfig overrides, got {given!r}")
             bad = [k for k, _ in items if k not in POOL_KNOBS]
             if bad:
-                from dataclasses import fields
-
-                from .config import SimConfig  # (config imports this module)
-                if bad[0] not in {f.name for f in fields(SimConfig)}:
+                if bad[0] not in SHARED_KNOBS:
                     raise ValueError(f"{pool}: unknown key {bad[0]!r}"
                                      f"{did_you_mean(bad[0], POOL_KNOBS)}; known: "
                                      f"{list(POOL_KNOBS)}")
