@@ -74,9 +74,10 @@ CASES = [
     (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
                                    "'cost', 'decode_replicas', 'gpu', 'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
-                                   "'model', 'num_requests', 'output', 'plots', 'prefill_replicas', "
-                                   "'prefix_caching', 'profile', 'rate', 'replicas', 'report', "
-                                   "'router', 'scheduler', 'seed', 'slo', 'speculative', "
+                                   "'model', 'num_requests', 'output', 'plots', "
+                                   "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
+                                   "'replicas', 'report', 'router', 'scheduler', 'seed', 'slo', "
+                                   "'speculative', "
                                    "'tensor_parallel', 'think_time', 'token_budget', "
                                    "'weight_dtype', 'workload']"),
     (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'output', 'plots', "

@@ -20,8 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .arguments import output_file, output_folder, read_profile
 from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, is_default_scenario,
-                       output_file, output_folder, read_profile, settings_from)
+                       settings_from)
 
 
 def cost_model_from(s):

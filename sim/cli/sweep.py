@@ -18,7 +18,8 @@ import functools
 from pathlib import Path
 
 from .run import build
-from .settings import Names, number, output_folder, settings_from
+from .arguments import number, output_folder
+from .settings import Names, settings_from
 
 METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
 

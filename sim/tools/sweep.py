@@ -6,15 +6,16 @@ Two forms:
     table = sweep([{"workload": df, "config": {"scheduler": "chunked"}, "label": {"x": 1}}, ...])
 
 **Grid form**: the cartesian product of ``grid`` (field -> values: any :class:`SimConfig` field,
-plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to the rate, its first
-``num_requests`` rows), one row per point and repeat: the parameters, ``repeat`` and ``seed``,
-every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed - a point
-failing at run time never stops the others). Every point's config is built first
-(:func:`check_grid`): a bad grid value is an error before anything runs. With ``out=`` (a parquet path) the table is rewritten as points
-finish, and a later call with the same ``out`` skips the (point, repeat) pairs already there
-without an error (resume); ``table.attrs["computed"]`` says how many ran. Each row carries
-``sweep_context``, a fingerprint of the workload, base config and SLOs: a file written by
-another sweep is refused rather than mixed in.
+plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to the rate, its
+first ``num_requests`` rows), one row per point and repeat: the parameters, ``repeat`` and
+``seed``, every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed -
+a point failing at run time never stops the others). Every point's config is built first
+(:func:`check_grid`): a bad grid value is an error before anything runs. With ``out=`` (a
+parquet path) the table is rewritten as points finish, and a later call with the same ``out``
+skips the (point, repeat) pairs already there without an error (resume);
+``table.attrs["computed"]`` says how many ran. Each row carries ``sweep_context``, a fingerprint
+of the workload, base config and SLOs: a file written by another sweep is refused rather than
+mixed in.
 
 **Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
 the grid's or the base config's). The engine draws nothing but speculative acceptance, so
