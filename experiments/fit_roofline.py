@@ -1,6 +1,7 @@
 """Fit the roofline's efficiency factors to measured A100/H100 per-layer kernel timings.
 
-    python experiments/fit_roofline.py            # writes sim/data/roofline_fit.json, prints the report
+    python experiments/fit_roofline.py            # prints the report; writes nothing
+    python experiments/fit_roofline.py --write    # also overwrites sim/data/roofline_fit.json
 
 Data: Vidur's measured per-layer op timings (``sim/data/profiles/``; MIT, Microsoft), token
 counts 1-4,096, TP 1/2/4/8. Per GPU the fit chooses the GEMM compute and memory efficiencies,
@@ -285,33 +286,52 @@ def fit_fixed_costs(params: dict):
                              "overhead_per_seq_s": round(slope, 8)}, cpu_rep, lat_rep, checks
 
 
+SHIPPED = Path(__file__).resolve().parents[1] / "sim" / "data" / "roofline_fit.json"
+
+
+def document(params, rep, fixed) -> dict:
+    """The JSON document of a fit: ``params`` and ``rep`` from :func:`fit_all`, ``fixed`` from
+    :func:`fit_fixed_costs`."""
+    shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks = fixed
+    return {"source": "experiments/fit_roofline.py on sim/data/profiles (Vidur, MIT), "
+                      "sim/data/cpu_overheads.csv and sim/data/published_latency.csv",
+            "fit_models": FIT, "held_out_models": HELD_OUT,
+            "params": {g: {"gemm_compute_eff": p.gemm_compute_eff,
+                           "gemm_memory_eff": p.gemm_memory_eff,
+                           "gemm_latency_s": p.gemm_latency_s,
+                           "elementwise_eff": p.elementwise_eff,
+                           "kernel_floor_s": p.kernel_floor_s, **per_gpu.get(g, {})}
+                       for g, p in params.items()},
+            "shared": shared, "synchronous_cpu": sync_cpu, "cross_checks": checks,
+            "report": rep.round(2).to_dict(orient="records"),
+            "cpu_overhead_report": cpu_rep.round(2).to_dict(orient="records"),
+            "latency_report": lat_rep.round(2).to_dict(orient="records")}
+
+
 def main(argv=None):
+    """Fit and print the report; the fit is written only when asked (``--write``: the shipped
+    ``sim/data/roofline_fit.json``, which the roofline reads; ``--output PATH``: elsewhere)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--output", default=str(Path(__file__).resolve().parents[1]
-                                            / "sim" / "data" / "roofline_fit.json"))
+    ap.add_argument("--write", action="store_true",
+                    help=f"overwrite the shipped fit, {SHIPPED.relative_to(SHIPPED.parents[2])} "
+                         f"(default: print only)")
+    ap.add_argument("--output", default=None, metavar="PATH",
+                    help="write the fit to this file instead (default: none)")
     a = ap.parse_args(argv)
     params, rep = fit_all()
-    shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks = fit_fixed_costs(params)
-    out = {"source": "experiments/fit_roofline.py on sim/data/profiles (Vidur, MIT), "
-                     "sim/data/cpu_overheads.csv and sim/data/published_latency.csv",
-           "fit_models": FIT, "held_out_models": HELD_OUT,
-           "params": {g: {"gemm_compute_eff": p.gemm_compute_eff,
-                          "gemm_memory_eff": p.gemm_memory_eff,
-                          "gemm_latency_s": p.gemm_latency_s,
-                          "elementwise_eff": p.elementwise_eff,
-                          "kernel_floor_s": p.kernel_floor_s, **per_gpu.get(g, {})}
-                      for g, p in params.items()},
-           "shared": shared, "synchronous_cpu": sync_cpu, "cross_checks": checks,
-           "report": rep.round(2).to_dict(orient="records"),
-           "cpu_overhead_report": cpu_rep.round(2).to_dict(orient="records"),
-           "latency_report": lat_rep.round(2).to_dict(orient="records")}
-    Path(a.output).write_text(json.dumps(out, indent=1) + "\n")
+    fixed = fit_fixed_costs(params)
+    target = a.output or (SHIPPED if a.write else None)
+    if target is not None:
+        Path(target).write_text(json.dumps(document(params, rep, fixed), indent=1) + "\n")
+    _, _, _, cpu_rep, lat_rep, _ = fixed
     with pd.option_context("display.width", 160, "display.float_format", "{:.2f}".format):
         print(rep.to_string(index=False))
         print(cpu_rep.to_string(index=False))
         print(lat_rep.to_string(index=False))
     for g, p in params.items():
         print(g, p)
+    print(f"wrote {target}" if target is not None else
+          f"not written (--write updates {SHIPPED.name}, --output PATH writes elsewhere)")
     return params, rep
 
 

@@ -1,6 +1,7 @@
 import json
 
 import pandas as pd
+import pytest
 
 from sim.cli import main
 
@@ -105,11 +106,10 @@ def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('workload = "azure-code"\nnum_requests = 200\ncost = "constant:0.01"\n'
                    f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99", "num_finished"]\n'
-                   '[grid]\nrate = [1.0, 4.0]\nscheduler = ["chunked", "continuous"]\n'
-                   'chunk_size = [1024]\n')
+                   '[grid]\nrate = [1.0, 4.0]\nmodel = ["llama-3.1-8b", "llama-3.1-70b"]\n')
     assert main(["sweep", str(cfg), "--workers", "1"]) == 0
     out = capsys.readouterr().out
-    assert "4 points (4 run now, 2 failed)" in out  # continuous refuses chunk_size: rows, not a crash
+    assert "4 points (4 run now, 2 failed)" in out  # 70B does not fit: rows, not a crash
     table = pd.read_csv(tmp_path / "o" / "sweep.csv")
     assert len(table) == 4 and table["error"].notna().sum() == 2
     assert (tmp_path / "o" / "ttft_p99.png").stat().st_size > 5_000
@@ -118,6 +118,36 @@ def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     cfg.write_text('workload = "azure-code"\n')
     assert main(["sweep", str(cfg)]) == 2
     assert "needs a [grid] table" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("grid, message", [
+    ('scheduler = ["vlm"]', "grid point scheduler='vlm': scheduler must be one of"),
+    ('weight_dtype = ["fp32"]', "grid point weight_dtype='fp32': weight_dtype must be one of"),
+    ('router = ["least-kv"]', "(did you mean 'least_kv'?)"),
+    ('rate = [-2, 0]', "grid['rate'] must be a finite number > 0, got -2.0"),
+    ('seed = [-1]', "grid point seed=-1: seed must be >= 0, got -1"),
+    ('kv_blocks = [0]', "grid point kv_blocks=0: kv_blocks must be > 0, got 0"),
+    ('shceduler = ["vllm"]', "['shceduler'] are neither SimConfig fields nor ('rate', "
+                             "'num_requests') (did you mean 'scheduler'?)"),
+    ('scheduler = ["continuous"]\nchunk_size = [1024]', "chunk_size=1024 is not used by"),
+])
+def test_sweep_refuses_a_bad_grid_before_running_naming_the_file(grid, message, tmp_path, capsys,
+                                                                   monkeypatch):
+    from sim.tools import sweep as module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a point ran before the grid was checked")
+    monkeypatch.setattr(module, "_point", refuse)
+    # sharegpt: a length-only set, whose rate comes from the grid: checked before it is built
+    for workload in ("azure-code", "sharegpt") if grid.startswith("rate") else ("azure-code",):
+        cfg = tmp_path / "bad.toml"
+        cfg.write_text(f'workload = "{workload}"\nnum_requests = 20\ncost = "constant:0.01"\n'
+                       f'output = "{tmp_path / "o"}"\n[grid]\n{grid}\n')
+        assert main(["sweep", str(cfg), "--workers", "1"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"sim sweep: error: {cfg}: grid") and err.count("\n") == 1, err
+        assert message in err, err
+        assert not (tmp_path / "o").exists()
 
 
 def test_the_sample_toml_files_are_valid(tmp_path):

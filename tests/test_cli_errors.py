@@ -10,6 +10,7 @@ import sim.engine
 from sim.cli import main
 
 HEADER = "arrival_time,num_prompt_tokens,num_output_tokens\n"
+TOML5 = 'workload = "azure-code"\nnum_requests = 5\n'
 FILES = {  # name -> contents, written into the test's folder
     "header_only.csv": HEADER,
     "zero_bytes.csv": "",
@@ -23,6 +24,16 @@ FILES = {  # name -> contents, written into the test's folder
     "cost_int.toml": 'workload = "azure-code"\nnum_requests = 5\ncost = 3\n',
     "misspelt.toml": 'shceduler = "static"\n',
     "think.toml": 'workload = "azure-code"\nnum_requests = 5\nthink_time = 2.0\n',
+    "link.toml": TOML5 + "link_latency_s = 0.1\n",
+    "think_file.toml": TOML5 + "think_time = 1.0\n",
+    "c6.toml": TOML5 + "replicas = 2\nprefill_replicas = 1\n",
+    "linear_abc.toml": TOML5 + 'cost = "linear:abc"\n',
+    "static_chunk.toml": TOML5 + 'scheduler = "static"\nchunk_size = 100\n',
+    "radix.toml": TOML5 + 'prefix_caching = "radix"\n',
+    "spec_both.toml": TOML5 + "[speculative]\nnum_speculative_tokens = 2\nacceptance_rate = 0.5\n"
+                              "acceptance_lengths = [0.5, 0.3, 0.2]\ndraft_cost_ratio = 0.1\n",
+    "spec_no_k.toml": TOML5 + "[speculative]\nacceptance_rate = 0.5\n",
+    "spec_empty.toml": TOML5 + "[speculative]\n",
     "list.json": "[]",
     "not_json.json": "{nope",
     "a_file": "not a folder",
@@ -54,9 +65,58 @@ CASES = [
     (RUN + ["--slo-ttft", "-1"], "--slo-ttft must be a finite number > 0, got -1.0"),
     (RUN + ["--rate", "0"], "--rate must be a finite number > 0, got 0.0"),
     (RUN + ["--seed", "-1"], "--seed must be >= 0, got -1"),
-    (RUN + ["--cost", "linear:"], "--cost 'linear:': use roofline, constant:SECONDS or"),
+    (RUN + ["--cost", "linear:"], "--cost 'linear:': four numbers expected (BASE,PREFILL,"),
+    (RUN + ["--cost", "linear:1"], "--cost 'linear:1': four numbers expected (BASE,PREFILL,DECODE,"
+                                   "CONTEXT: seconds, and seconds per prefill, decode and context "
+                                   "token; write 0 for a term not wanted), got 1"),
+    (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
+    (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
+    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
+                                   "'cost', 'decode_replicas', 'gpu', 'kv_blocks', 'kv_dtype', "
+                                   "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
+                                   "'model', 'num_requests', 'output', 'plots', "
+                                   "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
+                                   "'replicas', 'report', 'router', 'scheduler', 'seed', 'slo', "
+                                   "'speculative', "
+                                   "'tensor_parallel', 'think_time', 'token_budget', "
+                                   "'weight_dtype', 'workload']"),
+    (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'output', 'plots', "
+                                     "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
+                                     "'repeats', 'replicas', 'router', "),
+    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'metrics', 'model', "),
+    (["sweep", "{d}/misspelt.toml"], "'gpu', 'grid', 'kv_blocks', "),
     (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
     (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),
+    # a setting is named as the user wrote it: the file's key, or the flag
+    (["run", "{d}/link.toml"], "link.toml: link_latency_s applies to disaggregation only: give "
+                               "prefill_replicas and/or decode_replicas"),
+    (["run", "{d}/link.toml", "--decode-replicas", "0"], "--decode-replicas must be > 0"),
+    (RUN + ["--link-latency", "0.1"], "--link-latency applies to disaggregation only: give "
+                                      "--prefill-replicas and/or --decode-replicas"),
+    (["run", "{d}/think_file.toml"], "think_file.toml: think_time applies to a closed loop "
+                                     "only: give closed_loop_users = USERS as well"),
+    (["run", "{d}/c6.toml"], "error: {d}/c6.toml: replicas and prefill_replicas exclude each "
+                             "other"),
+    (["run", "{d}/c6.toml", "--replicas", "3"], "--replicas and {d}/c6.toml: prefill_replicas "
+                                                "exclude"),
+    (RUN + ["--replicas", "2", "--prefill-replicas", "1"], "--replicas and --prefill-replicas "
+                                                           "exclude each other"),
+    (["run", "{d}/linear_abc.toml"], "linear_abc.toml: cost 'linear:abc': numbers expected"),
+    (RUN + ["-s", "static", "--chunk-size", "100"], "error: --chunk-size 100 is not used by the "
+                                                    "'static' scheduler"),
+    (["run", "{d}/static_chunk.toml"], "static_chunk.toml: chunk_size 100 is not used by the "
+                                       "'static' scheduler"),
+    (["run", "{d}/radix.toml"], "radix.toml: prefix_caching 'radix' (SGLang's radix cache) is "
+                                "not built yet"),
+    (["run", "{d}/spec_both.toml"], "spec_both.toml: [speculative] give acceptance_rate or "
+                                    "acceptance_lengths, not both"),
+    (["run", "{d}/spec_no_k.toml"], "spec_no_k.toml: [speculative] needs num_speculative_tokens"),
+    (["run", "{d}/spec_empty.toml"], "spec_empty.toml: [speculative] is empty: give "
+                                     "num_speculative_tokens and the draft's cost"),
+    (RUN + ["--spec-tokens", "2", "--spec-method", "ngram", "--draft-cost-ratio", "0.1"],
+     "--draft-cost-ratio is given but --spec-method ngram (prompt lookup) has no draft model"),
+    (RUN + ["--spec-tokens", "2", "--draft-model", "tinyllama-1.1b", "--draft-cost-ratio", "0.1"],
+     "--draft-model and --draft-cost-ratio are both given"),
     (RUN + ["--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
     (RUN + ["--profile", "{d}/list.json"], "--profile '{d}/list.json': not a calibration profile"),
     (RUN + ["-o", "{d}/a_file/out"], "--output '{d}/a_file/out': cannot write there"),

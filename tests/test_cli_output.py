@@ -139,3 +139,54 @@ def test_every_flag_has_help_with_its_default():
     assert all(f"{name}: " in scheduler for name in POLICIES)
     assert "``" not in scheduler and ";;" not in scheduler and "; a;" not in scheduler
     assert "chunked: Chunked prefill (Sarathi-style);" in scheduler
+
+
+def test_run_help_gives_the_valid_range_of_each_number_and_short_metavars():
+    run = next(a for a in build_parser()._actions
+               if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    flags = {o: a for a in run._actions for o in a.option_strings}
+    expected = {"--spec-tokens": "K in 1..64", "--acceptance-rate": "in [0, 1]",
+                "--draft-cost-ratio": "C >= 0", "--replicas": ">= 1", "--prefill-replicas": ">= 1",
+                "--decode-replicas": ">= 1", "--link-bandwidth": "> 0",
+                "--tp": "must divide the model's KV heads or be a multiple of them",
+                "--max-batch-size": ">= 1", "--chunk-size": ">= 1", "--token-budget": ">= 1",
+                "--kv-blocks": ">= 1", "--block-size": ">= 1",
+                "--draft-model": "model preset (listed by 'sim memory')",
+                "--rate": "length-only set such as sharegpt, where it is required",
+                "--cost": "linear:BASE,PREFILL,DECODE,CONTEXT (all four numbers)"}
+    for flag, text in expected.items():
+        assert text in " ".join(flags[flag].help.split()), (flag, flags[flag].help)
+    assert "vllm 8,192" in flags["--chunk-size"].help and "the scheduler's" in flags[
+        "--chunk-size"].help
+    for flag in ("--max-batch-size", "--chunk-size", "--token-budget", "--kv-blocks",
+                 "--block-size"):
+        assert flags[flag].metavar in ("N", "TOKENS"), flag
+
+
+@pytest.mark.parametrize("flag, dest, typed, value", [
+    ("--weight-dtype", "weight_dtype", "FP8", "fp8"), ("--kv-dtype", "kv_dtype", "Fp8", "fp8"),
+    ("--scheduler", "scheduler", "VLLM", "vllm"), ("--router", "router", "Least_KV", "least_kv"),
+    ("--prefix-caching", "prefix_caching", "OFF", "off"),
+    ("--spec-method", "spec_method", "NGRAM", "ngram")])
+def test_choice_flags_take_any_case_as_the_toml_file_does(flag, dest, typed, value):
+    assert getattr(build_parser().parse_args(["run", flag, typed]), dest) == value
+
+
+def test_an_upper_case_flag_runs_like_the_lower_case_one(tmp_path, capsys):
+    common = ["run", "-w", "azure-code", "-n", "20", "--cost", "constant:0.01", "--no-plots",
+              "-q", "--replicas", "2"]
+    for case, flags in (("upper", ["--weight-dtype", "FP8", "-s", "VLLM", "--router", "LEAST_KV"]),
+                        ("lower", ["--weight-dtype", "fp8", "-s", "vllm", "--router", "least_kv"])):
+        assert main(common + flags + ["-o", str(tmp_path / case)]) == 0
+    toml = tmp_path / "upper.toml"  # the same names in a file
+    toml.write_text('weight_dtype = "FP8"\nscheduler = "VLLM"\nrouter = "LEAST_KV"\n'
+                    'prefix_caching = "OFF"\n[speculative]\nnum_speculative_tokens = 2\n'
+                    'method = "NGRAM"\n')
+    assert main(common + [str(toml), "-o", str(tmp_path / "file")]) == 0
+    doc = json.loads((tmp_path / "file" / "summary.json").read_text())
+    assert doc["settings"]["prefix_caching"] is False
+    assert doc["settings"]["speculative"]["method"] == "ngram"
+    upper, lower = (json.loads((tmp_path / c / "summary.json").read_text())
+                    for c in ("upper", "lower"))
+    assert upper["settings"]["weight_dtype"] == "fp8" and upper["settings"]["router"] == "least_kv"
+    assert upper["summary"]["ttft_p99"] == lower["summary"]["ttft_p99"]

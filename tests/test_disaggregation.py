@@ -132,6 +132,15 @@ def test_bad_disaggregation_settings_name_the_field():
         Disaggregation(1, 1, link_bandwidth_gbps=0)
     with pytest.raises(ValueError, match="'model' cannot differ between pools"):
         Disaggregation(prefill={"model": "llama-3.1-70b"})
+    with pytest.raises(ValueError, match=r"prefill: unknown key 'gpuu' \(did you mean 'gpu'\?\); "
+                                         r"known: \['scheduler', "):
+        Disaggregation(1, 1, prefill={"gpuu": "a100"})
+    with pytest.raises(ValueError, match=r"decode: unknown key 'colour'; known: \["):
+        Disaggregation(1, 1, decode={"colour": "red"})
+    from dataclasses import fields
+
+    from sim.engine.disaggregation import POOL_KNOBS, SHARED_KNOBS
+    assert sorted(POOL_KNOBS + SHARED_KNOBS) == sorted(f.name for f in fields(SimConfig))
     with pytest.raises(TypeError, match="decode must be a dict"):
         Disaggregation(decode=3)
     with pytest.raises(ValueError, match="replicas=2 with disaggregation"):

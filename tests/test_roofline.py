@@ -18,7 +18,8 @@ class FakeBatch:
         self.decode_context_tokens = context
 
 
-def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_script):
+def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_script, monkeypatch,
+                                                                       tmp_path, capsys):
     fit_roofline = load_script("experiments/fit_roofline.py")
     params, rep = fit_roofline.fit_all()
     stored = json.loads(resources.files("sim").joinpath("data/roofline_fit.json").read_text())
@@ -26,7 +27,8 @@ def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_scri
         assert stored["params"][gpu]["gemm_compute_eff"] == p.gemm_compute_eff
         assert stored["params"][gpu]["elementwise_eff"] == p.elementwise_eff
     # the fixed costs and the FP8 efficiency fitted after the kernels reproduce too
-    shared, per_gpu, sync_cpu, _, lat, _ = fit_roofline.fit_fixed_costs(params)
+    fixed = fit_roofline.fit_fixed_costs(params)
+    shared, per_gpu, sync_cpu, _, lat, _ = fixed
     assert stored["shared"] == shared and stored["synchronous_cpu"] == sync_cpu
     for gpu, terms in per_gpu.items():
         assert {k: stored["params"][gpu][k] for k in terms} == terms
@@ -38,6 +40,29 @@ def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_scri
     # the fit is physical: ~70% of peak FLOP/s, 75-95% of peak bandwidth (profiles README)
     for p in params.values():
         assert 0.6 <= p.gemm_compute_eff <= 0.8 and 0.7 <= p.gemm_memory_eff <= 0.95
+    # the shipped file is this fit's document, and the script writes it only when asked
+    doc = json.dumps(fit_roofline.document(params, rep, fixed), indent=1) + "\n"
+    shipped = fit_roofline.SHIPPED
+    assert doc == shipped.read_text()
+    # ... and `python experiments/fit_roofline.py` writes it only when asked (--write)
+    writes = []
+    real_write = type(tmp_path).write_text
+
+    def write_text(path, text, *args, **kwargs):  # the shipped file is never touched here
+        writes.append(path)
+        return real_write(tmp_path / "written.json" if path == shipped else path, text, *args,
+                          **kwargs)
+    monkeypatch.setattr(type(tmp_path), "write_text", write_text)
+    monkeypatch.setattr(fit_roofline, "fit_all", lambda: (params, rep))  # fitted above
+    monkeypatch.setattr(fit_roofline, "fit_fixed_costs", lambda p: fixed)
+    fit_roofline.main([])
+    assert writes == [] and "not written (--write updates roofline_fit.json" in \
+        capsys.readouterr().out
+    fit_roofline.main(["--output", str(tmp_path / "elsewhere.json")])
+    assert writes == [tmp_path / "elsewhere.json"]
+    fit_roofline.main(["--write"])  # redirected to tmp_path by the patch above
+    assert writes[-1] == fit_roofline.SHIPPED
+    assert (tmp_path / "written.json").read_text() == doc
 
 
 def test_decode_of_one_token_reads_the_weights_and_matches_measured_layers():

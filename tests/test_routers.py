@@ -89,3 +89,27 @@ def test_router_settings_are_checked_with_a_hint():
     assert make_router("least_kv") is least_kv
     rr = make_router("round_robin")
     assert rr is not make_router("round_robin")  # fresh state every run
+
+
+def test_an_object_with_a_route_method_is_a_router():
+    """``SimConfig(router=obj)`` with ``obj.route(request, replicas, now)``: every request goes
+    where the method says, in a run (here: all to the last replica)."""
+    import workloads
+    from sim import ConstantCost, run
+
+    class Last:
+        def __init__(self):
+            self.calls = 0
+
+        def route(self, request, replicas, now):
+            self.calls += 1
+            return len(replicas) - 1
+
+    last = Last()
+    assert make_router(last) == last.route
+    df = workloads.load("azure-code", n=30)
+    res = run(df, cost_model=ConstantCost(0.01), replicas=3, router=last)
+    assert last.calls == 30
+    assert res.replica_summary()["num_requests"].tolist() == [0, 0, 30]
+    with pytest.raises(TypeError, match="or an object with that route method"):
+        SimConfig(router=type("NoRoute", (), {"route": 3})())

@@ -294,7 +294,8 @@ def test_cli_flags_and_toml_table(tmp_path, capsys):
     assert main(["run", str(toml), "-n", "5", "-o", str(out)]) == 2
     assert "did you mean 'acceptance_rate'" in capsys.readouterr().err
     assert main(["run", "-n", "5", "--spec-tokens", "2", "-o", str(out)]) == 2
-    assert "draft_cost_ratio" in capsys.readouterr().err
+    assert "give --draft-model (a preset name or ModelConfig) or --draft-cost-ratio, or " \
+           "--spec-method ngram" in capsys.readouterr().err
     assert main(["run", "-n", "5", "--acceptance-rate", "0.5", "-o", str(out)]) == 2
     assert "--spec-tokens K" in capsys.readouterr().err
 

@@ -143,14 +143,42 @@ def test_grid_is_the_cartesian_product_with_reshaping_fields():
     assert d[("chunked", 120, 4.0)] < d[("chunked", 120, 1.0)]
 
 
-def test_a_failing_point_is_a_row_with_its_error_and_the_others_run():
-    table = sim.sweep(_grid_df(), {"scheduler": ["chunked", "continuous"], "chunk_size": [1024]},
+def test_a_point_failing_at_run_time_is_a_row_with_its_error_and_the_others_run():
+    # the 70B model in fp16 does not fit one H100: found when the point runs, not when built
+    table = sim.sweep(_grid_df(), {"model": ["llama-3.1-8b", "llama-3.1-70b"]},
                       base=sim.SimConfig(cost_model=sim.ConstantCost(0.01)), workers=2)
     ok, bad = table.iloc[0], table.iloc[1]
     assert ok["error"] == "" and ok["num_finished"] == 120
-    assert "chunk_size=1024 is not used by the 'continuous'" in bad["error"]
-    with pytest.raises(ValueError, match="neither SimConfig fields"):
-        sim.sweep(_grid_df(), {"schedular": ["chunked"]})
+    assert bad["error"].startswith("ValueError: model 'llama-3.1-70b' on gpu 'h100'")
+
+
+@pytest.mark.parametrize("grid, error, message", [
+    ({"schedular": ["chunked"]}, ValueError,
+     r"\['schedular'\] are neither SimConfig fields .* \(did you mean 'scheduler'\?\)"),
+    ({"scheduler": ["vlm"]}, ValueError,
+     r"grid point max_batch_size=8, scheduler='vlm': scheduler must be one of"),
+    ({"weight_dtype": ["fp16", "fp32"]}, ValueError,
+     r"weight_dtype='fp32': weight_dtype must be one of"),
+    ({"router": ["least-kv"]}, ValueError, r"router='least-kv': .*did you mean 'least_kv'"),
+    ({"rate": [1.0, -2]}, ValueError, r"grid\['rate'\] must be a finite number > 0, got -2"),
+    ({"rate": [0]}, ValueError, r"grid\['rate'\] must be a finite number > 0, got 0"),
+    ({"rate": ["4"]}, TypeError, r"grid\['rate'\] must be a number, got '4'"),
+    ({"seed": [-1]}, ValueError, r"seed=-1: seed must be >= 0, got -1"),
+    ({"kv_blocks": [0]}, ValueError, r"kv_blocks=0: kv_blocks must be > 0"),
+    ({"num_requests": [0]}, ValueError, r"grid\['num_requests'\] must be > 0, got 0"),
+    ({"num_requests": [121]}, ValueError, r"121 is more than the workload's 120 requests"),
+    ({"scheduler": ["chunked", "continuous"], "chunk_size": [1024]}, ValueError,
+     r"scheduler='continuous', chunk_size=1024: chunk_size=1024 is not used by the"),
+    ({"rate": []}, ValueError, r"grid\['rate'\] must be a non-empty list"),
+])
+def test_a_bad_grid_value_is_refused_before_any_point_runs(grid, error, message, monkeypatch):
+    from sim.tools import sweep as module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a point ran before the grid was checked")
+    monkeypatch.setattr(module, "_point", refuse)
+    with pytest.raises(error, match=message):
+        sim.sweep(_grid_df(), {"max_batch_size": [8, 16], **grid}, workers=1)
 
 
 def test_an_interrupted_sweep_resumes_from_its_parquet(tmp_path):

@@ -8,7 +8,8 @@ rates tried (:func:`sim.tools.capacity.max_rate`).
 from __future__ import annotations
 
 from .run import build
-from .settings import Names, add_run_args, number, settings_from
+from .arguments import number
+from .settings import Names, add_run_args, settings_from
 
 
 def cmd_capacity(args) -> int:

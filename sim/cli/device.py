@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .settings import number, output_file, output_folder, read_profile
+from .arguments import number, output_file, output_folder, read_profile
 
 
 def check_device(device) -> None:

@@ -3,7 +3,7 @@ fit on a GPU, and how much KV cache is left)."""
 
 from __future__ import annotations
 
-from .settings import number, output_file
+from .arguments import number, output_file
 
 
 def cmd_workload(args) -> int:

@@ -20,8 +20,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .settings import (DEFAULT_SCENARIO, Names, add_run_args, is_default_scenario, output_file,
-                       output_folder, read_profile, settings_from)
+from .arguments import output_file, output_folder, read_profile
+from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, is_default_scenario,
+                       settings_from)
 
 
 def cost_model_from(s):
@@ -44,15 +45,19 @@ def cost_model_from(s):
     try:
         nums = [float(x) for x in rest.split(",") if x]
     except ValueError:
-        raise ValueError(f"--cost {spec!r}: numbers expected after ':'; {usage}") from None
+        raise ValueError(f"cost {spec!r}: numbers expected after ':'; {usage}") from None
     try:
         if kind == "constant" and len(nums) == 1:
             return ConstantCost(nums[0])
-        if kind == "linear" and 1 <= len(nums) <= 4:
+        if kind == "linear" and len(nums) == 4:
             return LinearCost(*nums)
+        if kind == "linear":
+            raise ValueError(f"four numbers expected (BASE,PREFILL,DECODE,CONTEXT: seconds, "
+                             f"and seconds per prefill, decode and context token; write 0 "
+                             f"for a term not wanted), got {len(nums)}")
     except (ValueError, TypeError) as e:
-        raise ValueError(f"--cost {spec!r}: {e}") from None
-    raise ValueError(f"--cost {spec!r}: {usage}")
+        raise ValueError(f"cost {spec!r}: {e}") from None
+    raise ValueError(f"cost {spec!r}: {usage}")
 
 
 def _prefix_caching(s):
@@ -87,7 +92,7 @@ def build(s, names=None):
             if s["closed_loop_users"] is None or "no arrival times" not in str(e):
                 raise
             df = workloads.load(s["workload"], n=s["num_requests"], rate=1.0, seed=s["seed"])
-        cfg = _config(s)
+        cfg = _config(s, names)
         cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         cfg.resolved_cost_model()
         return df, cfg
@@ -97,23 +102,51 @@ def build(s, names=None):
         raise type(e)(_as_written(str(e), s, names)) from None
 
 
+_LEADING = re.compile(r"(\w+)(?:=| )(.*)", re.S)  # "chunk_size=100 is ...", "cost 'x': ..."
+
+
 def _as_written(msg, s, names) -> str:
-    """``msg`` with the API's names of settings replaced by the user's (flag or file key)."""
-    key, _, rest = msg.partition(" ")
-    if key in s and key != "speculative":
-        msg = f"{names(key)} {rest}"
-    elif key in s["speculative"]:
-        msg = f"{names(f'speculative.{key}')} {rest}"
+    """``msg`` with the API's names of settings replaced by the user's (flag or file key): a
+    message that starts with a setting (``chunk_size 100 ...``, ``chunk_size=100 ...``) names
+    it as written (``--chunk-size 100 ...``, ``exp.toml: chunk_size 100 ...``)."""
+    m = _LEADING.match(msg)
+    if m and m.group(1) in s and m.group(1) != "speculative":
+        msg = f"{names(m.group(1))} {m.group(2)}"
     msg = re.sub(r"\(tensor_parallel=(\d+)\)",
                  lambda m: f"({names('tensor_parallel')} {m.group(1)})", msg)
     return msg.replace("give rate= (requests/s) or arrival_times=",
                        f"give {names('rate')} REQ_PER_S")
 
 
-def _config(s):
+def _speculative(s, names=None):
+    """The settings' ``SpeculativeConfig`` (None: off); an error names the keys as written:
+    from the file, ``exp.toml: speculative.method ...`` or ``exp.toml: [speculative] ...``;
+    from flags, each key as its flag (``--draft-model``, ``--spec-method ngram``)."""
+    from ..engine import SpeculativeConfig
+    if not s["speculative"]:
+        return None
+    try:
+        return SpeculativeConfig(**s["speculative"])
+    except (ValueError, TypeError) as e:
+        if names is None:
+            raise
+        msg, head = str(e), ""
+        m = _LEADING.match(msg)
+        if m and m.group(1) in s["speculative"]:
+            head, msg = names(f"speculative.{m.group(1)}") + " ", m.group(2)
+        elif names.table("speculative"):
+            head = f"{names.config}: [speculative] "
+        if not names.table("speculative"):  # the flags' voice
+            msg = re.sub(r"(?<![\w.-])(\w+)(?:='(\w+)')?", lambda w: " ".join(filter(None, (
+                SPEC_FLAGS.get(w.group(1)), w.group(2)))) if SPEC_FLAGS.get(w.group(1))
+                else w.group(0), msg)
+        raise type(e)(head + msg) from None
+
+
+def _config(s, names=None):
     import workloads
-    from ..engine import SimConfig, SpeculativeConfig
-    spec = SpeculativeConfig(**s["speculative"]) if s["speculative"] else None
+    from ..engine import SimConfig
+    spec = _speculative(s, names)
     closed = (workloads.ClosedLoop(s["closed_loop_users"], s["think_time"])
               if s["closed_loop_users"] is not None else None)
     return SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),

@@ -4,16 +4,12 @@
 ``[slo]`` table) and flags override it. :func:`settings_from` merges them and
 :func:`check_settings` checks the settings only ``sim run`` has (the engine's knobs are checked
 by ``SimConfig``); every message names the setting as the user wrote it: ``--rate`` or
-``exp.toml: rate``. Also the checks every command shares: :func:`number` (an argparse type),
-:func:`output_folder` and :func:`output_file` (writable, checked before any work) and :func:`read_profile`.
+``exp.toml: rate`` (:class:`Names`). The checks every command shares (numbers, output paths,
+profiles) are in :mod:`sim.cli.arguments`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
 import tomllib
 from pathlib import Path
 
@@ -22,6 +18,7 @@ from ..constants import CHUNK_SIZE
 from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
 from ..engine.routers import ROUTERS
 from ..engine.schedulers import POLICIES
+from ..engine.speculation import MAX_SPECULATIVE_TOKENS
 from ..results.metrics import SLO_KEYS
 
 
@@ -81,54 +78,64 @@ def add_run_args(p):
                         "error, a length-only set is resampled (default: all)")
     p.add_argument("--rate", type=float, metavar="REQ_PER_S",
                    help="requests/s > 0: time-scales a trace, or the Poisson rate of a "
-                        "length-only set (default: the trace's own timing)")
-    p.add_argument("--scheduler", "-s", choices=sorted(POLICIES), metavar="NAME",
+                        "length-only set such as sharegpt, where it is required (default: the "
+                        "trace's own timing)")
+    p.add_argument("--scheduler", "-s", type=str.lower, choices=sorted(POLICIES), metavar="NAME",
                    help="; ".join(f"{name}: {_first_line(cls)}" for name, cls in POLICIES.items())
                    + " (default chunked)")
     p.add_argument("--model", help="model preset (see 'sim memory') or a Hugging Face "
                                     "config.json (default llama-3.1-8b)")
     p.add_argument("--gpu", help="GPU preset: a100, h100, h200, l40s, b200, mi300x (default h100)")
     p.add_argument("--tp", type=int, dest="tensor_parallel", metavar="GPUS",
-                   help="tensor-parallel GPUs (default 1)")
-    p.add_argument("--weight-dtype", choices=WEIGHT_DTYPES, dest="weight_dtype",
-                   help="weight precision: sizes the weights and the KV pool and sets the "
-                        "roofline's bytes and peak (default fp16)")
-    p.add_argument("--kv-dtype", choices=KV_DTYPES, dest="kv_dtype",
-                   help="KV-cache precision: fp8 doubles the KV blocks of fp16 (default fp16)")
-    p.add_argument("--max-batch-size", type=int, dest="max_batch_size",
-                   help="most running requests (default: the scheduler's; 256 for the simple ones)")
-    p.add_argument("--chunk-size", type=int, dest="chunk_size",
-                   help=f"chunked: prefill token budget per iteration (default {CHUNK_SIZE})")
-    p.add_argument("--token-budget", type=int, dest="token_budget",
-                   help="continuous: cap on prompt tokens admitted per iteration (default none)")
-    p.add_argument("--kv-blocks", type=int, dest="kv_blocks",
-                   help="KV-cache blocks in the pool (default: from the model's and GPU's memory "
-                        "budget)")
-    p.add_argument("--prefix-caching", choices=["off", "block"], dest="prefix_caching",
+                   help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a "
+                        "multiple of them (default 1)")
+    p.add_argument("--weight-dtype", type=str.lower, choices=WEIGHT_DTYPES, dest="weight_dtype",
+                   help="weight precision, any case: sizes the weights and the KV pool and sets "
+                        "the roofline's bytes and peak (default fp16)")
+    p.add_argument("--kv-dtype", type=str.lower, choices=KV_DTYPES, dest="kv_dtype",
+                   help="KV-cache precision, any case: fp8 doubles the KV blocks of fp16 "
+                        "(default fp16)")
+    p.add_argument("--max-batch-size", type=int, dest="max_batch_size", metavar="N",
+                   help="most running requests, >= 1 (default: the scheduler's; 256 for the "
+                        "simple ones)")
+    p.add_argument("--chunk-size", type=int, dest="chunk_size", metavar="TOKENS",
+                   help=f"chunked, sarathi, vllm: prefill token budget per iteration, >= 1 "
+                        f"(default: the scheduler's: chunked and sarathi {CHUNK_SIZE}, vllm "
+                        f"8,192 on GPUs of >= 70 GiB other than the A100, else 2,048)")
+    p.add_argument("--token-budget", type=int, dest="token_budget", metavar="TOKENS",
+                   help="continuous: cap on prompt tokens admitted per iteration, >= 1 (default "
+                        "none)")
+    p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
+                   help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
+                        "memory budget)")
+    p.add_argument("--prefix-caching", type=str.lower, choices=["off", "block"],
+                   dest="prefix_caching",
                    help="prefix cache: off, or block (vLLM v1: full blocks keyed by the "
                         "workload's hash_ids) (default: the scheduler's; off for the simple "
                         "ones, block for vllm)")
-    p.add_argument("--block-size", type=int, dest="block_size",
-                   help="tokens per KV block (default: the scheduler's; 16)")
+    p.add_argument("--block-size", type=int, dest="block_size", metavar="TOKENS",
+                   help="tokens per KV block, >= 1 (default: the scheduler's; 16)")
     p.add_argument("--seed", type=int,
                    help="seed of sampled arrivals and lengths, >= 0 (default 0)")
     p.add_argument("--cost", metavar="SPEC",
                    help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT "
-                        "(default roofline)")
+                        "(all four numbers) (default roofline)")
     p.add_argument("--profile", metavar="JSON",
                    help="calibrated profile from 'sim calibrate'; replaces --cost (default none)")
     p.add_argument("--replicas", type=int, metavar="N",
-                   help="replicas behind the router, each of --tp GPUs (default 1)")
-    p.add_argument("--router", metavar="NAME",
+                   help="replicas behind the router, >= 1, each of --tp GPUs (default 1)")
+    p.add_argument("--router", type=str.lower, metavar="NAME",
                    help=f"which replica serves a request: {', '.join(ROUTERS)} "
                         f"(default round_robin)")
     p.add_argument("--prefill-replicas", type=int, dest="prefill_replicas", metavar="N",
-                   help="disaggregation: replicas of the prefill pool (default: colocated)")
+                   help="disaggregation: replicas of the prefill pool, >= 1 (default: "
+                        "colocated)")
     p.add_argument("--decode-replicas", type=int, dest="decode_replicas", metavar="N",
-                   help="disaggregation: replicas of the decode pool (default: colocated)")
+                   help="disaggregation: replicas of the decode pool, >= 1 (default: "
+                        "colocated)")
     p.add_argument("--link-bandwidth", type=float, dest="link_bandwidth_gbps", metavar="GB_S",
-                   help="disaggregation: KV-transfer link, GB/s per direction (default: the "
-                        "GPU's scale-up link, 450 on an H100)")
+                   help="disaggregation: KV-transfer link, GB/s per direction, > 0 (default: "
+                        "the GPU's scale-up link, 450 on an H100)")
     p.add_argument("--link-latency", type=float, dest="link_latency_s", metavar="SECONDS",
                    help="disaggregation: latency of each KV transfer, >= 0 (default 0)")
     p.add_argument("--closed-loop", type=int, dest="closed_loop_users", metavar="USERS",
@@ -137,19 +144,21 @@ def add_run_args(p):
     p.add_argument("--think-time", type=float, dest="think_time", metavar="SECONDS",
                    help="closed loop: pause between a user's requests, >= 0 (default 0)")
     p.add_argument("--spec-tokens", type=int, dest="spec_num_speculative_tokens", metavar="K",
-                   help="speculative decoding: draft K tokens per iteration and verify them "
-                        "(needs --draft-model, --draft-cost-ratio or --spec-method ngram) "
-                        "(default: off)")
+                   help=f"speculative decoding: draft K tokens per iteration and verify them, "
+                        f"K in 1..{MAX_SPECULATIVE_TOKENS} (needs --draft-model, "
+                        f"--draft-cost-ratio or --spec-method ngram) (default: off)")
     p.add_argument("--acceptance-rate", type=float, dest="spec_acceptance_rate",
                    metavar="ALPHA", help="speculative: each draft token accepted with this "
-                                         "probability until the first rejection (default 0.8)")
+                                         "probability, in [0, 1], until the first rejection "
+                                         "(default 0.8)")
     p.add_argument("--draft-model", dest="spec_draft_model", metavar="NAME",
-                   help="speculative: the draft model preset, priced on the same GPU "
-                        "(default none)")
+                   help="speculative: the draft model, a model preset (listed by 'sim memory'), "
+                        "priced on the same GPU (default none)")
     p.add_argument("--draft-cost-ratio", type=float, dest="spec_draft_cost_ratio",
                    metavar="C", help="speculative: a draft step costs C x the target's decode "
-                                     "step (default none)")
-    p.add_argument("--spec-method", choices=["draft", "ngram"], dest="spec_method",
+                                     "step, C >= 0 (default none)")
+    p.add_argument("--spec-method", type=str.lower, choices=["draft", "ngram"],
+                   dest="spec_method",
                    help="speculative: draft (a draft model or cost ratio) or ngram (prompt "
                         "lookup, no draft cost) (default draft)")
     for key in ("ttft", "itl", "tpot", "e2e"):
@@ -163,10 +172,25 @@ def add_run_args(p):
 
 
 class Names:
-    """How the user wrote each setting, for messages: ``--rate`` or ``exp.toml: rate``."""
+    """How the user wrote each setting, for messages: ``--rate`` or ``exp.toml: rate``.
+    ``from_file``: keys the TOML file set (``slo.ttft``, ``speculative.method`` for its tables'
+    keys); ``from_flags``: keys a flag set (a flag overrides the file)."""
 
     def __init__(self, config):
-        self.config, self.from_file = config, set()
+        self.config, self.from_file, self.from_flags = config, set(), set()
+
+    def like(self, key, other, metavar="") -> str:
+        """``other`` (with its ``metavar`` value) in ``key``'s voice, for a message that starts
+        with ``names(key)``: the file's bare key (``prefill_replicas``, ``closed_loop_users =
+        USERS``) when ``key`` came from the file and no flag set ``other``, else
+        ``names(other)`` (``--closed-loop USERS``)."""
+        if key in self.from_file and other not in self.from_flags:
+            return f"{other} = {metavar}" if metavar else other
+        return f"{self(other)} {metavar}".rstrip()
+
+    def table(self, name) -> str:
+        """Whether the TOML file set any key of the ``[name]`` table."""
+        return any(k.startswith(f"{name}.") for k in self.from_file)
 
     def __call__(self, key):
         if key in self.from_file:
@@ -194,7 +218,7 @@ def _read_toml(config, extra=()) -> dict:
     if unknown:
         hint = did_you_mean(unknown[0], list(DEFAULTS) + list(extra))
         raise ValueError(f"{config}: unknown setting(s) {unknown}{hint}; known: "
-                         f"{sorted(DEFAULTS)}")
+                         f"{sorted(set(DEFAULTS) | set(extra))}")
     return loaded
 
 
@@ -224,6 +248,7 @@ def settings_from(args, names=None, extra=()) -> dict:
             s[key] = v
             given.add(key)
             names.from_file.discard(key)
+            names.from_flags.add(key)
     slo = s.get("slo")
     if not isinstance(slo, dict):
         raise TypeError(f"{names('slo')} must be a table of limits in seconds ([slo] with ttft, "
@@ -234,6 +259,7 @@ def settings_from(args, names=None, extra=()) -> dict:
         if v is not None:
             slo[key] = v
             names.from_file.discard(f"slo.{key}")
+            names.from_flags.add(f"slo.{key}")
     s["slo"] = slo
     spec = s.get("speculative")
     if not isinstance(spec, dict):
@@ -245,6 +271,7 @@ def settings_from(args, names=None, extra=()) -> dict:
         if v is not None:
             spec[key] = v
             names.from_file.discard(f"speculative.{key}")
+            names.from_flags.add(f"speculative.{key}")
     s["speculative"] = spec
     checked = check_settings(s, names, given)
     if extra:
@@ -267,6 +294,11 @@ def check_settings(s, names=None, given=()) -> dict:
     typed("profile", (str, Path), "a profile file path")
     typed("output", (str, Path), "a folder path")
     typed("plots", bool, "true or false")
+    for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching"):
+        if isinstance(s[key], str):  # names take any case, as the flags do
+            s[key] = s[key].strip().lower()
+    if isinstance(s["speculative"], dict) and isinstance(s["speculative"].get("method"), str):
+        s["speculative"]["method"] = s["speculative"]["method"].strip().lower()
     if s["num_requests"] is not None:
         if s["num_requests"] == 0 and not isinstance(s["num_requests"], bool):
             raise ValueError(f"{names('num_requests')} must be >= 1, got 0: an empty workload "
@@ -292,20 +324,22 @@ def check_settings(s, names=None, given=()) -> dict:
     link = [k for k in ("link_bandwidth_gbps", "link_latency_s") if k in given]
     if link and not pools:
         raise ValueError(f"{names(link[0])} applies to disaggregation only: give "
-                         f"{names('prefill_replicas')} and/or {names('decode_replicas')}")
+                         f"{names.like(link[0], 'prefill_replicas')} and/or "
+                         f"{names.like(link[0], 'decode_replicas')}")
     if pools and s["replicas"] != 1:
-        raise ValueError(f"{names('replicas')} and {names(pools[0])} exclude each other: a "
-                         f"disaggregated run's size is its two pools")
+        raise ValueError(f"{names('replicas')} and {names.like('replicas', pools[0])} exclude "
+                         f"each other: a disaggregated run's size is its two pools")
     if s["closed_loop_users"] is not None:
         s["closed_loop_users"] = positive_int(names("closed_loop_users"), s["closed_loop_users"])
     s["think_time"] = positive_float(names("think_time"), s["think_time"], allow_zero=True)
     if "rate" in given and s["closed_loop_users"] is not None:
         raise ValueError(f"{names('rate')} applies to an open loop: with "
-                         f"{names('closed_loop_users')} the users issue the requests (drop "
-                         f"the rate, or use --think-time)")
+                         f"{names.like('rate', 'closed_loop_users')} the users issue the "
+                         f"requests (drop the rate, or use "
+                         f"{names.like('rate', 'think_time')})")
     if "think_time" in given and s["closed_loop_users"] is None:
         raise ValueError(f"{names('think_time')} applies to a closed loop only: give "
-                         f"{names('closed_loop_users')} USERS as well")
+                         f"{names.like('think_time', 'closed_loop_users', 'USERS')} as well")
     unknown = sorted(set(s["slo"]) - set(SLO_KEYS))
     if unknown:
         raise ValueError(f"{names('slo')}: unknown SLO(s) {unknown}; known: {list(SLO_KEYS)}")
@@ -316,7 +350,14 @@ def check_settings(s, names=None, given=()) -> dict:
         hint = did_you_mean(unknown[0], list(SPEC_FLAGS))
         raise ValueError(f"{names('speculative')}: unknown key(s) {unknown}{hint}; known: "
                          f"{list(SPEC_FLAGS)}")
+    if "speculative" in given and not s["speculative"]:
+        raise ValueError(f"{names.config}: [speculative] is empty: give num_speculative_tokens "
+                         f"and the draft's cost (draft_model, draft_cost_ratio, or method = "
+                         f"\"ngram\"), or remove the table to run without speculation")
     if s["speculative"] and "num_speculative_tokens" not in s["speculative"]:
+        if names.table("speculative"):
+            raise ValueError(f"{names.config}: [speculative] needs num_speculative_tokens (K, "
+                             f"the draft tokens per iteration)")
         raise ValueError(f"speculative decoding needs its number of draft tokens: give "
                          f"{names('speculative.num_speculative_tokens')} K")
     if s["profile"] is not None and not Path(s["profile"]).is_file():
@@ -327,66 +368,3 @@ def check_settings(s, names=None, given=()) -> dict:
 def is_default_scenario(s) -> bool:
     """Whether the settings simulate exactly the README's default scenario."""
     return all(s[k] == v for k, v in DEFAULTS.items() if k not in NOT_SCENARIO)
-
-
-# -- checks of user-named files and flag values, shared by the commands ----------------------
-
-def number(kind=float, *, allow_zero=False):
-    """An argparse ``type``: a finite ``kind`` (int or float) > 0 (or >= 0)."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            what = "an integer" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{what} expected, got {text!r}") from None
-        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-            raise argparse.ArgumentTypeError(f"must be {'>= 0' if allow_zero else '> 0'}, "
-                                             f"got {text}")
-        return value
-    parse.__name__ = kind.__name__
-    return parse
-
-
-def _writable(path, name, shown) -> None:
-    """Raise unless ``path`` is, or could be created as, a writable folder. Creates nothing, so a
-    run stopped by a later error leaves no empty folder behind."""
-    existing = Path(path)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"{name} {str(shown)!r}: cannot write there ({existing} is a file, "
-                         f"not a folder)")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{name} {str(shown)!r}: cannot write there (permission denied in "
-                         f"{existing})")
-
-
-def output_folder(path, name="--output") -> Path:
-    """Check the output folder can be created and written (before any work; see
-    :func:`_writable`)."""
-    _writable(path, name, path)
-    return Path(path)
-
-
-def output_file(path, name="--output") -> Path:
-    """Check the file ``path`` can be written, its folder created if missing."""
-    path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"{name} {str(path)!r} is a folder; give a file name")
-    _writable(path.parent, name, path)
-    return path
-
-
-def read_profile(path, name="--profile") -> dict:
-    """A calibration profile (from ``sim calibrate``): the JSON object in ``path``."""
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{name} {str(path)!r}: no such file")
-    try:
-        profile = json.loads(path.read_text())
-    except (ValueError, OSError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ValueError(f"{name} {str(path)!r}: not a JSON file ({e})") from None
-    if not isinstance(profile, dict):
-        raise ValueError(f"{name} {str(path)!r}: not a calibration profile (write one with "
-                         f"'sim calibrate')")
-    return profile

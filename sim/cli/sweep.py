@@ -18,21 +18,31 @@ import functools
 from pathlib import Path
 
 from .run import build
-from .settings import Names, number, output_folder, settings_from
+from .arguments import number, output_folder
+from .settings import Names, settings_from
 
 METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
+
+
+def in_file(check, config, *args):
+    """``check(*args)``, its error prefixed with the TOML file's name."""
+    try:
+        return check(*args)
+    except (ValueError, TypeError) as e:
+        raise type(e)(f"{config}: {e}") from None
 
 
 def cmd_sweep(args) -> int:
     import pandas as pd
 
     from ..results.plots_sweep import plot_sweep
-    from ..tools.sweep import sweep
+    from ..tools.sweep import check_grid, check_grid_fields, sweep
     names = Names(args.config)
     s = settings_from(args, names, extra=("grid", "metrics", "repeats"))
     grid = s["extra"].get("grid")
     if not isinstance(grid, dict) or not grid:
         raise ValueError(f"{args.config}: a sweep needs a [grid] table (field = [values, ...])")
+    in_file(check_grid_fields, args.config, grid)  # before build: a grid rate may be the base's
     metrics = s["extra"].get("metrics", METRICS)
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
@@ -59,9 +69,10 @@ def cmd_sweep(args) -> int:
                              f"be identical: use a length-only set (e.g. sharegpt) whose "
                              f"arrivals and lengths are drawn per seed, or speculative "
                              f"decoding, whose draws take the seed")
+    in_file(check_grid, args.config, df, grid, cfg)  # every point, before anything runs
     table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
                   workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
-                  progress=False if args.no_progress else None)  # checks the grid first
+                  progress=False if args.no_progress else None)
     Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / "sweep.csv", index=False)
     missing = [m for m in metrics if m not in table.columns]

@@ -47,10 +47,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import positive_float, positive_int
+from ..checks import did_you_mean, positive_float, positive_int
 
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel")
+# the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
+SHARED_KNOBS = ("block_size", "prefix_caching", "model", "weight_dtype", "kv_dtype",
+                "speculative", "replicas", "router", "disaggregation", "closed_loop", "seed",
+                "progress")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,10 @@ class Disaggregation:
                 raise TypeError(f"{pool} must be a dict of SimConfig overrides, got {given!r}")
             bad = [k for k, _ in items if k not in POOL_KNOBS]
             if bad:
+                if bad[0] not in SHARED_KNOBS:
+                    raise ValueError(f"{pool}: unknown key {bad[0]!r}"
+                                     f"{did_you_mean(bad[0], POOL_KNOBS)}; known: "
+                                     f"{list(POOL_KNOBS)}")
                 raise ValueError(f"{pool}: {bad[0]!r} cannot differ between pools; one of "
                                  f"{list(POOL_KNOBS)}")
             object.__setattr__(self, pool, items)  # hashable, like the rest of the config

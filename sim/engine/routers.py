@@ -20,7 +20,8 @@ request's arrival, and queues the request at ``replicas[index]``. The named rout
 
 Ties go to the lowest index. Each run builds its named router anew (:func:`make_router`), so
 stateful routers (round robin's counter, random's generator) never carry state between runs.
-A callable passed in is used as is.
+A callable passed in is used as is; so is the ``route`` method of an object that has one
+(``SimConfig(router=MyRouter())``, ``class MyRouter: def route(self, request, replicas, now)``).
 """
 
 from __future__ import annotations
@@ -159,23 +160,25 @@ ROUTERS = {
 
 
 def check_router(router) -> None:
-    """Raise unless ``router`` is a name in :data:`ROUTERS` or a callable."""
+    """Raise unless ``router`` is a name in :data:`ROUTERS`, a callable, or an object with a
+    ``route(request, replicas, now)`` method."""
     if isinstance(router, str):
         if router.strip().lower() not in ROUTERS:
             raise ValueError(f"router must be one of {sorted(ROUTERS)} or a callable "
                              f"route(request, replicas, now) -> index, got {router!r}"
                              f"{did_you_mean(router, list(ROUTERS))}")
-    elif not callable(router):
-        raise TypeError(f"router must be a name in {sorted(ROUTERS)} or a callable "
-                        f"route(request, replicas, now) -> index, got {router!r}")
+    elif not callable(router) and not callable(getattr(router, "route", None)):
+        raise TypeError(f"router must be a name in {sorted(ROUTERS)}, a callable "
+                        f"route(request, replicas, now) -> index or an object with that "
+                        f"route method, got {router!r}")
 
 
 def make_router(router, seed: int = 0):
     """A fresh router for one run: a name from :data:`ROUTERS` (``random`` seeded by
-    ``seed``), or the callable given."""
+    ``seed``), the callable given, or the ``route`` method of the object given."""
     check_router(router)
     if not isinstance(router, str):
-        return router
+        return router if callable(router) else router.route
     name = router.strip().lower()
     return Random(seed) if name == "random" else ROUTERS[name]()
 

@@ -6,14 +6,16 @@ Two forms:
     table = sweep([{"workload": df, "config": {"scheduler": "chunked"}, "label": {"x": 1}}, ...])
 
 **Grid form**: the cartesian product of ``grid`` (field -> values: any :class:`SimConfig` field,
-plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to the rate, its first
-``num_requests`` rows), one row per point and repeat: the parameters, ``repeat`` and ``seed``,
-every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed - a failing
-point never stops the others). With ``out=`` (a parquet path) the table is rewritten as points
-finish, and a later call with the same ``out`` skips the (point, repeat) pairs already there
-without an error (resume); ``table.attrs["computed"]`` says how many ran. Each row carries
-``sweep_context``, a fingerprint of the workload, base config and SLOs: a file written by
-another sweep is refused rather than mixed in.
+plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to the rate, its
+first ``num_requests`` rows), one row per point and repeat: the parameters, ``repeat`` and
+``seed``, every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed -
+a point failing at run time never stops the others). Every point's config is built first
+(:func:`check_grid`): a bad grid value is an error before anything runs. With ``out=`` (a
+parquet path) the table is rewritten as points finish, and a later call with the same ``out``
+skips the (point, repeat) pairs already there without an error (resume);
+``table.attrs["computed"]`` says how many ran. Each row carries ``sweep_context``, a fingerprint
+of the workload, base config and SLOs: a file written by another sweep is refused rather than
+mixed in.
 
 **Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
 the grid's or the base config's). The engine draws nothing but speculative acceptance, so
@@ -156,9 +158,58 @@ def _bar(total, done, progress):
                 leave=False, file=sys.stderr)
 
 
+def _shown(point) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in point.items())
+
+
+def check_grid_fields(grid, rows=None) -> None:
+    """Check ``grid``'s fields (``SimConfig``'s, or ``rate``/``num_requests``; a misspelt one
+    gets a did-you-mean), that each holds a non-empty list, ``rate`` > 0 and ``num_requests`` in
+    1..``rows`` (the workload's rows, when known)."""
+    from ..checks import did_you_mean, positive_float, positive_int
+    from ..engine import SimConfig
+    if not isinstance(grid, dict) or not grid:
+        raise ValueError(f"grid must be a non-empty dict of field -> list of values, got "
+                         f"{grid!r}")
+    fields = [f.name for f in dataclasses.fields(SimConfig)]
+    unknown = sorted(set(grid) - set(fields) - set(RESHAPE), key=str)
+    if unknown:
+        raise ValueError(f"grid field(s) {unknown} are neither SimConfig fields nor "
+                         f"{RESHAPE}{did_you_mean(unknown[0], fields + list(RESHAPE))}")
+    for k, values in grid.items():
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__") or not len(
+                values):
+            raise ValueError(f"grid[{k!r}] must be a non-empty list of values, got {values!r}")
+    for v in grid.get("rate", ()):
+        positive_float("grid['rate']", v)
+    for v in grid.get("num_requests", ()):
+        n = positive_int("grid['num_requests']", v)
+        if rows is not None and n > rows:
+            raise ValueError(f"grid['num_requests'] {n} is more than the workload's {rows:,} "
+                             f"requests")
+
+
+def check_grid(workload, grid, base=None) -> list[dict]:
+    """Every point of ``grid`` (field -> value dicts, in the sweep's order), all checked before
+    anything runs: :func:`check_grid_fields` (with a DataFrame ``workload``'s rows; a function's
+    are known only when it runs), then each point's ``dataclasses.replace(base, **fields)`` is
+    built, so a bad value raises here, naming the grid point. What fails only when a point runs
+    (a model that does not fit its GPU) stays that point's error row."""
+    from ..engine import SimConfig
+    check_grid_fields(grid, None if callable(workload) else len(workload))
+    base = base or SimConfig()
+    names = list(grid)
+    points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
+    for point in points:
+        try:
+            dataclasses.replace(base, **{k: v for k, v in point.items() if k not in RESHAPE})
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"grid point {_shown(point)}: {e}") from None
+    return points
+
+
 def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     from ..checks import positive_int
-    from ..engine import SimConfig
     import workloads as wl
     positive_int("repeats", repeats)
     speculating = getattr(base, "speculative", None) is not None or any(
@@ -169,23 +220,14 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
                          f"name, n=..., rate=...); without speculative decoding the engine draws "
                          f"nothing, so repeating one DataFrame would give {repeats} identical "
                          f"rows")
-    if not isinstance(grid, dict) or not grid:
-        raise ValueError("grid must be a non-empty dict of field -> list of values")
-    known = {f.name for f in dataclasses.fields(SimConfig)} | set(RESHAPE)
-    unknown = sorted(set(grid) - known)
-    if unknown:
-        raise ValueError(f"grid field(s) {unknown} are neither SimConfig fields nor {RESHAPE}")
-    for k, values in grid.items():
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or not len(values):
-            raise ValueError(f"grid[{k!r}] must be a non-empty list of values, got {values!r}")
-    if repeats > 1 and "seed" in grid:
+    if repeats > 1 and isinstance(grid, dict) and "seed" in grid:
         raise ValueError("grid['seed'] with repeats > 1: the repeats already take the seeds "
                          "seed, seed + 1, ...; give one or the other")
     if not callable(df):  # a function of the seed: run validates what it returns, per point
         df = wl.validate(df)
+    combos = check_grid(df, grid, base)
     names = list(grid)
-    points = [(dict(zip(names, combo)), r) for combo in itertools.product(*grid.values())
-              for r in range(repeats)]
+    points = [(combo, r) for combo in combos for r in range(repeats)]
     done = {}
     context = _context(df, base, slo)
     if out is not None and Path(out).exists():
