@@ -121,7 +121,7 @@ def test_config_errors_name_the_setting():
     with pytest.raises(ValueError, match="draft_model .* or draft_cost_ratio"):
         SpeculativeConfig(num_speculative_tokens=3)  # no silent free draft
     with pytest.raises(ValueError, match="both given: give one"):
-        SpeculativeConfig(draft_model="tinyllama-1.1b", draft_cost_ratio=0.1)
+        SpeculativeConfig(draft_model="llama-3.2-1b", draft_cost_ratio=0.1)
     with pytest.raises(TypeError, match="num_speculative_tokens must be an integer"):
         SpeculativeConfig(num_speculative_tokens=True, method="ngram")
     with pytest.raises(ValueError, match="at most 64"):
@@ -182,7 +182,7 @@ def test_lookahead_slots_reject_a_request_that_only_fits_without_them():
 
 def test_draft_cost_prices_k_draft_steps_and_the_draft_prefill():
     target = RooflineCost("llama-3.1-8b", "h100")
-    draft = RooflineCost("tinyllama-1.1b", "h100")
+    draft = RooflineCost("llama-3.2-1b", "h100")
     k = 4
     spec_batch = make_batch(7, ((128, 0),), 128, 3, 3 * (100 + k + 1), num_spec_tokens=k)
     plain = make_batch(7, (), 0, 3, 3 * 101)
@@ -197,8 +197,8 @@ def test_draft_cost_prices_k_draft_steps_and_the_draft_prefill():
     # the verification of k + 1 tokens per decode costs more than one token per decode
     assert target(spec_batch) > target(make_batch(7, ((128, 0),), 128, 3, 3 * 105))
     assert LinearCost(per_decode_token=1.0)(spec_batch) == 3 * (k + 1)
-    cfg = sim.SimConfig(speculative=SpeculativeConfig(draft_model="tinyllama-1.1b"))
-    assert "tinyllama-1.1b" in repr(cfg.resolved_cost_model())
+    cfg = sim.SimConfig(speculative=SpeculativeConfig(draft_model="llama-3.2-1b"))
+    assert "llama-3.2-1b" in repr(cfg.resolved_cost_model())
     ngram = sim.SimConfig(speculative=SpeculativeConfig(method="ngram"))
     assert isinstance(ngram.resolved_cost_model(), RooflineCost)
 
@@ -337,10 +337,10 @@ def test_a_draft_model_shares_the_gpu_memory():
     from sim import get_gpu, kv_cache_bytes, memory_budget
     plain = sim.SimConfig(model="llama-3.1-8b")
     drafted = sim.SimConfig(model="llama-3.1-8b",
-                            speculative=SpeculativeConfig(draft_model="tinyllama-1.1b"))
-    draft_gb = sim.get_model("tinyllama-1.1b").total_params() * 2 / 1e9
+                            speculative=SpeculativeConfig(draft_model="llama-3.2-1b"))
+    draft_gb = sim.get_model("llama-3.2-1b").total_params() * 2 / 1e9
     b = memory_budget("llama-3.1-8b", get_gpu("h100").memory_gb, overhead_gb=draft_gb)
-    per_block = b.kv_block_bytes_per_gpu + kv_cache_bytes(16, model="tinyllama-1.1b")
+    per_block = b.kv_block_bytes_per_gpu + kv_cache_bytes(16, model="llama-3.2-1b")
     assert drafted.resolved_kv_blocks() == int(b.kv_bytes_per_gpu // per_block)
     assert drafted.resolved_kv_blocks() < 0.85 * plain.resolved_kv_blocks()
     ratio = SpeculativeConfig(draft_cost_ratio=0.1)  # no draft model: the pool is unchanged
@@ -377,7 +377,7 @@ def test_diagnose_with_a_calibrated_target_and_a_draft_model():
     from sim.costs.calibrated import CalibratedCost, shipped_cpu_profile
     cost = CalibratedCost.from_file(shipped_cpu_profile())
     spec = SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.7,
-                             draft_model="tinyllama-1.1b")
+                             draft_model="llama-3.2-1b")
     res = run(_one(200, prompt=64), cost_model=cost, speculative=spec, kv_blocks=200)
     assert isinstance(res.diagnose(), list)  # prices the draft against the profile or skips
 
@@ -394,3 +394,12 @@ def test_per_request_rate_overrides_acceptance_lengths_and_overshoot_counts_as_v
     one = SpeculativeConfig(num_speculative_tokens=4, acceptance_rate=1.0, method="ngram")
     s = run(_one(11), cost_model=ConstantCost(0.01), speculative=one).summary()
     assert s["spec_acceptance_rate"] == 1.0  # 2 verifications of 5; the last cut to 0 + 5
+
+
+def test_a_draft_must_share_the_target_vocabulary():
+    with pytest.raises(ValueError, match="tokenizer"):
+        sim.SimConfig(model="llama-3.1-8b",
+                      speculative=SpeculativeConfig(draft_model="tinyllama-1.1b"))
+    ok = sim.SimConfig(model="llama-2-7b",
+                       speculative=SpeculativeConfig(draft_model="tinyllama-1.1b"))
+    assert ok.speculative.draft_model == "tinyllama-1.1b"  # Llama-2's tokenizer: a real pair

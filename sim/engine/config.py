@@ -91,7 +91,7 @@ class SimConfig:
             object.__setattr__(self, "prefix_caching", False)
         if self.prefix_caching == "radix":
             raise ValueError("prefix_caching='radix' (SGLang's radix cache) is not built yet; "
-                             "use 'block' (vLLM's rules) or False")
+                             "use 'block' (vLLM's rules) or 'off'")
         if self.prefix_caching is not None and self.prefix_caching not in PREFIX_CACHING_MODES:
             raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES} or 'off', "
                              f"got {self.prefix_caching!r}")
@@ -99,6 +99,15 @@ class SimConfig:
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
                             f"{self.speculative!r}")
+        draft = getattr(self.speculative, "draft_model", None)
+        if draft is not None and (self.model is None or not callable(self.model)):
+            from ..specs.models import get_model
+            target = get_model(self.model or DEFAULT_MODEL)
+            if get_model(draft).vocab_size != target.vocab_size:
+                raise ValueError(f"draft_model {get_model(draft).name!r} has a vocabulary of "
+                                 f"{get_model(draft).vocab_size:,} tokens but model "
+                                 f"{target.name!r} has {target.vocab_size:,}: a draft must "
+                                 f"share the target's tokenizer (vLLM refuses it too)")
         if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
                                                  and hasattr(self.closed_loop, "think_time")):
             raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
