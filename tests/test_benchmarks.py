@@ -4,10 +4,12 @@ import pytest
 
 
 @pytest.mark.perf
-def test_engine_simulates_at_least_50k_requests_per_second(load_script):
+def test_engine_within_14x_of_a_bare_simpy_loop(load_script):
+    """A ratio, not a rate: this machine's speed drifts (47-57k req/s on the 2-core VM), the
+    ratio to the bare one-event-per-iteration loop timed in the same process does not (0.08)."""
     r = load_script("benchmarks/bench_engine.py").measure(100_000, repeats=3)
     print(r)
-    assert r["requests_per_s"] >= 50_000
+    assert r["ratio_to_bare_simpy"] >= 1 / 14
 
 
 @pytest.mark.perf
