@@ -17,7 +17,8 @@ and the running set read-only and changes them only through these verbs:
   recently admitted running request (vLLM).
 
 Each iteration, :meth:`form_batch` (the engine) reserves the blocks every decode crosses into,
-preempting victims if the pool is short - every running decode emits a token every iteration -
+preempting victims if the pool is short - every running decode emits a token every iteration
+(1..k+1 tokens under speculative decoding, its k lookahead slots' blocks included) -
 then calls the policy, which adds prefill work, and snapshots the batch for the cost model
 (:meth:`batch` takes the same snapshot at any time); :meth:`postprocess` applies its effects
 when the iteration ends.
