@@ -26,7 +26,8 @@ from .costs.kernels import (KVCache, paged_decode_attention, scaled_dot_product_
 from .costs.roofline import RooflineCost
 from .costs.simple import ConstantCost, LinearCost
 from .engine import (POLICIES, VLLM, Batch, ChunkedPrefill, ContinuousBatching, Disaggregation,
-                     Orca, Sarathi, SimConfig, SpeculativeConfig, StaticBatching, run)
+                     Orca, Sarathi, SGLang, SimConfig, SpeculativeConfig, StaticBatching,
+                     run)
 from .results.metrics import Result
 from .specs.gpus import GPU, get_gpu, gpu_presets
 from .specs.memory import MemoryBudget, blocks_needed, kv_cache_bytes, memory_budget
@@ -41,7 +42,7 @@ __all__ = [
     "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "Result", "Batch", "sweep", "max_rate", "Capacity",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
     "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",
-    "Orca",
+    "Orca", "SGLang",
     "CHUNK_SIZE", "KV_BLOCK_SIZE", "KV_BLOCKS_AVAILABLE",
     "BatchingResult", "simulate_continuous_batching", "simulate_static_batching",
     "GPU", "get_gpu", "gpu_presets",

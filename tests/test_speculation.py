@@ -16,6 +16,8 @@ from sim.engine.batch import make_batch
 from sim.engine.request import DECODE, PREFILL
 from sim.engine.speculation import DraftCost, emission_draws
 
+from test_invariants import prefill_tokens
+
 
 def _one(n_out, prompt=100, arrival=0.0):
     return pd.DataFrame({"arrival_time": [arrival], "num_prompt_tokens": [prompt],
@@ -268,7 +270,7 @@ def test_nothing_lost_pool_exact_every_token_once(rows, sched, kv_blocks, block_
     if checked.replica is not None:
         for r in checked.replica.finished:
             if r.status == 3:  # FINISHED: prefill completions + verifications' tokens = n
-                assert len(r.segments) + r.spec_steps + r.spec_accepted == r.num_output_tokens
+                assert prefill_tokens(r) + r.spec_steps + r.spec_accepted == r.num_output_tokens
     assert res.itl().sum() == pytest.approx(float((fin.e2e - fin.ttft).sum()), abs=1e-9)
     assert (fin.spec_accepted <= fin.spec_drafted).all()
     assert req["num_preemptions"].sum() == res.iterations["num_preemptions"].sum()
@@ -330,7 +332,7 @@ def test_long_runs_wrap_and_grow_the_rings_with_preemptions_exact():
     assert (res.requests.status == "finished").all()
     assert res.requests.num_preemptions.sum() > 0
     for r in checked.replica.finished:
-        assert len(r.segments) + r.spec_steps + r.spec_accepted == r.num_output_tokens
+        assert prefill_tokens(r) + r.spec_steps + r.spec_accepted == r.num_output_tokens
 
 
 def test_a_draft_model_shares_the_gpu_memory():

@@ -5,6 +5,7 @@ emits: the lazy decode bookkeeping and ITL from token runs), ``blocks`` (the KV 
 one owner of KV accounting), ``batch`` (the immutable snapshot a cost model prices),
 ``replica`` (queue, running set and the verbs policies act through), ``policies`` (the policy
 contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule),
+``sglang`` (SGLang's scheduler: prefill-only iterations on the decode clock),
 ``schedulers`` (the table of names and knob resolution), ``speculation`` (speculative decoding:
 settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``records`` (results
 columns), ``routers`` (which replica serves a request), ``cluster`` (replicas behind a router),
@@ -21,10 +22,11 @@ from .config import SimConfig
 from .disaggregation import Disaggregation
 from .policies import ChunkedPrefill, ContinuousBatching, StaticBatching
 from .presets import VLLM, Orca, Sarathi
+from .sglang import SGLang
 from .schedulers import POLICIES
 from .simulation import run
 from .speculation import SpeculativeConfig
 
 __all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
-           "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca",
+           "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca", "SGLang",
            "SpeculativeConfig"]

@@ -4,7 +4,9 @@ Without speculation (:class:`Decodes`) **a decoding request emits exactly one to
 iteration** from the iteration after its prefill completed until its last token, and writes
 that token's KV into its cache. With speculative decoding (:class:`SpecDecodes`) it emits
 ``1..k+1`` tokens per iteration, drawn in advance (:mod:`sim.engine.speculation`). Both give
-the replica the same few calls; neither does per-token work.
+the replica the same few calls; neither does per-token work. Both count in *decode steps*: the
+replica passes its decode clock, which equals the iteration index unless a policy paused the
+decodes in prefill-only iterations (SGLang; see ``Replica.run_decodes``).
 
 Decode progress is *lazy* (nothing is touched per token). When a request's prefill completes at
 iteration ``f`` with ``c`` tokens in its KV cache and ``g`` tokens generated,
@@ -65,7 +67,7 @@ class Decodes:
         """``r`` leaves DECODE after emitting its token of iteration ``last`` (finished, or
         preempted before iteration ``last + 1``): record its run of tokens and its progress."""
         r.num_generated = r.decode_base_generated + last - r.decode_start
-        r.segments.append((r.decode_start, last))
+        record_run(r, last)
         self.by_phase[r.block_phase] -= 1
         self.context_offset -= r.decode_base_tokens - r.decode_start
         self.count -= 1
@@ -189,7 +191,7 @@ class SpecDecodes:
         steps = last - r.decode_start  # verifications done
         emitted = int(cum[steps - 1]) if steps else 0
         r.num_generated = r.decode_base_generated + emitted
-        r.segments.append((r.decode_start, last))
+        record_run(r, last)
         r.spec_steps += steps
         r.spec_accepted += emitted - steps
         if steps == len(cum):  # finished: its last verification's drafts beyond the end
@@ -231,6 +233,19 @@ class SpecDecodes:
         return held
 
 
+def record_run(r, last: int) -> None:
+    """``r``'s run of emissions ends at decode step ``last``: ``(decode_start, last)``; when its
+    first token came in a prefill-only iteration ``p`` (a policy paused the decodes), that
+    token is a point ``(-1 - p, -1)`` in iteration units and the run starts one step later."""
+    a = r.decode_start
+    if r.paused_first >= 0:
+        r.segments.append((-1 - r.paused_first, -1))
+        r.paused_first = -1
+        a += 1
+    if last >= a:
+        r.segments.append((a, last))
+
+
 def emits_single_token(r, i: int) -> None:
     """Record a request whose prefill-completing iteration ``i`` emitted its only token."""
     r.segments.append((i, i))
@@ -260,30 +275,42 @@ class _RangeMax:
         return out
 
 
-def inter_token_gaps(requests, end):
+def inter_token_gaps(requests, end, end_iter=None):
     """ITL data from token runs: ``((gaps, weights, extra), max_itl)``.
 
-    ``end[j]``: end time of iteration ``j``. Inside a run ``(a, b)`` a request emits one token
-    per iteration, so its gaps are ``end[j] - end[j-1]`` for ``j`` in ``a+1..b``: the pooled
-    ITL distribution is each iteration's gap weighted by the number of runs covering it
-    (``weights``), plus one ``extra`` gap between consecutive runs of a request (across a
-    preemption). ``max_itl``: each request's largest gap (NaN with fewer than two tokens).
+    ``end[j]``: end time of decode step ``j`` (of iteration ``j`` unless a policy paused the
+    decodes in some iterations); ``end_iter``: end times of the iterations, for a token emitted
+    in a prefill-only iteration (a run ``(-1 - p, -1)``: a point at iteration ``p``; default
+    ``end``). Inside a run ``(a, b)`` a request emits once per decode step, so its gaps are
+    ``end[j] - end[j-1]`` for ``j`` in ``a+1..b``: the pooled ITL distribution is each step's
+    gap weighted by the number of runs covering it (``weights``), plus one ``extra`` gap between
+    consecutive runs or points of a request (across a preemption, or from a point to the next
+    run). ``max_itl``: each request's largest gap (NaN with fewer than two emissions).
     """
+    end_iter = end if end_iter is None else end_iter
     gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
     max_itl = np.full(len(requests), np.nan)
     runs = [(r.index, a, b) for r in requests for a, b in r.segments]
     if not runs:
         return (gap, np.zeros(len(end), dtype=np.int64), np.zeros(0)), max_itl
     req, lo, hi = np.array(runs, dtype=np.int64).T
-    inner = hi > lo  # runs of 2+ tokens: gaps inside the run
+    point = lo < 0
+    if point.any():  # tokens of prefill-only iterations: times from the iteration ends
+        steps = end if len(end) else np.zeros(1)  # (no decode step ran at all)
+        first = np.where(point, end_iter[np.where(point, -1 - lo, 0)],
+                         steps[np.maximum(lo, 0)])
+        last = np.where(point, first, steps[np.maximum(hi, 0)])
+    else:
+        first, last = end[lo], end[hi]
+    inner = (hi > lo) & ~point  # runs of 2+ emissions: gaps inside the run
     cover = np.zeros(len(end) + 1, dtype=np.int64)
     np.add.at(cover, lo[inner] + 1, 1)
     np.add.at(cover, hi[inner] + 1, -1)
     weights = np.cumsum(cover)[:-1]
     after = req[1:] == req[:-1]  # a run that follows another run of the same request
-    extra = end[lo[1:][after]] - end[hi[:-1][after]]
+    extra = first[1:][after] - last[:-1][after]
     np.fmax.at(max_itl, req[1:][after], extra)
     if inner.any():
-        m = _RangeMax(gap, int((hi - lo).max())).query(lo[inner] + 1, hi[inner])
+        m = _RangeMax(gap, int((hi - lo)[inner].max())).query(lo[inner] + 1, hi[inner])
         np.fmax.at(max_itl, req[inner], m)
     return (gap, weights, extra), max_itl

@@ -33,12 +33,14 @@ def iterations_frame(records) -> pd.DataFrame:
 
 
 def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
-                 cost_model, replicas=None, columns=None, first_gaps=None) -> Result:
+                 cost_model, replicas=None, columns=None, first_gaps=None,
+                 paused=None) -> Result:
     """``replicas``: a cluster's ``(replica of each request, iterations per replica)``, the
     records concatenated replica by replica (:mod:`sim.engine.cluster`); None: one replica.
     ``columns``: further request columns (name -> array in request order); ``first_gaps``:
     ``(request indices, gaps)`` between a first token streamed outside any iteration
-    (disaggregation) and the request's next token, pooled into ITL like the others."""
+    (disaggregation) and the request's next token, pooled into ITL like the others;
+    ``paused``: the iterations whose decodes the policy paused (one replica)."""
     iters = iterations_frame(records)
     if replicas is None:
         replica_of = np.zeros(len(requests), dtype=np.int64)
@@ -48,7 +50,9 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         iters["replica"] = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
         iters["iteration"] = np.concatenate([np.arange(c, dtype=np.int64) for c in counts])
     end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
-    itl_data, max_itl = inter_token_gaps(requests, end)
+    # paused: iterations whose decodes a policy paused (token runs count decode steps)
+    end_steps = np.delete(end, np.asarray(paused, dtype=np.int64)) if paused else end
+    itl_data, max_itl = inter_token_gaps(requests, end_steps, end)
     if first_gaps is not None and len(first_gaps[0]):
         idx, gaps = first_gaps
         itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))

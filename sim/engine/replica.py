@@ -103,6 +103,12 @@ class Replica:
         self.enqueue = partial(_enqueue, self.waiting)
         self.capacity_tokens = self.blocks.capacity_tokens
         self.iteration = 0
+        # the decode clock: decode steps run so far; equal to the iteration index unless the
+        # policy pauses decodes (on_demand_decodes: SGLang's prefill-only iterations)
+        self.clock = 0
+        self.on_demand_decodes = False
+        self.decoding = True  # whether this iteration's decodes run
+        self.paused = []  # iterations whose decodes were paused (prefill-only)
         self.now = 0.0
         # this iteration's prefill work, in order: the requests, (new, cached) per request,
         # their prefill tokens in all
@@ -110,7 +116,7 @@ class Replica:
         self._prefills = []
         self._prefill_tokens = 0
         self.num_preempted_now = 0  # preemptions while forming the current batch
-        self._decodes_reserved = -1  # iteration whose decode blocks are already taken
+        self._decodes_reserved = -1  # decode step whose blocks are already taken
         self.finished = []
         self.on_finish = None  # optional callback(request, now), e.g. closed-loop clients
         self.on_prefilled = None  # disaggregation: callback(request, now) at prefill completion
@@ -122,7 +128,7 @@ class Replica:
         """Output tokens ``r`` has emitted before the current iteration (exact for DECODE
         requests too, whose ``r.num_generated`` is only updated when they stop decoding)."""
         if r.status == DECODE:
-            return self.decodes.generated(r, self.iteration - 1)
+            return self.decodes.generated(r, self.clock - 1)
         return r.num_generated
 
     def is_scheduled(self, r) -> bool:
@@ -133,8 +139,8 @@ class Replica:
         """Blocks ``r`` holds now: a decode, including the block it crosses into this
         iteration once reserved; a prefill, including those taken for its work this iteration."""
         if r.status == DECODE:
-            i = self.iteration
-            return self.decodes.held_blocks(r, i, self._decodes_reserved == i)
+            c = self.clock
+            return self.decodes.held_blocks(r, c, self._decodes_reserved == c)
         return blocks_for(r.num_computed + self._scheduled_tokens(r), self.block_size)
 
     def _scheduled_tokens(self, r) -> int:
@@ -297,8 +303,9 @@ class Replica:
         i = self.iteration
         bs = self.block_size
         if r.status == DECODE:
-            self._free_blocks(r, self.decodes.held_blocks(r, i, self._decodes_reserved == i))
-            self.decodes.stop(r, i - 1)
+            c = self.clock
+            self._free_blocks(r, self.decodes.held_blocks(r, c, self._decodes_reserved == c))
+            self.decodes.stop(r, c - 1)
         elif r.status == PREFILL:
             held = r.num_computed
             if r.scheduled_iteration == i:  # a victim loses its work in this batch
@@ -342,54 +349,76 @@ class Replica:
 
     def batch(self, detail: bool = False) -> Batch:
         """Snapshot of this iteration's work; ``detail``: include which requests prefill and
-        each decode's id and context length (O(running))."""
-        i = self.iteration
+        each decode's id and context length (O(running)). Decodes count only when they run
+        this iteration (not in a policy's prefill-only iteration)."""
+        i, c = self.iteration, self.clock
         d = self.decodes
         prefill_ids = ids = lengths = None
+        running = self.decoding
         if detail:
             prefill_ids = tuple([r.index for r in self._prefill_reqs])
-            decoding = [r for r in self.running.values() if r.status == DECODE]
+            decoding = [r for r in self.running.values() if r.status == DECODE] if running \
+                else []
             ids = tuple([r.index for r in decoding])
-            lengths = np.array([d.context_length(r, i) for r in decoding], dtype=np.int64)
+            lengths = np.array([d.context_length(r, c) for r in decoding], dtype=np.int64)
             lengths.flags.writeable = False
-        return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
-                          d.context_tokens(i), prefill_ids, ids, lengths, self.num_spec_tokens)
+        return make_batch(i, tuple(self._prefills), self._prefill_tokens,
+                          d.count if running else 0, d.context_tokens(c) if running else 0,
+                          prefill_ids, ids, lengths, self.num_spec_tokens)
+
+    def run_decodes(self) -> None:
+        """For a policy with ``pauses_decodes``: the running decodes run this iteration (their
+        blocks reserved now, preempting - SGLang's retraction - while the pool is short);
+        without this call the iteration is prefill-only and the decodes wait."""
+        if not self.on_demand_decodes or self.decoding:
+            return
+        self.decoding = True
+        c = self.clock
+        if self.decodes.blocks_needed(c):
+            self._reserve_decode_blocks(c)
+        self._decodes_reserved = c
 
     def form_batch(self, schedule, now, detail: bool = False) -> Batch:
         """One iteration's batch: give every decode the block it crosses into (preempting
         victims - never a decode that already has its block - while the pool is short), let
         ``schedule(self, now)`` (the policy) add prefill work, then snapshot it as
         :meth:`batch` does (inlined: one Python call per iteration is ~1% of the engine's time,
-        measured)."""
+        measured). A policy with ``pauses_decodes`` decides itself: :meth:`run_decodes`."""
         self.now = now
         self.num_preempted_now = 0
-        i = self.iteration
+        i, c = self.iteration, self.clock
         d = self.decodes
+        if self.on_demand_decodes:
+            self.decoding = False
+            self._decodes_reserved = -1
+            schedule(self, now)
+            return self.batch(detail)
         if self.num_spec_tokens:  # SpecDecodes' ring buffers read inline (hot)
-            j = i & d.mask
+            j = c & d.mask
             if d.need[j]:
-                self._reserve_decode_blocks(i)
-            self._decodes_reserved = i
+                self._reserve_decode_blocks(c)
+            self._decodes_reserved = c
             schedule(self, now)
             if detail:
                 return self.batch(True)
             return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
                               int(d.ctx[j]), None, None, None, self.num_spec_tokens)
-        if d.by_phase[i % self.block_size]:
-            self._reserve_decode_blocks(i)
-        self._decodes_reserved = i
+        if d.by_phase[c % self.block_size]:
+            self._reserve_decode_blocks(c)
+        self._decodes_reserved = c
         schedule(self, now)
         if detail:
             return self.batch(True)
         return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
-                          d.context_offset + d.count * i)
+                          d.context_offset + d.count * c)
 
     def postprocess(self, now) -> None:
         """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
-        requests and free their blocks."""
-        i = self.iteration
+        requests and free their blocks; the decode clock advances if the decodes ran."""
+        i, c = self.iteration, self.clock
         bs = self.block_size
         decodes = self.decodes
+        running = self.decoding
         completed = False
         for r, (new, _cached) in zip(self._prefill_reqs, self._prefills):
             r.num_computed += new
@@ -401,7 +430,10 @@ class Replica:
             if r.first_token_time is None:
                 r.first_token_time = now
             if r.num_generated >= r.num_output_tokens:
-                emits_single_token(r, i)
+                if running:
+                    emits_single_token(r, c)
+                else:  # a prefill-only iteration: a token outside the decode clock
+                    r.segments.append((-1 - i, -1))
                 self._free_blocks(r, -(-r.num_computed // bs))
                 _del_running(self.running, r.index)
                 self._finish(r, now)
@@ -409,29 +441,37 @@ class Replica:
             if self.on_prefilled is not None:  # disaggregation: hand its KV off
                 self._hand_off(r, now)
                 continue
-            decodes.start(r, i)
+            if running:
+                decodes.start(r, c)
+            else:  # its first token came in a prefill-only iteration: decodes from step c
+                decodes.start(r, c - 1)
+                r.paused_first = i
         if completed:
             self.prefilling = tuple([r for r in self.prefilling if r.status == PREFILL])
-        done = decodes.finish_at.pop(i, None)  # the decodes emitting their last token
-        if done:
-            freed = 0
-            for r in done:
-                if r.status == DECODE and r.finish_iteration == i:  # else preempted since
-                    if self.caching:
-                        self._free_blocks(r, decodes.finish(r, i))
-                    else:
-                        freed += decodes.finish(r, i)
-                    _del_running(self.running, r.index)
-                    self._finish(r, now)
-            self.blocks.free(freed)
+        if running:
+            done = decodes.finish_at.pop(c, None)  # the decodes emitting their last token
+            if done:
+                freed = 0
+                for r in done:
+                    if r.status == DECODE and r.finish_iteration == c:  # else preempted since
+                        if self.caching:
+                            self._free_blocks(r, decodes.finish(r, c))
+                        else:
+                            freed += decodes.finish(r, c)
+                        _del_running(self.running, r.index)
+                        self._finish(r, now)
+                self.blocks.free(freed)
+            if self.num_spec_tokens:  # SpecDecodes.end_iteration, inlined (hot)
+                j = c & decodes.mask
+                decodes.ctx[j] = 0
+                decodes.need[j] = 0
+            self.clock = c + 1
+        else:
+            self.paused.append(i)
         if self._prefill_reqs:
             self._prefill_reqs = []
             self._prefills = []
             self._prefill_tokens = 0
-        if self.num_spec_tokens:  # SpecDecodes.end_iteration, inlined (hot)
-            j = i & decodes.mask
-            decodes.ctx[j] = 0
-            decodes.need[j] = 0
         self.iteration = i + 1
 
     def _finish(self, r, now):
@@ -474,11 +514,11 @@ class Replica:
         """``r``'s KV (``r.num_computed`` tokens, blocks taken with :meth:`reserve`) has
         arrived: it joins the running set and decodes from the next iteration this replica
         forms (the one after the iteration in flight, if any)."""
-        in_flight = self._decodes_reserved == self.iteration
+        in_flight = self._decodes_reserved == self.clock
         self.num_in_transit -= 1
         _set_running(self.running, r.index, r)
         r.kv_keys = ()
-        self.decodes.start(r, self.iteration if in_flight else self.iteration - 1)
+        self.decodes.start(r, self.clock if in_flight else self.clock - 1)
 
     def __repr__(self):
         counts = {name: 0 for name in STATUS_NAMES}

@@ -39,7 +39,7 @@ class Request:
         "finish_iteration", "scheduled_iteration", "num_preemptions", "num_prefill_computed",
         "num_cached_tokens", "block_keys", "kv_keys", "first_scheduled_time", "first_token_time",
         "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
-        "spec_accepted", "spec_overshoot",
+        "spec_accepted", "spec_overshoot", "paused_first",
     )
 
     def __init__(self, index, request_id, arrival_time, num_prompt_tokens, num_output_tokens):
@@ -73,6 +73,7 @@ class Request:
         self.finish_time = None
         self.reason = ""
         self.segments = []
+        self.paused_first = -1  # the prefill-only iteration of its first token (SGLang), or -1
         # speculative decoding (sim.engine.speculation): the request's own acceptance rate
         # (None: the run's), its drawn plan while decoding, verifications and accepted drafts
         self.acceptance_rate = None

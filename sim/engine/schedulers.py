@@ -13,6 +13,7 @@ import dataclasses
 from .policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatching,
                        StaticBatching)
 from .presets import VLLM, Orca, Sarathi
+from .sglang import SGLang
 
 POLICIES = {
     "static": StaticBatching,
@@ -21,6 +22,7 @@ POLICIES = {
     "vllm": VLLM,
     "sarathi": Sarathi,
     "orca": Orca,
+    "sglang": SGLang,
 }
 
 

@@ -82,6 +82,11 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
+    if getattr(policy, "pauses_decodes", False) and (config.disaggregation is not None
+                                                     or config.replicas > 1):
+        raise ValueError(f"scheduler {getattr(policy, 'name', policy)!r} pauses decodes in "
+                         f"prefill-only iterations, which clusters and disaggregated pools "
+                         f"do not support yet: use one replica")
     if config.disaggregation is not None:
         return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
                                  submit=_submit)
@@ -92,6 +97,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                       getattr(policy, "select_victim", None),
                       prefix_caching=bool(config.prefix_caching),
                       speculative=config.speculative, draw=make_drawer(config))
+    replica.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     if config.closed_loop is None:
@@ -105,7 +111,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
         raise RuntimeError(f"{len(requests) - len(replica.finished)} request(s) neither finished "
                            f"nor rejected")
     return build_result(requests, records, config, kv_blocks,
-                        wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost)
+                        wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost,
+                        paused=replica.paused)
 
 
 def _submit(replica, process, r) -> bool:

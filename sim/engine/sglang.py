@@ -1,0 +1,150 @@
+"""The SGLang preset: SGLang's scheduler rule by rule (``python/sglang/srt/managers/
+scheduler.py`` ``get_next_batch_to_run`` / ``update_running_batch`` and ``schedule_policy.py``
+``PrefillAdder``, v0.4-era defaults).
+
+Rules:
+1. **prefill priority**: each step, if a prefill batch can be formed it runs *alone* (mixed
+   chunks are off by default) and the running decodes wait; otherwise every running request
+   decodes. The engine pauses the decodes through ``pauses_decodes`` and
+   :meth:`~sim.engine.replica.Replica.run_decodes` (a decode clock: a paused iteration emits
+   no decode token);
+2. the prefill batch: the chunked request first (**one chunked request at a time**: a request
+   that does not fit the remaining ``chunked_prefill_size`` (``chunk_size``) is truncated to it
+   and continued next step), then waiting requests FCFS while the chunk budget, the
+   ``max_prefill_tokens`` input budget (``token_budget``, 16,384) and a batch slot last;
+3. **reservation**: a new request is admitted only while its prompt plus
+   ``min(output tokens left, 4096)`` is below the tokens free after reserving, for every running
+   request, ``min(output tokens left, 4096) x new_token_ratio``;
+4. ``new_token_ratio`` starts at 0.7, decays by (0.7 - 0.1) / 600 per decode step to 0.1;
+5. **retraction**: when a decode step lacks KV for its new tokens, running requests are retracted
+   (recompute preemption) fewest output tokens first (ties: longest prompt first), and
+   ``new_token_ratio`` becomes ``min(1, (decoded tokens + 20 x running) / output tokens)`` over
+   those left;
+6. defaults: page size 1 (``block_size=1``), ``chunked_prefill_size`` by GPU memory (2,048
+   below 35 GiB, 4,096 below 60, 8,192 below 96, else 16,384), ``max_batch_size`` 1,024.
+
+Deviations: SGLang's radix prefix cache is not built yet, so ``prefix_caching`` defaults to off
+(``"block"`` gives vLLM-style hits); the KV pool comes from vLLM's memory accounting unless
+``kv_blocks`` is given (``sim memory --accounting sglang`` shows SGLang's); ``max_running_
+requests`` is derived from the pool by SGLang (1,024 here); the admission and retraction read
+every running request (as SGLang's own loops do), unlike the engine's O(1) rules elsewhere; one
+replica only for now (clusters refuse a policy that pauses decodes).
+"""
+
+from __future__ import annotations
+
+from .policies import refuse_unused_knobs
+from .presets import _device_gib
+from .request import DECODE, PREFILL
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLang's CLIP_MAX_NEW_TOKENS_ESTIMATION
+INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, DECAY_STEPS = 0.7, 0.1, 600
+RETRACT_DECODE_STEPS = 20
+MAX_PREFILL_TOKENS = 16384
+
+
+def chunked_prefill_size(config) -> int:
+    gib = _device_gib(config)
+    return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 96 else 16384
+
+
+class SGLang:
+    """SGLang's scheduler (see the module docstring for the rules and deviations)."""
+
+    name = "sglang"
+    pauses_decodes = True
+
+    def __init__(self, chunked_prefill_size=8192, max_prefill_tokens=MAX_PREFILL_TOKENS):
+        self.chunked_prefill_size = chunked_prefill_size
+        self.max_prefill_tokens = max_prefill_tokens
+        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+        self.decay = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / DECAY_STEPS
+        self.chunked = None  # the request being prefilled chunk by chunk
+
+    @classmethod
+    def engine_defaults(cls, config) -> dict:
+        return {"max_batch_size": 1024, "block_size": 1, "gpu_memory_utilization": 0.9,
+                "prefix_caching": False}
+
+    @classmethod
+    def from_config(cls, config):
+        refuse_unused_knobs(config, cls.name, ("chunk_size", "token_budget"))
+        return cls(config.chunk_size or chunked_prefill_size(config),
+                   config.token_budget or MAX_PREFILL_TOKENS)
+
+    def knobs(self) -> dict:
+        return {"chunk_size": self.chunked_prefill_size, "token_budget": self.max_prefill_tokens}
+
+    @staticmethod
+    def _left(replica, r) -> int:
+        return min(r.num_output_tokens - replica.num_generated(r), CLIP_MAX_NEW_TOKENS)
+
+    def schedule(self, replica, now):
+        if self._prefill(replica):  # rule 1: a prefill batch runs alone
+            return
+        replica.run_decodes()
+        if replica.num_preempted_now:  # rule 5: retracted
+            running = list(replica.running.values())
+            out = sum(r.num_output_tokens for r in running)
+            done = sum(replica.num_generated(r) for r in running)
+            self.new_token_ratio = min(1.0, (done + RETRACT_DECODE_STEPS * len(running))
+                                       / out) if out else INIT_NEW_TOKEN_RATIO
+        else:  # rule 4
+            self.new_token_ratio = max(self.new_token_ratio - self.decay, MIN_NEW_TOKEN_RATIO)
+
+    def _prefill(self, replica) -> bool:
+        """Form the prefill batch (rules 2-3); True if it holds any work."""
+        budget, inputs = self.chunked_prefill_size, self.max_prefill_tokens
+        progressed = False
+        r = self.chunked
+        self.chunked = None
+        if r is not None and r.status == PREFILL and not replica.is_scheduled(r):
+            left = r.prefill_target - r.num_computed
+            chunk = min(left, budget)
+            if replica.schedule_chunk(r, chunk):
+                progressed = True
+                budget -= chunk
+                inputs -= chunk
+                if chunk < left:
+                    self.chunked = r
+                    return True
+        waiting = replica.waiting
+        if not waiting or budget <= 0:
+            return progressed
+        free = replica.blocks.num_free * replica.block_size
+        reserved = self.new_token_ratio * sum(self._left(replica, x)
+                                              for x in replica.running.values())
+        rem_total = free - reserved
+        while waiting and budget > 0 and inputs > 0:
+            if len(replica.running) >= replica.max_batch_size:
+                break
+            r = waiting[0]
+            need = r.prefill_target - replica.prefix_hit(r)
+            total = need + min(r.num_output_tokens - r.num_generated, CLIP_MAX_NEW_TOKENS)
+            if total >= rem_total and (replica.running or progressed):  # rule 3
+                break
+            chunk = min(need, budget)
+            if not replica.admit(r, chunk):
+                break
+            progressed = True
+            budget -= chunk
+            inputs -= chunk
+            rem_total -= total
+            if chunk < need:  # rule 2: one chunked request at a time
+                self.chunked = r
+                break
+        return progressed
+
+    @staticmethod
+    def select_victim(replica):
+        """Rule 5: the running decode with the fewest output tokens (ties: the longest prompt);
+        the newest request when none decodes."""
+        decoding = [r for r in replica.running.values() if r.status == DECODE]
+        if not decoding:
+            running = replica.running
+            return running[next(reversed(running))]
+        return min(decoding, key=lambda r: (replica.num_generated(r), -r.num_prompt_tokens))
+
+    def __repr__(self):
+        return (f"SGLang(chunked_prefill_size={self.chunked_prefill_size}, "
+                f"max_prefill_tokens={self.max_prefill_tokens})")
