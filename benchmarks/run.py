@@ -33,29 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_engine import bare_simpy, workload  # this folder is on the path when run as a script
+
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("chunked", "vllm_prefix_spec", "mooncake", "sim_run_1m", "cluster",
              "disaggregated")
-
-
-def _synthetic(n, seed=0):
-    import workloads as wl
-    return wl.synthetic(n, rate=1000.0, prompt=wl.LogNormal(1000, 1.0, max_tokens=16384),
-                        output=wl.LogNormal(250, 1.0, max_tokens=4096), seed=seed)
-
-
-def _bare(events) -> float:
-    import simpy
-    env = simpy.Environment()
-
-    def loop():
-        for _ in range(events):
-            yield env.timeout(0.001)
-
-    env.process(loop())
-    t = time.perf_counter()
-    env.run()
-    return time.perf_counter() - t
 
 
 def _checksum(res) -> str:
@@ -72,7 +54,7 @@ def _engine(name, scale):
     n = max(1000, int(100_000 * scale))
     kw = dict(model="llama-3.1-8b", gpu="h100", max_batch_size=256)
     if name == "chunked":
-        df = _synthetic(n)
+        df = workload(n)
         kw |= dict(scheduler="chunked")
     elif name == "vllm_prefix_spec":
         df = wl.shared_prefix(n, n_groups=16, system_prompt_tokens=2000,
@@ -87,10 +69,10 @@ def _engine(name, scale):
             df = df.iloc[:max(100, int(len(df) * scale))]
         kw = dict(scheduler="vllm", model="llama-3.1-8b", gpu="h100")
     elif name == "cluster":
-        df = _synthetic(n)
+        df = workload(n)
         kw |= dict(scheduler="chunked", replicas=4, router="least_outstanding")
     elif name == "disaggregated":
-        df = _synthetic(max(1000, n // 10))
+        df = workload(max(1000, n // 10))
         kw |= dict(scheduler="chunked",
                    disaggregation=Disaggregation(prefill_replicas=3, decode_replicas=1))
     else:
@@ -99,7 +81,7 @@ def _engine(name, scale):
     res = run(df, **kw)
     wall = time.perf_counter() - t
     iters = len(res.iterations)
-    bare = _bare(iters)
+    bare = bare_simpy(iters)
     return {"requests": len(df), "iterations": iters, "wall_s": round(wall, 3),
             "requests_per_s": round(len(df) / wall), "ratio_to_bare_simpy": round(bare / wall, 4),
             "checksum": _checksum(res),
@@ -112,7 +94,7 @@ def _sim_run(scale):
     n = max(1000, int(1_000_000 * scale))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "w.parquet"
-        _synthetic(n).to_parquet(path)
+        workload(n).to_parquet(path)
         cmd = [sys.executable, "-c", "import sys; from sim.cli import main; sys.exit(main())",
                "run", "-w", str(path), "-o", str(Path(tmp) / "out"), "-q"]
         t = time.perf_counter()
@@ -122,7 +104,7 @@ def _sim_run(scale):
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
         summary = json.loads((Path(tmp) / "out" / "summary.json").read_text())
     events = summary["summary"]["num_iterations"]
-    bare = _bare(events)
+    bare = bare_simpy(events)
     return {"requests": n, "iterations": events, "wall_s": round(wall, 3),
             "requests_per_s": round(n / wall), "ratio_to_bare_simpy": round(bare / wall, 4),
             "peak_rss_mb": round(max(peak, before) / 1024),

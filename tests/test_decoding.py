@@ -43,7 +43,7 @@ def test_lazy_tracker_matches_a_per_token_brute_force(bs, specs):
         crossing = sum(1 for c in ctx if (c - 1) % bs == 0)  # its new token opens a block
         assert d.by_phase[nxt % bs] == crossing
         for r in active:
-            assert d.crosses_block(r, nxt) == ((Decodes.context_length(r, nxt) - 1) % bs == 0)
+            assert (r.block_phase == nxt % bs) == ((Decodes.context_length(r, nxt) - 1) % bs == 0)
             assert d.held_blocks(r, nxt, False) == -(-(Decodes.context_length(r, nxt) - 1) // bs)
     assert not active and d.context_offset == 0
 

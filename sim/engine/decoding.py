@@ -73,9 +73,6 @@ class Decodes:
         self.count -= 1
         r.finish_iteration = -1
 
-    def crosses_block(self, r, i: int) -> bool:
-        return r.block_phase == i % self.block_size
-
     def blocks_needed(self, i: int) -> int:
         """New KV blocks all decodes need at iteration ``i``."""
         return self.by_phase[i % self.block_size]
@@ -122,7 +119,7 @@ class SpecDecodes:
     vLLM's ``allocate_slots`` keeps them. Each request's per-iteration context and new-block
     vectors are added into two ring buffers indexed by iteration (vectorised, at start; taken
     back from the stop iteration on at a preemption), so each iteration reads its totals in
-    O(1). Invariants (tests/test_speculation.py): ``context_tokens(i)`` and
+    O(1); the replica reads and clears the entries of its current decode step inline (hot). Invariants (tests/test_speculation.py): ``context_tokens(i)`` and
     ``blocks_needed(i)`` equal the sums over DECODE requests; a request finishes at
     ``f + m`` having emitted exactly its tokens.
     """
@@ -207,12 +204,6 @@ class SpecDecodes:
 
     def context_tokens(self, i: int) -> int:
         return int(self.ctx[i & self.mask])
-
-    def end_iteration(self, i: int) -> None:
-        """Iteration ``i`` is over: its ring entries are free for iteration ``i + size``."""
-        j = i & self.mask
-        self.ctx[j] = 0
-        self.need[j] = 0
 
     @staticmethod
     def context_length(r, i: int) -> int:

@@ -393,24 +393,16 @@ class Replica:
             self._decodes_reserved = -1
             schedule(self, now)
             return self.batch(detail)
-        if self.num_spec_tokens:  # SpecDecodes' ring buffers read inline (hot)
-            j = c & d.mask
-            if d.need[j]:
-                self._reserve_decode_blocks(c)
-            self._decodes_reserved = c
-            schedule(self, now)
-            if detail:
-                return self.batch(True)
-            return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
-                              int(d.ctx[j]), None, None, None, self.num_spec_tokens)
-        if d.by_phase[c % self.block_size]:
+        k = self.num_spec_tokens  # the decode tracker's totals read inline (hot)
+        if d.need[c & d.mask] if k else d.by_phase[c % self.block_size]:
             self._reserve_decode_blocks(c)
         self._decodes_reserved = c
-        schedule(self, now)
+        schedule(self, now)  # (may preempt decodes: their totals are read after it)
         if detail:
             return self.batch(True)
         return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
-                          d.context_offset + d.count * c)
+                          int(d.ctx[c & d.mask]) if k else d.context_offset + d.count * c,
+                          None, None, None, k)
 
     def postprocess(self, now) -> None:
         """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
@@ -461,7 +453,7 @@ class Replica:
                         _del_running(self.running, r.index)
                         self._finish(r, now)
                 self.blocks.free(freed)
-            if self.num_spec_tokens:  # SpecDecodes.end_iteration, inlined (hot)
+            if self.num_spec_tokens:  # SpecDecodes' ring entries of this step freed (hot)
                 j = c & decodes.mask
                 decodes.ctx[j] = 0
                 decodes.need[j] = 0

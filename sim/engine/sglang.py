@@ -120,7 +120,7 @@ class SGLang:
                 break
             r = waiting[0]
             need = r.prefill_target - replica.prefix_hit(r)
-            total = need + min(r.num_output_tokens - r.num_generated, CLIP_MAX_NEW_TOKENS)
+            total = need + self._left(replica, r)
             if total >= rem_total and (replica.running or progressed):  # rule 3
                 break
             chunk = min(need, budget)
