@@ -230,3 +230,11 @@ def test_engine_errors_name_the_flags_the_user_typed(tmp_path, capsys):
     toml.write_text("tensor_parallel = 3\n")
     assert main(["run", str(toml), "-n", "5", "-o", out]) == 2
     assert f"{toml}: tensor_parallel 3 must divide" in capsys.readouterr().err
+
+
+def test_a_draft_of_another_vocabulary_is_named_as_the_flag(tmp_path, capsys):
+    from sim.cli import main
+    assert main(["run", "-n", "5", "--spec-tokens", "3", "--draft-model", "tinyllama-1.1b",
+                 "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim run: error: --draft-model 'tinyllama-1.1b' has a vocabulary")

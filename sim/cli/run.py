@@ -112,6 +112,8 @@ def _as_written(msg, s, names) -> str:
     m = _LEADING.match(msg)
     if m and m.group(1) in s and m.group(1) != "speculative":
         msg = f"{names(m.group(1))} {m.group(2)}"
+    elif m and m.group(1) in s["speculative"]:  # e.g. SimConfig's draft_model checks
+        msg = f"{names('speculative.' + m.group(1))} {m.group(2)}"
     msg = re.sub(r"\(tensor_parallel=(\d+)\)",
                  lambda m: f"({names('tensor_parallel')} {m.group(1)})", msg)
     return msg.replace("give rate= (requests/s) or arrival_times=",
