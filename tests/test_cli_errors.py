@@ -29,7 +29,7 @@ FILES = {  # name -> contents, written into the test's folder
     "c6.toml": TOML5 + "replicas = 2\nprefill_replicas = 1\n",
     "linear_abc.toml": TOML5 + 'cost = "linear:abc"\n',
     "static_chunk.toml": TOML5 + 'scheduler = "static"\nchunk_size = 100\n',
-    "radix.toml": TOML5 + 'prefix_caching = "radix"\n',
+    "tree.toml": TOML5 + 'prefix_caching = "tree"\n',
     "spec_both.toml": TOML5 + "[speculative]\nnum_speculative_tokens = 2\nacceptance_rate = 0.5\n"
                               "acceptance_lengths = [0.5, 0.3, 0.2]\ndraft_cost_ratio = 0.1\n",
     "spec_no_k.toml": TOML5 + "[speculative]\nacceptance_rate = 0.5\n",
@@ -106,8 +106,7 @@ CASES = [
                                                     "'static' scheduler"),
     (["run", "{d}/static_chunk.toml"], "static_chunk.toml: chunk_size 100 is not used by the "
                                        "'static' scheduler"),
-    (["run", "{d}/radix.toml"], "radix.toml: prefix_caching 'radix' (SGLang's radix cache) is "
-                                "not built yet"),
+    (["run", "{d}/tree.toml"], "tree.toml: prefix_caching must be one of (False, 'block', 'radix') or 'off', got 'tree'"),
     (["run", "{d}/spec_both.toml"], "spec_both.toml: [speculative] give acceptance_rate or "
                                     "acceptance_lengths, not both"),
     (["run", "{d}/spec_no_k.toml"], "spec_no_k.toml: [speculative] needs num_speculative_tokens"),

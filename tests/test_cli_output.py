@@ -190,3 +190,15 @@ def test_an_upper_case_flag_runs_like_the_lower_case_one(tmp_path, capsys):
                     for c in ("upper", "lower"))
     assert upper["settings"]["weight_dtype"] == "fp8" and upper["settings"]["router"] == "least_kv"
     assert upper["summary"]["ttft_p99"] == lower["summary"]["ttft_p99"]
+
+
+def test_prefix_caching_radix_from_the_flag_and_the_sglang_default(tmp_path):
+    common = ["run", "-w", "mooncake-conversation", "-n", "40", "--rate", "0.05", "--cost",
+              "constant:0.01", "--no-plots", "-q", "--kv-blocks", "2000000"]
+    assert main(common + ["-s", "continuous", "--block-size", "1", "--prefix-caching", "RADIX",
+                          "-o", str(tmp_path / "flag")]) == 0
+    assert main(common + ["-s", "sglang", "-o", str(tmp_path / "preset")]) == 0
+    flag, preset = (json.loads((tmp_path / c / "summary.json").read_text())
+                    for c in ("flag", "preset"))
+    assert flag["settings"]["prefix_caching"] == preset["settings"]["prefix_caching"] == "radix"
+    assert flag["summary"]["prefix_hit_rate"] > 0.02 and preset["summary"]["prefix_hit_rate"] > 0.02

@@ -129,7 +129,7 @@ def test_retraction_takes_the_fewest_outputs_and_raises_the_ratio():
 def test_defaults_and_refusals():
     cfg = sim.SimConfig(scheduler="sglang", gpu="h100").resolved()
     assert (cfg.block_size, cfg.chunk_size, cfg.max_batch_size) == (1, 8192, 1024)
-    assert cfg.prefix_caching is False and cfg.token_budget == 16384
+    assert cfg.prefix_caching == "radix" and cfg.token_budget == 16384
     assert chunked_prefill_size(sim.SimConfig(gpu="l40s")) == 4096
     assert chunked_prefill_size(sim.SimConfig(gpu="h200")) == 16384
     with pytest.raises(ValueError, match="one replica"):

@@ -4,7 +4,7 @@ prefix-sharing generators. Everything seeded by one ``numpy.random.Generator`` (
 from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
 from .describe import describe, plot_workload
 from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
-from .prefix import ideal_prefix_hit_rate, prefix_block_keys
+from .prefix import ideal_prefix_hit_rate, prefix_block_keys, unit_keys_all
 from .lengths import Empirical, Fixed, LogNormal, Normal, Uniform, Zipf
 from .schema import COLUMNS, REQUIRED, from_records, validate
 from .traces import TRACES, load, load_file, save, trace_names
@@ -12,7 +12,7 @@ from .traces import TRACES, load, load_file, save, trace_names
 __all__ = [
     "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
     "describe", "plot_workload",
-    "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "multi_turn", "shared_prefix", "synthetic",
+    "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "unit_keys_all", "multi_turn", "shared_prefix", "synthetic",
     "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",
     "COLUMNS", "REQUIRED", "from_records", "validate",
     "TRACES", "load", "load_file", "save", "trace_names",

@@ -16,6 +16,13 @@ exactly the ideal rate:
 - ``"block"`` (vLLM v1): the hit is the longest run of leading full blocks already cached,
   capped at ``(prompt - 1) // bs`` blocks (a fully cached prompt still computes its last token
   to get logits);
+- ``"radix"`` (SGLang): token-granular. Token ``t`` of a prompt is named by the chain of ids up
+  to ``t // H`` and its position, so two prompts share tokens ``0 .. n`` exactly when their
+  chains agree up to the id covering token ``n``; only tokens some id covers have a name
+  (``min(prompt, len(hash_ids)·H)``). The hit is the longest cached token prefix, capped at
+  ``prompt - 1`` tokens and rounded down to whole pages of ``block_size`` tokens (SGLang's
+  ``page_size``, 1 by default); the radix tree stores one node per hash id (its chain key,
+  :func:`unit_keys_all`) holding how many of that id's tokens are cached.
 """
 
 from __future__ import annotations
@@ -84,6 +91,19 @@ def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
     return [keys[e - n:e] for e, n in zip(ends, counts.tolist())]
 
 
+def unit_keys_all(hash_id_lists) -> list:
+    """Per prompt, the chain key naming each of its ``hash_ids``' prefix (``c[k]`` names
+    ``hash_ids[0..k]``): the radix cache's node keys. Entries that are not lists of ids: no
+    keys."""
+    lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+    flat = _chains_flat(lists)
+    if flat is None:  # ids that are not integers: chained hash() of tuples
+        return [list(itertools.accumulate(ids, _chain, initial=0))[1:] for ids in lists]
+    chains, starts = flat
+    keys = chains.tolist()
+    return [keys[s:s + len(ids)] for s, ids in zip(starts.tolist(), lists)]
+
+
 def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) -> list:
     """Keys of the full ``block_size``-token blocks of a prompt (see the module docstring)."""
     if hash_ids is None:
@@ -91,22 +111,31 @@ def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) 
     return block_keys_all([hash_ids], hash_block_size, [num_prompt_tokens], block_size)[0]
 
 
-def ideal_prefix_hit_rate(df, block_size=16) -> float:
-    """Prompt tokens an unbounded block cache (vLLM's rules) serves, over all prompt tokens, in
-    arrival order: each request hits its longest run of leading full blocks that an earlier
-    request had, capped at ``(prompt - 1) // block_size`` blocks; then all its full blocks are
-    cached. Requests without ``hash_ids`` never hit (their tokens still count)."""
+def ideal_prefix_hit_rate(df, block_size=16, mode="block") -> float:
+    """Prompt tokens an unbounded cache serves, over all prompt tokens, in arrival order.
+
+    ``mode="block"`` (vLLM): each request hits its longest run of leading full blocks that an
+    earlier request had, capped at ``(prompt - 1) // block_size`` blocks; then all its full
+    blocks are cached. ``mode="radix"`` (SGLang): it hits its longest token prefix an earlier
+    request had (see the module docstring), capped at ``prompt - 1`` and rounded down to
+    ``block_size`` tokens; then its named tokens are cached (rounded down the same way).
+    Requests without ``hash_ids`` never hit (their tokens still count)."""
     if "hash_ids" not in df.columns:
         raise ValueError("workload has no hash_ids column")
     hash_bs = df.attrs.get("block_size")
     if not hash_bs:
         raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id)")
-    seen = set()
-    hits = total = 0
+    if mode not in ("block", "radix"):
+        raise ValueError(f"mode must be 'block' or 'radix', got {mode!r}")
     prompts = [int(p) for p in df["num_prompt_tokens"]]
+    total = sum(prompts)
+    if mode == "radix":
+        hits = _radix_hits(list(df["hash_ids"]), int(hash_bs), prompts, block_size)
+        return hits / total if total else float("nan")
+    seen = set()
+    hits = 0
     all_keys = block_keys_all(list(df["hash_ids"]), hash_bs, prompts, block_size)
     for keys, prompt in zip(all_keys, prompts):
-        total += prompt
         limit = min(len(keys), (prompt - 1) // block_size)
         n = 0
         while n < limit and keys[n] in seen:
@@ -114,3 +143,29 @@ def ideal_prefix_hit_rate(df, block_size=16) -> float:
         hits += n * block_size
         seen.update(keys)
     return hits / total if total else float("nan")
+
+
+def _radix_hits(hash_id_lists, unit, prompts, page) -> int:
+    if unit % page:
+        raise ValueError(f"radix mode needs the hash block size ({unit} tokens) to be a "
+                         f"multiple of block_size, got block_size={page}")
+    cached = {}  # unit key -> tokens of it cached
+    hits = 0
+    for keys, prompt in zip(unit_keys_all(hash_id_lists), prompts):
+        named = min(prompt, len(keys) * unit)
+        limit = min(named, prompt - 1) // page * page
+        m = 0
+        for c in keys:
+            t = min(cached.get(c, 0), unit, limit - m)
+            m += t
+            if t < unit:
+                break
+        hits += m
+        upto = named // page * page
+        for k, c in enumerate(keys):
+            n = min(unit, upto - k * unit)
+            if n <= 0:
+                break
+            if n > cached.get(c, 0):
+                cached[c] = n
+    return hits

@@ -108,11 +108,12 @@ def add_run_args(p):
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
-    p.add_argument("--prefix-caching", type=str.lower, choices=["off", "block"],
+    p.add_argument("--prefix-caching", type=str.lower, choices=["off", "block", "radix"],
                    dest="prefix_caching",
-                   help="prefix cache: off, or block (vLLM v1: full blocks keyed by the "
-                        "workload's hash_ids) (default: the scheduler's; off for the simple "
-                        "ones, block for vllm)")
+                   help="prefix cache: off, block (vLLM v1: full blocks keyed by the "
+                        "workload's hash_ids) or radix (SGLang: a token-granular tree) "
+                        "(default: the scheduler's; off for the simple ones, block for vllm, "
+                        "radix for sglang)")
     p.add_argument("--block-size", type=int, dest="block_size", metavar="TOKENS",
                    help="tokens per KV block, >= 1 (default: the scheduler's; 16)")
     p.add_argument("--seed", type=int,

@@ -56,7 +56,7 @@ class Cluster:
     """The replicas, their processes, the router and where each request went."""
 
     def __init__(self, env, config, policy, cost, kv_blocks, requests, process, submit,
-                 stream=0):
+                 stream=0, cache_unit=None):
         self.env = env
         self._submit = submit
         self.requests = requests
@@ -67,7 +67,7 @@ class Cluster:
                 config)[1]
             rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                           getattr(pol, "select_victim", None),
-                          prefix_caching=bool(config.prefix_caching),
+                          prefix_caching=config.prefix_caching, cache_unit=cache_unit,
                           speculative=config.speculative,
                           draw=make_drawer(config, stream + k))  # its own draws
             rec = array("d")
@@ -231,11 +231,12 @@ def simulate(env, config, entry, *others, busy=False) -> None:
 
 
 def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
-                submit) -> "Result":
+                submit, cache_unit=None) -> "Result":
     """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
     ``submit``: the single-replica engine's process class and arrival verb
     (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
-    cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit)
+    cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
+                      cache_unit=cache_unit)
     simulate(env, config, cluster)
     return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
                           policy=policy, cost_model=cost)

@@ -49,7 +49,7 @@ class SimConfig:
     token_budget: int | None = None
     kv_blocks: int | None = None
     block_size: int | None = None
-    prefix_caching: object = None  # False ("off") | "block" (vLLM v1's block-hash cache)
+    prefix_caching: object = None  # False ("off") | "block" (vLLM v1) | "radix" (SGLang)
     model: object = None
     gpu: object = None
     gpu_memory_utilization: float | None = None
@@ -89,9 +89,6 @@ class SimConfig:
             fraction("gpu_memory_utilization", self.gpu_memory_utilization)
         if self.prefix_caching in ("off", "none", 0):  # the CLI's and TOML's spelling of False
             object.__setattr__(self, "prefix_caching", False)
-        if self.prefix_caching == "radix":
-            raise ValueError("prefix_caching='radix' (SGLang's radix cache) is not built yet; "
-                             "use 'block' (vLLM's rules) or 'off'")
         if self.prefix_caching is not None and self.prefix_caching not in PREFIX_CACHING_MODES:
             raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES} or 'off', "
                              f"got {self.prefix_caching!r}")

@@ -209,7 +209,7 @@ class Transfers:
         return land
 
 
-def run_disaggregated(env, requests, config, wall, *, process, submit):
+def run_disaggregated(env, requests, config, wall, *, process, submit, cache_unit=None):
     """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
     single-replica engine's process class and arrival verb, as for a cluster)."""
     from .cluster import Cluster, concatenate, shift_segments, simulate
@@ -222,7 +222,8 @@ def run_disaggregated(env, requests, config, wall, *, process, submit):
         cfg, policy = resolve(cfg)
         pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
                              cfg.resolved_kv_blocks(), requests, process, submit,
-                             stream=sum(len(p.replicas) for p in pools)))
+                             stream=sum(len(p.replicas) for p in pools),
+                             cache_unit=cache_unit))
     prefill, decode = pools
     if isinstance(config.router, str):  # its own instance (random: its own stream)
         decode.route = make_router(config.router, [config.seed, 1])

@@ -59,7 +59,7 @@ from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
 from .request import PREFILL
 
 KNOBS = ("chunk_size", "token_budget")  # SimConfig fields that belong to a policy
-PREFIX_CACHING_MODES = (False, "block")  # "radix" (SGLang) comes with the sglang preset
+PREFIX_CACHING_MODES = (False, "block", "radix")  # off, vLLM v1's block hashes, SGLang's tree
 # engine knobs a scheduler may default (a preset brings its engine's); these are the simple
 # policies' (and a policy object's unless it has its own ``engine_defaults``)
 ENGINE_DEFAULTS = {"max_batch_size": 256, "block_size": KV_BLOCK_SIZE,

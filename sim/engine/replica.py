@@ -44,6 +44,7 @@ import numpy as np
 from .batch import Batch, make_batch
 from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
 from .decoding import Decodes, SpecDecodes, emits_single_token
+from .radix import RadixBlockManager
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
 
 
@@ -83,11 +84,17 @@ class Replica:
     """State of one replica; see the module docstring for the verbs and invariants."""
 
     def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
-                 prefix_caching=False, speculative=None, draw=None):
+                 prefix_caching=False, speculative=None, draw=None, cache_unit=None):
+        # prefix_caching: False, "block" (True) or "radix"; cache_unit: the workload's tokens
+        # per hash id (radix mode's node span)
         self.caching = bool(prefix_caching)
+        self.radix = prefix_caching == "radix"
         self._memo = (None, -1, -1, (0, 0))  # the last prefix-cache lookup (see _lookup)
-        self.blocks = (PrefixCachingBlockManager if self.caching else BlockManager)(kv_blocks,
-                                                                                   block_size)
+        if self.radix:
+            self.blocks = RadixBlockManager(kv_blocks, block_size, cache_unit or block_size)
+        else:
+            self.blocks = (PrefixCachingBlockManager if self.caching else BlockManager)(
+                kv_blocks, block_size)
         self.block_size = self.blocks.block_size
         self.max_batch_size = max_batch_size
         # speculative decoding: k draft tokens verified per decode, emissions from draw(r, n)
@@ -154,17 +161,32 @@ class Replica:
         least its last token is computed."""
         if not self.caching or not r.block_keys:
             return 0
+        if self.radix:
+            return self._lookup(r)[0]
         return self._lookup(r)[0] * self.block_size
 
+    def prefix_pinned(self, r) -> int:
+        """KV blocks counted free now that admitting ``r`` would take by referencing its cached
+        prefix (SGLang's ``inc_lock_ref`` delta; 0 without caching)."""
+        if not self.caching or not r.block_keys:
+            return 0
+        return self._lookup(r)[-1]
+
     def _lookup(self, r):
-        """``(hit blocks, free hits)`` of ``r``; remembered while the pool does not change (a
-        policy asks ``prefix_hit`` and then admits: one walk over the keys, not two)."""
+        """Block mode: ``(hit blocks, free hits)`` of ``r``; radix mode: ``(hit tokens, nodes,
+        free pages)``; remembered while the pool does not change (a policy asks ``prefix_hit``
+        and then admits: one walk over the keys, not two)."""
         blocks = self.blocks
         memo = self._memo
         if memo[0] is r and memo[1] == blocks.version and memo[2] == r.prefill_target:
             return memo[3]
         keys = r.block_keys
-        found = blocks.lookup(keys, min(len(keys), (r.prefill_target - 1) // self.block_size))
+        bs = self.block_size
+        if self.radix:
+            named = min(r.num_prompt_tokens, len(keys) * blocks.unit)
+            found = blocks.match(keys, min(named, r.prefill_target - 1) // bs * bs)
+        else:
+            found = blocks.lookup(keys, min(len(keys), (r.prefill_target - 1) // bs))
         self._memo = (r, blocks.version, r.prefill_target, found)
         return found
 
@@ -215,8 +237,11 @@ class Replica:
     def _admit_cached(self, r, num_tokens):
         keys = r.block_keys or ()
         bs = self.block_size
-        hit, free_hits = self._lookup(r) if keys else (0, 0)
-        cached = hit * bs
+        if self.radix:  # (tokens, tree nodes, free pages they hold)
+            cached, nodes, pinned = self._lookup(r) if keys else (0, 0, 0)
+        else:  # (blocks, free blocks among them)
+            nodes, pinned = self._lookup(r) if keys else (0, 0)
+            cached = nodes * bs
         if r.status != WAITING or not 0 < num_tokens <= r.prefill_target - cached:
             if r.status == WAITING:
                 raise ValueError(f"admit: num_tokens must be in 1..{r.prefill_target - cached} "
@@ -224,19 +249,32 @@ class Replica:
             self._refuse_admit(r, num_tokens)
         if len(self.running) >= self.max_batch_size:
             return False
-        need = -(-(cached + num_tokens) // bs) - hit
+        need = -(-(cached + num_tokens) // bs) - cached // bs
         blocks = self.blocks
-        if need + free_hits > blocks.num_free:
+        if need + pinned > blocks.num_free:
             return False
         self._dequeue(r)
-        held = list(keys[:hit])
+        held = list(keys[:nodes])
         blocks.acquire(held)
         blocks.allocate(need)
         r.kv_keys = held
         r.num_computed = cached
         self._start(r, num_tokens, cached)
-        self._register(r, cached, cached + num_tokens)
+        if self.radix:  # its computed tokens enter the tree after the iteration (_insert)
+            r.tree_tokens = cached
+        else:  # vLLM caches a block's key when it is scheduled
+            self._register(r, cached, cached + num_tokens)
         return True
+
+    def _insert(self, r):
+        """Radix mode: ``r``'s computed named prompt tokens enter the tree (after each
+        chunk, as SGLang's ``cache_unfinished_req``)."""
+        bs = self.block_size
+        blocks = self.blocks
+        upto = min(r.num_computed, r.num_prompt_tokens,
+                   len(r.block_keys) * blocks.unit) // bs * bs
+        if upto > r.tree_tokens:
+            r.tree_tokens = blocks.insert(r.block_keys, r.kv_keys, r.tree_tokens, upto)
 
     def _register(self, r, done, upto):
         """The full prompt blocks that tokens ``done..upto`` complete become cached."""
@@ -247,7 +285,11 @@ class Replica:
 
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""
-        if self.caching:
+        if self.radix:
+            self.blocks.release(r.kv_keys, n - r.tree_tokens // self.block_size)
+            r.kv_keys = ()
+            r.tree_tokens = 0
+        elif self.caching:
             keys = r.kv_keys
             self.blocks.release(keys, n - len(keys))
             r.kv_keys = ()
@@ -271,7 +313,9 @@ class Replica:
             self.preempt(victim)
             if victim is r:
                 return False
-        if self.caching:
+        if self.radix:
+            blocks.allocate(need)
+        elif self.caching:
             blocks.allocate(need)
             self._register(r, done, done + num_tokens)
         else:
@@ -415,6 +459,8 @@ class Replica:
         for r, (new, _cached) in zip(self._prefill_reqs, self._prefills):
             r.num_computed += new
             r.num_prefill_computed += new
+            if self.radix and r.block_keys:
+                self._insert(r)
             if r.num_computed < r.prefill_target:
                 continue
             completed = True
@@ -510,6 +556,7 @@ class Replica:
         self.num_in_transit -= 1
         _set_running(self.running, r.index, r)
         r.kv_keys = ()
+        r.tree_tokens = 0
         self.decodes.start(r, self.clock if in_flight else self.clock - 1)
 
     def __repr__(self):

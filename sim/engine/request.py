@@ -39,7 +39,7 @@ class Request:
         "finish_iteration", "scheduled_iteration", "num_preemptions", "num_prefill_computed",
         "num_cached_tokens", "block_keys", "kv_keys", "first_scheduled_time", "first_token_time",
         "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
-        "spec_accepted", "spec_overshoot", "paused_first",
+        "spec_accepted", "spec_overshoot", "paused_first", "tree_tokens",
     )
 
     def __init__(self, index, request_id, arrival_time, num_prompt_tokens, num_output_tokens):
@@ -64,10 +64,13 @@ class Request:
         self.num_preemptions = 0
         self.num_prefill_computed = 0  # prefill tokens computed, recomputation included
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at admission
-        # prefix caching (sim.engine.blocks): the keys of its full prompt blocks (None: no
-        # token identity, never hits) and the cached blocks it holds references on
+        # prefix caching (sim.engine.blocks, sim.engine.radix): the keys of its full prompt
+        # blocks, or in radix mode of its hash ids' prefixes (None: no token identity, never
+        # hits); the cached blocks (radix: tree nodes) it holds references on; radix mode: its
+        # leading tokens those nodes cover
         self.block_keys = None
         self.kv_keys = ()
+        self.tree_tokens = 0
         self.first_scheduled_time = None
         self.first_token_time = None
         self.finish_time = None

@@ -23,8 +23,12 @@ Rules:
 6. defaults: page size 1 (``block_size=1``), ``chunked_prefill_size`` by GPU memory (2,048
    below 35 GiB, 4,096 below 60, 8,192 below 96, else 16,384), ``max_batch_size`` 1,024.
 
-Deviations: SGLang's radix prefix cache is not built yet, so ``prefix_caching`` defaults to off
-(``"block"`` gives vLLM-style hits); the KV pool comes from vLLM's memory accounting unless
+7. the radix prefix cache (``prefix_caching="radix"``, :mod:`sim.engine.radix`): a waiting
+   request's cached prefix is served (capped at prompt - 1), its computed prompt enters the tree
+   after each chunk, unreferenced leaves are evicted least recently used first; the free tokens
+   of rule 3 include the evictable ones, less those the request's own hit references.
+
+Deviations: the KV pool comes from vLLM's memory accounting unless
 ``kv_blocks`` is given (``sim memory --accounting sglang`` shows SGLang's); ``max_running_
 requests`` is derived from the pool by SGLang (1,024 here); the admission and retraction read
 every running request (as SGLang's own loops do), unlike the engine's O(1) rules elsewhere; one
@@ -64,7 +68,7 @@ class SGLang:
     @classmethod
     def engine_defaults(cls, config) -> dict:
         return {"max_batch_size": 1024, "block_size": 1, "gpu_memory_utilization": 0.9,
-                "prefix_caching": False}
+                "prefix_caching": "radix"}
 
     @classmethod
     def from_config(cls, config):
@@ -120,7 +124,9 @@ class SGLang:
                 break
             r = waiting[0]
             need = r.prefill_target - replica.prefix_hit(r)
-            total = need + self._left(replica, r)
+            # its prompt and outputs, plus the cached tokens its hit takes out of the evictable
+            # ones (SGLang locks the matched nodes before checking)
+            total = need + self._left(replica, r) + replica.prefix_pinned(r) * replica.block_size
             if total >= rem_total and (replica.running or progressed):  # rule 3
                 break
             chunk = min(need, budget)

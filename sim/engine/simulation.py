@@ -38,11 +38,12 @@ from .request import Request
 from .speculation import make_drawer
 
 
-def _requests_from(workload, block_size=None):
+def _requests_from(workload, block_size=None, mode="block"):
     """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
-    request with ``hash_ids`` gets the keys of its full prompt blocks."""
+    request with ``hash_ids`` gets the keys of its full prompt blocks (``mode="radix"``: of its
+    hash ids' prefixes, the radix tree's nodes)."""
     from workloads import from_records, validate
-    from workloads.prefix import block_keys_all
+    from workloads.prefix import block_keys_all, unit_keys_all
     if not isinstance(workload, pd.DataFrame):
         if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
             raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
@@ -60,8 +61,11 @@ def _requests_from(workload, block_size=None):
         if not hash_bs:
             raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id); "
                              "set df.attrs['block_size']")
-        keys = block_keys_all(df["hash_ids"].tolist(), int(hash_bs),
-                              [r.num_prompt_tokens for r in reqs], block_size)
+        if mode == "radix":
+            keys = unit_keys_all(df["hash_ids"].tolist())
+        else:
+            keys = block_keys_all(df["hash_ids"].tolist(), int(hash_bs),
+                                  [r.num_prompt_tokens for r in reqs], block_size)
         for r, k in zip(reqs, keys):
             if k:
                 r.block_keys = k
@@ -77,7 +81,10 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
         config or SimConfig())
     config, policy = resolve(config)  # every knob filled in: what the Result records
-    df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None)
+    df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
+                                  config.prefix_caching)
+    unit = df.attrs.get("block_size") if config.prefix_caching == "radix" else None
+    unit = int(unit) if unit and "hash_ids" in df.columns else None
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
@@ -89,13 +96,13 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                          f"do not support yet: use one replica")
     if config.disaggregation is not None:
         return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
-                                 submit=_submit)
+                                 submit=_submit, cache_unit=unit)
     if config.replicas > 1:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
-                           process=_ReplicaProcess, submit=_submit)
+                           process=_ReplicaProcess, submit=_submit, cache_unit=unit)
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None),
-                      prefix_caching=bool(config.prefix_caching),
+                      prefix_caching=config.prefix_caching, cache_unit=unit,
                       speculative=config.speculative, draw=make_drawer(config))
     replica.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)

@@ -1,0 +1,203 @@
+"""SGLang's radix prefix cache as a KV pool (``prefix_caching="radix"``).
+
+The tree is token-granular: a prompt's tokens are named by its ``hash_ids`` (one id per ``unit``
+tokens, the workload's ``attrs["block_size"]``; see :mod:`workloads.prefix`), and the tree keeps
+one node per id's chain key - the whole prefix up to and including that id - holding how many of
+the id's ``unit`` tokens are cached (a multiple of the page size ``block_size``; SGLang's
+``page_size``, 1 by default). A node's parent is the chain key before it; a node has children
+only once all its ``unit`` tokens are cached.
+
+Rules (SGLang v0.4 ``mem_cache/radix_cache.py``; the engine in :mod:`sim.engine.replica`):
+- a match walks the request's chain keys from the root and takes every cached token, capped at
+  ``prompt - 1`` tokens rounded down to a page (the last token is computed for its logits);
+- a running request references (``lock_ref``) every node of its cached path, from the root;
+  referenced nodes are never evicted;
+- a request's computed prompt tokens enter the tree after each prefill chunk (SGLang's
+  ``cache_unfinished_req``) - not when scheduled, so requests in the same batch do not share;
+  where the tree already holds tokens the request also computed, its own copy is freed at once;
+- unreferenced cached tokens count as free (SGLang's ``available + evictable``); a new
+  allocation takes truly free pages first, then evicts whole unreferenced leaves, least
+  recently used first (``evict``); a parent whose last child goes becomes a leaf.
+
+Deviations: SGLang splits nodes where two prompts diverge and evicts whole nodes; here the
+nodes are the hash ids' spans (``unit`` tokens), so eviction frees at most ``unit`` tokens at a
+time and a partial match references the whole node it ends in. Output tokens have no names in
+a workload and are not cached.
+
+Invariants (tests/test_radix.py checks them every iteration of random runs):
+``num_free == truly free pages + evictable``, ``evictable`` = pages of unreferenced nodes;
+``num_free + pages of referenced nodes + requests' own pages == num_blocks``; a node's
+``cached`` tokens are a multiple of ``block_size`` and at most ``unit``.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .blocks import BlockManager
+
+
+class RadixBlockManager(BlockManager):
+    """The pool with SGLang's radix cache (see the module docstring)."""
+
+    __slots__ = ("unit", "_len", "_parent", "_kids", "_ref", "_stamp", "_heap", "_tick",
+                 "evictable", "num_evictions", "version")
+
+    def __init__(self, num_blocks: int, block_size: int, unit: int):
+        super().__init__(num_blocks, block_size)
+        if unit % self.block_size:
+            raise ValueError(f"prefix_caching='radix' needs the workload's tokens per hash id "
+                             f"(attrs['block_size']={unit}) to be a multiple of "
+                             f"block_size={self.block_size}")
+        self.unit = unit
+        self._len = {}  # node (chain key) -> cached tokens of its span
+        self._parent = {}  # node -> parent node (None: a child of the root)
+        self._kids = {}  # node -> cached children
+        self._ref = {}  # node -> running requests referencing it
+        self._stamp = {}  # node -> last access tick
+        self._heap = []  # (stamp, node) of unreferenced leaves; stale entries skipped
+        self._tick = 0
+        self.evictable = 0  # pages of unreferenced nodes (counted in num_free)
+        self.num_evictions = 0  # pages evicted
+        self.version = 0  # bumped by every change: a match stays valid while it is unchanged
+
+    def match(self, keys, limit: int) -> tuple:
+        """``(tokens, nodes, free_pages)``: the cached prefix of the chain ``keys``, at most
+        ``limit`` tokens (a multiple of ``block_size``); how many nodes it touches (the last
+        may be used in part); the pages of those nodes nobody references (referencing them
+        takes them out of the free count)."""
+        lens, ref, unit = self._len, self._ref, self.unit
+        m = n = free = 0
+        for c in keys:
+            cached = lens.get(c)
+            if cached is None or m >= limit:
+                break
+            t = min(cached, limit - m)
+            m += t
+            n += 1
+            if not ref[c]:
+                free += cached
+            if t < unit:
+                break
+        return m, n, free // self.block_size
+
+    def acquire(self, nodes) -> None:
+        """A request references ``nodes`` (its matched path, root first)."""
+        self.version += 1
+        ref, lens, stamp = self._ref, self._len, self._stamp
+        for c in nodes:
+            if not ref[c]:
+                pages = lens[c] // self.block_size
+                self.num_free -= pages
+                self.evictable -= pages
+            ref[c] += 1
+            self._tick += 1
+            stamp[c] = self._tick
+
+    def insert(self, keys, held: list, covered: int, upto: int) -> int:
+        """A request holding the nodes ``held`` (its path, covering its first ``covered``
+        tokens) has computed its named tokens up to ``upto`` (a multiple of the page): they
+        enter the tree, its new nodes referenced and appended to ``held``. Pages it computed
+        that the tree already holds are freed (its own copy). Returns the tokens now covered."""
+        self.version += 1
+        unit, bs = self.unit, self.block_size
+        lens, ref = self._len, self._ref
+        k = covered // unit
+        while covered < upto:
+            c = keys[k]
+            start = k * unit
+            end = min(upto, start + unit)
+            cached = lens.get(c)
+            if cached is None:  # a new node under the last one held
+                parent = keys[k - 1] if k else None
+                lens[c] = end - start
+                self._parent[c] = parent
+                self._kids[c] = 0
+                if parent is not None:
+                    self._kids[parent] += 1
+                ref[c] = 1
+                self._tick += 1
+                self._stamp[c] = self._tick
+                held.append(c)
+            else:
+                if covered == start:  # first touch of this node: reference it
+                    self.acquire((c,))
+                    self.version += 1
+                    held.append(c)
+                have = start + cached
+                duplicate = max(0, min(have, end) - covered)
+                self.num_free += duplicate // bs
+                if have < end:
+                    lens[c] = end - start
+            covered = end
+            k += 1
+        return covered
+
+    def release(self, held, num_own: int) -> None:
+        """A request frees its ``num_own`` own pages and its references on ``held`` (root
+        first; each node's access time is refreshed in that order, as SGLang's final insert
+        does); a node nobody references any more counts as free, and as a leaf joins the
+        eviction queue."""
+        self.version += 1
+        self.free(num_own)
+        ref, lens, stamp, kids = self._ref, self._len, self._stamp, self._kids
+        for c in held:
+            count = ref[c] - 1
+            ref[c] = count
+            self._tick += 1
+            stamp[c] = self._tick
+            if not count:
+                pages = lens[c] // self.block_size
+                self.num_free += pages
+                self.evictable += pages
+                if not kids[c]:
+                    heapq.heappush(self._heap, (self._tick, c))
+        if len(self._heap) > 4 * len(lens) + 64:
+            self._compact()
+
+    def allocate(self, n: int) -> None:
+        """Take ``n`` free pages: truly free ones first, then evict unreferenced leaves, least
+        recently used first."""
+        self.version += 1
+        if n > self.num_free or n < 0:
+            raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
+        short = n - (self.num_free - self.evictable)
+        while short > 0:
+            short -= self._evict_one()
+        self.num_free -= n
+
+    def _evict_one(self) -> int:
+        heap, lens, ref, kids, stamp = self._heap, self._len, self._ref, self._kids, self._stamp
+        while True:
+            s, c = heapq.heappop(heap)  # IndexError only on a broken count: a bug
+            if c in lens and not ref[c] and not kids[c] and stamp[c] == s:
+                break
+        pages = lens.pop(c) // self.block_size
+        del ref[c], kids[c], stamp[c]
+        parent = self._parent.pop(c)
+        if parent is not None:
+            kids[parent] -= 1
+            if not kids[parent] and not ref[parent]:
+                heapq.heappush(heap, (stamp[parent], parent))
+        self.evictable -= pages
+        self.num_evictions += pages
+        return pages
+
+    def _compact(self):
+        lens, ref, kids, stamp = self._len, self._ref, self._kids, self._stamp
+        self._heap = [(s, c) for s, c in self._heap
+                      if c in lens and not ref[c] and not kids[c] and stamp[c] == s]
+        heapq.heapify(self._heap)
+
+    @property
+    def num_cached(self) -> int:
+        """Tokens held in the tree."""
+        return sum(self._len.values())
+
+    def referenced_pages(self) -> int:
+        """Pages of nodes some running request references (O(tree): for checks)."""
+        return sum(v for c, v in self._len.items() if self._ref[c]) // self.block_size
+
+    def __repr__(self):
+        return (f"RadixBlockManager({self.num_free} of {self.num_blocks} pages free, "
+                f"{len(self._len)} nodes, block_size={self.block_size}, unit={self.unit})")
