@@ -131,7 +131,17 @@ def test_defaults_and_refusals():
     assert (cfg.block_size, cfg.chunk_size, cfg.max_batch_size) == (1, 8192, 1024)
     assert cfg.prefix_caching == "radix" and cfg.token_budget == 16384
     assert chunked_prefill_size(sim.SimConfig(gpu="l40s")) == 4096
-    assert chunked_prefill_size(sim.SimConfig(gpu="h200")) == 16384
+    # ServerArgs._handle_gpu_memory_settings: 8,192 up to 160 GiB (H200), 16,384 above (B200)
+    assert chunked_prefill_size(sim.SimConfig(gpu="h200")) == 8192
+    assert chunked_prefill_size(sim.SimConfig(gpu="b200")) == 16384
+    # the pool from SGLang's accounting: mem_fraction_static x device - weights, page size 1
+    from sim.specs.gpus import get_gpu
+    from sim.specs.memory import memory_budget
+    want = memory_budget("llama-3.1-8b", get_gpu("h100").memory_gb, accounting="sglang",
+                         block_size=1)
+    got = sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100")
+    assert got.resolved_kv_blocks() == want.kv_blocks != sim.SimConfig(
+        scheduler="vllm", model="llama-3.1-8b", gpu="h100", block_size=1).resolved_kv_blocks()
     with pytest.raises(ValueError, match="one replica"):
         run(_df([(0.0, 10, 5)]), scheduler="sglang", replicas=2)
 

@@ -29,7 +29,7 @@ from ..constants import KV_BLOCKS_AVAILABLE
 from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
 from .routers import check_router
-from .schedulers import resolve
+from .schedulers import POLICIES, resolve
 from .speculation import DraftCost, SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
@@ -151,10 +151,14 @@ class SimConfig:
                 draft = get_model(draft)
                 draft_weights = (draft.total_params() / tp
                                  * bytes_per_value("weight_dtype", self.weight_dtype) / 1e9)
+            sched = self.scheduler  # whose memory accounting sizes the pool (vLLM's unless the
+            # policy says otherwise: the sglang preset's mem_fraction_static)
+            policy = POLICIES.get(sched.strip().lower()) if isinstance(sched, str) else sched
             budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                    gpu_memory_utilization=self.gpu_memory_utilization,
-                                   block_size=self.block_size, overhead_gb=draft_weights)
+                                   block_size=self.block_size, overhead_gb=draft_weights,
+                                   accounting=getattr(policy, "memory_accounting", "vllm"))
             if not budget.fits and draft is not None:
                 raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
                                  f"weights per GPU at {self.weight_dtype}) beside model "

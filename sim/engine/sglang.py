@@ -21,15 +21,16 @@ Rules:
    ``new_token_ratio`` becomes ``min(1, (decoded tokens + 20 x running) / output tokens)`` over
    those left;
 6. defaults: page size 1 (``block_size=1``), ``chunked_prefill_size`` by GPU memory (2,048
-   below 35 GiB, 4,096 below 60, 8,192 below 96, else 16,384), ``max_batch_size`` 1,024.
+   below 35 GiB, 4,096 below 60, 8,192 below 160 - A100, H100, H200 - else 16,384), and
+   the KV pool from SGLang's accounting (``mem_fraction_static`` x device memory - weights,
+   :mod:`sim.specs.memory_terms`) unless ``kv_blocks`` is given; ``max_batch_size`` 1,024.
 
 7. the radix prefix cache (``prefix_caching="radix"``, :mod:`sim.engine.radix`): a waiting
    request's cached prefix is served (capped at prompt - 1), its computed prompt enters the tree
    after each chunk, unreferenced leaves are evicted least recently used first; the free tokens
    of rule 3 include the evictable ones, less those the request's own hit references.
 
-Deviations: the KV pool comes from vLLM's memory accounting unless
-``kv_blocks`` is given (``sim memory --accounting sglang`` shows SGLang's); ``max_running_
+Deviations: ``max_running_
 requests`` is derived from the pool by SGLang (1,024 here); the admission and retraction read
 every running request (as SGLang's own loops do), unlike the engine's O(1) rules elsewhere; one
 replica only for now (clusters refuse a policy that pauses decodes).
@@ -37,6 +38,7 @@ replica only for now (clusters refuse a policy that pauses decodes).
 
 from __future__ import annotations
 
+from ..specs.memory_terms import sglang_defaults
 from .policies import refuse_unused_knobs
 from .presets import _device_gib
 from .request import DECODE, PREFILL
@@ -48,8 +50,8 @@ MAX_PREFILL_TOKENS = 16384
 
 
 def chunked_prefill_size(config) -> int:
-    gib = _device_gib(config)
-    return 2048 if gib < 35 else 4096 if gib < 60 else 8192 if gib < 96 else 16384
+    """SGLang's default for the run's GPU and TP (``ServerArgs._handle_gpu_memory_settings``)."""
+    return sglang_defaults(_device_gib(config) * 1024, config.tensor_parallel)[0]
 
 
 class SGLang:
@@ -57,6 +59,7 @@ class SGLang:
 
     name = "sglang"
     pauses_decodes = True
+    memory_accounting = "sglang"  # the KV pool: mem_fraction_static x device - weights
 
     def __init__(self, chunked_prefill_size=8192, max_prefill_tokens=MAX_PREFILL_TOKENS):
         self.chunked_prefill_size = chunked_prefill_size
