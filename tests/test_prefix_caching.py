@@ -130,10 +130,11 @@ class _PoolCheck:
         for r in replica.running.values():
             keyed.update(r.kv_keys)
             anonymous += replica.held_blocks(r) - len(r.kv_keys)
-        queued = sum(1 if c is None else c for c in pool._queue.values())
+        queued = sum(item[0] if type(item) is list else pool._freed.get(item[1]) == item[0]
+                     for item in pool._queue)  # live entries
         assert queued == pool.num_free
         assert pool.num_free + anonymous + len(keyed) == pool.num_blocks
-        assert all((pool._ref[k] == 0) == (k in pool._queue) for k in pool._ref)
+        assert all((pool._ref[k] == 0) == (k in pool._freed) for k in pool._ref)
         self.checks += 1
 
 

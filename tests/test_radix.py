@@ -62,7 +62,7 @@ def test_lru_evicts_unreferenced_leaves_least_recently_used_first():
     pool.allocate(6)
     held_a = []
     assert pool.insert(a, held_a, 0, 6) == 6 and held_a == a
-    assert pool.match(b, 3) == (2, 1, 0)  # a0 referenced by a: nothing free taken
+    assert pool.match(b, 3) == (2, 1) and pool.pinned(b, 1) == 0  # a0 is a's: none free
     held_b = ["a0"]
     pool.acquire(held_b)
     pool.allocate(2)  # b computes its own 2 tokens after the hit of 2
@@ -75,7 +75,7 @@ def test_lru_evicts_unreferenced_leaves_least_recently_used_first():
     assert "a2" not in pool._len and pool.num_evictions == 2
     pool.allocate(2)  # a1 became a leaf, older than b1
     assert "a1" not in pool._len and "b1" in pool._len
-    assert pool.match(a, 6) == (2, 1, 2)  # only a0 is left of a: 2 free pages if taken
+    assert pool.match(a, 6) == (2, 1) and pool.pinned(a, 1) == 2  # a0 left: 2 free pages
     pool.allocate(2)  # b1, then a0 would go; a0 is b1's parent: b1 first
     assert "b1" not in pool._len and "a0" in pool._len
     with pytest.raises(RuntimeError):

@@ -41,7 +41,8 @@ class RadixBlockManager(BlockManager):
     """The pool with SGLang's radix cache (see the module docstring)."""
 
     __slots__ = ("unit", "_len", "_parent", "_kids", "_ref", "_stamp", "_heap", "_tick",
-                 "evictable", "num_evictions", "version")
+                 "evictable", "num_evictions", "ref_changes",
+                 "additions")
 
     def __init__(self, num_blocks: int, block_size: int, unit: int):
         super().__init__(num_blocks, block_size)
@@ -58,32 +59,38 @@ class RadixBlockManager(BlockManager):
         self._heap = []  # (stamp, node) of unreferenced leaves; stale entries skipped
         self._tick = 0
         self.evictable = 0  # pages of unreferenced nodes (counted in num_free)
-        self.num_evictions = 0  # pages evicted
-        self.version = 0  # bumped by every change: a match stays valid while it is unchanged
+        self.num_evictions = 0  # pages evicted (a cached prefix only shrinks by evictions)
+        self.ref_changes = 0  # acquires and releases: which cached pages are free changes
+        self.additions = 0  # insertions: a cached prefix only grows by them
 
-    def match(self, keys, limit: int) -> tuple:
-        """``(tokens, nodes, free_pages)``: the cached prefix of the chain ``keys``, at most
-        ``limit`` tokens (a multiple of ``block_size``); how many nodes it touches (the last
-        may be used in part); the pages of those nodes nobody references (referencing them
-        takes them out of the free count)."""
-        lens, ref, unit = self._len, self._ref, self.unit
-        m = n = free = 0
-        for c in keys:
+    def match(self, keys, limit: int, m: int = 0, n: int = 0) -> tuple:
+        """``(tokens, nodes)``: the cached prefix of the chain ``keys``, at most ``limit`` tokens
+        (a multiple of ``block_size``), and how many nodes it touches (the last may be used in
+        part); resumed from a previous answer ``(m, n)`` still cached (nodes only grow)."""
+        lens, unit = self._len, self.unit
+        if n and m < n * unit:  # the last node was used in part: it may have grown
+            n -= 1
+            m = n * unit
+        for c in keys[n:]:
             cached = lens.get(c)
             if cached is None or m >= limit:
                 break
             t = min(cached, limit - m)
             m += t
             n += 1
-            if not ref[c]:
-                free += cached
             if t < unit:
                 break
-        return m, n, free // self.block_size
+        return m, n
+
+    def pinned(self, keys, n: int) -> int:
+        """Pages of the first ``n`` nodes of ``keys`` nobody references (referencing them takes
+        them out of the free count)."""
+        lens, ref = self._len, self._ref
+        return sum(lens[c] for c in keys[:n] if not ref[c]) // self.block_size
 
     def acquire(self, nodes) -> None:
         """A request references ``nodes`` (its matched path, root first)."""
-        self.version += 1
+        self.ref_changes += 1
         ref, lens, stamp = self._ref, self._len, self._stamp
         for c in nodes:
             if not ref[c]:
@@ -99,7 +106,7 @@ class RadixBlockManager(BlockManager):
         tokens) has computed its named tokens up to ``upto`` (a multiple of the page): they
         enter the tree, its new nodes referenced and appended to ``held``. Pages it computed
         that the tree already holds are freed (its own copy). Returns the tokens now covered."""
-        self.version += 1
+        self.additions += 1
         unit, bs = self.unit, self.block_size
         lens, ref = self._len, self._ref
         k = covered // unit
@@ -122,7 +129,6 @@ class RadixBlockManager(BlockManager):
             else:
                 if covered == start:  # first touch of this node: reference it
                     self.acquire((c,))
-                    self.version += 1
                     held.append(c)
                 have = start + cached
                 duplicate = max(0, min(have, end) - covered)
@@ -138,7 +144,7 @@ class RadixBlockManager(BlockManager):
         first; each node's access time is refreshed in that order, as SGLang's final insert
         does); a node nobody references any more counts as free, and as a leaf joins the
         eviction queue."""
-        self.version += 1
+        self.ref_changes += 1
         self.free(num_own)
         ref, lens, stamp, kids = self._ref, self._len, self._stamp, self._kids
         for c in held:
@@ -158,7 +164,6 @@ class RadixBlockManager(BlockManager):
     def allocate(self, n: int) -> None:
         """Take ``n`` free pages: truly free ones first, then evict unreferenced leaves, least
         recently used first."""
-        self.version += 1
         if n > self.num_free or n < 0:
             raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
         short = n - (self.num_free - self.evictable)

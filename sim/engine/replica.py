@@ -89,7 +89,8 @@ class Replica:
         # per hash id (radix mode's node span)
         self.caching = bool(prefix_caching)
         self.radix = prefix_caching == "radix"
-        self._memo = (None, -1, -1, (0, 0))  # the last prefix-cache lookup (see _lookup)
+        self._hits = {}  # waiting request -> (evictions, additions, target, (hit, nodes)): _hit
+        self._pins = {}  # waiting request -> (state, free blocks its hit holds): prefix_pinned
         if self.radix:
             self.blocks = RadixBlockManager(kv_blocks, block_size, cache_unit or block_size)
         else:
@@ -157,37 +158,52 @@ class Replica:
 
     def prefix_hit(self, r) -> int:
         """Tokens of waiting request ``r`` the prefix cache would serve if admitted now (0
-        without caching): its longest run of cached leading full blocks, capped so that at
-        least its last token is computed."""
+        without caching): its longest cached prefix, capped so that at least its last token is
+        computed (block mode: whole blocks; radix mode: whole pages)."""
         if not self.caching or not r.block_keys:
             return 0
-        if self.radix:
-            return self._lookup(r)[0]
-        return self._lookup(r)[0] * self.block_size
+        hit = self._hit(r)[0]
+        return hit if self.radix else hit * self.block_size
 
     def prefix_pinned(self, r) -> int:
         """KV blocks counted free now that admitting ``r`` would take by referencing its cached
         prefix (SGLang's ``inc_lock_ref`` delta; 0 without caching)."""
         if not self.caching or not r.block_keys:
             return 0
-        return self._lookup(r)[-1]
-
-    def _lookup(self, r):
-        """Block mode: ``(hit blocks, free hits)`` of ``r``; radix mode: ``(hit tokens, nodes,
-        free pages)``; remembered while the pool does not change (a policy asks ``prefix_hit``
-        and then admits: one walk over the keys, not two)."""
+        nodes = self._hit(r)[1]
         blocks = self.blocks
-        memo = self._memo
-        if memo[0] is r and memo[1] == blocks.version and memo[2] == r.prefill_target:
-            return memo[3]
+        state = (blocks.num_evictions, blocks.ref_changes, nodes)
+        memo = self._pins.get(r)  # valid while no reference and no eviction changed
+        if memo is not None and memo[0] == state:
+            return memo[1]
+        pinned = (blocks.pinned if self.radix else blocks.free_among)(r.block_keys, nodes)
+        self._pins[r] = (state, pinned)
+        return pinned
+
+    def _hit(self, r):
+        """``(hit, nodes)`` of waiting request ``r``: block mode ``(blocks, blocks)``, radix mode
+        ``(tokens, tree nodes)``. A cached prefix only shrinks by evictions and only grows by
+        additions, so the last answer per request is reused while neither happened and resumed
+        while no eviction did (a blocked queue head is asked every iteration: a full walk each
+        time cost 117 us per ask on Mooncake's 850-block prompts)."""
+        blocks = self.blocks
         keys = r.block_keys
         bs = self.block_size
+        evictions, additions = blocks.num_evictions, blocks.additions
+        memo = self._hits.get(r)
+        if memo is not None and memo[0] == evictions and memo[1] == additions and \
+                memo[2] == r.prefill_target:
+            return memo[3]  # nothing cached or evicted since: the same answer
+        valid = memo is not None and memo[0] == evictions and memo[2] <= r.prefill_target
         if self.radix:
             named = min(r.num_prompt_tokens, len(keys) * blocks.unit)
-            found = blocks.match(keys, min(named, r.prefill_target - 1) // bs * bs)
+            limit = min(named, r.prefill_target - 1) // bs * bs
+            found = blocks.match(keys, limit, *memo[3]) if valid else blocks.match(keys, limit)
         else:
-            found = blocks.lookup(keys, min(len(keys), (r.prefill_target - 1) // bs))
-        self._memo = (r, blocks.version, r.prefill_target, found)
+            limit = min(len(keys), (r.prefill_target - 1) // bs)
+            hit = blocks.hits(keys, memo[3][0] if valid else 0, limit)
+            found = (hit, hit)
+        self._hits[r] = (evictions, additions, r.prefill_target, found)
         return found
 
     # -- the verbs ----------------------------------------------------------------------------
@@ -237,11 +253,9 @@ class Replica:
     def _admit_cached(self, r, num_tokens):
         keys = r.block_keys or ()
         bs = self.block_size
-        if self.radix:  # (tokens, tree nodes, free pages they hold)
-            cached, nodes, pinned = self._lookup(r) if keys else (0, 0, 0)
-        else:  # (blocks, free blocks among them)
-            nodes, pinned = self._lookup(r) if keys else (0, 0)
-            cached = nodes * bs
+        cached, nodes = self._hit(r) if keys else (0, 0)
+        if not self.radix:
+            cached *= bs
         if r.status != WAITING or not 0 < num_tokens <= r.prefill_target - cached:
             if r.status == WAITING:
                 raise ValueError(f"admit: num_tokens must be in 1..{r.prefill_target - cached} "
@@ -251,9 +265,12 @@ class Replica:
             return False
         need = -(-(cached + num_tokens) // bs) - cached // bs
         blocks = self.blocks
-        if need + pinned > blocks.num_free:
+        if need > blocks.num_free or (  # the hit's free blocks, counted only when they decide
+                nodes and need + self.prefix_pinned(r) > blocks.num_free):
             return False
         self._dequeue(r)
+        self._hits.pop(r, None)
+        self._pins.pop(r, None)
         held = list(keys[:nodes])
         blocks.acquire(held)
         blocks.allocate(need)
