@@ -130,8 +130,9 @@ class _PoolCheck:
         for r in replica.running.values():
             keyed.update(r.kv_keys)
             anonymous += replica.held_blocks(r) - len(r.kv_keys)
-        queued = sum(item[0] if type(item) is list else pool._freed.get(item[1]) == item[0]
-                     for item in pool._queue)  # live entries
+        queued = sum(item[0] if len(item) == 1 else  # anonymous runs and live cached entries
+                     sum(pool._freed.get(k) == item[0] for k in item[1][item[2]:])
+                     for item in pool._queue)
         assert queued == pool.num_free
         assert pool.num_free + anonymous + len(keyed) == pool.num_blocks
         assert all((pool._ref[k] == 0) == (k in pool._freed) for k in pool._ref)
