@@ -33,6 +33,9 @@ Invariants (tests/test_radix.py checks them every iteration of random runs):
 from __future__ import annotations
 
 import heapq
+from itertools import compress, islice, takewhile
+from functools import partial
+from operator import eq, not_
 
 from .blocks import BlockManager
 
@@ -71,35 +74,43 @@ class RadixBlockManager(BlockManager):
         if n and m < n * unit:  # the last node was used in part: it may have grown
             n -= 1
             m = n * unit
-        for c in keys[n:]:
-            cached = lens.get(c)
-            if cached is None or m >= limit:
-                break
-            t = min(cached, limit - m)
-            m += t
-            n += 1
-            if t < unit:
-                break
+        # whole nodes while they fit under the limit (a C-level walk), then at most one in part
+        room = max(0, (limit - m) // unit)
+        full = len(list(takewhile(partial(eq, unit), map(lens.get, islice(keys, n, n + room)))))
+        m += full * unit
+        n += full
+        if m < limit and n < len(keys):
+            cached = lens.get(keys[n])
+            if cached:
+                m += min(cached, limit - m)
+                n += 1
         return m, n
 
     def pinned(self, keys, n: int) -> int:
         """Pages of the first ``n`` nodes of ``keys`` nobody references (referencing them takes
         them out of the free count)."""
-        lens, ref = self._len, self._ref
-        return sum(lens[c] for c in keys[:n] if not ref[c]) // self.block_size
+        nodes = keys[:n]
+        free = compress(nodes, map(not_, map(self._ref.__getitem__, nodes)))
+        return sum(map(self._len.__getitem__, free)) // self.block_size
 
     def acquire(self, nodes) -> None:
         """A request references ``nodes`` (its matched path, root first)."""
         self.ref_changes += 1
-        ref, lens, stamp = self._ref, self._len, self._stamp
-        for c in nodes:
-            if not ref[c]:
-                pages = lens[c] // self.block_size
-                self.num_free -= pages
-                self.evictable -= pages
-            ref[c] += 1
-            self._tick += 1
-            stamp[c] = self._tick
+        ref = self._ref
+        counts = list(map(ref.__getitem__, nodes))
+        free = [c for c, k in zip(nodes, counts) if not k]
+        if free:  # unreferenced until now: no longer free
+            pages = sum(map(self._len.__getitem__, free)) // self.block_size
+            self.num_free -= pages
+            self.evictable -= pages
+        ref.update(zip(nodes, [k + 1 for k in counts]))
+        self._stamp.update(zip(nodes, self._ticks(len(nodes))))
+
+    def _ticks(self, n: int) -> range:
+        """The next ``n`` access ticks, in order."""
+        start = self._tick + 1
+        self._tick += n
+        return range(start, start + n)
 
     def insert(self, keys, held: list, covered: int, upto: int) -> int:
         """A request holding the nodes ``held`` (its path, covering its first ``covered``
@@ -146,20 +157,24 @@ class RadixBlockManager(BlockManager):
         eviction queue."""
         self.ref_changes += 1
         self.free(num_own)
-        ref, lens, stamp, kids = self._ref, self._len, self._stamp, self._kids
-        for c in held:
-            count = ref[c] - 1
-            ref[c] = count
-            self._tick += 1
-            stamp[c] = self._tick
-            if not count:
-                pages = lens[c] // self.block_size
-                self.num_free += pages
-                self.evictable += pages
-                if not kids[c]:
-                    heapq.heappush(self._heap, (self._tick, c))
-        if len(self._heap) > 4 * len(lens) + 64:
-            self._compact()
+        if not held:
+            return
+        ref = self._ref
+        counts = [ref[c] - 1 for c in held]
+        ref.update(zip(held, counts))
+        ticks = self._ticks(len(held))
+        self._stamp.update(zip(held, ticks))
+        unused = [(t, c) for c, k, t in zip(held, counts, ticks) if not k]
+        if unused:
+            pages = sum(self._len[c] for _, c in unused) // self.block_size
+            self.num_free += pages
+            self.evictable += pages
+            kids = self._kids
+            for entry in unused:
+                if not kids[entry[1]]:  # a leaf: evictable
+                    heapq.heappush(self._heap, entry)
+            if len(self._heap) > 4 * len(self._len) + 64:
+                self._compact()
 
     def allocate(self, n: int) -> None:
         """Take ``n`` free pages: truly free ones first, then evict unreferenced leaves, least
