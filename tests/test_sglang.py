@@ -126,14 +126,12 @@ def test_retraction_takes_the_fewest_outputs_and_raises_the_ratio():
     assert len(jumps) >= 1 and policy.ratios[jumps[0] + 1] > 0.5  # retraction raised it
 
 
-def test_defaults_and_refusals():
+def test_defaults():
     cfg = sim.SimConfig(scheduler="sglang", gpu="h100").resolved()
     assert (cfg.block_size, cfg.chunk_size, cfg.max_batch_size) == (1, 8192, 1024)
     assert cfg.prefix_caching is False and cfg.token_budget == 16384
     assert chunked_prefill_size(sim.SimConfig(gpu="l40s")) == 4096
     assert chunked_prefill_size(sim.SimConfig(gpu="h200")) == 16384
-    with pytest.raises(ValueError, match="one replica"):
-        run(_df([(0.0, 10, 5)]), scheduler="sglang", replicas=2)
 
 
 def test_cli_runs_the_preset(tmp_path, capsys):

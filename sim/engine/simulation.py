@@ -76,20 +76,16 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     """
     config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
         config or SimConfig())
+    given = config
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
-    if getattr(policy, "pauses_decodes", False) and (config.disaggregation is not None
-                                                     or config.replicas > 1):
-        raise ValueError(f"scheduler {getattr(policy, 'name', policy)!r} pauses decodes in "
-                         f"prefill-only iterations, which clusters and disaggregated pools "
-                         f"do not support yet: use one replica")
     if config.disaggregation is not None:
         return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
-                                 submit=_submit)
+                                 submit=_submit, given=given)
     if config.replicas > 1:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
                            process=_ReplicaProcess, submit=_submit)
