@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from array import array
 
 import pandas as pd
@@ -38,9 +39,10 @@ from .request import Request
 from .speculation import make_drawer
 
 
-def _requests_from(workload, block_size=None):
+def _requests_from(workload, block_size=None, speculative=True):
     """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
-    request with ``hash_ids`` gets the keys of its full prompt blocks."""
+    request with ``hash_ids`` gets the keys of its full prompt blocks. An ``acceptance_rate``
+    column without speculative decoding (``speculative`` False) is ignored with a warning."""
     from workloads import from_records, validate
     from workloads.prefix import block_keys_all
     if not isinstance(workload, pd.DataFrame):
@@ -52,7 +54,10 @@ def _requests_from(workload, block_size=None):
     reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
         df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
         df["num_output_tokens"].tolist()))]
-    if "acceptance_rate" in df.columns:  # per-request speculative acceptance (validated)
+    if not speculative and "acceptance_rate" in df.columns \
+            and df["acceptance_rate"].notna().any():
+        warnings.warn(UNUSED_ACCEPTANCE, UserWarning, stacklevel=3)
+    elif "acceptance_rate" in df.columns:  # per-request speculative acceptance (validated)
         for r, a in zip(reqs, df["acceptance_rate"].tolist()):
             r.acceptance_rate = None if a != a else a
     if block_size and "hash_ids" in df.columns:
@@ -68,6 +73,12 @@ def _requests_from(workload, block_size=None):
     return df, reqs
 
 
+UNUSED_ACCEPTANCE = ("workload column acceptance_rate is ignored: speculative decoding is off "
+                     "(give SimConfig(speculative=SpeculativeConfig(num_speculative_tokens=K, "
+                     "...)) to draw each request's acceptances at its own rate, or drop the "
+                     "column)")
+
+
 def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     """Simulate ``workload`` (DataFrame or request records) and return a :class:`Result`.
 
@@ -78,7 +89,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
         config or SimConfig())
     given = config
     config, policy = resolve(config)  # every knob filled in: what the Result records
-    df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None)
+    df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
+                                  speculative=config.speculative is not None)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
