@@ -44,7 +44,6 @@ RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-pl
 CASES = [
     (RUN + ["-n", "-5"], "--num-requests must be > 0, got -5"),
     (RUN + ["-n", "0"], "--num-requests must be >= 1, got 0: an empty workload has nothing"),
-    (RUN + ["-n", "10000000"], "n=10,000,000 is more than the 8,819 requests of the 'azure-code'"),
     (RUN + ["-w", "{d}/header_only.csv"], "header_only.csv: workload has no requests"),
     (RUN + ["-w", "{d}/zero_bytes.csv"], "zero_bytes.csv: the file is empty"),
     (RUN + ["-w", "{d}/negative.csv"], "negative.csv: num_prompt_tokens: row 1 has -200 ("),
@@ -130,6 +129,15 @@ CASES = [
     (["workload", "describe"], "describe needs a bundled trace name or a file"),
     (["workload", "describe", "azure-code", "-n", "0"], "argument --num-requests/-n: must be > 0"),
     (["workload", "describe", "nope"], "workload 'nope' is neither a bundled trace nor a file"),
+    (RUN + ["-n", "10000000"], "--num-requests 10,000,000 is more than the 8,819 requests of "
+                               "the 'azure-code' trace; omit --num-requests to take all"),
+    (["memory", "llama-3.1-8b", "--gpu-memory-gb", "0"], "--gpu-memory-gb must be a finite "
+                                                         "number > 0, got 0.0"),
+    (["memory", "llama-3.1-8b", "--utilization", "1.5"], "--utilization must be at most 1"),
+    (["memory", "llama-3.1-8b", "--tp", "0"], "--tp must be > 0, got 0"),
+    (["memory", "llama-3.1-8b", "--max-num-seqs", "0"], "--max-num-seqs must be > 0, got 0"),
+    (["memory", "llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "2"],
+     "--mem-fraction-static must be at most 1, got 2.0"),
 ]
 
 
@@ -237,3 +245,31 @@ def test_a_draft_of_another_vocabulary_is_named_as_the_flag(tmp_path, capsys):
                  "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sim run: error: --draft-model 'tinyllama-1.1b' has a vocabulary")
+
+
+def test_an_acceptance_rate_column_without_speculation_is_a_warning(tmp_path, capsys):
+    """The run is valid (speculation off is a baseline) but the column goes unused: the API
+    warns, the CLI says so in one line; with speculation on, or the column all empty, nothing."""
+    import warnings
+
+    import pandas as pd
+
+    csv = tmp_path / "w.csv"
+    csv.write_text(HEADER.rstrip("\n") + ",acceptance_rate\n0,50,20,0.9\n0.5,60,10,0.2\n")
+    df = pd.read_csv(csv)
+    with pytest.warns(UserWarning, match="workload column acceptance_rate is ignored: "
+                                         "speculative decoding is off"):
+        sim.engine.run(df)
+    spec = sim.engine.SpeculativeConfig(num_speculative_tokens=2, method="ngram")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.engine.run(df, speculative=spec)
+        sim.engine.run(df.assign(acceptance_rate=float("nan")))
+    rc, _, err = sim_cli(["run", "-w", str(csv), "-q", "--no-plots", "-o",
+                          str(tmp_path / "o")], capsys)
+    assert rc == 0 and err.count("\n") == 1, err
+    assert err.startswith(f"sim run: warning: workload {csv}: column acceptance_rate is "
+                          f"ignored: speculative decoding is off (give --spec-tokens K")
+    rc, _, err = sim_cli(["run", "-w", str(csv), "-q", "--no-plots", "--spec-tokens", "2",
+                          "--spec-method", "ngram", "-o", str(tmp_path / "p")], capsys)
+    assert rc == 0 and err == "", err

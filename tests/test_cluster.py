@@ -89,7 +89,7 @@ def test_prefix_affinity_raises_the_hit_rate_on_a_multi_tenant_workload():
 @given(n=st.integers(1, 40), replicas=st.integers(1, 5),
        router=st.sampled_from(["round_robin", "random", "least_outstanding", "least_kv",
                                "prefix_affinity"]),
-       scheduler=st.sampled_from(["continuous", "chunked", "static"]),
+       scheduler=st.sampled_from(["continuous", "chunked", "static", "sglang"]),
        kv_blocks=st.integers(4, 60), closed=st.booleans(), seed=st.integers(0, 3))
 def test_nothing_is_lost_whatever_the_cluster(n, replicas, router, scheduler, kv_blocks,
                                               closed, seed):

@@ -100,7 +100,7 @@ def test_requests_that_cannot_fit_the_decode_pool_are_rejected_at_arrival():
 @given(n=st.integers(1, 30), prefill=st.integers(1, 3), decode=st.integers(1, 3),
        bandwidth=st.sampled_from([0.5, 5.0, math.inf]), latency=st.sampled_from([0.0, 0.02]),
        kv=st.integers(4, 60), decode_kv=st.integers(4, 60),
-       scheduler=st.sampled_from(["continuous", "chunked"]), closed=st.booleans(),
+       scheduler=st.sampled_from(["continuous", "chunked", "sglang"]), closed=st.booleans(),
        seed=st.integers(0, 3))
 def test_nothing_is_lost_and_token_gaps_add_up(n, prefill, decode, bandwidth, latency, kv,
                                                decode_kv, scheduler, closed, seed):

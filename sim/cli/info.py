@@ -29,20 +29,36 @@ def cmd_workload(args) -> int:
     return 0
 
 
+# memory_budget's argument -> the flag of ``sim memory`` that sets it
+MEMORY_FLAGS = {"gpu": "--gpu", "gpu_memory_gb": "--gpu-memory-gb",
+                "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype",
+                "tensor_parallel": "--tp", "gpu_memory_utilization": "--utilization",
+                "max_num_batched_tokens": "--max-num-batched-tokens",
+                "max_num_seqs": "--max-num-seqs", "mem_fraction_static": "--mem-fraction-static"}
+
+
 def cmd_memory(args) -> int:
     """``sim memory``: parameters, weight and KV bytes of a model, the serving engine's memory
     accounting on one GPU term by term, and whether it fits with room for KV cache (exit status 1
     when it does not, with the advice to quantize or add GPUs)."""
     from ..specs.gpus import get_gpu
     from ..specs.memory import GiB, memory_budget
-    gpu = None if args.gpu_memory_gb else get_gpu(args.gpu)
-    gb = args.gpu_memory_gb or gpu.memory_gb
-    b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype, kv_dtype=args.kv_dtype,
-                      tensor_parallel=args.tp, gpu_memory_utilization=args.utilization,
-                      accounting=args.accounting,
-                      max_num_batched_tokens=args.max_num_batched_tokens,
-                      max_num_seqs=args.max_num_seqs,
-                      mem_fraction_static=args.mem_fraction_static)
+    try:
+        gpu = None if args.gpu_memory_gb is not None else get_gpu(args.gpu)
+        gb = args.gpu_memory_gb if gpu is None else gpu.memory_gb
+        b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype,
+                          kv_dtype=args.kv_dtype, tensor_parallel=args.tp,
+                          gpu_memory_utilization=args.utilization, accounting=args.accounting,
+                          max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_num_seqs=args.max_num_seqs,
+                          mem_fraction_static=args.mem_fraction_static)
+    except (ValueError, TypeError) as e:  # the library names its arguments; name the flags
+        msg = str(e)
+        field = msg.split(" ", 1)[0].split("=", 1)[0]
+        if field in MEMORY_FLAGS:  # "tensor_parallel must ..." / "gpu_memory_gb=0 ..."
+            rest = msg[len(field):]
+            msg = MEMORY_FLAGS[field] + (" " + rest[1:] if rest.startswith("=") else rest)
+        raise type(e)(msg) from None
     print(f"{b.model.name}: {b.model.total_params() / 1e9:.2f} B parameters, weights "
           f"{b.weights_bytes / GiB:.1f} GiB, KV {b.kv_bytes_per_token / 1024:.0f} KiB/token")
     device = b.device_memory_bytes

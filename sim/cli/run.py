@@ -18,6 +18,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from .arguments import output_file, output_folder, read_profile
@@ -110,7 +111,10 @@ def _as_written(msg, s, names) -> str:
     message that starts with a setting (``chunk_size 100 ...``, ``chunk_size=100 ...``) names
     it as written (``--chunk-size 100 ...``, ``exp.toml: chunk_size 100 ...``)."""
     m = _LEADING.match(msg)
-    if m and m.group(1) in s and m.group(1) != "speculative":
+    if m and m.group(1) == "n":  # workloads.load's count: "n=10,000,000 is more than ..."
+        n = names.like("num_requests", "num_requests")
+        msg = f"{names('num_requests')} {m.group(2)}".replace("omit n ", f"omit {n} ")
+    elif m and m.group(1) in s and m.group(1) != "speculative":
         msg = f"{names(m.group(1))} {m.group(2)}"
     elif m and m.group(1) in s["speculative"]:  # e.g. SimConfig's draft_model checks
         msg = f"{names('speculative.' + m.group(1))} {m.group(2)}"
@@ -159,6 +163,12 @@ def _config(s, names=None):
                     weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"], speculative=spec,
                     seed=s["seed"], closed_loop=closed, replicas=s["replicas"],
                     router=s["router"], disaggregation=disaggregation_from(s))
+
+
+def unused_acceptance(df, cfg) -> bool:
+    """Whether the workload's per-request ``acceptance_rate`` goes unused (no speculation)."""
+    return (cfg.speculative is None and "acceptance_rate" in df.columns
+            and bool(df["acceptance_rate"].notna().any()))
 
 
 def _num(value, spec) -> str:
@@ -284,7 +294,14 @@ def cmd_run(args) -> int:
                                  f"({e.strerror or e})") from None
     df, cfg = build(s, names)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
-    res = run(df, dataclasses.replace(cfg, progress=show_progress))
+    with warnings.catch_warnings():
+        if unused_acceptance(df, cfg):  # said once, in the CLI's words
+            print(f"sim run: warning: workload {s['workload']}: column acceptance_rate is "
+                  f"ignored: speculative decoding is off (give --spec-tokens K and the "
+                  f"draft's cost, or a [speculative] table in the TOML file, to use it)",
+                  file=sys.stderr)
+            warnings.filterwarnings("ignore", message="workload column acceptance_rate")
+        res = run(df, dataclasses.replace(cfg, progress=show_progress))
     summary = res.summary(slo=s["slo"] or None)
     meta = dict(s)
     meta["cost_model"] = repr(cfg.resolved_cost_model())

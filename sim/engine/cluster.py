@@ -11,21 +11,32 @@ at ``t``: the single replica's rule (it pulls every arrival with ``arrival_time 
 a router sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet
 post-processed). Closed loop: each user's next request is routed when it is issued.
 
-A named scheduler is built once per replica; a policy object passed in is shared by all of
-them (``schedule(replica, now)`` receives the replica: it must keep no per-replica state).
+A named scheduler is built once per replica; so is a policy object of a named scheduler's
+class (a copy per replica: SGLang keeps per-replica state, its ``new_token_ratio`` and chunked
+request); any other policy object is shared by all of them (``schedule(replica, now)`` receives
+the replica: it must keep no per-replica state).
+
+A policy that pauses the decodes (``pauses_decodes``: SGLang's prefill-only iterations) runs on
+each replica's decode clock: that replica's token runs count its decode steps and its first
+tokens of prefill-only iterations are points in iteration units (:mod:`sim.engine.decoding`).
+The records are concatenated replica by replica, so a run is shifted by the decode steps of
+the replicas before it and a point by their iterations; the paused iterations, renumbered the
+same way, are removed from the end times of the steps (``build_result(paused=...)``).
 
 Invariants (tests/test_cluster.py):
 - every request is routed exactly once, at its arrival, and comes out once (finished or
   rejected) at the replica it was routed to;
-- a request's token runs (``segments``) index its replica's iterations: the records are
-  concatenated replica by replica and the runs shifted by the replica's offset, so ITL is
-  computed exactly as for one replica (the gap across two replicas' records has weight 0);
+- a request's token runs (``segments``) index its replica's decode steps (its iterations
+  unless the policy pauses decodes): the records are concatenated replica by replica and the
+  runs shifted by the replica's offsets, so ITL is computed exactly as for one replica (the gap
+  across two replicas' records has weight 0);
 - with one replica the cluster path gives the single-replica result (tested), and
   ``run`` keeps the single-replica path for ``replicas == 1``.
 """
 
 from __future__ import annotations
 
+import copy
 import time
 from array import array
 
@@ -33,10 +44,11 @@ import numpy as np
 import simpy
 from simpy.core import URGENT
 
+from .invariants import check_finished
 from .records import ITERATION_COLUMNS, build_result
 from .replica import Replica
 from .routers import ReplicaView, make_router
-from .schedulers import resolve
+from .schedulers import POLICIES, resolve
 from .speculation import make_drawer
 
 
@@ -63,15 +75,16 @@ class Cluster:
         n = config.replicas
         self.replicas, self.processes, self.records = [], [], []
         for k in range(n):
-            pol = policy if k == 0 or not isinstance(config.scheduler, str) else resolve(
-                config)[1]
+            pol = policy if k == 0 else replica_policy(config, policy)
             rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                           getattr(pol, "select_victim", None),
                           prefix_caching=config.prefix_caching, cache_unit=cache_unit,
                           speculative=config.speculative,
                           draw=make_drawer(config, stream + k))  # its own draws
+            rep.on_demand_decodes = bool(getattr(pol, "pauses_decodes", False))
             rec = array("d")
             proc = process(env, rep, pol, cost, rec, False, 0)
+            proc.check = config.check
             self.replicas.append(rep)
             self.processes.append(proc)
             self.records.append(rec)
@@ -168,8 +181,20 @@ class Cluster:
         return sum(len(rep.finished) for rep in self.replicas)
 
     def result(self, config, kv_blocks, *, wall_seconds, policy, cost_model):
-        return assemble(self.requests, self.records, self.replica_of, config, kv_blocks,
-                        wall_seconds=wall_seconds, policy=policy, cost_model=cost_model)
+        return assemble(self.requests, self.records, self.replicas, self.replica_of, config,
+                        kv_blocks, wall_seconds=wall_seconds, policy=policy,
+                        cost_model=cost_model)
+
+
+def replica_policy(config, policy):
+    """The policy of a replica after the first: a named scheduler built anew, a copy of a
+    policy object of a named scheduler's class (its state is per replica), else ``policy``
+    itself (shared)."""
+    if isinstance(config.scheduler, str):
+        return resolve(config)[1]
+    if type(policy) in POLICIES.values():
+        return copy.deepcopy(policy)
+    return policy
 
 
 def _chain(first, then):
@@ -183,34 +208,44 @@ def _chain(first, then):
     return both
 
 
-def concatenate(records_per_replica):
-    """``(records, iterations per replica, offsets)``: the replicas' flat iteration records
-    one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k] + j``)."""
-    records, counts, offsets = array("d"), [], []
+def concatenate(records_per_replica, replicas):
+    """``(records, iterations per replica, offsets, paused)``: the replicas' flat iteration
+    records one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k][0] + j``,
+    its decode step ``j`` becomes ``offsets[k][1] + j``) and every replica's paused iterations
+    in that numbering."""
+    records, counts, offsets, paused = array("d"), [], [], []
     width = len(ITERATION_COLUMNS)
-    for rec in records_per_replica:
-        offsets.append(len(records) // width)
+    steps = 0
+    for rec, rep in zip(records_per_replica, replicas):
+        first = len(records) // width
+        offsets.append((first, steps))
         counts.append(len(rec) // width)
         records.extend(rec)
-    return records, counts, offsets
+        paused.extend(first + p for p in rep.paused)
+        steps += counts[-1] - len(rep.paused)
+    return records, counts, offsets, paused
 
 
 def shift_segments(requests, runs_at, offsets):
-    """Renumber each request's token runs from its replica's iterations (``runs_at[index]``)
-    to the concatenated records'."""
+    """Renumber each request's token runs from its replica's decode steps (``runs_at[index]``:
+    that replica) to the concatenated records': a run ``(a, b)`` by the replica's step offset,
+    a point ``(-1 - p, -1)`` (a first token of prefill-only iteration ``p``) by its iteration
+    offset."""
     for r in requests:
-        off = offsets[runs_at[r.index]]
-        if off and r.segments:
-            r.segments = [(a + off, b + off) for a, b in r.segments]
+        first, steps = offsets[runs_at[r.index]]
+        if (first or steps) and r.segments:
+            r.segments = [(a + steps, b + steps) if a >= 0 else (a - first, b)
+                          for a, b in r.segments]
 
 
-def assemble(requests, records_per_replica, replica_of, config, kv_blocks, **kwargs):
+def assemble(requests, records_per_replica, replicas, replica_of, config, kv_blocks,
+             **kwargs):
     """Concatenate the replicas' iteration records (replica by replica), shift each
     request's token runs to that numbering, and build the Result."""
-    records, counts, offsets = concatenate(records_per_replica)
+    records, counts, offsets, paused = concatenate(records_per_replica, replicas)
     shift_segments(requests, replica_of, offsets)
     return build_result(requests, records, config, kv_blocks, replicas=(replica_of, counts),
-                        **kwargs)
+                        paused=paused, **kwargs)
 
 
 def simulate(env, config, entry, *others, busy=False) -> None:
@@ -238,5 +273,7 @@ def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process
     cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
                       cache_unit=cache_unit)
     simulate(env, config, cluster)
+    if config.check:
+        check_finished(requests, cluster.replicas)
     return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
                           policy=policy, cost_model=cost)

@@ -7,8 +7,9 @@ bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_
 an error, never silently ignored. :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
 ``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes (the others
-taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE``. ``cost_model=None``: the
-roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
+taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of 16 tokens (as
+many tokens at another ``block_size``). ``cost_model=None``: the roofline model of ``model``
+on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
 
 Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
 and the largest batch (``memory_budget``) and set the default cost model's bytes moved and
@@ -25,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import fraction, positive_int
-from ..constants import KV_BLOCKS_AVAILABLE
+from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
 from .routers import check_router
@@ -63,8 +64,12 @@ class SimConfig:
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
+    check: bool = False  # check the engine's invariants every iteration (sim.engine.invariants)
 
     def __post_init__(self):
+        for flag in ("progress", "check"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
             object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
         check_router(self.router)
@@ -180,7 +185,9 @@ class SimConfig:
                                  f"model, quantize (weight_dtype) or add GPUs "
                                  f"(tensor_parallel)")
             return blocks
-        return KV_BLOCKS_AVAILABLE
+        # the cheat sheet's pool holds KV_BLOCKS_AVAILABLE blocks of KV_BLOCK_SIZE tokens: as
+        # many tokens at any block size (SGLang's page size 1 would otherwise get 1,800 tokens)
+        return max(1, KV_BLOCKS_AVAILABLE * KV_BLOCK_SIZE // self.block_size)
 
     def resolved_cost_model(self):
         """The cost model a run prices iterations with: ``cost_model``, else the roofline of

@@ -54,7 +54,7 @@ POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_
 # the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "weight_dtype", "kv_dtype",
                 "speculative", "replicas", "router", "disaggregation", "closed_loop", "seed",
-                "progress")
+                "progress", "check")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +90,15 @@ class Disaggregation:
                                  f"{list(POOL_KNOBS)}")
             object.__setattr__(self, pool, items)  # hashable, like the rest of the config
 
-    def pool_configs(self, config):
+    def pool_configs(self, config, shared=None):
         """``(prefill, decode)`` SimConfigs: ``config`` with each pool's replicas and
-        overrides (validated as any config)."""
-        base = dataclasses.replace(config, disaggregation=None, replicas=1)
+        overrides (validated as any config). ``shared``: the run's resolved config, whose
+        ``block_size`` and ``prefix_caching`` both pools take; the knobs ``config`` leaves
+        ``None`` take each pool's scheduler's defaults (an SGLang pool its own chunk size and
+        batch size, whatever the run's scheduler)."""
+        same = {} if shared is None else {"block_size": shared.block_size,
+                                          "prefix_caching": shared.prefix_caching}
+        base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
         return tuple(dataclasses.replace(base, replicas=n, **dict(over)) for n, over in (
             (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
 
@@ -209,16 +214,20 @@ class Transfers:
         return land
 
 
-def run_disaggregated(env, requests, config, wall, *, process, submit, cache_unit=None):
+def run_disaggregated(env, requests, config, wall, *, process, submit, given=None,
+                      cache_unit=None):
     """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
-    single-replica engine's process class and arrival verb, as for a cluster)."""
+    single-replica engine's process class and arrival verb, as for a cluster; ``config``
+    resolved, ``given`` as the user gave it: each pool resolves the knobs left unset with
+    its own scheduler)."""
     from .cluster import Cluster, concatenate, shift_segments, simulate
+    from .invariants import check_finished
     from .records import build_result
     from .routers import make_router
     from .schedulers import resolve
     disagg = config.disaggregation
     pools = []
-    for cfg in disagg.pool_configs(config):
+    for cfg in disagg.pool_configs(given or config, shared=config):
         cfg, policy = resolve(cfg)
         pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
                              cfg.resolved_kv_blocks(), requests, process, submit,
@@ -235,41 +244,56 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, cache_uni
                           disagg.bandwidth_bytes(prefill.config), prefill.config.kv_dtype)
     simulate(env, config, prefill, decode,
              busy=lambda: any(transfers.pending) or bool(transfers.source))
+    if config.check:
+        check_finished(requests, prefill.replicas + decode.replicas)
     # where each request's token runs were recorded: its decode replica once handed off
     num_prefill = len(prefill.replicas)
     moved = transfers.decode_of >= 0
     runs_at = np.where(moved, transfers.decode_of + num_prefill, prefill.replica_of)
-    records, counts, offsets = concatenate(prefill.records + decode.records)
+    reps = prefill.replicas + decode.replicas
+    records, counts, offsets, paused = concatenate(prefill.records + decode.records, reps)
+    streamed = _trim_first_runs(requests, moved)  # (before the shift: a run may start at -1)
     shift_segments(requests, runs_at, offsets)
-    first_gaps = _first_gaps(requests, moved, records)
+    first_gaps = _first_gaps(streamed, records, paused)
     kwargs = dict(wall_seconds=time.perf_counter() - wall, policy=prefill.processes[0].policy,
                   cost_model=prefill.processes[0].cost)
     res = build_result(requests, records, config, decode.replicas[0].blocks.num_blocks,
-                       replicas=(runs_at, counts), first_gaps=first_gaps,
+                       replicas=(runs_at, counts), first_gaps=first_gaps, paused=paused,
                        columns={"prefill_replica": prefill.replica_of,
                                 "kv_transfer_time": transfers.transfer_time}, **kwargs)
-    reps = prefill.replicas + decode.replicas
     res.replica_pools = ([rep.blocks.num_blocks for rep in reps],
                          [rep.max_batch_size for rep in reps])
     return res
 
 
-def _first_gaps(requests, moved, records):
+def _trim_first_runs(requests, moved):
     """The first token of a handed-off request is streamed at landing, not at the end of an
-    iteration: its first decode-side run ``(a, b)`` (``a``: the iteration before it joined)
-    becomes ``(a + 1, b)`` (dropped when empty) and the gap landing -> next token is returned
-    for the ITL pool."""
-    from .records import ITERATION_COLUMNS
-    rec = np.frombuffer(records, dtype=np.float64).reshape(-1, len(ITERATION_COLUMNS)) \
-        if len(records) else np.zeros((0, len(ITERATION_COLUMNS)))
-    end = rec[:, 0] + rec[:, 1]
-    idx, gaps = [], []
+    iteration: its first decode-side run ``(a, b)`` (``a``: the decode step before it joined,
+    -1 when it joined before the replica's first step) becomes ``(a + 1, b)`` (dropped when
+    empty). Returns the requests that emit after landing (their first segment is then the
+    next token)."""
+    out = []
     for r in requests:
         if not moved[r.index] or not r.segments:
             continue
         a, b = r.segments[0]
         r.segments = ([(a + 1, b)] if b > a else []) + r.segments[1:]
         if r.segments and r.first_token_time is not None:
-            idx.append(r.index)
-            gaps.append(end[r.segments[0][0]] - r.first_token_time)
+            out.append(r)
+    return out
+
+
+def _first_gaps(streamed, records, paused):
+    """``(request indices, gaps)``: for each request of ``streamed``, the gap from landing to
+    its next token - the end of its first run's first decode step, or of the prefill-only
+    iteration of a point ``(-1 - p, -1)`` (re-prefilled after a retraction) - for the ITL
+    pool (the segments already in the concatenated numbering)."""
+    from .records import ITERATION_COLUMNS
+    rec = np.frombuffer(records, dtype=np.float64).reshape(-1, len(ITERATION_COLUMNS)) \
+        if len(records) else np.zeros((0, len(ITERATION_COLUMNS)))
+    end = rec[:, 0] + rec[:, 1]
+    end_steps = np.delete(end, np.asarray(paused, dtype=np.int64)) if paused else end
+    idx = [r.index for r in streamed]
+    gaps = [(end[-1 - a] if a < 0 else end_steps[a]) - r.first_token_time
+            for r in streamed for a in (r.segments[0][0],)]
     return np.array(idx, dtype=np.int64), np.array(gaps, dtype=np.float64)

@@ -40,7 +40,7 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
     ``columns``: further request columns (name -> array in request order); ``first_gaps``:
     ``(request indices, gaps)`` between a first token streamed outside any iteration
     (disaggregation) and the request's next token, pooled into ITL like the others;
-    ``paused``: the iterations whose decodes the policy paused (one replica)."""
+    ``paused``: the iterations whose decodes the policy paused (numbered as ``records``)."""
     iters = iterations_frame(records)
     if replicas is None:
         replica_of = np.zeros(len(requests), dtype=np.int64)

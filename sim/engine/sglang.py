@@ -30,10 +30,10 @@ Rules:
    after each chunk, unreferenced leaves are evicted least recently used first; the free tokens
    of rule 3 include the evictable ones, less those the request's own hit references.
 
-Deviations: ``max_running_
-requests`` is derived from the pool by SGLang (1,024 here); the admission and retraction read
-every running request (as SGLang's own loops do), unlike the engine's O(1) rules elsewhere; one
-replica only for now (clusters refuse a policy that pauses decodes).
+Deviations: ``max_running_requests`` is derived from the pool by SGLang (1,024 here); the
+admission and retraction read every running request (as SGLang's own loops do), unlike the
+engine's O(1) rules elsewhere. In clusters and disaggregated pools every replica runs its own
+copy of the policy (sim.engine.cluster).
 """
 
 from __future__ import annotations

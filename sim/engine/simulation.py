@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from array import array
 
 import pandas as pd
@@ -31,6 +32,7 @@ from ..results.metrics import Result
 from .cluster import run_cluster
 from .config import SimConfig
 from .disaggregation import run_disaggregated
+from .invariants import check_finished, check_replica
 from .schedulers import resolve
 from .records import build_result
 from .replica import Replica
@@ -38,10 +40,11 @@ from .request import Request
 from .speculation import make_drawer
 
 
-def _requests_from(workload, block_size=None, mode="block"):
+def _requests_from(workload, block_size=None, mode="block", speculative=True):
     """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
     request with ``hash_ids`` gets the keys of its full prompt blocks (``mode="radix"``: of its
-    hash ids' prefixes, the radix tree's nodes)."""
+    hash ids' prefixes, the radix tree's nodes). An ``acceptance_rate`` column without
+    speculative decoding (``speculative`` False) is ignored with a warning."""
     from workloads import from_records, validate
     from workloads.prefix import block_keys_all, unit_keys_all
     if not isinstance(workload, pd.DataFrame):
@@ -53,7 +56,10 @@ def _requests_from(workload, block_size=None, mode="block"):
     reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
         df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
         df["num_output_tokens"].tolist()))]
-    if "acceptance_rate" in df.columns:  # per-request speculative acceptance (validated)
+    if not speculative and "acceptance_rate" in df.columns \
+            and df["acceptance_rate"].notna().any():
+        warnings.warn(UNUSED_ACCEPTANCE, UserWarning, stacklevel=3)
+    elif "acceptance_rate" in df.columns:  # per-request speculative acceptance (validated)
         for r, a in zip(reqs, df["acceptance_rate"].tolist()):
             r.acceptance_rate = None if a != a else a
     if block_size and "hash_ids" in df.columns:
@@ -72,6 +78,12 @@ def _requests_from(workload, block_size=None, mode="block"):
     return df, reqs
 
 
+UNUSED_ACCEPTANCE = ("workload column acceptance_rate is ignored: speculative decoding is off "
+                     "(give SimConfig(speculative=SpeculativeConfig(num_speculative_tokens=K, "
+                     "...)) to draw each request's acceptances at its own rate, or drop the "
+                     "column)")
+
+
 def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     """Simulate ``workload`` (DataFrame or request records) and return a :class:`Result`.
 
@@ -80,23 +92,20 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     """
     config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
         config or SimConfig())
+    given = config
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
-                                  config.prefix_caching)
+                                  config.prefix_caching,
+                                  speculative=config.speculative is not None)
     unit = df.attrs.get("block_size") if config.prefix_caching == "radix" else None
     unit = int(unit) if unit and "hash_ids" in df.columns else None
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
-    if getattr(policy, "pauses_decodes", False) and (config.disaggregation is not None
-                                                     or config.replicas > 1):
-        raise ValueError(f"scheduler {getattr(policy, 'name', policy)!r} pauses decodes in "
-                         f"prefill-only iterations, which clusters and disaggregated pools "
-                         f"do not support yet: use one replica")
     if config.disaggregation is not None:
         return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
-                                 submit=_submit, cache_unit=unit)
+                                 submit=_submit, given=given, cache_unit=unit)
     if config.replicas > 1:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
                            process=_ReplicaProcess, submit=_submit, cache_unit=unit)
@@ -107,6 +116,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     replica.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
+    process.check = config.check
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
     else:
@@ -117,6 +127,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     if len(replica.finished) != len(requests):  # a bug, never a silent loss
         raise RuntimeError(f"{len(requests) - len(replica.finished)} request(s) neither finished "
                            f"nor rejected")
+    if config.check:
+        check_finished(requests, [replica])
     return build_result(requests, records, config, kv_blocks,
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost,
                         paused=replica.paused)
@@ -176,6 +188,7 @@ class _ReplicaProcess:
         self.env, self.replica, self.policy, self.cost = env, replica, policy, cost
         self.records = records
         self.arrivals = ()
+        self.check = False  # SimConfig.check: the invariants after every batch formed
         self.idle = None
         self.bar = None
         if progress:
@@ -213,6 +226,8 @@ class _ReplicaProcess:
                     self.idle = None
                 continue
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
+            if self.check:
+                check_replica(replica)
             if not batch.prefills and not batch.num_decode_tokens:
                 if replica.num_in_transit:  # disaggregation: blocks held by KV in transit
                     replica.stand_by()
