@@ -186,3 +186,18 @@ def test_engine_reaches_the_ideal_hit_rate_on_mooncake_traces(trace, raw):
                   kv_blocks=10**6, cost_model=sim.ConstantCost(0.01), max_batch_size=1)
     assert res.summary()["prefix_hit_rate"] == pytest.approx(ideal, abs=1e-12)
     assert ideal > 0.2
+
+
+@pytest.mark.parametrize("mode", ["block", "radix"])
+def test_lookups_are_remembered_only_for_requests_queued_here(mode):
+    """A blocked queue head is looked up every iteration: its answer is remembered until it is
+    admitted; a router's look at every replica leaves nothing behind."""
+    r = Request(0, 0, 0.0, 64, 4)
+    r.block_keys = (workloads.unit_keys_all([_ids("a", 4)])[0] if mode == "radix"
+                    else [("a", j) for j in range(4)])
+    rep = Replica(100, 16, 8, prefix_caching=mode, cache_unit=16)
+    assert rep.prefix_hit(r, remember=False) == 0 and not rep._hits
+    rep.enqueue(r)
+    assert rep.prefix_hit(r) == 0 and list(rep._hits) == [r]
+    rep.form_batch(lambda rep, now: rep.admit(r, 64), 0.0)
+    assert not rep._hits and not rep._pins

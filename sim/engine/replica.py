@@ -156,13 +156,14 @@ class Replica:
             return 0
         return self._prefills[self._prefill_reqs.index(r)][0]
 
-    def prefix_hit(self, r) -> int:
+    def prefix_hit(self, r, remember: bool = True) -> int:
         """Tokens of waiting request ``r`` the prefix cache would serve if admitted now (0
         without caching): its longest cached prefix, capped so that at least its last token is
-        computed (block mode: whole blocks; radix mode: whole pages)."""
+        computed (block mode: whole blocks; radix mode: whole pages). ``remember=False``: a
+        request that may never queue here (a router's look) leaves no memo behind."""
         if not self.caching or not r.block_keys:
             return 0
-        hit = self._hit(r)[0]
+        hit = self._hit(r, remember)[0]
         return hit if self.radix else hit * self.block_size
 
     def prefix_pinned(self, r) -> int:
@@ -180,7 +181,7 @@ class Replica:
         self._pins[r] = (state, pinned)
         return pinned
 
-    def _hit(self, r):
+    def _hit(self, r, remember=True):
         """``(hit, nodes)`` of waiting request ``r``: block mode ``(blocks, blocks)``, radix mode
         ``(tokens, tree nodes)``. A cached prefix only shrinks by evictions and only grows by
         additions, so the last answer per request is reused while neither happened and resumed
@@ -203,7 +204,8 @@ class Replica:
             limit = min(len(keys), (r.prefill_target - 1) // bs)
             hit = blocks.hits(keys, memo[3][0] if valid else 0, limit)
             found = (hit, hit)
-        self._hits[r] = (evictions, additions, r.prefill_target, found)
+        if remember:
+            self._hits[r] = (evictions, additions, r.prefill_target, found)
         return found
 
     # -- the verbs ----------------------------------------------------------------------------

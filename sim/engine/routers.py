@@ -70,7 +70,7 @@ class ReplicaView:
     def prefix_hit(self, request) -> int:
         """Prompt tokens of ``request`` this replica's prefix cache would serve now (0 without
         prefix caching or without ``hash_ids``)."""
-        return self._replica.prefix_hit(request)
+        return self._replica.prefix_hit(request, remember=False)
 
     def __repr__(self):
         return (f"ReplicaView({self.index}, outstanding={self.num_outstanding}, "
