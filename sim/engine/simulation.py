@@ -34,7 +34,7 @@ from .cluster import run_cluster
 from .config import SimConfig
 from .disaggregation import run_disaggregated
 from .schedulers import resolve
-from .records import build_result
+from .records import build_result, gc_paused
 from .replica import Replica
 from .request import Request
 from .speculation import make_drawer
@@ -51,9 +51,10 @@ def _requests_from(workload, block_size=None):
                             f"got {type(workload).__name__}")
         workload = from_records(workload)
     df = validate(workload)
-    reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
-        df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
-        df["num_output_tokens"].tolist()))]
+    with gc_paused():  # a million objects at once: no collector passes over them meanwhile
+        reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
+            df["request_id"].tolist(), df["arrival_time"].tolist(),
+            df["num_prompt_tokens"].tolist(), df["num_output_tokens"].tolist()))]
     if "acceptance_rate" in df.columns:  # per-request speculative acceptance (validated)
         for r, a in zip(reqs, df["acceptance_rate"].tolist()):
             r.acceptance_rate = None if a != a else a
