@@ -112,7 +112,7 @@ def test_interrupted_run_leaves_the_previous_files(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(plots, "save_plots", interrupted)
     with pytest.raises(KeyboardInterrupt):
         main(["run", "-w", "azure-code", "-n", "40", "--cost", "constant:0.01", "-q",
-              "-o", str(out)])
+              "--plots", "-o", str(out)])
     assert (out / "summary.json").read_text() == before  # not half a new set of files
     assert sorted(p.name for p in out.iterdir()) == ["iterations.parquet", "requests.parquet",
                                                      "summary.json"]  # no temporary left
