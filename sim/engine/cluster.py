@@ -160,13 +160,15 @@ class Cluster:
 
 def concatenate(records_per_replica):
     """``(records, iterations per replica, offsets)``: the replicas' flat iteration records
-    one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k] + j``)."""
+    one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k] + j``); each
+    replica's buffer is emptied once copied."""
     records, counts, offsets = array("d"), [], []
     width = len(ITERATION_COLUMNS)
     for rec in records_per_replica:
         offsets.append(len(records) // width)
         counts.append(len(rec) // width)
         records.extend(rec)
+        del rec[:]  # copied: not held twice
     return records, counts, offsets
 
 
