@@ -190,3 +190,18 @@ def test_an_upper_case_flag_runs_like_the_lower_case_one(tmp_path, capsys):
                     for c in ("upper", "lower"))
     assert upper["settings"]["weight_dtype"] == "fp8" and upper["settings"]["router"] == "least_kv"
     assert upper["summary"]["ttft_p99"] == lower["summary"]["ttft_p99"]
+
+
+def test_parquet_outputs_round_trip_with_dictionaries_only_on_text(tmp_path):
+    import pyarrow.parquet as pq
+    from sim.cli.run import write_parquet
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "ttft": [0.5, float("nan"), 0.25],
+                       "num_output_tokens": [3, 4, 5], "status": ["finished"] * 3})
+    write_parquet(df, tmp_path / "r.parquet")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r.parquet"), df)
+    meta = pq.ParquetFile(tmp_path / "r.parquet").metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema: any("DICTIONARY" in e for e in
+                                                     meta.column(i).encodings)
+                  for i in range(meta.num_columns)}
+    assert dictionary == {"request_id": True, "ttft": False, "num_output_tokens": False,
+                          "status": True}
