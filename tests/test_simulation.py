@@ -105,3 +105,20 @@ def test_the_iteration_records_are_released_once_read(monkeypatch):
     monkeypatch.setattr(simulation, "build_result", spy)
     res = sim.run(_workload(), scheduler="chunked", **GPU)
     assert seen == [(8 * len(res.iterations), 0)]
+
+
+def test_a_record_buffer_still_viewed_is_kept_not_an_error():
+    """A view of the buffer that outlives its reader (a sampling profiler holding a frame, as
+    Dask's threaded workers do) makes emptying it impossible: it is then kept, the run goes on."""
+    from array import array
+
+    import numpy as np
+
+    from sim.engine.records import release
+    buf = array("d", [1.0, 2.0])
+    view = np.frombuffer(buf, dtype=np.float64)
+    release(buf)
+    assert len(buf) == 2 and view.sum() == 3.0
+    del view
+    release(buf)
+    assert len(buf) == 0

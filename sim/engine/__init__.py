@@ -8,7 +8,8 @@ contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule
 ``sglang`` (SGLang's scheduler: prefill-only iterations on the decode clock),
 ``schedulers`` (the table of names and knob resolution), ``speculation`` (speculative decoding:
 settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``records`` (results
-columns), ``routers`` (which replica serves a request), ``cluster`` (replicas behind a router),
+columns), ``routers`` (which replica serves a request), ``clients`` (closed-loop users),
+``cluster`` (replicas behind a router),
 ``disaggregation`` (prefill and decode pools joined by KV-transfer links),
 ``simulation`` (``run``).
 

@@ -34,7 +34,7 @@ import simpy
 from simpy.core import URGENT
 
 from .clients import ClosedLoopClients
-from .records import ITERATION_COLUMNS, build_result
+from .records import ITERATION_COLUMNS, build_result, release
 from .replica import Replica
 from .routers import ReplicaView, make_router
 from .schedulers import resolve
@@ -168,7 +168,7 @@ def concatenate(records_per_replica):
         offsets.append(len(records) // width)
         counts.append(len(rec) // width)
         records.extend(rec)
-        del rec[:]  # copied: not held twice
+        release(rec)  # copied: not held twice
     return records, counts, offsets
 
 

@@ -40,6 +40,16 @@ def gc_paused():
             gc.enable()
 
 
+def release(buffer) -> None:
+    """Empty a flat record buffer whose contents were copied, so its memory is free at once.
+    A buffer something still views is kept (e.g. a sampling profiler holding the frame of
+    :func:`iterations_frame`, as Dask's workers do: resizing it would raise)."""
+    try:
+        del buffer[:]
+    except BufferError:
+        pass
+
+
 def iterations_frame(records) -> pd.DataFrame:
     """One row per iteration: ``iteration`` then :data:`ITERATION_COLUMNS`. ``records``: the
     flat float64 buffer the engine filled (``array("d")``, one row after another), read
@@ -71,7 +81,7 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
 def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, cost_model,
                   replicas, columns, first_gaps, paused) -> Result:
     iters = iterations_frame(records)
-    del records[:]  # read (copied into columns): its memory is free for what follows
+    release(records)  # read (copied into columns): its memory is free for what follows
     if replicas is None:
         replica_of = np.zeros(len(requests), dtype=np.int64)
         iters["replica"] = np.zeros(len(iters), dtype=np.int64)
