@@ -13,7 +13,8 @@ Scenarios (``--scale`` multiplies the request counts; 0.1 for a quick look):
    (16 system prompts of 2,000 tokens) and speculative decoding (k = 4, acceptance 0.8);
 3. ``mooncake`` - the whole Mooncake conversation trace with prefix caching (``vllm``);
 4. ``sim_run_1m`` - 1,000,000 requests of scenario 1 end to end through ``sim run`` (a parquet
-   workload file in, parquet / JSON / PNG out); wall and peak memory of the whole command;
+   workload file in, parquet / JSON out: figures are written only when asked); wall and peak
+   memory of the whole command;
 5. ``cluster`` - scenario 1 over 4 replicas behind ``least_outstanding``, and ``disaggregated``
    - scenario 1 (a tenth of it) on 3 prefill + 1 decode replicas.
 

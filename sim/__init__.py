@@ -11,30 +11,54 @@ Packages, in layer order (each may import only the ones before it; tests/test_la
 - ``sim.tools`` - sweeps, calibration in the engine, validation;
 - ``sim.cli`` - the ``sim`` command.
 
-The names below are the public API; they stay importable from ``sim``.
+The names below are the public API; they stay importable from ``sim`` (each module is
+imported when one of its names is first used).
 """
 
-from .cheatsheet.prefix_cache import PrefixCache
-from .cheatsheet.speculative import (DraftModel, SpeculativeResult, expected_tokens_per_step,
-                                     speculative_decode, speculative_speedup)
-from .cheatsheet.step_batching import (BatchingResult, simulate_continuous_batching,
-                                       simulate_static_batching)
-from .constants import CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
-from .costs.calibrated import CalibratedCost
-from .costs.kernels import (KVCache, paged_decode_attention, scaled_dot_product_attention,
-                            softmax, tiled_softmax_dot, tiled_softmax_dot_batched)
-from .costs.roofline import RooflineCost
-from .costs.simple import ConstantCost, LinearCost
-from .engine import (POLICIES, VLLM, Batch, ChunkedPrefill, ContinuousBatching, Disaggregation,
-                     Orca, Sarathi, SGLang, SimConfig, SpeculativeConfig, StaticBatching,
-                     run)
-from .results.metrics import Result
-from .specs.gpus import GPU, get_gpu, gpu_presets
-from .specs.memory import MemoryBudget, blocks_needed, kv_cache_bytes, memory_budget
-from .specs.models import ModelConfig, get_model, model_presets
-from .specs.quantization import dequantize, quantize
-from .tools.capacity import Capacity, max_rate
-from .tools.sweep import sweep
+import importlib
+
+# public name -> the module that defines it; imported on first use (PEP 562), so that
+# ``import sim`` and the ``sim`` command load only what they use (``sim run`` never loads the
+# sweep, capacity, kernel or cheat-sheet modules)
+_PUBLIC = {
+    "PrefixCache": "cheatsheet.prefix_cache",
+    **dict.fromkeys(("DraftModel", "SpeculativeResult", "expected_tokens_per_step",
+                     "speculative_decode", "speculative_speedup"), "cheatsheet.speculative"),
+    **dict.fromkeys(("BatchingResult", "simulate_continuous_batching",
+                     "simulate_static_batching"), "cheatsheet.step_batching"),
+    **dict.fromkeys(("CHUNK_SIZE", "KV_BLOCK_SIZE", "KV_BLOCKS_AVAILABLE"), "constants"),
+    "CalibratedCost": "costs.calibrated",
+    **dict.fromkeys(("KVCache", "paged_decode_attention", "scaled_dot_product_attention",
+                     "softmax", "tiled_softmax_dot", "tiled_softmax_dot_batched"),
+                    "costs.kernels"),
+    "RooflineCost": "costs.roofline",
+    **dict.fromkeys(("ConstantCost", "LinearCost"), "costs.simple"),
+    **dict.fromkeys(("POLICIES", "VLLM", "Batch", "ChunkedPrefill", "ContinuousBatching",
+                     "Disaggregation", "Orca", "Sarathi", "SGLang", "SimConfig",
+                     "SpeculativeConfig", "StaticBatching", "run"), "engine"),
+    "Result": "results.metrics",
+    **dict.fromkeys(("GPU", "get_gpu", "gpu_presets"), "specs.gpus"),
+    **dict.fromkeys(("MemoryBudget", "blocks_needed", "kv_cache_bytes", "memory_budget"),
+                    "specs.memory"),
+    **dict.fromkeys(("ModelConfig", "get_model", "model_presets"), "specs.models"),
+    **dict.fromkeys(("dequantize", "quantize"), "specs.quantization"),
+    **dict.fromkeys(("Capacity", "max_rate"), "tools.capacity"),
+    "sweep": "tools.sweep",
+}
+
+
+def __getattr__(name):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sim' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # the next lookup finds it without this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
 
 __version__ = "0.1.0"
 

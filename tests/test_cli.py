@@ -10,7 +10,7 @@ def test_run_small_trace_writes_outputs(tmp_path, capsys):
     out = tmp_path / "out"
     rc = main(["run", "--workload", "azure-code", "-n", "300", "--scheduler", "continuous",
                "--max-batch-size", "32", "--kv-blocks", "4000", "--slo-ttft", "1.0",
-               "--slo-itl", "0.1", "-o", str(out)])
+               "--slo-itl", "0.1", "--plots", "-o", str(out)])
     assert rc == 0
     text = capsys.readouterr().out
     assert "TTFT (s)" in text and "SLOs" in text
@@ -38,8 +38,25 @@ def test_run_toml_config_and_flags_override(tmp_path, capsys):
     assert s["settings"]["scheduler"] == "static" and s["settings"]["max_batch_size"] == 2
     assert s["summary"]["slo_e2e"] == 1.0
     assert not (tmp_path / "o" / "timeline.png").exists()
+    assert main(["run", str(cfg), "--plots", "-q"]) == 0  # the flag overrides the file
+    assert (tmp_path / "o" / "timeline.png").exists()
     # 3 requests, batch 2 static, 0.01 s per iteration
     assert s["summary"]["num_finished"] == 3
+
+
+def test_run_plots_only_when_asked(tmp_path):
+    """PNG figures cost ~1 s (matplotlib and drawing), ~4 s at 1M requests: written only with
+    --plots (or plots = true), never by default; --no-plots overrides plots = true."""
+    small = ["run", "-w", "azure-code", "-n", "20", "--cost", "constant:0.01", "-q"]
+    assert main(small + ["-o", str(tmp_path / "a")]) == 0
+    assert not list((tmp_path / "a").glob("*.png"))
+    cfg = tmp_path / "p.toml"
+    cfg.write_text(f'plots = true\noutput = "{tmp_path / "b"}"\n')
+    assert main(["run", str(cfg)] + small[1:] + ["--no-plots"]) == 0
+    assert not list((tmp_path / "b").glob("*.png"))
+    assert main(["run", str(cfg)] + small[1:]) == 0
+    assert sorted(p.name for p in (tmp_path / "b").glob("*.png")) == ["latency_cdfs.png",
+                                                                      "timeline.png"]
 
 
 def test_run_errors_are_clear(tmp_path, capsys):

@@ -112,7 +112,7 @@ def test_interrupted_run_leaves_the_previous_files(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(plots, "save_plots", interrupted)
     with pytest.raises(KeyboardInterrupt):
         main(["run", "-w", "azure-code", "-n", "40", "--cost", "constant:0.01", "-q",
-              "-o", str(out)])
+              "--plots", "-o", str(out)])
     assert (out / "summary.json").read_text() == before  # not half a new set of files
     assert sorted(p.name for p in out.iterdir()) == ["iterations.parquet", "requests.parquet",
                                                      "summary.json"]  # no temporary left
@@ -202,3 +202,18 @@ def test_prefix_caching_radix_from_the_flag_and_the_sglang_default(tmp_path):
                     for c in ("flag", "preset"))
     assert flag["settings"]["prefix_caching"] == preset["settings"]["prefix_caching"] == "radix"
     assert flag["summary"]["prefix_hit_rate"] > 0.02 and preset["summary"]["prefix_hit_rate"] > 0.02
+
+
+def test_parquet_outputs_round_trip_with_dictionaries_only_on_text(tmp_path):
+    import pyarrow.parquet as pq
+    from sim.cli.run import write_parquet
+    df = pd.DataFrame({"request_id": ["a", "b", "c"], "ttft": [0.5, float("nan"), 0.25],
+                       "num_output_tokens": [3, 4, 5], "status": ["finished"] * 3})
+    write_parquet(df, tmp_path / "r.parquet")
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "r.parquet"), df)
+    meta = pq.ParquetFile(tmp_path / "r.parquet").metadata.row_group(0)
+    dictionary = {meta.column(i).path_in_schema: any("DICTIONARY" in e for e in
+                                                     meta.column(i).encodings)
+                  for i in range(meta.num_columns)}
+    assert dictionary == {"request_id": True, "ttft": False, "num_output_tokens": False,
+                          "status": True}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.engine.decoding import Decodes, _RangeMax, inter_token_gaps
+from sim.engine.decoding import Decodes, inter_token_gaps
 from sim.engine.request import DECODE, Request
 
 
@@ -59,15 +59,6 @@ def test_stop_records_progress_and_the_run_of_tokens():
     assert d.count == 0 and sum(d.by_phase) == 0 and d.context_offset == 0
 
 
-@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=50), st.data())
-def test_range_max_matches_brute_force(values, data):
-    rm = _RangeMax(values)
-    lo = data.draw(st.lists(st.integers(0, len(values) - 1), min_size=1, max_size=20))
-    hi = [data.draw(st.integers(a, len(values) - 1)) for a in lo]
-    got = rm.query(np.array(lo), np.array(hi))
-    assert got.tolist() == [max(values[a:b + 1]) for a, b in zip(lo, hi)]
-
-
 @given(st.lists(st.floats(0.001, 1.0), min_size=2, max_size=40), st.data())
 def test_inter_token_gaps_equal_materialised_token_times(durations, data):
     end = np.cumsum(durations)
@@ -94,13 +85,3 @@ def test_no_iterations_no_gaps():
     assert gap.size == weights.size == extra.size == 0 and np.isnan(max_itl[0])
     with pytest.raises(AttributeError):
         Request(0, 0, 0.0, 1, 1).not_a_field = 1  # slots: a typo is an error
-
-
-@given(st.lists(st.floats(0, 10, allow_nan=False), min_size=1, max_size=60), st.integers(1, 8),
-       st.data())
-def test_range_max_with_a_length_cap_answers_ranges_up_to_the_cap(values, cap, data):
-    rm = _RangeMax(values, max_len=cap)
-    lo = data.draw(st.integers(0, len(values) - 1))
-    hi = data.draw(st.integers(lo, min(len(values) - 1, lo + cap - 1)))
-    assert rm.query(np.array([lo]), np.array([hi])).tolist() == [max(values[lo:hi + 1])]
-    assert len(rm.levels) == max(1, min(len(values), cap).bit_length())

@@ -160,3 +160,25 @@ def test_public_names_stay_importable_from_sim():
                  "KV_BLOCKS_AVAILABLE"):
         assert name in sim.__all__
     assert (sim.CHUNK_SIZE, sim.KV_BLOCK_SIZE, sim.KV_BLOCKS_AVAILABLE) == (512, 16, 1800)
+
+
+def test_sim_run_loads_only_what_it_uses(tmp_path):
+    """Start-up is part of every ``sim run``: ``import sim`` loads no library (its names are
+    imported on first use), the parser (``sim --help``) neither pandas nor SimPy, and a run
+    without plots neither matplotlib nor the sweep, capacity, kernel or cheat-sheet modules."""
+    import subprocess
+    import sys
+    code = ("import sys\nimport sim\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('pandas', 'numpy', "
+            "'simpy') or m.startswith('sim.')], sorted(sys.modules)\n"
+            "from sim.cli.main import build_parser, main\n"
+            "build_parser().format_help()\n"
+            "assert not [m for m in sys.modules if m.split('.')[0] in ('pandas', 'simpy', "
+            "'pyarrow')], sorted(sys.modules)\n"
+            f"main(['run', '-w', 'azure-code', '-n', '20', '--cost', 'constant:0.01', '-q', "
+            f"'-o', {str(tmp_path / 'o')!r}])\n"
+            "bad = [m for m in sys.modules if m.startswith(('matplotlib', 'sim.tools', "
+            "'sim.cheatsheet', 'sim.costs.kernels', 'sim.costs.calibrated', 'sim.results.plots', "
+            "'dask', 'cupy'))]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -316,3 +316,20 @@ def test_summary_refuses_a_non_positive_slo():
     res = sim.run(df, cost_model=sim.ConstantCost(0.01))
     with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
         res.summary(slo={"ttft": -1})
+
+
+def test_itl_is_sorted_once_per_result(monkeypatch):
+    """The summary, the findings and the plots share one sort of the pooled ITL (0.36 s per
+    summary at 1M requests); a Result whose ITL data is replaced sorts the new data."""
+    import sim.results.metrics as metrics
+    calls = []
+    real = metrics.weighted_cdf
+    monkeypatch.setattr(metrics, "weighted_cdf", lambda v, w: calls.append(1) or real(v, w))
+    res = _hand_result()
+    first = res.summary(slo={"itl": 2.0})
+    res.summary()
+    res.diagnose()
+    assert len(calls) == 1
+    assert first["itl_p50"] == 2.0
+    res._itl = (np.array([5.0]), np.array([3]), np.zeros(0))
+    assert res.summary()["itl_p50"] == 5.0 and len(calls) == 2

@@ -275,3 +275,16 @@ def test_closed_loop_matches_littles_law():
 def test_plot_workload(tmp_path):
     wl.plot_workload(wl.load("azure-conv", n=2000), tmp_path / "w.png")
     assert (tmp_path / "w.png").stat().st_size > 10_000
+
+
+def test_validate_shares_no_writable_data_with_its_input():
+    """validate copies shallowly (a deep copy was 0.24 s of 0.25 s at 1M requests): writing
+    into its result, checked columns or carried ones, never changes the caller's frame."""
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [5, 6],
+                       "num_output_tokens": [2, 3], "session_id": [7, 8]})
+    before = df.copy()
+    out = wl.validate(df)
+    out.loc[0, "num_prompt_tokens"] = 99
+    out.loc[0, "session_id"] = 99
+    out["arrival_time"] = 5.0
+    pd.testing.assert_frame_equal(df, before)

@@ -51,7 +51,9 @@ def validate(df, *, source=None) -> pd.DataFrame:
                          f"{list(df.columns)}")
     if len(df) == 0:
         raise ValueError(f"{where}workload has no requests: nothing to simulate")
-    out = df.copy()
+    # a shallow copy: every checked column is replaced below and the others are shared
+    # read-only (a deep copy consolidated the columns: 0.24 s of 0.25 s at 1M requests)
+    out = df.copy(deep=False)
     out.attrs = dict(df.attrs)
     arrival = pd.to_numeric(out["arrival_time"], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(arrival) | (arrival < 0)

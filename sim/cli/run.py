@@ -2,8 +2,10 @@
 
 The settings and the output folder are checked before anything is simulated. Writes
 ``requests.parquet``, ``iterations.parquet``, ``summary.json`` (settings + metrics, strict JSON:
-an undefined metric is ``null`` with its reason in ``null_reasons``) and, unless
-``--no-plots``, two PNG figures; each file is written under a temporary name and renamed.
+an undefined metric is ``null`` with its reason in ``null_reasons``) and, with ``--plots``
+(``plots = true``), two PNG figures (only when asked: importing matplotlib and drawing cost
+~1 s of a default run, ~4 s at 1M requests); each file is written under a temporary name and
+renamed.
 ``--report FILE.html`` (or ``report`` in the TOML file) also writes the self-contained HTML
 page of :mod:`sim.results.report` (checked writable before the run).
 """
@@ -253,14 +255,22 @@ def strict_json(doc) -> str:
     return json.dumps(doc, indent=2, allow_nan=False, default=str)
 
 
+def write_parquet(df, path) -> None:
+    """``df`` as parquet, dictionary-encoding only its text columns (status, reason): on
+    numbers the encoder's dictionary attempt cost ~25 % of the write (1M requests and 2.4M
+    iterations: 1.2 -> 0.9 s) for files 4-12 % smaller."""
+    text = [c for c in df.columns if df[c].dtype.kind not in "biufcmM"]
+    df.to_parquet(path, index=False, use_dictionary=text)
+
+
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
     interrupted run leaves the previous files or the new ones, never half a file."""
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
     try:
-        res.requests.to_parquet(tmp / "requests.parquet", index=False)
-        res.iterations.to_parquet(tmp / "iterations.parquet", index=False)
+        write_parquet(res.requests, tmp / "requests.parquet")
+        write_parquet(res.iterations, tmp / "iterations.parquet")
         (tmp / "summary.json").write_text(strict_json(doc))
         written = ["requests.parquet", "iterations.parquet", "summary.json"]
         if plots:

@@ -44,7 +44,7 @@ DEFAULTS = {
     "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
     "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": None,
     "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
-    "cost": "roofline", "profile": None, "output": "sim-out", "plots": True, "slo": {},
+    "cost": "roofline", "profile": None, "output": "sim-out", "plots": False, "slo": {},
     "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
@@ -60,7 +60,7 @@ DEFAULT_SCENARIO = ("Llama-3.1-8B (fp16) on one H100-80GB, roofline cost model; 
                     "budget")
 
 
-FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "--no-plots",
+FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "--plots",
          "closed_loop_users": "--closed-loop", "link_bandwidth_gbps": "--link-bandwidth",
          "link_latency_s": "--link-latency"}  # the others: ``--`` + key with dashes
 NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
@@ -166,8 +166,11 @@ def add_run_args(p):
         p.add_argument(f"--slo-{key}", type=float, dest=f"slo_{key}", metavar="SECONDS",
                        help=f"{key.upper()} SLO in seconds, > 0 (default none)")
     p.add_argument("--output", "-o", metavar="FOLDER", help="output folder (default sim-out)")
+    p.add_argument("--plots", action="store_true", dest="plots", default=None,
+                   help="also write the PNG figures: latency CDFs and the timeline (default: "
+                        "none; matplotlib and drawing cost ~1 s, ~4 s at 1M requests)")
     p.add_argument("--no-plots", action="store_false", dest="plots", default=None,
-                   help="do not write the PNG figures (default: write them)")
+                   help="write no PNG figure (the default; overrides plots = true in a file)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="print nothing but errors and warnings (default: print the summary)")
 

@@ -8,7 +8,8 @@ contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule
 ``sglang`` (SGLang's scheduler: prefill-only iterations on the decode clock),
 ``schedulers`` (the table of names and knob resolution), ``speculation`` (speculative decoding:
 settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``records`` (results
-columns), ``routers`` (which replica serves a request), ``cluster`` (replicas behind a router),
+columns), ``routers`` (which replica serves a request), ``clients`` (closed-loop users),
+``cluster`` (replicas behind a router),
 ``disaggregation`` (prefill and decode pools joined by KV-transfer links),
 ``simulation`` (``run``).
 
@@ -17,15 +18,24 @@ roofline), ``sim.results`` (the ``Result`` it returns) and ``workloads`` (valida
 plotting, the CLI, the tools, Dask, or anything that writes files.
 """
 
-from .batch import Batch
-from .config import SimConfig
-from .disaggregation import Disaggregation
-from .policies import ChunkedPrefill, ContinuousBatching, StaticBatching
-from .presets import VLLM, Orca, Sarathi
-from .sglang import SGLang
-from .schedulers import POLICIES
-from .simulation import run
-from .speculation import SpeculativeConfig
+import importlib
+
+# public name -> its module, imported on first use (PEP 562): the CLI's parser reads the
+# scheduler and router names without loading the simulation (pandas, SimPy) for ``--help``
+_PUBLIC = {"Batch": "batch", "SimConfig": "config", "Disaggregation": "disaggregation",
+           "ChunkedPrefill": "policies", "ContinuousBatching": "policies",
+           "StaticBatching": "policies", "VLLM": "presets", "Orca": "presets",
+           "Sarathi": "presets", "SGLang": "sglang", "POLICIES": "schedulers",
+           "run": "simulation", "SpeculativeConfig": "speculation"}
+
+
+def __getattr__(name):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_PUBLIC[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
            "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca", "SGLang",

@@ -44,8 +44,9 @@ import numpy as np
 import simpy
 from simpy.core import URGENT
 
+from .clients import ClosedLoopClients
 from .invariants import check_finished
-from .records import ITERATION_COLUMNS, build_result
+from .records import ITERATION_COLUMNS, build_result, release
 from .replica import Replica
 from .routers import ReplicaView, make_router
 from .schedulers import POLICIES, resolve
@@ -125,57 +126,42 @@ class Cluster:
 
     def open_loop(self):
         """Route each request at its ``arrival_time`` (requests sorted by arrival)."""
-        arrivals, env = self.requests, self.env
-        n = len(arrivals)
-        state = {"next": 0}
+        self._next = 0
+        if self.requests:
+            _Dispatch(self.env, max(self.requests[0].arrival_time - self.env.now, 0.0),
+                      self._arrive)
 
-        def fire(_event):
-            i, now = state["next"], env.now
-            self.submit(arrivals[i])  # the one this event was scheduled for (float rounding)
+    def _arrive(self, _event):
+        # (bound methods, not closures that refer to themselves: no reference cycle keeps
+        # the cluster and its requests alive after the run)
+        arrivals, now = self.requests, self.env.now
+        i, n = self._next, len(arrivals)
+        self.submit(arrivals[i])  # the one this event was scheduled for (float rounding)
+        i += 1
+        while i < n and arrivals[i].arrival_time <= now:
+            self.submit(arrivals[i])
             i += 1
-            while i < n and arrivals[i].arrival_time <= now:
-                self.submit(arrivals[i])
-                i += 1
-            state["next"] = i
-            if i < n:
-                _Dispatch(env, max(arrivals[i].arrival_time - now, 0.0), fire)
-
-        if n:
-            _Dispatch(env, max(arrivals[0].arrival_time - env.now, 0.0), fire)
+        self._next = i
+        if i < n:
+            _Dispatch(self.env, max(arrivals[i].arrival_time - now, 0.0), self._arrive)
 
     def closed_loop(self, loop):
         """``num_users`` users; each issues its next request ``think_time`` after the last
-        finished or was rejected, routed when issued."""
-        env = self.env
-        pending = iter(self.requests)
-        think = float(loop.think_time)
-
-        def issue(_event=None):
-            r = next(pending, None)
-            if r is None:
-                return
-            r.arrival_time = env.now
-            if not self.submit(r):
-                done(r, env.now)
-
-        def done(_r, _now):
-            if think > 0:
-                env.timeout(think).callbacks.append(issue)
-            else:
-                issue()
-
-        for rep in self.replicas + list(self.more_replicas):
-            rep.on_finish = _chain(rep.on_finish, done)
-        for _ in range(int(loop.num_users)):
-            issue()
+        finished or was rejected, routed when issued (:mod:`sim.engine.clients`)."""
+        ClosedLoopClients(self.env, self.replicas + list(self.more_replicas), self.requests,
+                          self.submit, loop)
 
     def start(self):
         for proc in self.processes:
-            self.env.process(proc.loop())
+            proc.start()
 
     def close(self):
+        """The environment has run: close the bar and each replica process (which breaks
+        the cycles that would keep every request alive until a garbage collection)."""
         if self.bar is not None:
             self.bar.close()
+        for proc in self.processes:
+            proc.close()
 
     def num_out(self) -> int:
         return sum(len(rep.finished) for rep in self.replicas)
@@ -197,22 +183,11 @@ def replica_policy(config, policy):
     return policy
 
 
-def _chain(first, then):
-    """One ``on_finish`` callback calling ``first`` (if any) then ``then``."""
-    if first is None:
-        return then
-
-    def both(r, now):
-        first(r, now)
-        then(r, now)
-    return both
-
-
 def concatenate(records_per_replica, replicas):
     """``(records, iterations per replica, offsets, paused)``: the replicas' flat iteration
     records one after another (replica ``k``'s iteration ``j`` becomes ``offsets[k][0] + j``,
     its decode step ``j`` becomes ``offsets[k][1] + j``) and every replica's paused iterations
-    in that numbering."""
+    in that numbering; each replica's buffer is emptied once copied."""
     records, counts, offsets, paused = array("d"), [], [], []
     width = len(ITERATION_COLUMNS)
     steps = 0
@@ -221,6 +196,7 @@ def concatenate(records_per_replica, replicas):
         offsets.append((first, steps))
         counts.append(len(rec) // width)
         records.extend(rec)
+        release(rec)  # copied: not held twice
         paused.extend(first + p for p in rep.paused)
         steps += counts[-1] - len(rep.paused)
     return records, counts, offsets, paused
@@ -259,7 +235,8 @@ def simulate(env, config, entry, *others, busy=False) -> None:
     for pool in (entry, *others):
         pool.start()
     env.run()
-    entry.close()
+    for pool in (entry, *others):
+        pool.close()
     lost = len(entry.requests) - sum(pool.num_out() for pool in (entry, *others))
     if lost or busy and busy():
         raise RuntimeError(f"{lost} request(s) neither finished nor rejected")

@@ -31,6 +31,9 @@ value per token.
 
 from __future__ import annotations
 
+from itertools import chain
+from operator import attrgetter
+
 import numpy as np
 
 from .request import DECODE
@@ -242,30 +245,6 @@ def emits_single_token(r, i: int) -> None:
     r.segments.append((i, i))
 
 
-class _RangeMax:
-    """Sparse table: max of ``a[l..r]`` in O(1) per query (vectorised), for ranges of at most
-    ``max_len`` elements (levels beyond it are not built: memory ~ log2(max_len) copies)."""
-
-    def __init__(self, a, max_len=None):
-        self.levels = [np.asarray(a, dtype=np.float64)]
-        limit = len(a) if max_len is None else min(len(a), max_len)
-        k = 1
-        while 2 * k <= limit:
-            prev = self.levels[-1]
-            self.levels.append(np.maximum(prev[:-k], prev[k:]))
-            k *= 2
-
-    def query(self, lo, hi):  # inclusive, lo <= hi
-        length = hi - lo + 1
-        j = np.floor(np.log2(length)).astype(np.int64)
-        out = np.empty(len(lo))
-        for level in np.unique(j):
-            m = j == level
-            arr = self.levels[level]
-            out[m] = np.maximum(arr[lo[m]], arr[hi[m] - (1 << level) + 1])
-        return out
-
-
 def inter_token_gaps(requests, end, end_iter=None):
     """ITL data from token runs: ``((gaps, weights, extra), max_itl)``.
 
@@ -280,11 +259,18 @@ def inter_token_gaps(requests, end, end_iter=None):
     """
     end_iter = end if end_iter is None else end_iter
     gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
-    max_itl = np.full(len(requests), np.nan)
-    runs = [(r.index, a, b) for r in requests for a, b in r.segments]
-    if not runs:
+    n = len(requests)
+    max_itl = np.full(n, np.nan)
+    segs = list(map(attrgetter("segments"), requests))
+    per = np.fromiter(map(len, segs), dtype=np.int64, count=n)
+    total = int(per.sum())
+    if not total:
         return (gap, np.zeros(len(end), dtype=np.int64), np.zeros(0)), max_itl
-    req, lo, hi = np.array(runs, dtype=np.int64).T
+    flat = np.fromiter(chain.from_iterable(chain.from_iterable(segs)), dtype=np.int64,
+                       count=2 * total)  # the runs' (a, b), request after request
+    lo, hi = flat[0::2], flat[1::2]
+    req = np.repeat(np.fromiter(map(attrgetter("index"), requests), dtype=np.int64, count=n),
+                    per)
     point = lo < 0
     if point.any():  # tokens of prefill-only iterations: times from the iteration ends
         steps = end if len(end) else np.zeros(1)  # (no decode step ran at all)
@@ -294,14 +280,15 @@ def inter_token_gaps(requests, end, end_iter=None):
     else:
         first, last = end[lo], end[hi]
     inner = (hi > lo) & ~point  # runs of 2+ emissions: gaps inside the run
-    cover = np.zeros(len(end) + 1, dtype=np.int64)
-    np.add.at(cover, lo[inner] + 1, 1)
-    np.add.at(cover, hi[inner] + 1, -1)
+    li, hi_ = lo[inner], hi[inner]
+    size = len(end) + 1
+    cover = np.bincount(li + 1, minlength=size) - np.bincount(hi_ + 1, minlength=size)
     weights = np.cumsum(cover)[:-1]
     after = req[1:] == req[:-1]  # a run that follows another run of the same request
     extra = first[1:][after] - last[:-1][after]
     np.fmax.at(max_itl, req[1:][after], extra)
-    if inner.any():
-        m = _RangeMax(gap, int((hi - lo)[inner].max())).query(lo[inner] + 1, hi[inner])
-        np.fmax.at(max_itl, req[inner], m)
+    if inner.any():  # each inner run's largest gap, gap[a+1..b]: one reduceat over bounds
+        bounds = np.empty(2 * len(li), dtype=np.int64)
+        bounds[0::2], bounds[1::2] = li + 1, hi_ + 1
+        np.fmax.at(max_itl, req[inner], np.maximum.reduceat(np.append(gap, 0.0), bounds)[0::2])
     return (gap, weights, extra), max_itl

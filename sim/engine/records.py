@@ -8,6 +8,10 @@ request's runs of emitting iterations and the iteration end times
 
 from __future__ import annotations
 
+import gc
+from contextlib import contextmanager
+from operator import attrgetter
+
 import numpy as np
 import pandas as pd
 
@@ -17,6 +21,33 @@ from .request import STATUS_NAMES
 
 ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_prefill_tokens",
                      "num_decode_tokens", "kv_blocks_used", "num_preemptions")
+
+
+@contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside the block: for building or reading a million plain
+    objects at once (the requests, their columns), whose allocations would otherwise trigger
+    full collections that traverse all of them again and again (measured: 1M ``Request``
+    objects built in 2.1-2.5 s of CPU with the collector on, 0.49 s with it paused; nothing
+    built there is cyclic garbage). Re-enables only a collector it found enabled, so nested or
+    concurrent uses (threads) leave it enabled once the last one is done."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def release(buffer) -> None:
+    """Empty a flat record buffer whose contents were copied, so its memory is free at once.
+    A buffer something still views is kept (e.g. a sampling profiler holding the frame of
+    :func:`iterations_frame`, as Dask's workers do: resizing it would raise)."""
+    try:
+        del buffer[:]
+    except BufferError:
+        pass
 
 
 def iterations_frame(records) -> pd.DataFrame:
@@ -40,8 +71,17 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
     ``columns``: further request columns (name -> array in request order); ``first_gaps``:
     ``(request indices, gaps)`` between a first token streamed outside any iteration
     (disaggregation) and the request's next token, pooled into ITL like the others;
-    ``paused``: the iterations whose decodes the policy paused (numbered as ``records``)."""
+    ``paused``: the iterations whose decodes the policy paused (numbered as ``records``). ``records`` is
+    emptied once read (at 1M requests it held 156 MB through the ITL computation)."""
+    with gc_paused():
+        return _build_result(requests, records, config, kv_blocks, wall_seconds, policy,
+                             cost_model, replicas, columns, first_gaps, paused)
+
+
+def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, cost_model,
+                  replicas, columns, first_gaps, paused) -> Result:
     iters = iterations_frame(records)
+    release(records)  # read (copied into columns): its memory is free for what follows
     if replicas is None:
         replica_of = np.zeros(len(requests), dtype=np.int64)
         iters["replica"] = np.zeros(len(iters), dtype=np.int64)
@@ -57,33 +97,32 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         idx, gaps = first_gaps
         itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))
         np.fmax.at(max_itl, idx, gaps)
-    arrival = np.array([r.arrival_time for r in requests], dtype=np.float64)
+    arrival = _numbers(requests, "arrival_time", np.float64)
     # None (never scheduled / no token / not finished) becomes NaN in a float array
-    first_sched = np.array([r.first_scheduled_time for r in requests], dtype=np.float64)
-    first_tok = np.array([r.first_token_time for r in requests], dtype=np.float64)
-    finish = np.array([r.finish_time for r in requests], dtype=np.float64)
-    n_out = np.array([r.num_output_tokens for r in requests], dtype=np.int64)
-    status = np.array([STATUS_NAMES[r.status] for r in requests], dtype=object)
+    first_sched = _times(requests, "first_scheduled_time")
+    first_tok = _times(requests, "first_token_time")
+    finish = _times(requests, "finish_time")
+    n_out = _numbers(requests, "num_output_tokens")
+    status = np.array(STATUS_NAMES, dtype=object)[_numbers(requests, "status")]
     done = status == "finished"
     ttft = np.where(done, first_tok - arrival, np.nan)
     e2e = np.where(done, finish - arrival, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(done & (n_out > 1), (e2e - ttft) / (n_out - 1), np.nan)
     df = pd.DataFrame({
-        "request_id": [r.request_id for r in requests],
+        "request_id": list(map(attrgetter("request_id"), requests)),
         "replica": replica_of,
         "arrival_time": arrival,
         "first_scheduled_time": first_sched,
         "first_token_time": first_tok,
         "finish_time": finish,
-        "num_prompt_tokens": np.array([r.num_prompt_tokens for r in requests], dtype=np.int64),
+        "num_prompt_tokens": _numbers(requests, "num_prompt_tokens"),
         "num_output_tokens": n_out,
-        "num_preemptions": np.array([r.num_preemptions for r in requests], dtype=np.int64),
-        "num_cached_tokens": np.array([r.num_cached_tokens for r in requests], dtype=np.int64),
-        "num_prefill_computed": np.array([r.num_prefill_computed for r in requests],
-                                         dtype=np.int64),
+        "num_preemptions": _numbers(requests, "num_preemptions"),
+        "num_cached_tokens": _numbers(requests, "num_cached_tokens"),
+        "num_prefill_computed": _numbers(requests, "num_prefill_computed"),
         "status": status,
-        "reason": [r.reason for r in requests],
+        "reason": list(map(attrgetter("reason"), requests)),
         "ttft": ttft,
         "e2e": e2e,
         "tpot": tpot,
@@ -92,15 +131,29 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
         "max_itl": max_itl,
     })
     if config.speculative is not None:
-        steps = np.array([r.spec_steps for r in requests], dtype=np.int64)
+        steps = _numbers(requests, "spec_steps")
         df["spec_steps"] = steps
         df["spec_drafted"] = steps * config.speculative.num_speculative_tokens
         # accepted as vLLM counts them: the last verification's accepted drafts beyond the
         # request's end included (its output is cut at max_tokens after verification)
-        df["spec_accepted"] = np.array([r.spec_accepted + r.spec_overshoot for r in requests],
-                                       dtype=np.int64)
+        df["spec_accepted"] = (_numbers(requests, "spec_accepted")
+                               + _numbers(requests, "spec_overshoot"))
     for name, values in (columns or {}).items():
         df[name] = values
     return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
                   getattr(policy, "name", type(policy).__name__),
                   getattr(cost_model, "name", type(cost_model).__name__))
+
+
+def _numbers(requests, name, dtype=np.int64) -> np.ndarray:
+    """The attribute ``name`` of every request as an array (measured at 1M requests: 58 ms a
+    column, against 86 ms through a list comprehension and ``np.array``)."""
+    return np.fromiter(map(attrgetter(name), requests), dtype=dtype, count=len(requests))
+
+
+def _times(requests, name) -> np.ndarray:
+    """A time attribute that may be None (never reached) as float64, None as NaN."""
+    try:
+        return _numbers(requests, name, np.float64)
+    except TypeError:  # a None among them
+        return np.array(list(map(attrgetter(name), requests)), dtype=np.float64)

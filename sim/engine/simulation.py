@@ -24,17 +24,19 @@ import math
 import time
 import warnings
 from array import array
+from functools import partial
 
 import pandas as pd
 import simpy
 
 from ..results.metrics import Result
+from .clients import ClosedLoopClients
 from .cluster import run_cluster
 from .config import SimConfig
 from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
-from .records import build_result
+from .records import build_result, gc_paused
 from .replica import Replica
 from .request import Request
 from .speculation import make_drawer
@@ -53,9 +55,10 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
                             f"got {type(workload).__name__}")
         workload = from_records(workload)
     df = validate(workload)
-    reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
-        df["request_id"].tolist(), df["arrival_time"].tolist(), df["num_prompt_tokens"].tolist(),
-        df["num_output_tokens"].tolist()))]
+    with gc_paused():  # a million objects at once: no collector passes over them meanwhile
+        reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
+            df["request_id"].tolist(), df["arrival_time"].tolist(),
+            df["num_prompt_tokens"].tolist(), df["num_output_tokens"].tolist()))]
     if not speculative and "acceptance_rate" in df.columns \
             and df["acceptance_rate"].notna().any():
         warnings.warn(UNUSED_ACCEPTANCE, UserWarning, stacklevel=3)
@@ -120,8 +123,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
     else:
-        _ClosedLoopClients(env, replica, requests, process, config.closed_loop)
-    env.process(process.loop())
+        ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
+                          config.closed_loop)
+    process.start()
     env.run()
     process.close()
     if len(replica.finished) != len(requests):  # a bug, never a silent loss
@@ -148,33 +152,6 @@ def _submit(replica, process, r) -> bool:
     return True
 
 
-class _ClosedLoopClients:
-    """Closed loop: ``num_users`` users; each issues the next request (in workload order)
-    ``think_time`` after its previous one finished or was rejected. One event per request."""
-
-    def __init__(self, env, replica, requests, process, loop):
-        self.env, self.replica, self.process = env, replica, process
-        self.pending = iter(requests)
-        self.think = float(loop.think_time)
-        replica.on_finish = self._done
-        for _ in range(int(loop.num_users)):
-            self._issue()
-
-    def _issue(self, _event=None):
-        r = next(self.pending, None)
-        if r is None:
-            return
-        r.arrival_time = self.env.now
-        if not _submit(self.replica, self.process, r):
-            self._done(r, self.env.now)
-
-    def _done(self, r, now):
-        if self.think > 0:
-            self.env.timeout(self.think).callbacks.append(self._issue)
-        else:
-            self._issue()
-
-
 class _ReplicaProcess:
     """One serving replica: one SimPy process, one event per iteration.
 
@@ -190,10 +167,15 @@ class _ReplicaProcess:
         self.arrivals = ()
         self.check = False  # SimConfig.check: the invariants after every batch formed
         self.idle = None
+        self._loop = None
         self.bar = None
         if progress:
             from tqdm.auto import tqdm
             self.bar = tqdm(total=total, unit="req", desc="simulating", leave=False)
+
+    def start(self):
+        self._loop = self.loop()
+        self.env.process(self._loop)
 
     def wake(self):
         if self.idle is not None and not self.idle.triggered:
@@ -251,6 +233,15 @@ class _ReplicaProcess:
                 bar.refresh()
 
     def close(self):
+        """The environment has run: close the progress bar and break the reference cycles
+        that would keep the replica, and with it every request, alive until the cyclic
+        garbage collector ran (the suspended loop's SimPy process and its wake-up event; the
+        hooks of closed-loop clients and disaggregation). Measured at 1M requests: 1.3 GB
+        otherwise held through the summary, the files and the plots."""
         if self.bar is not None:
             self.bar.n = len(self.replica.finished)
             self.bar.close()
+        self._loop.close()
+        self.idle = None
+        self.arrivals = ()
+        self.replica.on_finish = self.replica.on_prefilled = None

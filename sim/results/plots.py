@@ -137,12 +137,8 @@ def _itl_for_cdf(res):
     total = int(weights.sum()) + len(extra)
     if total <= ITL_EXACT:
         return res.itl()
-    v = np.concatenate([gaps, extra])
-    w = np.concatenate([weights, np.ones(len(extra), dtype=np.int64)])
-    order = np.argsort(v, kind="stable")
-    v, cum = v[order], np.cumsum(w[order])
-    keep = w[order] > 0
-    v, y = v[keep], cum[keep] / total
+    v, cum = res.itl_cdf()
+    y = cum / total
     step = max(1, v.size // ITL_POINTS)
     idx = np.unique(np.r_[np.arange(0, v.size, step), v.size - 1])  # the last point: y = 1
     return v[idx], y[idx]
