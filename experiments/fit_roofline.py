@@ -9,6 +9,12 @@ one memory efficiency per elementwise op and a kernel-time floor, minimising the
 log error on the *fit* models; the *held-out* model (Llama-2-70B on both GPUs) is never seen by
 the fit. The report gives median and P90 absolute percentage error per op family.
 
+The prefill attention's efficiency curve (``eff x L / (L + half)`` over a context of ``L``
+tokens) per GPU from published causal forward benchmarks of the kernel its engines run
+(``sim/data/attention_kernels.csv``: FlashAttention-2 on an A100, FlashAttention-3 on an H100),
+fitted on the head-dim-128 full-prompt rows; a chunk over a cached prefix (A100) and head dims
+64 and 256 (H100) are held out, and FlashAttention-2 on the H100 is reported as another kernel.
+
 Then the fixed costs and the FP8 efficiency, from published end-to-end measurements
 (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, each row sourced):
 
@@ -24,7 +30,9 @@ Then the fixed costs and the FP8 efficiency, from published end-to-end measureme
   published static-batch throughputs (TP 1; Llama-2-7B fit, GPT-J-6B held out), at most
   ``MAX_BANDWIDTH_EFF`` of the peak bandwidth;
 - a cross-check of that per-layer term: what a CUDA graph saved per decode step and layer in
-  vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph).
+  vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph);
+- a report, nothing fitted, of the held-out decode rows: batch-1 decode steps (gpt-fast on an
+  A100) and static batches of 1-8 (NeMo's Llama-2 table, A100 and H100).
 """
 
 from __future__ import annotations

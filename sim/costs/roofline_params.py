@@ -37,6 +37,7 @@ class RooflineParams:
     elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
     kernel_floor_s: float = 3e-6
     attn_prefill_compute_eff: float = 0.55  # prefill attention's FLOP/s efficiency, saturated
+    # (these two defaults apply only to unfitted params: roofline_fit.json has the fitted ones)
     attn_prefill_half_tokens: float = 0.0  # context at which it reaches half that (0: flat)
     attn_decode_memory_eff: float = 0.7
     overhead_s: float = 1e-3  # per iteration (CPU: schedule, prepare inputs, sample)

@@ -10,9 +10,10 @@
 The arrival rate defaults to the one at which the calibrated simulation keeps the replica ~50%
 busy, so the comparison includes queueing without saturating.
 
-Queueing amplifies the machine's speed: on a shared 2-core VM the same kernels run 10-40 %
-slower while other processes run, and a replica priced for 50 % load that executes 20 % slower
-runs at 60 %, where waits are ~1.5x longer. So besides the plain comparison the result has the
+Queueing amplifies the machine's speed: on a shared 2-core VM the same iterations run slower
+while other processes run (measured on the build VM under a load average of 5-8: a median 6.7x
+the isolated kernel times, up to 260x), and a replica priced for 50 % load that executes 20 %
+slower runs at 60 %, where waits are ~1.5x longer. So besides the plain comparison the result has the
 executed run's *speed ratio* (its measured total time over the calibrated price of the same
 batches, one number) and a third run, the simulation with every price scaled by it
 (``simulated_at_speed``): its errors say whether the model's shape holds once the machine's
