@@ -9,6 +9,12 @@ one memory efficiency per elementwise op and a kernel-time floor, minimising the
 log error on the *fit* models; the *held-out* model (Llama-2-70B on both GPUs) is never seen by
 the fit. The report gives median and P90 absolute percentage error per op family.
 
+The prefill attention's efficiency curve (``eff x L / (L + half)`` over a context of ``L``
+tokens) per GPU from published causal forward benchmarks of the kernel its engines run
+(``sim/data/attention_kernels.csv``: FlashAttention-2 on an A100, FlashAttention-3 on an H100),
+fitted on the head-dim-128 full-prompt rows; a chunk over a cached prefix (A100) and head dims
+64 and 256 (H100) are held out, and FlashAttention-2 on the H100 is reported as another kernel.
+
 Then the fixed costs and the FP8 efficiency, from published end-to-end measurements
 (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, each row sourced):
 
@@ -24,7 +30,9 @@ Then the fixed costs and the FP8 efficiency, from published end-to-end measureme
   published static-batch throughputs (TP 1; Llama-2-7B fit, GPT-J-6B held out), at most
   ``MAX_BANDWIDTH_EFF`` of the peak bandwidth;
 - a cross-check of that per-layer term: what a CUDA graph saved per decode step and layer in
-  vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph).
+  vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph);
+- a report, nothing fitted, of the held-out decode rows: batch-1 decode steps (gpt-fast on an
+  A100) and static batches of 1-8 (NeMo's Llama-2 table, A100 and H100).
 """
 
 from __future__ import annotations
@@ -152,14 +160,80 @@ def report(w: pd.DataFrame, params: dict) -> pd.DataFrame:
 
 
 def fit_all():
+    """Per GPU the kernel fit (:func:`fit_gpu`) with the prefill attention's efficiency curve
+    (:func:`fit_attention`); and the per-op report."""
     w = _work(load_profiles())
+    attention = fit_attention()
     params = {}
     for gpu in FIT:
-        params[gpu] = fit_gpu(w[(w["gpu"] == gpu) & w["model"].isin(FIT[gpu])])
+        params[gpu] = dataclasses.replace(
+            fit_gpu(w[(w["gpu"] == gpu) & w["model"].isin(FIT[gpu])]), **attention[gpu])
     return params, report(w, params)
 
 
 DATA = resources.files("sim").joinpath("data")
+# the prefill attention kernel each GPU's engines run (vLLM and SGLang use FlashAttention-3 on
+# Hopper): its published forward benchmarks fit the roofline's prefill attention efficiency
+ATTENTION_KERNEL = {"a100": "flashattention-2", "h100": "flashattention-3"}
+
+
+def load_attention() -> pd.DataFrame:
+    """``sim/data/attention_kernels.csv`` with, per row, the causal FLOPs as the roofline counts
+    them (queries are the last ``seqlen_q`` of ``seqlen_kv`` keys: ``4 b h d c (p + c/2)``), the
+    context ``L = seqlen_kv`` and the measured seconds (``time_ms``, else the published TFLOP/s
+    over FlashAttention's own count, ``2 b h d s_q s_kv``)."""
+    with DATA.joinpath("attention_kernels.csv").open() as f:
+        d = pd.read_csv(f)
+    if not d["causal"].all():
+        raise ValueError("attention_kernels.csv: only causal rows describe a prefill")
+    c, bhd = d["seqlen_q"], d["batch_size"] * d["num_heads"] * d["head_dim"]
+    d["flops"] = 4.0 * bhd * c * (d["seqlen_kv"] - c + c / 2)
+    published = 2.0 * bhd * d["seqlen_q"] * d["seqlen_kv"] / (d["tflops"] * 1e12)
+    d["measured_s"] = np.where(d["time_ms"].notna(), d["time_ms"] * 1e-3, published)
+    d["peak"] = [RooflineCost("llama-2-7b", g).peak_fp16 for g in d["gpu"]]
+    return d
+
+
+def _attention_time(d, eff, half):
+    L = d["seqlen_kv"].to_numpy(dtype=float)
+    return d["flops"].to_numpy() / (d["peak"].to_numpy() * eff * L / (L + half))
+
+
+def fit_attention() -> dict:
+    """Per GPU ``attn_prefill_compute_eff`` and ``attn_prefill_half_tokens`` minimising the
+    squared log error of the *fit* rows of its kernel (for each half-saturation context on a
+    16-token grid the best plateau is closed-form: the geometric mean of the ratios)."""
+    d = load_attention()
+    out = {}
+    for gpu, kernel in ATTENTION_KERNEL.items():
+        g = d[(d["gpu"] == gpu) & (d["kernel"] == kernel) & (d["split"] == "fit")]
+        best = (np.inf, None, None)
+        for half in np.arange(0.0, 8192.1, 16.0):
+            r = np.log(_attention_time(g, 1.0, half) / g["measured_s"].to_numpy())
+            eff = float(np.exp(r.mean()))  # time scales as 1 / eff
+            err = float(np.sum((r - np.log(eff)) ** 2))
+            if err < best[0] and eff <= 1:
+                best = (err, round(eff, 3), float(half))
+        out[gpu] = {"attn_prefill_compute_eff": best[1], "attn_prefill_half_tokens": best[2]}
+    return out
+
+
+def attention_report(params: dict) -> pd.DataFrame:
+    """Every row of ``attention_kernels.csv`` for a GPU in ``params``: measured and predicted
+    TFLOP/s (FlashAttention's count) and the signed error of the predicted time."""
+    d = load_attention()
+    d = d[d["gpu"].isin(list(params))].copy()
+    pred = np.concatenate([_attention_time(g, params[gpu].attn_prefill_compute_eff,
+                                           params[gpu].attn_prefill_half_tokens)
+                           for gpu, g in d.groupby("gpu", sort=False)])
+    d = pd.concat([g for _, g in d.groupby("gpu", sort=False)])
+    fa_flops = 2.0 * d["batch_size"] * d["num_heads"] * d["head_dim"] * d["seqlen_q"] \
+        * d["seqlen_kv"]
+    d["measured_tflops"] = fa_flops / d["measured_s"] / 1e12
+    d["predicted_tflops"] = fa_flops / pred / 1e12
+    d["error_pct"] = (pred / d["measured_s"] - 1) * 100
+    return d[["gpu", "kernel", "head_dim", "num_kv_heads", "batch_size", "seqlen_q", "seqlen_kv",
+              "split", "measured_tflops", "predicted_tflops", "error_pct"]].reset_index(drop=True)
 # Sustained HBM bandwidth stays below peak (75-95 % in STREAM-like measurements, see
 # sim/data/profiles/README.md): a fitted memory efficiency is capped here.
 MAX_BANDWIDTH_EFF = 0.95
@@ -207,24 +281,51 @@ def _cost(r, params):
                         weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, params=params)
 
 
+# engines that run a bare generation loop (no scheduler, CUDA graphs replayed without a host
+# sync): no per-iteration CPU cost
+BARE_LOOP_ENGINES = ("gpt-fast",)
+DECODE_METRICS = ("step", "latency")
+
+
 def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     """Each row's metric in its unit: ``ttft`` (ms) is one prefill iteration of a batch-1
     prompt; ``throughput`` (output tok/s) is a static batch as TensorRT-LLM's benchmark runs
     it: one prefill iteration of the whole batch, then ``output_tokens - 1`` decode steps over
     a growing context. Those steps are priced without the per-layer launch gaps (their kernels
-    at these batch sizes outlast their launches), the prefills with them."""
+    at these batch sizes outlast their launches), the prefills with them. ``latency`` (ms) is
+    the same static batch's duration; ``step`` (ms) its mean decode step. A bare-loop engine
+    (:data:`BARE_LOOP_ENGINES`) pays no per-iteration CPU cost."""
     from sim.engine.batch import Batch
     out = []
     for r in rows.itertuples():
         b, n, o = int(r.batch_size), int(r.input_tokens), int(r.output_tokens)
+        p = params if r.engine not in BARE_LOOP_ENGINES else dataclasses.replace(
+            params, overhead_s=0.0, overhead_per_seq_s=0.0)
         if r.metric == "ttft":
-            out.append(_cost(r, params)(Batch(0, [(n, 0)] * b, b * n, 0, 0)) * 1e3)
+            out.append(_cost(r, p)(Batch(0, [(n, 0)] * b, b * n, 0, 0)) * 1e3)
             continue
-        cost = _cost(r, dataclasses.replace(params, cuda_graph_max_batch=1 << 30))
-        t = cost(Batch(0, [(n, 0)] * b, b * n, 0, 0))
-        t += sum(cost(Batch(0, (), 0, b, b * (n + k))) for k in range(1, o))
-        out.append(b * o / t)
+        cost = _cost(r, dataclasses.replace(p, cuda_graph_max_batch=1 << 30))
+        steps = sum(cost(Batch(0, (), 0, b, b * (n + k))) for k in range(1, o))
+        if r.metric == "step":
+            out.append(steps / (o - 1) * 1e3)
+            continue
+        t = cost(Batch(0, [(n, 0)] * b, b * n, 0, 0)) + steps
+        out.append(t * 1e3 if r.metric == "latency" else b * o / t)
     return np.array(out)
+
+
+def decode_report(params: dict) -> pd.DataFrame:
+    """The decode rows of ``published_latency.csv`` (``step``, ``latency``; all held out:
+    nothing is fitted to them), predicted with the fitted ``params`` per GPU."""
+    lat = load_latency()
+    rows = lat[lat["metric"].isin(DECODE_METRICS)]
+    parts = [g.assign(predicted=predict_published(g, params[gpu]))
+             for gpu, g in rows.groupby("gpu", sort=False)]
+    d = pd.concat(parts)
+    d["error_pct"] = (d["predicted"] / d["value"] - 1) * 100
+    return d[["metric", "engine", "gpu", "model", "tensor_parallel", "weight_dtype",
+              "batch_size", "input_tokens", "output_tokens", "split", "value", "predicted",
+              "error_pct"]].reset_index(drop=True)
 
 
 def _log_err(rows, params):
@@ -294,18 +395,31 @@ def document(params, rep, fixed) -> dict:
     :func:`fit_fixed_costs`."""
     shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks = fixed
     return {"source": "experiments/fit_roofline.py on sim/data/profiles (Vidur, MIT), "
-                      "sim/data/cpu_overheads.csv and sim/data/published_latency.csv",
+                      "sim/data/attention_kernels.csv, sim/data/cpu_overheads.csv and "
+                      "sim/data/published_latency.csv",
             "fit_models": FIT, "held_out_models": HELD_OUT,
             "params": {g: {"gemm_compute_eff": p.gemm_compute_eff,
                            "gemm_memory_eff": p.gemm_memory_eff,
                            "gemm_latency_s": p.gemm_latency_s,
                            "elementwise_eff": p.elementwise_eff,
-                           "kernel_floor_s": p.kernel_floor_s, **per_gpu.get(g, {})}
+                           "kernel_floor_s": p.kernel_floor_s,
+                           "attn_prefill_compute_eff": p.attn_prefill_compute_eff,
+                           "attn_prefill_half_tokens": p.attn_prefill_half_tokens,
+                           **per_gpu.get(g, {})}
                        for g, p in params.items()},
             "shared": shared, "synchronous_cpu": sync_cpu, "cross_checks": checks,
             "report": rep.round(2).to_dict(orient="records"),
+            "attention_report": attention_report(params).round(2).to_dict(orient="records"),
             "cpu_overhead_report": cpu_rep.round(2).to_dict(orient="records"),
-            "latency_report": lat_rep.round(2).to_dict(orient="records")}
+            "latency_report": lat_rep.round(2).to_dict(orient="records"),
+            "decode_report": decode_report(final_params(params, fixed)).round(2).to_dict(
+                orient="records")}
+
+
+def final_params(params, fixed) -> dict:
+    """Per GPU, the kernel fit with the fixed costs fitted after it (what the roofline ships)."""
+    shared, per_gpu = fixed[0], fixed[1]
+    return {g: dataclasses.replace(p, **shared, **per_gpu.get(g, {})) for g, p in params.items()}
 
 
 def main(argv=None):
@@ -328,6 +442,8 @@ def main(argv=None):
         print(rep.to_string(index=False))
         print(cpu_rep.to_string(index=False))
         print(lat_rep.to_string(index=False))
+        print(attention_report(params).to_string(index=False))
+        print(decode_report(final_params(params, fixed)).to_string(index=False))
     for g, p in params.items():
         print(g, p)
     print(f"wrote {target}" if target is not None else

@@ -143,3 +143,18 @@ def test_a_cluster_run_with_a_progress_bar_gives_the_same_result(capsys):
     a = run(df, cost_model=COST, replicas=2)
     b = run(df, cost_model=COST, replicas=2, progress=True)
     pd.testing.assert_frame_equal(a.requests, b.requests)
+
+
+def test_a_request_is_never_routed_before_it_arrives():
+    """now + (t - now) can land an ulp short of t: the dispatcher waits until t itself (the
+    invariant checks found a request scheduled 1 ulp before its arrival)."""
+    from sim.engine.cluster import delay_until
+    now, t = 0.05092723418683988, 0.1806779839308437
+    assert now + (t - now) < t  # the float trap
+    assert now + delay_until(now, t) >= t and delay_until(t, now) == 0.0
+    df = pd.DataFrame({"arrival_time": [now, t], "num_prompt_tokens": [1, 1],
+                       "num_output_tokens": [1, 1]})
+    res = run(df, scheduler="chunked", replicas=2, router="least_kv", kv_blocks=6,
+                  block_size=1, cost_model=LinearCost(0.01, 1e-4, 2e-4, 1e-6), check=True)
+    req = res.requests
+    assert (req["ttft"] > 0).all()

@@ -7,7 +7,9 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
   FLOPs and the weights of the experts touched, plus the shared experts; MLA: the low-rank Q
   and KV projections and the latent up-projections), reading their weights once per iteration;
 - prefill attention of each chunk of ``c`` new tokens over ``p`` cached ones (causal:
-  ``4 c (p + c/2) d_q`` FLOPs) and decode attention (each sequence reads its whole KV context);
+  ``4 c (p + c/2) d_q`` FLOPs, at an efficiency that saturates with the context ``L = p + c``:
+  ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``) and decode attention
+  (each sequence reads its whole KV context);
 - elementwise ops (two norms, or one for a parallel block that shares it, RoPE, the
   activation, two residual adds), memory-bound;
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
@@ -40,7 +42,8 @@ The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
 ``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs,
 the FP8 efficiency and the decode attention's bandwidth efficiency to published end-to-end
 measurements (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, every row
-sourced); the prefill attention's compute efficiency (0.55) is still an assumption. The terms
+sourced); the prefill attention's efficiency curve to published FlashAttention-2/-3 forward
+benchmarks (``sim/data/attention_kernels.csv``). The terms
 and their fitted values live in :mod:`sim.costs.roofline_params`. Linear-op time depends only
 on the number of tokens, so it is memoised per token count (the hot path is a dict lookup).
 """
@@ -73,8 +76,14 @@ def _allreduce_table() -> dict:
     for row in csv.DictReader(text.splitlines()):
         table.setdefault((row["gpu"], int(row["num_workers"])), []).append(
             (float(row["size_bytes"]), float(row["all_reduce_ms"]) * 1e-3))
-    return {k: (np.array([s for s, _ in sorted(v)]), np.array([t for _, t in sorted(v)]))
-            for k, v in table.items()}
+    out = {}
+    for k, v in table.items():
+        sizes, times = np.array(sorted(v)).T
+        # the lower envelope: an all-reduce never costs more than a measured larger one (it
+        # could be padded to it); removes single noisy small-message medians (A100, 4 GPUs:
+        # 61 us at 2 KiB against 16 us at 10 KiB)
+        out[k] = (sizes, np.minimum.accumulate(times[::-1])[::-1])
+    return out
 
 
 _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
@@ -113,6 +122,7 @@ class RooflineCost:
         self._eager_s = layers * p.eager_layer_overhead_s
         self._per_seq_s = p.overhead_per_seq_s
         self._graph_max = p.cuda_graph_max_batch
+        self._attn_half = float(p.attn_prefill_half_tokens)  # prefill attention's saturation
         self._allreduces_per_layer = 1 if m.parallel_attn else 2
         self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
         if m.is_mla:
@@ -297,10 +307,16 @@ class RooflineCost:
         else:
             flops = 4.0 * new * (cached + new / 2.0) * self._q_per_gpu
             nbytes = (cached + new) * self._kv_bytes_per_ctx + 2 * new * self._q_per_gpu * ACT_BYTES
-        t = m.num_hidden_layers * max(flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
+        t = m.num_hidden_layers * max(flops / (self.peak_fp16 * self.prefill_attention_eff(
+                                          cached + new)),
                                       nbytes / (self.bw * p.attn_decode_memory_eff),
                                       p.kernel_floor_s)
         return t + self._upproj_time(cached) if self._upproj and cached else t
+
+    def prefill_attention_eff(self, context) -> float:
+        """Prefill attention's fraction of the fp16 peak over ``context`` tokens (cached +
+        new): ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``."""
+        return self.params.attn_prefill_compute_eff * context / (context + self._attn_half)
 
     def _upproj_time(self, cached) -> float:
         """MLA: re-expanding ``cached`` latents into K-nope and V for a prefill chunk (all
@@ -331,9 +347,11 @@ class RooflineCost:
             t += d if d > self._attn_floor else self._attn_floor
         if prefills:
             a, b, c = self._prefill_coeffs
-            floor = self._attn_floor
+            floor, half = self._attn_floor, self._attn_half
             for new, cached in prefills:
                 x = a * new * (cached + 0.5 * new)
+                if half:  # efficiency saturating in the context (prefill_attention_eff)
+                    x *= 1.0 + half / (cached + new)
                 y = b * (cached + new) + c * new
                 x = x if x > y else y
                 t += x if x > floor else floor

@@ -3,8 +3,12 @@ values per GPU (:func:`fitted_params`, from ``sim/data/roofline_fit.json``, writ
 ``experiments/fit_roofline.py``) and the compute peak a weight dtype runs at
 (:func:`compute_peak`).
 
-Invariants: every efficiency is in (0, 1]; every fixed cost is >= 0; ``cuda_graph_max_batch``
-is an integer >= 0 (0: every iteration runs eagerly). A GPU without fitted terms gets, term by
+Invariants: every efficiency is in (0, 1]; every fixed cost and ``attn_prefill_half_tokens``
+is >= 0; ``cuda_graph_max_batch`` is an integer >= 0 (0: every iteration runs eagerly). Prefill
+attention over a context of ``L`` tokens (cached + new) runs at ``attn_prefill_compute_eff x L /
+(L + attn_prefill_half_tokens)`` of the fp16 peak: short sequences give a FlashAttention kernel
+few key blocks per query tile to pipeline, and the published kernel benchmarks fall well below
+their plateau at 512 tokens. A GPU without fitted terms gets, term by
 term, the mean over the GPUs fitted for that term (an FP8 efficiency only from GPUs with FP8
 tensor cores). FP8/FP4 compute needs the GPU's FP8/FP4 tensor cores; otherwise the weights are
 dequantised and computed at the fp16 peak, and the returned note says so.
@@ -32,7 +36,9 @@ class RooflineParams:
     gemm_latency_s: float = 0.0  # fixed time added to every GEMM (launch, tails)
     elementwise_eff: dict = field(default_factory=lambda: {op: 0.6 for op in ELEMENTWISE_OPS})
     kernel_floor_s: float = 3e-6
-    attn_prefill_compute_eff: float = 0.55
+    attn_prefill_compute_eff: float = 0.55  # prefill attention's FLOP/s efficiency, saturated
+    # (these two defaults apply only to unfitted params: roofline_fit.json has the fitted ones)
+    attn_prefill_half_tokens: float = 0.0  # context at which it reaches half that (0: flat)
     attn_decode_memory_eff: float = 0.7
     overhead_s: float = 1e-3  # per iteration (CPU: schedule, prepare inputs, sample)
     allreduce_eff: float = 0.7
@@ -51,7 +57,7 @@ class RooflineParams:
             if v > 1:
                 raise ValueError(f"{f} must be at most 1, got {v}")
         for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s",
-                  "overhead_per_seq_s", "eager_layer_overhead_s"):
+                  "overhead_per_seq_s", "eager_layer_overhead_s", "attn_prefill_half_tokens"):
             positive_float(f, getattr(self, f), allow_zero=True)
         if isinstance(self.cuda_graph_max_batch, bool) or not isinstance(
                 self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:

@@ -37,6 +37,7 @@ Invariants (tests/test_cluster.py):
 from __future__ import annotations
 
 import copy
+import math
 import time
 from array import array
 
@@ -51,6 +52,17 @@ from .replica import Replica
 from .routers import ReplicaView, make_router
 from .schedulers import POLICIES, resolve
 from .speculation import make_drawer
+
+
+def delay_until(now: float, t: float) -> float:
+    """A delay that brings ``now`` to at least ``t`` in float arithmetic: ``now + (t - now)``
+    can land one ulp short of ``t``, and a request routed then would be scheduled before it
+    arrived (found by the invariant checks: first scheduled 0.18067798393084367 < arrival
+    0.1806779839308437)."""
+    d = max(t - now, 0.0)
+    while now + d < t:
+        d = math.nextafter(d, math.inf)
+    return d
 
 
 class _Dispatch(simpy.events.Event):
@@ -128,7 +140,7 @@ class Cluster:
         """Route each request at its ``arrival_time`` (requests sorted by arrival)."""
         self._next = 0
         if self.requests:
-            _Dispatch(self.env, max(self.requests[0].arrival_time - self.env.now, 0.0),
+            _Dispatch(self.env, delay_until(self.env.now, self.requests[0].arrival_time),
                       self._arrive)
 
     def _arrive(self, _event):
@@ -136,14 +148,14 @@ class Cluster:
         # the cluster and its requests alive after the run)
         arrivals, now = self.requests, self.env.now
         i, n = self._next, len(arrivals)
-        self.submit(arrivals[i])  # the one this event was scheduled for (float rounding)
-        i += 1
+        i += 1  # the one this event was scheduled for: due (delay_until)
+        self.submit(arrivals[i - 1])
         while i < n and arrivals[i].arrival_time <= now:
             self.submit(arrivals[i])
             i += 1
         self._next = i
         if i < n:
-            _Dispatch(self.env, max(arrivals[i].arrival_time - now, 0.0), self._arrive)
+            _Dispatch(self.env, delay_until(now, arrivals[i].arrival_time), self._arrive)
 
     def closed_loop(self, loop):
         """``num_users`` users; each issues its next request ``think_time`` after the last

@@ -1,0 +1,135 @@
+"""The roofline's prefill attention efficiency, fitted to published FlashAttention-2/-3 forward
+benchmarks (``sim/data/attention_kernels.csv``), its all-reduce pricing, and its decode steps
+against published per-step and batch latencies (``sim/data/published_latency.csv``). The numbers
+asserted are the errors the README's Fidelity table reports."""
+
+import dataclasses
+import json
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from sim import get_gpu, get_model
+from sim.costs.roofline import RooflineCost, _allreduce_table, fitted_params
+from sim.engine.batch import Batch
+
+
+@pytest.fixture(scope="module")
+def fit_roofline():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "experiments" / "fit_roofline.py"
+    spec = importlib.util.spec_from_file_location("fit_roofline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _shipped():
+    return json.loads(resources.files("sim").joinpath("data/roofline_fit.json").read_text())
+
+
+def test_prefill_attention_curve_is_fitted_to_published_kernels(fit_roofline):
+    fitted = fit_roofline.fit_attention()
+    for gpu, terms in fitted.items():  # the shipped terms are this fit's
+        p = fitted_params(gpu)
+        assert (p.attn_prefill_compute_eff, p.attn_prefill_half_tokens) == (
+            terms["attn_prefill_compute_eff"], terms["attn_prefill_half_tokens"])
+    # physical: below the fp16 peak, FlashAttention-3 on an H100 nearer it than FA-2 on an A100
+    a, h = fitted["a100"], fitted["h100"]
+    assert 0.4 < a["attn_prefill_compute_eff"] < h["attn_prefill_compute_eff"] < 0.75
+    assert 0 < a["attn_prefill_half_tokens"] < h["attn_prefill_half_tokens"] < 1024
+    params = {g: fitted_params(g) for g in fitted}
+    rep = fit_roofline.attention_report(params)
+    assert len(rep) == 42 and set(rep["split"]) == {"fit", "held-out", "other-kernel"}
+    err = rep["error_pct"].abs()
+
+    def sel(gpu, split, **kw):
+        m = (rep["gpu"] == gpu) & (rep["split"] == split)
+        for k, v in kw.items():
+            m &= rep[k] == v
+        return m
+
+    # fit rows: A100 (FA-2, 1,024 and 4,096 tokens) within 1.3 %, H100 (FA-3, head dim 128,
+    # 512-16k tokens) within 3.1 %
+    assert err[sel("a100", "fit")].max() <= 1.5 and err[sel("h100", "fit")].max() <= 3.1
+    # held out: a 1,024-token chunk over a 3,072-token cached prefix on the A100 (the chunked
+    # prefill formula 4 c (p + c/2)), 8.7-10.6 % slow
+    chunk = sel("a100", "held-out")
+    assert chunk.sum() == 2 and err[chunk].max() <= 11
+    # held out on the H100: head dim 256 within 7.2 %; head dim 64 runs 25-36 % below the
+    # head-dim-128 curve (one curve for every head dim: the model's limit, reported)
+    assert err[sel("h100", "held-out", head_dim=256)].max() <= 7.5
+    d64 = rep[sel("h100", "held-out", head_dim=64)]["error_pct"]
+    assert (d64 < -24).all() and (d64 > -37).all()
+    # FlashAttention-2 on the H100 (not what the curve prices) is 30-53 % slower than FA-3
+    fa2 = rep[sel("h100", "other-kernel")]["error_pct"]
+    assert (fa2 < -30).all()
+    # the shipped report is this one
+    assert _shipped()["attention_report"] == rep.round(2).to_dict(orient="records")
+
+
+def test_prefill_attention_efficiency_saturates_in_the_context():
+    cost = RooflineCost("llama-2-7b", "h100")
+    p = cost.params
+    e, half = p.attn_prefill_compute_eff, p.attn_prefill_half_tokens
+    assert cost.prefill_attention_eff(half) == pytest.approx(e / 2)
+    effs = [cost.prefill_attention_eff(L) for L in (128, 512, 2048, 8192, 1 << 20)]
+    assert effs == sorted(effs) and effs[-1] == pytest.approx(e, rel=1e-3)
+    # compute-bound chunk: the closed form, 4 c (p + c/2) d_q FLOPs per layer at eff(p + c)
+    m, g = get_model("llama-2-7b"), get_gpu("h100")
+    c, cached = 2048, 6144
+    flops = m.num_hidden_layers * 4 * c * (cached + c / 2) * m.q_size
+    assert cost.prefill_attention_time(c, cached) == pytest.approx(
+        flops / (g.fp16_tflops * 1e12 * e * (c + cached) / (c + cached + half)))
+    # the hot path prices the same term (everything else equal)
+    flat = RooflineCost("llama-2-7b", "h100",
+                        params=dataclasses.replace(p, attn_prefill_half_tokens=0.0))
+    batch = Batch(0, [(c, cached)], c, 0, 0)
+    assert cost(batch) - flat(batch) == pytest.approx(
+        cost.prefill_attention_time(c, cached) - flat.prefill_attention_time(c, cached))
+    # half = 0: a flat efficiency (the model before this fit)
+    assert flat.prefill_attention_eff(16) == flat.prefill_attention_eff(16384) == e
+
+
+def test_allreduce_time_never_falls_as_the_message_grows():
+    table = _allreduce_table()
+    for (gpu, tp), (sizes, times) in table.items():
+        assert (np.diff(times) >= 0).all(), (gpu, tp)
+        cost = RooflineCost("llama-2-70b", gpu, tensor_parallel=tp)
+        probe = np.geomspace(1024, sizes[-1] * 2, 60)
+        t = [cost.allreduce_time(s) for s in probe]
+        assert (np.diff(t) >= 0).all(), (gpu, tp)
+    # the measured median at 2 KiB on 4 A100s (61 us) is noise: 16 us at 10 KiB
+    assert table[("a100", 4)][1][0] == pytest.approx(16e-6)
+    # decode latency therefore grows with the batch at every TP degree
+    for tp in (2, 4, 8):
+        c = RooflineCost("llama-2-7b", "a100", tensor_parallel=tp)
+        steps = [c(Batch(0, (), 0, b, b * 140)) for b in (1, 2, 4, 8, 16)]
+        assert steps == sorted(steps), tp
+
+
+def test_decode_steps_against_published_measurements(fit_roofline):
+    rep = fit_roofline.decode_report({g: fitted_params(g) for g in ("a100", "h100")})
+    assert len(rep) == 41 and set(rep["split"]) == {"held-out"}  # nothing fitted to them
+    assert _shipped()["decode_report"] == rep.round(2).to_dict(orient="records")
+    err = rep["error_pct"]
+    # batch-1 decode steps of a bare generation loop (gpt-fast, A100, one GPU): fp16 +6.2 %,
+    # int8 weights -6.3 %, int4 -21.8 % (the int4 dequantisation is not priced)
+    one = rep[(rep["metric"] == "step") & (rep["tensor_parallel"] == 1)].set_index(
+        "weight_dtype")["error_pct"]
+    assert abs(one["fp16"]) <= 7 and abs(one["int8"]) <= 7 and -23 <= one["int4"] <= -20
+    # tensor-parallel batch-1 steps are too slow: NCCL all-reduce medians, where gpt-fast runs
+    # a one-shot intra-node all-reduce (Llama-2-7B on 8 GPUs: +51 %)
+    tp = rep[(rep["metric"] == "step") & (rep["tensor_parallel"] > 1)]
+    assert (tp["error_pct"] > 6).all() and tp["error_pct"].max() <= 52
+    # static batches of 1-8 (NeMo, 128 in, 20 out, A100 and H100, TP 1-8): median |error|
+    # 11.7 %; batch 1 within 12 %, and the gap grows with the batch (a per-sequence cost of
+    # that engine the roofline does not price): -11 to -21 % at batch 8
+    nemo = rep[rep["metric"] == "latency"]
+    assert len(nemo) == 32 and np.median(np.abs(nemo["error_pct"])) <= 12
+    assert nemo[nemo["batch_size"] == 1]["error_pct"].abs().max() <= 12
+    b8 = nemo[nemo["batch_size"] == 8]["error_pct"]
+    assert (b8 < -11).all() and (b8 > -22).all()
+    assert np.median(np.abs(err)) <= 12
