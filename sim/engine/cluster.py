@@ -37,6 +37,7 @@ Invariants (tests/test_cluster.py):
 from __future__ import annotations
 
 import copy
+import math
 import time
 from array import array
 
@@ -50,6 +51,19 @@ from .replica import Replica
 from .routers import ReplicaView, make_router
 from .schedulers import POLICIES, resolve
 from .speculation import make_drawer
+
+
+def delay_until(now: float, t: float) -> float:
+    """The delay after which SimPy's clock (``now + delay``, rounded) reads ``t``, or the
+    first float after it: ``t - now`` rounds, and ``now + (t - now)`` can land one ulp below
+    ``t`` (arrivals 0.134 and 1.389: the second was routed, and scheduled, at
+    1.3889999999999998) or above it. At most a few steps of one ulp."""
+    delay = max(t - now, 0.0)
+    while now + delay < t:
+        delay = math.nextafter(delay, math.inf)
+    while delay > 0.0 and now + math.nextafter(delay, 0.0) >= t:
+        delay = math.nextafter(delay, 0.0)
+    return delay
 
 
 class _Dispatch(simpy.events.Event):
@@ -131,17 +145,17 @@ class Cluster:
 
         def fire(_event):
             i, now = state["next"], env.now
-            self.submit(arrivals[i])  # the one this event was scheduled for (float rounding)
+            self.submit(arrivals[i])  # the one this event was scheduled for (at its time)
             i += 1
             while i < n and arrivals[i].arrival_time <= now:
                 self.submit(arrivals[i])
                 i += 1
             state["next"] = i
             if i < n:
-                _Dispatch(env, max(arrivals[i].arrival_time - now, 0.0), fire)
+                _Dispatch(env, delay_until(now, arrivals[i].arrival_time), fire)
 
         if n:
-            _Dispatch(env, max(arrivals[0].arrival_time - env.now, 0.0), fire)
+            _Dispatch(env, delay_until(env.now, arrivals[0].arrival_time), fire)
 
     def closed_loop(self, loop):
         """``num_users`` users; each issues its next request ``think_time`` after the last

@@ -29,7 +29,7 @@ import pandas as pd
 import simpy
 
 from ..results.metrics import Result
-from .cluster import run_cluster
+from .cluster import delay_until, run_cluster
 from .config import SimConfig
 from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
@@ -219,7 +219,7 @@ class _ReplicaProcess:
                 nxt += 1
             if not running and not waiting:
                 if nxt < n_arrivals:
-                    yield timeout(arrivals[nxt].arrival_time - now)
+                    yield timeout(delay_until(now, arrivals[nxt].arrival_time))
                 else:
                     self.idle = env.event()
                     yield self.idle
