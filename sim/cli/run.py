@@ -85,6 +85,7 @@ def build(s, names=None):
     pool and cost model; ``names`` (a :class:`Names`): an error names each setting as the user
     wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
     import workloads
+    from ..engine.simulation import cache_unit
     try:
         try:
             df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"],
@@ -96,6 +97,7 @@ def build(s, names=None):
         cfg = _config(s, names)
         cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         cfg.resolved_cost_model()
+        cache_unit(df, cfg.resolved())  # the workload's hash ids and the prefix cache's pages
         return df, cfg
     except (ValueError, TypeError) as e:
         if names is None:
