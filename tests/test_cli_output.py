@@ -202,3 +202,18 @@ def test_prefix_caching_radix_from_the_flag_and_the_sglang_default(tmp_path):
                     for c in ("flag", "preset"))
     assert flag["settings"]["prefix_caching"] == preset["settings"]["prefix_caching"] == "radix"
     assert flag["summary"]["prefix_hit_rate"] > 0.02 and preset["summary"]["prefix_hit_rate"] > 0.02
+
+
+def test_the_printed_summary_shows_the_prefix_cache_when_it_is_on(tmp_path, capsys):
+    """sglang's radix cache is on by default: its hit rate is printed (it was only in
+    summary.json); a run without caching prints no such row."""
+    base = ["run", "-w", "mooncake-conversation", "-n", "30", "--cost", "constant:0.01",
+            "--no-plots"]
+    assert main(base + ["-s", "sglang", "-o", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    s = _strict_load(tmp_path / "a" / "summary.json")["summary"]
+    row = next(line for line in out.splitlines() if line.startswith("prefix cache"))
+    assert f"radix: {s['prefix_hit_rate']:.1%} of prompt tokens served from the cache" in row
+    assert s["prefix_hit_rate"] > 0
+    assert main(base + ["-o", str(tmp_path / "b")]) == 0
+    assert "prefix cache" not in capsys.readouterr().out
