@@ -60,11 +60,16 @@ def test_a_request_is_never_scheduled_before_it_arrives_whatever_the_rounding():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.floats(0, 1e7), st.floats(0, 1e7))
-def test_delay_until_lands_on_the_time_or_the_first_float_after_it(now, t):
+@given(st.floats(0, 1e7), st.floats(0, 1e7), st.integers(0, 3))
+def test_delay_until_lands_on_the_time_or_the_first_float_after_it(now, t, ulps):
     now, t = min(now, t), max(now, t)
+    if ulps:  # a time a few floats after now (one ulp of 1.0: 2**52 steps of the delay's ulp)
+        t = now
+        for _ in range(ulps):
+            t = math.nextafter(t, math.inf)
     d = delay_until(now, t)
-    assert now + d >= t and (d == 0 or now + math.nextafter(d, 0) < t)
+    assert now + d >= t  # never before t; at t, or the first reachable float after it
+    assert now + d == t or now + math.nextafter(d, 0) < t
 
 
 def test_random_routing_over_four_replicas_at_four_times_the_rate_matches_one_replica():

@@ -57,12 +57,15 @@ def delay_until(now: float, t: float) -> float:
     """The delay after which SimPy's clock (``now + delay``, rounded) reads ``t``, or the
     first float after it: ``t - now`` rounds, and ``now + (t - now)`` can land one ulp below
     ``t`` (arrivals 0.134 and 1.389: the second was routed, and scheduled, at
-    1.3889999999999998) or above it. At most a few steps of one ulp."""
-    delay = max(t - now, 0.0)
-    while now + delay < t:
+    1.3889999999999998) or above it."""
+    delay = max(t - now, 0.0)  # exact, and now + delay == t, unless delay is as large as now
+    while now + delay < t:  # then one ulp of delay is about one of the sum: a few steps
         delay = math.nextafter(delay, math.inf)
-    while delay > 0.0 and now + math.nextafter(delay, 0.0) >= t:
-        delay = math.nextafter(delay, 0.0)
+    while now + delay > t:
+        smaller = math.nextafter(delay, 0.0)
+        if now + smaller < t:
+            break
+        delay = smaller
     return delay
 
 
