@@ -92,11 +92,14 @@ class SimConfig:
             object.__setattr__(self, name, value.strip().lower())
         if self.gpu_memory_utilization is not None:
             fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        given = self.prefix_caching
+        if isinstance(given, str):  # any case, as the scheduler and precisions
+            object.__setattr__(self, "prefix_caching", given.strip().lower())
         if self.prefix_caching in ("off", "none", 0):  # the CLI's and TOML's spelling of False
             object.__setattr__(self, "prefix_caching", False)
         if self.prefix_caching is not None and self.prefix_caching not in PREFIX_CACHING_MODES:
             raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES} or 'off', "
-                             f"got {self.prefix_caching!r}")
+                             f"got {given!r}")
         resolve(self)  # the policy validates the knobs it uses
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
