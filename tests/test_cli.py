@@ -193,3 +193,25 @@ def test_sweep_repeats_from_the_file_and_the_flag(tmp_path, capsys):
     assert main(["sweep", str(cfg)]) == 2
     assert capsys.readouterr().err == (f"sim sweep: error: {cfg}: repeats must be an integer "
                                        f">= 1, got 0\n")
+
+
+@pytest.mark.parametrize("knob", ["chunk_size", "token_budget"])
+def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob):
+    """The sglang preset uses both knobs; the help once named only chunked/sarathi/vllm and
+    continuous."""
+    import argparse
+    import re
+    from sim.cli.main import build_parser
+    from sim.engine import SimConfig
+    from sim.engine.schedulers import POLICIES
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    text = next(a.help for a in sub.choices["run"]._actions if a.dest == knob)
+    head = text.split("(default")[0]
+    for name in POLICIES:
+        try:
+            SimConfig(scheduler=name, **{knob: 4096})
+            uses = True
+        except ValueError as e:
+            assert "not used" in str(e), e
+            uses = False
+        assert bool(re.search(rf"\b{name}\b", head)) == uses, (name, head)

@@ -34,6 +34,7 @@ FILES = {  # name -> contents, written into the test's folder
                               "acceptance_lengths = [0.5, 0.3, 0.2]\ndraft_cost_ratio = 0.1\n",
     "spec_no_k.toml": TOML5 + "[speculative]\nacceptance_rate = 0.5\n",
     "spec_empty.toml": TOML5 + "[speculative]\n",
+    "hashes.csv": HEADER.replace("\n", ",hash_ids\n") + '0,5,5,"[1]"\n',
     "list.json": "[]",
     "not_json.json": "{nope",
     "a_file": "not a folder",
@@ -48,6 +49,11 @@ CASES = [
     (RUN + ["-w", "{d}/zero_bytes.csv"], "zero_bytes.csv: the file is empty"),
     (RUN + ["-w", "{d}/negative.csv"], "negative.csv: num_prompt_tokens: row 1 has -200 ("),
     (RUN + ["-w", "azure-cod"], "did you mean 'azure-code'?"),
+    (RUN + ["-w", "mooncake-conversation", "-s", "sglang", "--block-size", "7"],
+     "--block-size 7 does not divide the workload's 512 tokens per hash id"),
+    (RUN + ["-w", "{d}/hashes.csv", "-n", "1", "-s", "vllm"], "the workload has hash_ids but no "
+     "attrs['block_size'] (tokens per hash id): set df.attrs['block_size'] or save the "
+     "workload as parquet"),
     (["run", "{d}/broken.toml"], "broken.toml: not a valid TOML file"),
     (["run", "{d}/missing.toml"], "config file '{d}/missing.toml' does not exist"),
     (["run", "{d}/misspelt.toml"], "unknown setting(s) ['shceduler'] (did you mean 'scheduler'?)"),

@@ -217,3 +217,18 @@ def test_parquet_outputs_round_trip_with_dictionaries_only_on_text(tmp_path):
                   for i in range(meta.num_columns)}
     assert dictionary == {"request_id": True, "ttft": False, "num_output_tokens": False,
                           "status": True}
+
+
+def test_the_printed_summary_shows_the_prefix_cache_when_it_is_on(tmp_path, capsys):
+    """sglang's radix cache is on by default: its hit rate is printed (it was only in
+    summary.json); a run without caching prints no such row."""
+    base = ["run", "-w", "mooncake-conversation", "-n", "30", "--cost", "constant:0.01",
+            "--no-plots"]
+    assert main(base + ["-s", "sglang", "-o", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    s = _strict_load(tmp_path / "a" / "summary.json")["summary"]
+    row = next(line for line in out.splitlines() if line.startswith("prefix cache"))
+    assert f"radix: {s['prefix_hit_rate']:.1%} of prompt tokens served from the cache" in row
+    assert s["prefix_hit_rate"] > 0
+    assert main(base + ["-o", str(tmp_path / "b")]) == 0
+    assert "prefix cache" not in capsys.readouterr().out

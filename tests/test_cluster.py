@@ -2,6 +2,8 @@
 routers' effects the issue asks for (queueing theory's splitting rule, round robin vs random,
 least outstanding on heavy tails, prefix affinity's hit rate)."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -10,6 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import workloads as wl
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import SimConfig, run
+from sim.engine.cluster import delay_until
+from sim.engine.disaggregation import Disaggregation
 
 COST = LinearCost(0.02, 2e-5, 1e-4, 0.0)  # 20 ms per iteration + per-token terms
 KEYS = ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")
@@ -39,6 +43,33 @@ def test_everything_routed_to_one_replica_is_the_single_replica_run_exactly(knob
     assert per["num_requests"].tolist() == [1500, 0, 0]
     assert per.loc[0, "busy_fraction"] == pytest.approx(a["busy_fraction"])
     assert per.loc[1, "num_iterations"] == 0 and per.loc[0, "load_share"] == 1.0
+
+
+def test_a_request_is_never_scheduled_before_it_arrives_whatever_the_rounding():
+    """0.134 + (1.389 - 0.134) is 1.3889999999999998: the dispatcher fired that early and the
+    request was routed and scheduled one ulp before its arrival (check=True: InvariantError)."""
+    df = pd.DataFrame({"arrival_time": [0.134, 1.389], "num_prompt_tokens": [10, 10],
+                       "num_output_tokens": [3, 3]})
+    one = run(df, cost_model=ConstantCost(0.01), check=True)
+    for kw in ({"replicas": 2}, {"disaggregation": Disaggregation(1, 1)},
+               {"replicas": 3, "router": lambda r, views, now: 0}):
+        req = run(df, cost_model=ConstantCost(0.01), check=True, **kw).requests
+        assert (req["first_scheduled_time"] >= req["arrival_time"]).all()
+        if "router" in kw:
+            pd.testing.assert_frame_equal(one.requests, req)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 1e7), st.floats(0, 1e7), st.integers(0, 3))
+def test_delay_until_lands_on_the_time_or_the_first_float_after_it(now, t, ulps):
+    now, t = min(now, t), max(now, t)
+    if ulps:  # a time a few floats after now (one ulp of 1.0: 2**52 steps of the delay's ulp)
+        t = now
+        for _ in range(ulps):
+            t = math.nextafter(t, math.inf)
+    d = delay_until(now, t)
+    assert now + d >= t  # never before t; at t, or the first reachable float after it
+    assert now + d == t or now + math.nextafter(d, 0) < t
 
 
 def test_random_routing_over_four_replicas_at_four_times_the_rate_matches_one_replica():

@@ -174,3 +174,31 @@ def test_check_at_the_end_of_a_run_finds_a_lost_token():
     r.num_generated, r.first_token_time = 3, 0.3
     with pytest.raises(InvariantError, match="out of order"):
         check_finished([r], [])
+
+
+class _LeakyRadix:
+    """A policy with a bug: admits like ``continuous``; once, it references a cached radix node
+    (request 1's, unreferenced) that no running request holds."""
+
+    name = "leaky_radix"
+
+    def __init__(self, keys):
+        self.policy, self.keys, self.leaked = sim.SimConfig(scheduler="continuous").policy(), keys, 0
+
+    def schedule(self, replica, now):
+        if not self.leaked and any(r.index == 2 for r in replica.waiting):
+            replica.blocks.acquire(self.keys[:1])
+            self.leaked = replica.iteration
+        self.policy.schedule(replica, now)
+
+
+def test_check_catches_a_leaked_radix_reference_in_the_iteration_it_happens():
+    """The pool's identity counts the tree pages the running requests reference: a reference
+    nobody running holds is a block missing at once (not only at the end of the run)."""
+    df = _workload([(0.0, 32, 2, 0), (5.0, 32, 2, 1), (10.0, 32, 2, 0)], 16)
+    policy = _LeakyRadix(workloads.unit_keys_all(df["hash_ids"].tolist())[1])
+    with pytest.raises(InvariantError, match=r"^iteration (\d+): \d+ free \+ \d+ held KV blocks "
+                                             r"!= 1000") as err:
+        sim.run(df, scheduler=policy, prefix_caching="radix", block_size=1, kv_blocks=1000,
+                cost_model=sim.ConstantCost(0.01), check=True)
+    assert err.match(f"^iteration {policy.leaked}:")

@@ -211,7 +211,10 @@ def test_resolved_config_records_the_policy_knobs_and_caching_spellings():
     assert SimConfig(scheduler="static").resolved().chunk_size is None
     assert SimConfig(prefix_caching="off").prefix_caching is False
     assert SimConfig(prefix_caching="radix").prefix_caching == "radix"
-    with pytest.raises(ValueError, match="prefix_caching must be one of"):
-        SimConfig(prefix_caching="lru")
+    assert SimConfig(prefix_caching=" Radix").prefix_caching == "radix"  # any case, as
+    assert SimConfig(prefix_caching="OFF").prefix_caching is False  # scheduler="VLLM" works
+    assert SimConfig(scheduler="VLLM", weight_dtype="FP8").resolved().prefix_caching == "block"
+    with pytest.raises(ValueError, match="prefix_caching must be one of .* got 'LRU'"):
+        SimConfig(prefix_caching="LRU")
     df = _df([0.0], [10], [2])
     assert sim.run(df, scheduler="vllm", cost_model=COST).config.chunk_size == 8192

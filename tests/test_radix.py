@@ -83,7 +83,7 @@ def test_lru_evicts_unreferenced_leaves_least_recently_used_first():
 
 
 def test_the_tree_refuses_a_page_that_does_not_divide_the_hash_span():
-    with pytest.raises(ValueError, match="multiple of block_size=3"):
+    with pytest.raises(ValueError, match="block_size 3 does not divide the workload.s 16 tokens per hash id"):
         _run(_df([(0.0, 64, 1, _ids("p", 4))]), block_size=3)
 
 
@@ -220,3 +220,30 @@ def test_engine_reaches_the_ideal_radix_rate_on_mooncake_traces(trace, raw):
     res = sim.run(df, scheduler="sglang", kv_blocks=10**8, cost_model=sim.ConstantCost(0.01))
     assert res.summary()["prefix_hit_rate"] == pytest.approx(ideal, abs=1e-12)
     assert ideal >= block > 0.2  # token granular: at least the block rate
+
+
+@pytest.mark.parametrize("tokens", [-16, 16.5, "16", True, 0])
+@pytest.mark.parametrize("mode", ["block", "radix"])
+def test_the_workloads_tokens_per_hash_id_must_be_a_positive_integer(tokens, mode):
+    """A negative span gave a hit rate of -1.0, True one of 1 token per id, 16.5 was cut to 16."""
+    df = _df([(0.0, 64, 1, _ids("p", 4)), (1.0, 64, 1, _ids("p", 4))], hash_bs=tokens)
+    msg = r"attrs\['block_size'\] \(tokens per hash id\) must be a positive integer"
+    with pytest.raises(ValueError, match=msg):
+        sim.run(df, prefix_caching=mode, cost_model=sim.ConstantCost(0.01))
+    with pytest.raises(ValueError, match=msg):
+        workloads.ideal_prefix_hit_rate(df, 16, mode=mode)
+    df.attrs["block_size"] = 16.0  # a whole number: 16
+    assert workloads.ideal_prefix_hit_rate(df, 16, mode=mode) == pytest.approx(48 / 128)
+    del df.attrs["block_size"]
+    with pytest.raises(ValueError, match="no attrs.*save the workload as parquet"):
+        sim.run(df, prefix_caching=mode, cost_model=sim.ConstantCost(0.01))
+
+
+@pytest.mark.parametrize("page", [0, -16, 1.5, None])
+def test_the_ideal_rates_page_must_be_a_positive_integer(page):
+    """block_size=0 was a ZeroDivisionError, -16 a hit rate of 0.5."""
+    df = _df([(0.0, 64, 1, _ids("p", 4)), (1.0, 64, 1, _ids("p", 4))])
+    for mode in ("block", "radix"):
+        with pytest.raises(ValueError, match=f"block_size must be a positive integer, got "
+                                             f"{page}"):
+            workloads.ideal_prefix_hit_rate(df, page, mode=mode)

@@ -148,3 +148,17 @@ def test_cli_runs_the_preset(tmp_path, capsys):
     from sim.cli import main
     assert main(["run", "-s", "sglang", "-n", "200", "--no-plots", "-q",
                  "-o", str(tmp_path)]) == 0
+
+
+def test_vllms_gpu_memory_utilization_is_refused_not_ignored():
+    """The pool comes from SGLang's mem_fraction_static: a utilization given for the sglang
+    preset would change nothing, so it is an error (before, 0.5 and 0.9 both gave 422,282
+    tokens and summary.json recorded 0.9)."""
+    cfg = sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100")
+    assert cfg.resolved().gpu_memory_utilization is None and cfg.resolved_kv_blocks() > 0
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.5 is vLLM's setting: the "
+                                         r"'sglang' scheduler sizes its KV pool with sglang's"):
+        sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100",
+                      gpu_memory_utilization=0.5).resolved_kv_blocks()
+    assert sim.SimConfig(scheduler="sglang", gpu_memory_utilization=0.5,
+                         kv_blocks=1000).resolved_kv_blocks() == 1000

@@ -32,6 +32,25 @@ import itertools
 import numpy as np
 
 
+def tokens_per_id(df) -> int:
+    """The workload's tokens per hash id, ``df.attrs["block_size"]``, checked: a positive
+    integer (``16.0`` is 16). A workload with ``hash_ids`` and no such attribute is an error
+    (CSV and JSONL files cannot hold it; parquet keeps it)."""
+    value = df.attrs.get("block_size")
+    if value is None:
+        raise ValueError("the workload has hash_ids but no attrs['block_size'] (tokens per "
+                         "hash id): set df.attrs['block_size'] or save the workload as parquet, "
+                         "which keeps it (CSV and JSONL do not); or turn prefix caching off")
+    return _positive_int("attrs['block_size'] (tokens per hash id)", value)
+
+
+def _positive_int(name, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)) \
+            or value != value or int(value) != value or value <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)
+
+
 def _chain(c, h):
     return hash((c, h))
 
@@ -122,15 +141,14 @@ def ideal_prefix_hit_rate(df, block_size=16, mode="block") -> float:
     Requests without ``hash_ids`` never hit (their tokens still count)."""
     if "hash_ids" not in df.columns:
         raise ValueError("workload has no hash_ids column")
-    hash_bs = df.attrs.get("block_size")
-    if not hash_bs:
-        raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id)")
+    hash_bs = tokens_per_id(df)
+    block_size = _positive_int("block_size", block_size)
     if mode not in ("block", "radix"):
         raise ValueError(f"mode must be 'block' or 'radix', got {mode!r}")
     prompts = [int(p) for p in df["num_prompt_tokens"]]
     total = sum(prompts)
     if mode == "radix":
-        hits = _radix_hits(list(df["hash_ids"]), int(hash_bs), prompts, block_size)
+        hits = _radix_hits(list(df["hash_ids"]), hash_bs, prompts, block_size)
         return hits / total if total else float("nan")
     seen = set()
     hits = 0

@@ -87,6 +87,7 @@ def build(s, names=None):
     pool and cost model; ``names`` (a :class:`Names`): an error names each setting as the user
     wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
     import workloads
+    from ..engine.simulation import cache_unit
     try:
         try:
             df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"],
@@ -98,6 +99,7 @@ def build(s, names=None):
         cfg = _config(s, names)
         cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         cfg.resolved_cost_model()
+        cache_unit(df, cfg.resolved())  # the workload's hash ids and the prefix cache's pages
         return df, cfg
     except (ValueError, TypeError) as e:
         if names is None:
@@ -178,9 +180,10 @@ def _num(value, spec) -> str:
     return "n/a" if value is None or value != value else format(value, spec)
 
 
-def format_summary(summary, max_batch_size=None) -> str:
+def format_summary(summary, max_batch_size=None, prefix_caching=None) -> str:
     """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
-    each share says what it is a share of)."""
+    each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
+    row with the cache's hit rate."""
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}")]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
@@ -200,6 +203,12 @@ def format_summary(summary, max_batch_size=None) -> str:
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
                      f"{summary['num_preemptions']:,} preemptions"),
     ]
+    if prefix_caching:
+        rows.append(("prefix cache", f"{prefix_caching}: "
+                                     f"{_num(summary['prefix_hit_rate'], '.1%')} of prompt "
+                                     f"tokens served from the cache; prefill computed "
+                                     f"{_num(summary['prefill_compute_ratio'], '.3g')}x the "
+                                     f"prompt tokens"))
     if "spec_acceptance_rate" in summary:
         rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
                                     f"tokens accepted; "
@@ -343,7 +352,8 @@ def cmd_run(args) -> int:
             print(f"note: {s['workload']} holds {resampled:,} length pairs; the {len(df):,} "
                   f"requests sample them with replacement")
         print()
-        print(format_summary(summary, max_batch_size=res.config.max_batch_size))
+        print(format_summary(summary, max_batch_size=res.config.max_batch_size,
+                             prefix_caching=res.config.prefix_caching))
         if findings:
             print("\nfindings:")
             for f in findings:

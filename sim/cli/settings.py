@@ -99,12 +99,14 @@ def add_run_args(p):
                    help="most running requests, >= 1 (default: the scheduler's; 256 for the "
                         "simple ones)")
     p.add_argument("--chunk-size", type=int, dest="chunk_size", metavar="TOKENS",
-                   help=f"chunked, sarathi, vllm: prefill token budget per iteration, >= 1 "
-                        f"(default: the scheduler's: chunked and sarathi {CHUNK_SIZE}, vllm "
-                        f"8,192 on GPUs of >= 70 GiB other than the A100, else 2,048)")
+                   help=f"chunked, sarathi, vllm, sglang: prefill token budget per iteration "
+                        f"(sglang's chunked_prefill_size), >= 1 (default: the scheduler's: "
+                        f"chunked and sarathi {CHUNK_SIZE}, vllm 8,192 on GPUs of >= 70 GiB "
+                        f"other than the A100, else 2,048; sglang by GPU memory, 8,192 on an "
+                        f"A100, H100 or H200)")
     p.add_argument("--token-budget", type=int, dest="token_budget", metavar="TOKENS",
-                   help="continuous: cap on prompt tokens admitted per iteration, >= 1 (default "
-                        "none)")
+                   help="continuous, orca: cap on prompt tokens admitted per iteration; sglang: its "
+                        "max_prefill_tokens, >= 1 (default: none; sglang 16,384)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
@@ -115,7 +117,8 @@ def add_run_args(p):
                         "(default: the scheduler's; off for the simple ones, block for vllm, "
                         "radix for sglang)")
     p.add_argument("--block-size", type=int, dest="block_size", metavar="TOKENS",
-                   help="tokens per KV block, >= 1 (default: the scheduler's; 16)")
+                   help="tokens per KV block (sglang's page size), >= 1 (default: the "
+                        "scheduler's; 16, sglang 1)")
     p.add_argument("--seed", type=int,
                    help="seed of sampled arrivals and lengths, >= 0 (default 0)")
     p.add_argument("--cost", metavar="SPEC",

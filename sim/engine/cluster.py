@@ -55,14 +55,21 @@ from .speculation import make_drawer
 
 
 def delay_until(now: float, t: float) -> float:
-    """A delay that brings ``now`` to at least ``t`` in float arithmetic: ``now + (t - now)``
-    can land one ulp short of ``t``, and a request routed then would be scheduled before it
-    arrived (found by the invariant checks: first scheduled 0.18067798393084367 < arrival
-    0.1806779839308437)."""
-    d = max(t - now, 0.0)
-    while now + d < t:
-        d = math.nextafter(d, math.inf)
-    return d
+    """The delay after which SimPy's clock (``now + delay``, rounded) reads ``t``, or the
+    first float after it: ``t - now`` rounds, and ``now + (t - now)`` can land one ulp below
+    ``t`` (arrivals 0.134 and 1.389: the second was routed, and scheduled, at
+    1.3889999999999998) or above it."""
+    if t <= now:  # due already (the loops below would never end for a time in the past)
+        return 0.0
+    delay = t - now  # exact, and now + delay == t, unless delay is as large as now
+    while now + delay < t:  # then one ulp of delay is about one of the sum: a few steps
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > t:
+        smaller = math.nextafter(delay, 0.0)
+        if now + smaller < t:
+            break
+        delay = smaller
+    return delay
 
 
 class _Dispatch(simpy.events.Event):

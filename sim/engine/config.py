@@ -92,11 +92,14 @@ class SimConfig:
             object.__setattr__(self, name, value.strip().lower())
         if self.gpu_memory_utilization is not None:
             fraction("gpu_memory_utilization", self.gpu_memory_utilization)
+        given = self.prefix_caching
+        if isinstance(given, str):  # any case, as the scheduler and precisions
+            object.__setattr__(self, "prefix_caching", given.strip().lower())
         if self.prefix_caching in ("off", "none", 0):  # the CLI's and TOML's spelling of False
             object.__setattr__(self, "prefix_caching", False)
         if self.prefix_caching is not None and self.prefix_caching not in PREFIX_CACHING_MODES:
             raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES} or 'off', "
-                             f"got {self.prefix_caching!r}")
+                             f"got {given!r}")
         resolve(self)  # the policy validates the knobs it uses
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
@@ -140,8 +143,19 @@ class SimConfig:
     def resolved_kv_blocks(self) -> int:
         if self.kv_blocks is not None:
             return self.kv_blocks
-        if self.block_size is None or self.gpu_memory_utilization is None:
+        sched = self.scheduler  # whose memory accounting sizes the pool (vLLM's unless the
+        # policy says otherwise: the sglang preset's mem_fraction_static)
+        policy = POLICIES.get(sched.strip().lower()) if isinstance(sched, str) else sched
+        accounting = getattr(policy, "memory_accounting", "vllm")
+        if self.block_size is None or (self.gpu_memory_utilization is None
+                                       and accounting == "vllm"):
             return self.resolved().resolved_kv_blocks()
+        if accounting != "vllm" and self.gpu_memory_utilization is not None:
+            raise ValueError(
+                f"gpu_memory_utilization={self.gpu_memory_utilization!r} is vLLM's setting: the "
+                f"{getattr(policy, 'name', policy)!r} scheduler sizes its KV pool with "
+                f"{accounting}'s accounting (sim memory --accounting {accounting} shows the "
+                f"terms); give kv_blocks to set the pool yourself")
         draft = self.speculative.draft_model if self.speculative is not None else None
         if (self.model is not None or self.gpu is not None  # the others take their defaults
                 or self.weight_dtype not in _TWO_BYTES or self.kv_dtype not in _TWO_BYTES
@@ -156,14 +170,12 @@ class SimConfig:
                 draft = get_model(draft)
                 draft_weights = (draft.total_params() / tp
                                  * bytes_per_value("weight_dtype", self.weight_dtype) / 1e9)
-            sched = self.scheduler  # whose memory accounting sizes the pool (vLLM's unless the
-            # policy says otherwise: the sglang preset's mem_fraction_static)
-            policy = POLICIES.get(sched.strip().lower()) if isinstance(sched, str) else sched
+            util = self.gpu_memory_utilization  # (None: SGLang's accounting does not use it)
             budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                   gpu_memory_utilization=self.gpu_memory_utilization,
+                                   gpu_memory_utilization=0.9 if util is None else util,
                                    block_size=self.block_size, overhead_gb=draft_weights,
-                                   accounting=getattr(policy, "memory_accounting", "vllm"))
+                                   accounting=accounting)
             if not budget.fits and draft is not None:
                 raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
                                  f"weights per GPU at {self.weight_dtype}) beside model "

@@ -4,8 +4,8 @@ each check is O(running + queue); the tests turn it on).
 After every batch is formed, on every replica (:func:`check_replica`):
 
 - the KV pool is exact: ``num_free`` + blocks the running requests hold ``== num_blocks``
-  (a cached block shared by several requests counts once; radix mode: referenced tree pages
-  plus each request's own pages); with disaggregation, KV in transit holds the rest, so held
+  (a cached block shared by several requests counts once; radix mode: the pages of the tree
+  nodes the running requests reference plus each request's own pages); with disaggregation, KV in transit holds the rest, so held
   ``<= num_blocks`` there; ``0 <= num_free``;
 - ``len(running) <= max_batch_size``; every running request is prefilling or decoding, every
   queued one waiting, none in both;
@@ -36,15 +36,18 @@ def _held(replica) -> int:
     """Blocks the running requests hold, shared cached blocks counted once."""
     pool = replica.blocks
     running = replica.running.values()
-    if replica.radix:
+    if replica.radix:  # the tree nodes the running requests hold (O(their paths), not O(tree)):
+        # a reference nobody running holds shows as a block missing, in the iteration it leaks
         bs = pool.block_size
         own = 0
+        nodes = set()
         for r in running:
             mine = replica.held_blocks(r) - r.tree_tokens // bs
             if mine < 0:
                 _fail(replica, f"{r!r} holds fewer blocks than its cached prefix")
             own += mine
-        return own + pool.referenced_pages()
+            nodes.update(r.kv_keys)
+        return own + pool.pages_of(nodes)
     if replica.caching:
         keyed, anonymous = set(), 0
         for r in running:

@@ -33,7 +33,7 @@ Invariants (tests/test_radix.py checks them every iteration of random runs):
 from __future__ import annotations
 
 import heapq
-from itertools import compress, islice, takewhile
+from itertools import compress, islice, repeat, takewhile
 from functools import partial
 from operator import eq, not_
 
@@ -213,6 +213,10 @@ class RadixBlockManager(BlockManager):
     def num_cached(self) -> int:
         """Tokens held in the tree."""
         return sum(self._len.values())
+
+    def pages_of(self, nodes) -> int:
+        """Pages the tree holds for ``nodes`` (a node not in the tree holds none)."""
+        return sum(map(self._len.get, nodes, repeat(0))) // self.block_size
 
     def referenced_pages(self) -> int:
         """Pages of nodes some running request references (O(tree): for checks)."""

@@ -27,7 +27,8 @@ POLICIES = {
 
 
 def _fill(config, defaults):
-    missing = {k: v for k, v in defaults.items() if getattr(config, k) is None}
+    missing = {k: v for k, v in defaults.items()  # (a None default: the knob is unused)
+               if v is not None and getattr(config, k) is None}
     return dataclasses.replace(config, **missing) if missing else config
 
 

@@ -70,7 +70,9 @@ class SGLang:
 
     @classmethod
     def engine_defaults(cls, config) -> dict:
-        return {"max_batch_size": 1024, "block_size": 1, "gpu_memory_utilization": 0.9,
+        # gpu_memory_utilization is vLLM's: the pool comes from mem_fraction_static (rule 6),
+        # and a value given for it is refused (SimConfig.resolved_kv_blocks), not ignored
+        return {"max_batch_size": 1024, "block_size": 1, "gpu_memory_utilization": None,
                 "prefix_caching": "radix"}
 
     @classmethod

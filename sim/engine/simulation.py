@@ -31,7 +31,7 @@ import simpy
 
 from ..results.metrics import Result
 from .clients import ClosedLoopClients
-from .cluster import run_cluster
+from .cluster import delay_until, run_cluster
 from .config import SimConfig
 from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
@@ -48,7 +48,7 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
     hash ids' prefixes, the radix tree's nodes). An ``acceptance_rate`` column without
     speculative decoding (``speculative`` False) is ignored with a warning."""
     from workloads import from_records, validate
-    from workloads.prefix import block_keys_all, unit_keys_all
+    from workloads.prefix import block_keys_all, tokens_per_id, unit_keys_all
     if not isinstance(workload, pd.DataFrame):
         if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
             raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
@@ -66,19 +66,31 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
         for r, a in zip(reqs, df["acceptance_rate"].tolist()):
             r.acceptance_rate = None if a != a else a
     if block_size and "hash_ids" in df.columns:
-        hash_bs = df.attrs.get("block_size")
-        if not hash_bs:
-            raise ValueError("workload has hash_ids but no attrs['block_size'] (tokens per id); "
-                             "set df.attrs['block_size']")
+        hash_bs = tokens_per_id(df)
         if mode == "radix":
             keys = unit_keys_all(df["hash_ids"].tolist())
         else:
-            keys = block_keys_all(df["hash_ids"].tolist(), int(hash_bs),
+            keys = block_keys_all(df["hash_ids"].tolist(), hash_bs,
                                   [r.num_prompt_tokens for r in reqs], block_size)
         for r, k in zip(reqs, keys):
             if k:
                 r.block_keys = k
     return df, reqs
+
+
+def cache_unit(df, config):
+    """Prefix caching on (``config`` resolved) and a workload with hash_ids: its tokens per
+    hash id, checked (radix mode: the tree's node span, which the page ``block_size`` must
+    divide); None otherwise."""
+    if not config.prefix_caching or "hash_ids" not in df.columns:
+        return None
+    from workloads.prefix import tokens_per_id
+    unit = tokens_per_id(df)
+    if config.prefix_caching == "radix" and unit % config.block_size:
+        raise ValueError(f"block_size {config.block_size} does not divide the workload's {unit} "
+                         f"tokens per hash id (attrs['block_size']): prefix_caching='radix' "
+                         f"needs pages that do")
+    return unit
 
 
 UNUSED_ACCEPTANCE = ("workload column acceptance_rate is ignored: speculative decoding is off "
@@ -100,8 +112,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
                                   config.prefix_caching,
                                   speculative=config.speculative is not None)
-    unit = df.attrs.get("block_size") if config.prefix_caching == "radix" else None
-    unit = int(unit) if unit and "hash_ids" in df.columns else None
+    unit = cache_unit(df, config)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
@@ -201,7 +212,7 @@ class _ReplicaProcess:
                 nxt += 1
             if not running and not waiting:
                 if nxt < n_arrivals:
-                    yield timeout(arrivals[nxt].arrival_time - now)
+                    yield timeout(delay_until(now, arrivals[nxt].arrival_time))
                 else:
                     self.idle = env.event()
                     yield self.idle
