@@ -95,7 +95,7 @@ class PrefixCachingBlockManager(BlockManager):
     when the head reaches it (O(1), where an ordered dict's deletions and resizes cost O(queue)
     - measured 9 s of a 46 s Mooncake run), and evictions and releases work on whole slices at
     C speed. ``lookup`` is split so callers can resume a walk: :meth:`hits` from a known
-    prefix, :meth:`free_among` only when the admission check needs it.
+    prefix, :meth:`pinned` only when the admission check needs it.
 
     Invariants (tests/test_prefix_caching.py): ``num_free`` = the live entries' blocks;
     ``num_free + distinct blocks held == num_blocks``; a key is in ``_freed`` iff its reference
@@ -121,15 +121,16 @@ class PrefixCachingBlockManager(BlockManager):
         ``start`` are (a C-level walk from there)."""
         return start + len(list(takewhile(self._ref.__contains__, islice(keys, start, limit))))
 
-    def free_among(self, keys, hit: int) -> int:
-        """How many of the cached ``keys[:hit]`` are free (taking them uses free blocks)."""
+    def pinned(self, keys, hit: int) -> int:
+        """How many of the cached ``keys[:hit]`` are free (taking them uses free blocks; the
+        radix pool's method of the same name answers the same question)."""
         return list(map(self._ref.__getitem__, keys[:hit])).count(0) if hit else 0
 
     def lookup(self, keys, limit) -> tuple:
         """``(hit, free_hits)``: how many of ``keys[:limit]`` are cached, from the first on,
         and how many of those are free."""
         hit = self.hits(keys, 0, limit)
-        return hit, self.free_among(keys, hit)
+        return hit, self.pinned(keys, hit)
 
     def acquire(self, keys) -> None:
         """Take a reference on each cached block of ``keys`` (a hit)."""

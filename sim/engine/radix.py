@@ -209,11 +209,6 @@ class RadixBlockManager(BlockManager):
                       if c in lens and not ref[c] and not kids[c] and stamp[c] == s]
         heapq.heapify(self._heap)
 
-    @property
-    def num_cached(self) -> int:
-        """Tokens held in the tree."""
-        return sum(self._len.values())
-
     def pages_of(self, nodes) -> int:
         """Pages the tree holds for ``nodes`` (a node not in the tree holds none)."""
         return sum(map(self._len.get, nodes, repeat(0))) // self.block_size

@@ -177,7 +177,7 @@ class Replica:
         memo = self._pins.get(r)  # valid while no reference and no eviction changed
         if memo is not None and memo[0] == state:
             return memo[1]
-        pinned = (blocks.pinned if self.radix else blocks.free_among)(r.block_keys, nodes)
+        pinned = blocks.pinned(r.block_keys, nodes)
         self._pins[r] = (state, pinned)
         return pinned
 
@@ -197,8 +197,7 @@ class Replica:
             return memo[3]  # nothing cached or evicted since: the same answer
         valid = memo is not None and memo[0] == evictions and memo[2] <= r.prefill_target
         if self.radix:
-            named = min(r.num_prompt_tokens, len(keys) * blocks.unit)
-            limit = min(named, r.prefill_target - 1) // bs * bs
+            limit = min(self._named(r), r.prefill_target - 1) // bs * bs
             found = blocks.match(keys, limit, *memo[3]) if valid else blocks.match(keys, limit)
         else:
             limit = min(len(keys), (r.prefill_target - 1) // bs)
@@ -289,11 +288,13 @@ class Replica:
         """Radix mode: ``r``'s computed named prompt tokens enter the tree (after each
         chunk, as SGLang's ``cache_unfinished_req``)."""
         bs = self.block_size
-        blocks = self.blocks
-        upto = min(r.num_computed, r.num_prompt_tokens,
-                   len(r.block_keys) * blocks.unit) // bs * bs
+        upto = min(r.num_computed, self._named(r)) // bs * bs
         if upto > r.tree_tokens:
-            r.tree_tokens = blocks.insert(r.block_keys, r.kv_keys, r.tree_tokens, upto)
+            r.tree_tokens = self.blocks.insert(r.block_keys, r.kv_keys, r.tree_tokens, upto)
+
+    def _named(self, r) -> int:
+        """Radix mode: ``r``'s prompt tokens its hash ids name (those the tree can hold)."""
+        return min(r.num_prompt_tokens, len(r.block_keys) * self.blocks.unit)
 
     def _register(self, r, done, upto):
         """The full prompt blocks that tokens ``done..upto`` complete become cached."""
@@ -304,14 +305,11 @@ class Replica:
 
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""
-        if self.radix:
-            self.blocks.release(r.kv_keys, n - r.tree_tokens // self.block_size)
+        if self.caching:  # its own blocks: all but the cached ones it references
+            shared = r.tree_tokens // self.block_size if self.radix else len(r.kv_keys)
+            self.blocks.release(r.kv_keys, n - shared)
             r.kv_keys = ()
             r.tree_tokens = 0
-        elif self.caching:
-            keys = r.kv_keys
-            self.blocks.release(keys, n - len(keys))
-            r.kv_keys = ()
         else:
             self.blocks.free(n)
 
@@ -332,11 +330,10 @@ class Replica:
             self.preempt(victim)
             if victim is r:
                 return False
-        if self.radix:
+        if self.caching:
             blocks.allocate(need)
-        elif self.caching:
-            blocks.allocate(need)
-            self._register(r, done, done + num_tokens)
+            if not self.radix:  # (radix: the tree takes the tokens after the iteration)
+                self._register(r, done, done + num_tokens)
         else:
             blocks.num_free -= need  # BlockManager.allocate, inlined (hot): need <= num_free
         r.scheduled_iteration = i
