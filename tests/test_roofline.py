@@ -4,6 +4,7 @@ from importlib import resources
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from sim import ModelConfig, get_gpu, get_model
 from sim.engine.batch import Batch
@@ -314,3 +315,33 @@ def test_hot_path_matches_per_op_sum_for_new_architectures(name, tp):
                 + c.prefill_attention_time(300, 200) + c.prefill_attention_time(50, 0)
                 + max(7 * 900 * c._decode_s_per_ctx, layers * p.kernel_floor_s))
     assert c(batch) == pytest.approx(expected, rel=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from([("llama-3.1-8b", "h100", 1), ("llama-2-70b", "a100", 4),
+                             ("mixtral-8x7b", "h100", 2), ("deepseek-v3", "h200", 8),
+                             ("falcon-7b", "a100", 1)]),
+       num_decodes=st.integers(1, 600), per_seq=st.integers(1, 40_000))
+def test_pure_decode_price_is_the_batch_price_bit_for_bit(name, num_decodes, per_seq):
+    """The engine's fast-forward prices pure-decode iterations with ``pure_decode_cost``: it
+    must equal pricing the batch itself exactly (CUDA-graph sizes and over, tiny contexts that
+    hit the kernel floor, MoE and MLA models), or fast-forwarded runs would drift."""
+    model, gpu, tp = name
+    c = RooflineCost(model, gpu, tensor_parallel=tp)
+    price = c.pure_decode_cost(num_decodes)
+    for ctx in (num_decodes, num_decodes * per_seq, num_decodes * per_seq + 7):
+        batch = Batch(0, [], 0, num_decodes, ctx)
+        assert price(ctx) == c(batch)
+
+
+def test_scalar_op_times_equal_the_vectorised_ones_exactly():
+    """``_times`` has a scalar branch (Python's max) beside the array one (np.maximum): the
+    same values bit for bit, as floats."""
+    for model, tp in (("llama-3.1-8b", 1), ("mixtral-8x7b", 2), ("deepseek-v3", 8)):
+        c = RooflineCost(model, "h100", tensor_parallel=tp)
+        tokens = np.arange(1, 700, dtype=np.float64)
+        vector = c._times(c.op_work(tokens))
+        for n in (1, 2, 255, 256, 699):
+            scalar = c._times(c.op_work(n))
+            assert {type(v) for v in scalar.values()} == {float}
+            assert scalar == {op: float(t[n - 1]) for op, t in vector.items()}

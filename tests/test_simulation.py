@@ -3,6 +3,7 @@
 import gc
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads as wl
@@ -122,3 +123,125 @@ def test_a_record_buffer_still_viewed_is_kept_not_an_error():
     del view
     release(buf)
     assert len(buf) == 0
+
+
+# -- the fast-forward of pure-decode iterations (_ReplicaProcess._decode_stretch) -------------
+
+class _Stepped:
+    """A policy as given, minus ``quiet_when_decoding``: the engine forms every iteration."""
+
+    def __init__(self, policy):
+        self._policy = policy
+
+    def __getattr__(self, name):
+        if name == "quiet_when_decoding":
+            raise AttributeError(name)
+        return getattr(self._policy, name)
+
+
+def _fast_and_stepped(df, **kw):
+    """The same run with the fast-forward (a named scheduler resolved to its policy) and with
+    every iteration stepped (the policy behind :class:`_Stepped`)."""
+    import dataclasses
+
+    from sim.engine.schedulers import resolve
+    config, policy = resolve(sim.SimConfig(**kw))
+    config = dataclasses.replace(config, chunk_size=None, token_budget=None)
+    fast = sim.run(df, dataclasses.replace(config, scheduler=policy))
+    stepped = sim.run(df, dataclasses.replace(config, scheduler=_Stepped(policy)))
+    return fast, stepped
+
+
+def _same_results(a, b):
+    import pandas as pd
+    pd.testing.assert_frame_equal(a.requests, b.requests, check_exact=True)
+    pd.testing.assert_frame_equal(a.iterations, b.iterations, check_exact=True)
+    assert a.itl().tobytes() == b.itl().tobytes()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.tuples(st.floats(0, 3), st.integers(1, 300), st.integers(1, 200),
+                               st.integers(0, 3)), min_size=1, max_size=30),
+       scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca"]),
+       caching=st.sampled_from([False, "block", "radix"]),
+       kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans())
+def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
+                                                                     kv_blocks, linear):
+    """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
+    arrival, finish or preemption) give the same results bit for bit as forming every
+    iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
+    blocks evicting cached ones), the roofline's own pure-decode price and a cost model
+    without one (priced batch by batch)."""
+    import pandas as pd
+    df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
+                       for t, p, o, g in sorted(rows)],
+                      columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                               "hash_ids"])
+    df.attrs["block_size"] = 16
+    cost = sim.LinearCost(base=0.004, per_decode_token=1e-4, per_context_token=3e-7) \
+        if linear else None
+    fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
+                                      kv_blocks=kv_blocks, max_batch_size=16, cost_model=cost,
+                                      **GPU)
+    _same_results(fast, stepped)
+
+
+class _CountingCost:
+    """A linear cost model with its own pure-decode price; counts the batches it prices."""
+
+    def __init__(self):
+        self.batches = 0
+
+    def __call__(self, batch):
+        self.batches += 1
+        return 0.01 + 1e-6 * batch.context_tokens + 1e-4 * batch.num_prefill_tokens
+
+    def pure_decode_cost(self, num_decodes):
+        return lambda context_tokens: 0.01 + 1e-6 * context_tokens
+
+
+def test_fast_forward_prices_decode_stretches_without_forming_batches():
+    """On a lightly loaded replica most iterations are pure decodes between arrivals: they are
+    priced through ``pure_decode_cost`` (no Batch, no policy call, one SimPy event per
+    stretch), and a closed loop or a cluster - where other processes act meanwhile - still
+    forms every iteration."""
+    df = wl.synthetic(200, rate=2.0, prompt=wl.LogNormal(300, 1.0, max_tokens=2000),
+                      output=wl.LogNormal(200, 1.0, max_tokens=800), seed=3)
+    cost = _CountingCost()
+    res = sim.run(df, scheduler="chunked", cost_model=cost, **GPU)
+    assert (res.requests["status"] == "finished").all()
+    decode_only = int((res.iterations["num_prefill_tokens"] == 0).sum())
+    assert decode_only > 0.8 * len(res.iterations)
+    # formed: the prefill iterations, and the pure-decode ones a request finishes in
+    assert cost.batches <= len(res.iterations) - decode_only + len(df)
+    assert cost.batches < 0.1 * len(res.iterations)
+    cost = _CountingCost()
+    res = sim.run(df, scheduler="chunked", cost_model=cost, replicas=2, **GPU)
+    assert cost.batches == len(res.iterations)
+    cost = _CountingCost()
+    res = sim.run(df, scheduler="chunked", cost_model=cost, closed_loop=wl.ClosedLoop(4, 1.0),
+                  **GPU)
+    assert cost.batches == len(res.iterations)
+
+
+def test_fast_forward_matches_stepping_on_a_real_trace_with_preemptions():
+    """A real conversation trace on a pool small enough to preempt decodes: the same requests
+    and iterations bit for bit, fast-forwarded or not."""
+    df = wl.load("azure-conv", n=400, rate=3.0)
+    fast, stepped = _fast_and_stepped(df, scheduler="chunked", kv_blocks=700, **GPU)
+    assert fast.requests["num_preemptions"].sum() > 0
+    _same_results(fast, stepped)
+
+
+@pytest.mark.parametrize("caching", ["block", "radix"])
+def test_fast_forward_evicts_cached_prefixes_as_stepping_does(caching):
+    """With prefix caching, the blocks a stretch's decodes take come from the cache's free
+    queue (evicting cached prefixes, least recently used first) exactly as iteration by
+    iteration: later requests hit the same prefixes."""
+    df = wl.shared_prefix(300, n_groups=6, system_prompt_tokens=800,
+                          user_tokens=wl.LogNormal(200, 1.0, max_tokens=1500),
+                          output=wl.LogNormal(150, 1.0, max_tokens=800), rate=3.0, seed=1)
+    fast, stepped = _fast_and_stepped(df, scheduler="vllm", prefix_caching=caching,
+                                      kv_blocks=300, **GPU)
+    assert 0.3 < fast.summary()["prefix_hit_rate"] < 0.9
+    _same_results(fast, stepped)

@@ -238,6 +238,15 @@ class RooflineCost:
     def _times(self, work) -> dict:
         p = self.params
         out = {}
+        if isinstance(work["add"][1], float):  # scalars: Python's max, the same value, 10x faster
+            gemm_rate, bw, floor = self.peak * self._gemm_ce, self.bw, p.kernel_floor_s
+            for op, (flops, nbytes) in work.items():
+                if op in GEMM_OPS:
+                    out[op] = max(flops / gemm_rate, nbytes / (bw * p.gemm_memory_eff),
+                                  floor) + p.gemm_latency_s
+                else:
+                    out[op] = max(nbytes / (bw * p.elementwise_eff[op]), floor)
+            return out
         for op, (flops, nbytes) in work.items():
             if op in GEMM_OPS:
                 t = np.maximum(np.maximum(flops / (self.peak * self._gemm_ce),
@@ -360,6 +369,25 @@ class RooflineCost:
                     if cached:
                         t += self._upproj_time(cached)
         return t
+
+    def pure_decode_cost(self, num_decodes: int):
+        """The price of a batch of ``num_decodes`` decodes and nothing else (no prefill, no
+        speculation) as a function of the tokens they attend over: ``f(context_tokens)``
+        equals ``self(batch)`` bit for bit (the same terms added in the same order), for the
+        engine's fast-forward of pure-decode iterations."""
+        key = (num_decodes, num_decodes)
+        t = self._linear_cache.get(key)
+        if t is None:
+            t = self.linear_time(*key)
+        t += self._fixed_s + self._per_seq_s * num_decodes
+        if num_decodes > self._graph_max:
+            t += self._eager_s
+        per_ctx, floor = self._decode_s_per_ctx, self._attn_floor
+
+        def price(context_tokens, base=t):
+            d = context_tokens * per_ctx
+            return base + (d if d > floor else floor)
+        return price
 
     def __repr__(self):
         return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, "

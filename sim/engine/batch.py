@@ -2,6 +2,10 @@
 
 A cost model is any callable ``cost(batch) -> seconds``. The batch is immutable and refers to
 no live state: it says the same thing after the iteration ran as before, whoever keeps it.
+Optionally, ``cost.pure_decode_cost(num_decodes)`` returns ``f(decode_context_tokens) ->
+seconds``, equal bit for bit to pricing a batch of ``num_decodes`` decodes and nothing else
+(no speculation): the engine's fast-forward of pure-decode iterations uses it instead of
+building each batch (``RooflineCost`` has one).
 
 - ``prefills``: ``(num_new_tokens, num_cached_tokens)`` per request running (part of) its
   prefill this iteration, ``num_prefill_tokens`` their new tokens in all;

@@ -29,7 +29,10 @@ no work (requests waiting, nothing admitted, nothing running): a policy must mak
 An optional ``select_victim(replica) -> request`` chooses whom to preempt when blocks run short
 (default: the most recently admitted, vLLM's rule); ``engine_defaults(config) -> dict`` gives
 the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,
-``prefix_caching``) for those the user left ``None``.
+``prefix_caching``) for those the user left ``None``. A class attribute
+``quiet_when_decoding = True`` promises that ``schedule`` does nothing when nothing waits and
+nothing prefills: the engine may then fast-forward pure-decode iterations without calling it
+(:mod:`sim.engine.simulation`; a policy without it is called every iteration).
 
 The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks allow:
 
@@ -105,6 +108,7 @@ def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0)
 class StaticBatching:
     """Static batching: a new batch only when the previous one has fully finished."""
 
+    quiet_when_decoding = True  # nothing waiting or prefilling: schedule does nothing
     name = "static"
 
     @classmethod
@@ -128,6 +132,7 @@ class ContinuousBatching:
     iteration, admitted only while 1 % of the pool stays free (so they do not evict running
     requests)."""
 
+    quiet_when_decoding = True  # nothing waiting or prefilling: schedule does nothing
     name = "continuous"
 
     def __init__(self, token_budget=None):
@@ -155,6 +160,7 @@ class ChunkedPrefill:
     """Chunked prefill (Sarathi-style): decodes, then prefill chunks, within a token budget; a
     new prompt is admitted only when blocks for all of it plus 1 % of the pool are free."""
 
+    quiet_when_decoding = True  # nothing waiting or prefilling: schedule does nothing
     name = "chunked"
 
     def __init__(self, chunk_size=CHUNK_SIZE):

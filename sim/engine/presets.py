@@ -48,6 +48,7 @@ class VLLM:
     head, so cached ones survive longer under pressure).
     """
 
+    quiet_when_decoding = True  # nothing waiting or prefilling: schedule does nothing
     name = "vllm"
 
     def __init__(self, max_num_batched_tokens=8192):

@@ -464,6 +464,22 @@ class Replica:
                           int(d.ctx[c & d.mask]) if k else d.context_offset + d.count * c,
                           None, None, None, k)
 
+    def skip_decodes(self, n: int, need: int, last_start: float) -> None:
+        """Apply ``n`` pure-decode iterations at once (the engine's fast-forward): nothing
+        waits, nothing prefills, no decode finishes or is preempted within them, and their
+        decode blocks (``need`` in all) were free. Decode progress is lazy, so all that changes
+        is the clocks and the pool: the state equals that after ``n`` rounds of
+        :meth:`form_batch` and :meth:`postprocess`, the last one formed at ``last_start``."""
+        if self.caching:
+            self.blocks.allocate(need)
+        else:
+            self.blocks.num_free -= need  # BlockManager.allocate, inlined: the caller checked
+        self.now = last_start
+        self.num_preempted_now = 0
+        self._decodes_reserved = self.clock + n - 1
+        self.clock += n
+        self.iteration += n
+
     def postprocess(self, now) -> None:
         """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
         requests and free their blocks; the decode clock advances if the decodes ran."""

@@ -11,6 +11,15 @@ One SimPy environment; one replica process running **one SimPy event per engine 
 
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
+
+**Fast-forward.** On one replica in an open loop, when nothing waits, nothing prefills and the
+policy declares ``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its
+own choice), the iterations up to the next arrival, finish or decode preemption are pure
+decodes that change nothing but the clocks and the pool (decode progress is lazy): they are
+priced and recorded one by one as above - the same batch prices (the cost model's
+``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one event.
+Results are bit-identical to stepping each (tests/test_simulation.py); ``check=True``, clusters,
+closed loops, speculation and cost models that need per-decode detail step every iteration.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -37,6 +46,7 @@ from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
 from .records import build_result, gc_paused
+from .batch import make_batch
 from .replica import Replica
 from .request import Request
 from .speculation import make_drawer
@@ -133,6 +143,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     process.check = config.check
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
+        process.fast_forward = (bool(getattr(policy, "quiet_when_decoding", False))
+                                and not replica.num_spec_tokens
+                                and not replica.on_demand_decodes)
     else:
         ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
                           config.closed_loop)
@@ -147,6 +160,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     return build_result(requests, records, config, kv_blocks,
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost,
                         paused=replica.paused)
+
+
+STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds its rows list)
 
 
 def _submit(replica, process, r) -> bool:
@@ -177,6 +193,9 @@ class _ReplicaProcess:
         self.records = records
         self.arrivals = ()
         self.check = False  # SimConfig.check: the invariants after every batch formed
+        # pure-decode stretches in one event (_decode_stretch): only where nothing else can
+        # act meanwhile (one replica, open loop) and the policy is quiet then
+        self.fast_forward = False
         self.idle = None
         self._loop = None
         self.bar = None
@@ -204,6 +223,7 @@ class _ReplicaProcess:
         arrivals = self.arrivals
         n_arrivals = len(arrivals)
         bar = self.bar
+        fast = self.fast_forward and not detail and not self.check
         nxt = 0
         while True:
             now = env.now
@@ -218,6 +238,15 @@ class _ReplicaProcess:
                     yield self.idle
                     self.idle = None
                 continue
+            if fast and not waiting and not replica.prefilling:  # only decodes run
+                delay = self._decode_stretch(now, arrivals[nxt].arrival_time
+                                             if nxt < n_arrivals else math.inf)
+                if delay is not None:
+                    yield timeout(delay)  # one event for the stretch: env.now is its end
+                    if bar is not None:
+                        bar.n = len(replica.finished)
+                        bar.refresh()
+                    continue
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
             if self.check:
                 check_replica(replica)
@@ -242,6 +271,55 @@ class _ReplicaProcess:
             if bar is not None and not replica.iteration & 1023:
                 bar.n = len(replica.finished)
                 bar.refresh()
+
+    def _decode_stretch(self, now, until):
+        """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
+        policy is quiet then (``quiet_when_decoding``), the iterations from ``now`` up to the
+        first one that a decode finishes in, that would preempt (its decodes' new blocks not
+        free) or that starts at or after ``until`` (the next arrival) change nothing but the
+        clocks and the pool (decode progress is lazy). They are priced and recorded here, one
+        by one as the loop would (same batches, same sums, bit for bit), and applied at once
+        (:meth:`Replica.skip_decodes`). Returns the delay to the stretch's end (``now`` plus
+        it is exactly the end), or None when no iteration qualifies."""
+        replica = self.replica
+        d = replica.decodes
+        c, i = replica.clock, replica.iteration
+        finish_at, by_phase, bs = d.finish_at, d.by_phase, replica.block_size
+        count, offset = d.count, d.context_offset
+        free = replica.blocks.num_free
+        total = replica.blocks.num_blocks
+        n_run = len(replica.running)
+        cost = self.cost
+        pricer = getattr(cost, "pure_decode_cost", None)
+        price = pricer(count) if pricer is not None else None
+        rows = []
+        t = last = now
+        k = need = 0
+        while k < STRETCH_LIMIT:
+            step = c + k
+            if step in finish_at or (k and t >= until):
+                break
+            new = by_phase[step % bs]
+            if new > free - need:
+                break
+            ctx = offset + count * step
+            dt = price(ctx) if price is not None else cost(
+                make_batch(i + k, (), 0, count, ctx, None, None, None, 0))
+            if not dt >= 0 or dt == math.inf:
+                break  # the loop prices it again and says so
+            need += new
+            rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
+            last = t
+            t = t + dt
+            k += 1
+        if not k:
+            return None
+        delay = delay_until(now, t)
+        if now + delay != t:  # SimPy's clock could not land on the end exactly
+            return None
+        self.records.extend(rows)
+        replica.skip_decodes(k, need, last)
+        return delay
 
     def close(self):
         """The environment has run: close the progress bar and break the reference cycles
