@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from collections import deque
 
 import simpy
 
@@ -48,6 +49,72 @@ def bare_simpy(iterations) -> float:
     t = time.perf_counter()
     env.run()
     return time.perf_counter() - t
+
+
+class _Req:
+    __slots__ = ("arrival", "prompt", "output", "computed", "generated", "finish")
+
+    def __init__(self, arrival, prompt, output):
+        self.arrival, self.prompt, self.output = arrival, prompt, output
+        self.computed = self.generated = 0
+        self.finish = None
+
+
+def per_request_reference(df, max_batch=256, chunk=512, step=0.01) -> tuple:
+    """Issue 15's reference loop: the straightforward simulator, written plainly - one Python
+    object per request, one SimPy timeout per iteration, and each iteration a pass over every
+    running request (decodes take one token of the ``chunk`` budget, prefills the rest, oldest
+    first; FCFS admission up to ``max_batch``), no KV accounting, a constant step. Returns
+    ``(wall seconds, iterations)``; the engine's speed is reported as a multiple of it."""
+    env = simpy.Environment()
+    reqs = [_Req(a, p, o) for a, p, o in zip(df["arrival_time"].tolist(),
+                                             df["num_prompt_tokens"].tolist(),
+                                             df["num_output_tokens"].tolist())]
+    n = len(reqs)
+    count = [0]
+
+    def loop():
+        queue, running, nxt, done = deque(), [], 0, 0
+        while done < n:
+            now = env.now
+            while nxt < n and reqs[nxt].arrival <= now:
+                queue.append(reqs[nxt])
+                nxt += 1
+            if not running and not queue:
+                yield env.timeout(reqs[nxt].arrival - now)
+                continue
+            while queue and len(running) < max_batch:
+                running.append(queue.popleft())
+            budget = chunk - sum(1 for r in running if r.computed == r.prompt)
+            work = []
+            for r in running:
+                if r.computed < r.prompt:
+                    take = min(r.prompt - r.computed, budget) if budget > 0 else 0
+                    budget -= take
+                    work.append(take)
+                else:
+                    work.append(1)
+            yield env.timeout(step)
+            count[0] += 1
+            keep = []
+            for r, w in zip(running, work):
+                if r.computed < r.prompt:
+                    r.computed += w
+                    if r.computed == r.prompt:
+                        r.generated = 1
+                else:
+                    r.generated += 1
+                if r.generated >= r.output:
+                    r.finish = env.now
+                    done += 1
+                else:
+                    keep.append(r)
+            running = keep
+
+    env.process(loop())
+    t = time.perf_counter()
+    env.run()
+    return time.perf_counter() - t, count[0]
 
 
 def measure(n=100_000, repeats=3, kv_blocks=None, speculative=None, replicas=1) -> dict:

@@ -18,6 +18,12 @@ Scenarios (``--scale`` multiplies the request counts; 0.1 for a quick look):
 5. ``cluster`` - scenario 1 over 4 replicas behind ``least_outstanding``, and ``disaggregated``
    - scenario 1 (a tenth of it) on 3 prefill + 1 decode replicas.
 
+Two references, timed in the same process: the bare SimPy loop (one timeout per iteration and
+nothing else: the floor of any one-event-per-iteration engine; ``ratio_to_bare_simpy``), and for
+``chunked`` the plain per-request simulator (``bench_engine.per_request_reference``: one object
+per request, a pass over the running requests every iteration; ``ratio_to_per_request_loop``,
+above 1 when the engine is faster).
+
 The checksum (SHA-1 of the requests' finish times and the iteration durations) is the same on
 every run of a scenario: the engine is deterministic.
 """
@@ -34,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_engine import bare_simpy, workload  # this folder is on the path when run as a script
+from bench_engine import bare_simpy, per_request_reference, workload  # this folder is on the path when run as a script
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("chunked", "vllm_prefix_spec", "mooncake", "sim_run_1m", "cluster",
@@ -83,8 +89,14 @@ def _engine(name, scale):
     wall = time.perf_counter() - t
     iters = len(res.iterations)
     bare = bare_simpy(iters)
+    extra = {}
+    if name == "chunked":  # the plain per-request simulator, same workload (O(running) a step)
+        ref, ref_iters = per_request_reference(df)
+        extra = {"per_request_loop_s": round(ref, 3), "per_request_loop_iterations": ref_iters,
+                 "ratio_to_per_request_loop": round(ref / wall, 2)}
     return {"requests": len(df), "iterations": iters, "wall_s": round(wall, 3),
             "requests_per_s": round(len(df) / wall), "ratio_to_bare_simpy": round(bare / wall, 4),
+            **extra,
             "checksum": _checksum(res),
             "finished": int((res.requests["status"] == "finished").sum()),
             "mean_acceptance_length": res.summary().get("spec_mean_acceptance_length"),

@@ -49,3 +49,16 @@ def test_a_million_requests_end_to_end_within_2_gb(load_script, monkeypatch):
     out = load_script("benchmarks/run.py").one("sim_run_1m", 1.0)
     print(out)
     assert out["peak_rss_mb"] <= 2048
+
+
+def test_the_per_request_reference_loop_runs_the_engines_iterations(load_script):
+    """The plain per-request simulator the benchmark compares the engine with schedules as the
+    chunked policy does when KV blocks never run short: the same number of iterations (so the
+    ratio compares equal work)."""
+    bench = load_script("benchmarks/bench_engine.py")
+    df = bench.workload(800, seed=2)
+    wall, iterations = bench.per_request_reference(df)
+    from sim.engine import run
+    res = run(df, scheduler="chunked", model="llama-3.1-8b", gpu="h100", max_batch_size=256,
+              kv_blocks=10**6)
+    assert wall > 0 and iterations == len(res.iterations)
