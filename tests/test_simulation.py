@@ -164,14 +164,18 @@ def _same_results(a, b):
                                st.integers(0, 3)), min_size=1, max_size=30),
        scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca"]),
        caching=st.sampled_from([False, "block", "radix"]),
-       kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans())
+       kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans(),
+       cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
+                                ("prefix_affinity", 3), ("least_outstanding", 2)]))
 def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
-                                                                     kv_blocks, linear):
+                                                                     kv_blocks, linear,
+                                                                     cluster):
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
     arrival, finish or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
     blocks evicting cached ones), the roofline's own pure-decode price and a cost model
-    without one (priced batch by batch)."""
+    without one (priced batch by batch), clusters whose routers read the replicas' free
+    blocks and cached prefixes at arrivals that fall inside a replica's stretch."""
     import pandas as pd
     df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
                        for t, p, o, g in sorted(rows)],
@@ -180,9 +184,10 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
     df.attrs["block_size"] = 16
     cost = sim.LinearCost(base=0.004, per_decode_token=1e-4, per_context_token=3e-7) \
         if linear else None
+    spread = dict(router=cluster[0], replicas=cluster[1]) if cluster else {}
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
                                       kv_blocks=kv_blocks, max_batch_size=16, cost_model=cost,
-                                      **GPU)
+                                      **spread, **GPU)
     _same_results(fast, stepped)
 
 
@@ -203,8 +208,8 @@ class _CountingCost:
 def test_fast_forward_prices_decode_stretches_without_forming_batches():
     """On a lightly loaded replica most iterations are pure decodes between arrivals: they are
     priced through ``pure_decode_cost`` (no Batch, no policy call, one SimPy event per
-    stretch), and a closed loop or a cluster - where other processes act meanwhile - still
-    forms every iteration."""
+    stretch), on each replica of a cluster too (up to its next arrival); a closed loop, whose
+    users issue requests at times no replica knows in advance, forms every iteration."""
     df = wl.synthetic(200, rate=2.0, prompt=wl.LogNormal(300, 1.0, max_tokens=2000),
                       output=wl.LogNormal(200, 1.0, max_tokens=800), seed=3)
     cost = _CountingCost()
@@ -217,7 +222,7 @@ def test_fast_forward_prices_decode_stretches_without_forming_batches():
     assert cost.batches < 0.1 * len(res.iterations)
     cost = _CountingCost()
     res = sim.run(df, scheduler="chunked", cost_model=cost, replicas=2, **GPU)
-    assert cost.batches == len(res.iterations)
+    assert cost.batches < 0.1 * len(res.iterations)
     cost = _CountingCost()
     res = sim.run(df, scheduler="chunked", cost_model=cost, closed_loop=wl.ClosedLoop(4, 1.0),
                   **GPU)

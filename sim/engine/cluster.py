@@ -143,12 +143,26 @@ class Cluster:
             return False
         return self._submit(self.replicas[k], self.processes[k], r)
 
-    def open_loop(self):
-        """Route each request at its ``arrival_time`` (requests sorted by arrival)."""
+    def open_loop(self, fast_forward=None):
+        """Route each request at its ``arrival_time`` (requests sorted by arrival);
+        ``fast_forward`` (the engine's ``can_fast_forward``): the replicas it allows
+        fast-forward their pure-decode stretches up to the next arrival (a router then reads
+        each as stepping would leave it: no request starts or ends within a stretch, and its
+        iterations' blocks are those reserved by then)."""
         self._next = 0
+        if fast_forward is not None:
+            for proc, rep in zip(self.processes, self.replicas):
+                if fast_forward(proc.policy, rep):
+                    proc.fast_forward = True
+                    proc.next_arrival = self.next_arrival
         if self.requests:
             _Dispatch(self.env, delay_until(self.env.now, self.requests[0].arrival_time),
                       self._arrive)
+
+    def next_arrival(self) -> float:
+        """When the dispatcher routes next (infinity once every request is routed)."""
+        i = self._next
+        return self.requests[i].arrival_time if i < len(self.requests) else math.inf
 
     def _arrive(self, _event):
         # (bound methods, not closures that refer to themselves: no reference cycle keeps
@@ -243,12 +257,13 @@ def assemble(requests, records_per_replica, replicas, replica_of, config, kv_blo
                         paused=paused, **kwargs)
 
 
-def simulate(env, config, entry, *others, busy=False) -> None:
+def simulate(env, config, entry, *others, busy=False, fast_forward=None) -> None:
     """Run the environment: arrivals (open or closed loop) enter at ``entry``, every pool's
     replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
-    loss; ``busy``: some other work was left behind)."""
+    loss; ``busy``: some other work was left behind). ``fast_forward``: see
+    :meth:`Cluster.open_loop` (open loop only)."""
     if config.closed_loop is None:
-        entry.open_loop()
+        entry.open_loop(fast_forward)
     else:
         entry.closed_loop(config.closed_loop)
     for pool in (entry, *others):
@@ -262,13 +277,13 @@ def simulate(env, config, entry, *others, busy=False) -> None:
 
 
 def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
-                submit, cache_unit=None) -> "Result":
+                submit, cache_unit=None, fast_forward=None) -> "Result":
     """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
     ``submit``: the single-replica engine's process class and arrival verb
     (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
     cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
                       cache_unit=cache_unit)
-    simulate(env, config, cluster)
+    simulate(env, config, cluster, fast_forward=fast_forward)
     if config.check:
         check_finished(requests, cluster.replicas)
     return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,

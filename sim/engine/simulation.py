@@ -12,14 +12,16 @@ One SimPy environment; one replica process running **one SimPy event per engine 
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
-**Fast-forward.** On one replica in an open loop, when nothing waits, nothing prefills and the
+**Fast-forward.** In an open loop (one replica, or each of a cluster's up to its next
+arrival), when nothing waits, nothing prefills and the
 policy declares ``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its
 own choice), the iterations up to the next arrival, finish or decode preemption are pure
 decodes that change nothing but the clocks and the pool (decode progress is lazy): they are
 priced and recorded one by one as above - the same batch prices (the cost model's
 ``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one event.
-Results are bit-identical to stepping each (tests/test_simulation.py); ``check=True``, clusters,
-closed loops, speculation and cost models that need per-decode detail step every iteration.
+Results are bit-identical to stepping each (tests/test_simulation.py); ``check=True``, closed
+loops, prefill/decode pools, speculation and cost models that need per-decode detail step
+every iteration.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -132,7 +134,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                                  submit=_submit, given=given, cache_unit=unit)
     if config.replicas > 1:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
-                           process=_ReplicaProcess, submit=_submit, cache_unit=unit)
+                           process=_ReplicaProcess, submit=_submit, cache_unit=unit,
+                           fast_forward=can_fast_forward)
     replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
                       getattr(policy, "select_victim", None),
                       prefix_caching=config.prefix_caching, cache_unit=unit,
@@ -143,9 +146,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     process.check = config.check
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
-        process.fast_forward = (bool(getattr(policy, "quiet_when_decoding", False))
-                                and not replica.num_spec_tokens
-                                and not replica.on_demand_decodes)
+        process.fast_forward = can_fast_forward(policy, replica)
     else:
         ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
                           config.closed_loop)
@@ -163,6 +164,14 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
 
 
 STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds its rows list)
+
+
+def can_fast_forward(policy, replica) -> bool:
+    """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
+    other process acts on it but open-loop arrivals): its policy is quiet when only decodes
+    run, and each iteration's decodes emit one token and run whenever the replica does."""
+    return (bool(getattr(policy, "quiet_when_decoding", False)) and not replica.num_spec_tokens
+            and not replica.on_demand_decodes)
 
 
 def _submit(replica, process, r) -> bool:
@@ -193,9 +202,11 @@ class _ReplicaProcess:
         self.records = records
         self.arrivals = ()
         self.check = False  # SimConfig.check: the invariants after every batch formed
-        # pure-decode stretches in one event (_decode_stretch): only where nothing else can
-        # act meanwhile (one replica, open loop) and the policy is quiet then
+        # pure-decode stretches in one event (_decode_stretch): only where nothing but open-
+        # loop arrivals can act meanwhile (see can_fast_forward); a cluster's replicas stop at
+        # its next arrival (next_arrival(): when the dispatcher next routes)
         self.fast_forward = False
+        self.next_arrival = None
         self.idle = None
         self._loop = None
         self.bar = None
@@ -239,8 +250,9 @@ class _ReplicaProcess:
                     self.idle = None
                 continue
             if fast and not waiting and not replica.prefilling:  # only decodes run
-                delay = self._decode_stretch(now, arrivals[nxt].arrival_time
-                                             if nxt < n_arrivals else math.inf)
+                until = self.next_arrival() if self.next_arrival is not None else (
+                    arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf)
+                delay = self._decode_stretch(now, until)
                 if delay is not None:
                     yield timeout(delay)  # one event for the stretch: env.now is its end
                     if bar is not None:
@@ -333,4 +345,5 @@ class _ReplicaProcess:
         self._loop.close()
         self.idle = None
         self.arrivals = ()
+        self.next_arrival = None  # (a cluster's bound method: the cluster holds this process)
         self.replica.on_finish = self.replica.on_prefilled = None
