@@ -466,10 +466,12 @@ class Replica:
 
     def skip_decodes(self, n: int, need: int, last_start: float) -> None:
         """Apply ``n`` pure-decode iterations at once (the engine's fast-forward): nothing
-        waits, nothing prefills, no decode finishes or is preempted within them, and their
-        decode blocks (``need`` in all) were free. Decode progress is lazy, so all that changes
-        is the clocks and the pool: the state equals that after ``n`` rounds of
-        :meth:`form_batch` and :meth:`postprocess`, the last one formed at ``last_start``."""
+        waits, nothing prefills, no decode finishes before the last of them or is preempted
+        within them, and their decode blocks (``need`` in all) were free. Decode progress is
+        lazy, so all that changes is the clocks and the pool: the state equals that after
+        ``n`` rounds of :meth:`form_batch` and :meth:`postprocess`, the last one formed at
+        ``last_start`` - except the finishes of the last one, if any: the caller's
+        :meth:`finish_decodes` then (``clock - 1``)."""
         if self.caching:
             self.blocks.allocate(need)
         else:
@@ -519,18 +521,8 @@ class Replica:
         if completed:
             self.prefilling = tuple([r for r in self.prefilling if r.status == PREFILL])
         if running:
-            done = decodes.finish_at.pop(c, None)  # the decodes emitting their last token
-            if done:
-                freed = 0
-                for r in done:
-                    if r.status == DECODE and r.finish_iteration == c:  # else preempted since
-                        if self.caching:
-                            self._free_blocks(r, decodes.finish(r, c))
-                        else:
-                            freed += decodes.finish(r, c)
-                        _del_running(self.running, r.index)
-                        self._finish(r, now)
-                self.blocks.free(freed)
+            if c in decodes.finish_at:
+                self.finish_decodes(c, now)
             if self.num_spec_tokens:  # SpecDecodes' ring entries of this step freed (hot)
                 j = c & decodes.mask
                 decodes.ctx[j] = 0
@@ -543,6 +535,21 @@ class Replica:
             self._prefills = []
             self._prefill_tokens = 0
         self.iteration = i + 1
+
+    def finish_decodes(self, c, now) -> None:
+        """The decodes emitting their last token at decode step ``c`` (ended at ``now``)
+        finish: their blocks are freed (entries of requests preempted since are skipped)."""
+        decodes = self.decodes
+        freed = 0
+        for r in decodes.finish_at.pop(c):
+            if r.status == DECODE and r.finish_iteration == c:  # else preempted since
+                if self.caching:
+                    self._free_blocks(r, decodes.finish(r, c))
+                else:
+                    freed += decodes.finish(r, c)
+                _del_running(self.running, r.index)
+                self._finish(r, now)
+        self.blocks.free(freed)
 
     def _finish(self, r, now):
         r.status = FINISHED

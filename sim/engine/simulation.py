@@ -47,7 +47,7 @@ from .config import SimConfig
 from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
-from .records import build_result, gc_paused
+from .records import ITERATION_COLUMNS, build_result, gc_paused
 from .batch import make_batch
 from .replica import Replica
 from .request import Request
@@ -286,52 +286,79 @@ class _ReplicaProcess:
 
     def _decode_stretch(self, now, until):
         """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
-        policy is quiet then (``quiet_when_decoding``), the iterations from ``now`` up to the
-        first one that a decode finishes in, that would preempt (its decodes' new blocks not
-        free) or that starts at or after ``until`` (the next arrival) change nothing but the
-        clocks and the pool (decode progress is lazy). They are priced and recorded here, one
-        by one as the loop would (same batches, same sums, bit for bit), and applied at once
-        (:meth:`Replica.skip_decodes`). Returns the delay to the stretch's end (``now`` plus
-        it is exactly the end), or None when no iteration qualifies."""
+        policy is quiet then (``quiet_when_decoding``), the iterations from ``now`` until one
+        would preempt (its decodes' new blocks not free) or start at or after ``until`` (the
+        next arrival) change nothing but the clocks, the pool and, at a decode's last token,
+        the running set (decode progress is lazy). They are priced and recorded here one by
+        one as the loop would (same batches, same sums, bit for bit) and applied in segments,
+        each up to an iteration that finishes decodes (:meth:`Replica.skip_decodes`, then
+        :meth:`Replica.finish_decodes` at its end, which must come before ``until``: a
+        cluster's router then sees the replica as stepping leaves it). A segment is applied only where it ends at
+        a time SimPy's clock can land on exactly (``now + delay_until(now, t) == t``: almost
+        always; else it is cut back to such an end). Returns the delay to the stretch's end,
+        or None when no iteration qualifies."""
         replica = self.replica
         d = replica.decodes
-        c, i = replica.clock, replica.iteration
         finish_at, by_phase, bs = d.finish_at, d.by_phase, replica.block_size
-        count, offset = d.count, d.context_offset
-        free = replica.blocks.num_free
-        total = replica.blocks.num_blocks
-        n_run = len(replica.running)
+        blocks = replica.blocks
+        total = blocks.num_blocks
         cost = self.cost
         pricer = getattr(cost, "pure_decode_cost", None)
-        price = pricer(count) if pricer is not None else None
         rows = []
-        t = last = now
-        k = need = 0
-        while k < STRETCH_LIMIT:
-            step = c + k
-            if step in finish_at or (k and t >= until):
+        t = now  # the next iteration's start
+        done = 0  # iterations applied
+        while replica.running:
+            c, i = replica.clock, replica.iteration
+            count, offset = d.count, d.context_offset
+            free = blocks.num_free
+            n_run = len(replica.running)
+            price = pricer(count) if pricer is not None else None
+            starts = []
+            k = need = 0
+            finishing = False
+            while done + k < STRETCH_LIMIT:
+                step = c + k
+                if (done or k) and t >= until:
+                    break
+                new = by_phase[step % bs]
+                if new > free - need:
+                    break
+                ctx = offset + count * step
+                dt = price(ctx) if price is not None else cost(
+                    make_batch(i + k, (), 0, count, ctx, None, None, None, 0))
+                if not dt >= 0 or dt == math.inf:
+                    break  # the loop prices it again and says so
+                need += new
+                rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
+                starts.append(t)
+                t = t + dt
+                k += 1
+                if step in finish_at:
+                    finishing = True
+                    break
+            if finishing and t >= until:  # its finishes come after the next arrival is
+                k -= 1                    # routed (a cluster's router must not see them):
+                t = starts[k]             # the loop forms it
+                need -= by_phase[(c + k) % bs]
+                del rows[-len(ITERATION_COLUMNS):]
+                finishing = False
+            while k and now + delay_until(now, t) != t:  # cut back to an end SimPy lands on
+                k -= 1
+                t = starts[k]
+                need -= by_phase[(c + k) % bs]
+                del rows[-len(ITERATION_COLUMNS):]
+                finishing = False
+            if not k:
                 break
-            new = by_phase[step % bs]
-            if new > free - need:
+            replica.skip_decodes(k, need, starts[k - 1])
+            done += k
+            if not finishing:
                 break
-            ctx = offset + count * step
-            dt = price(ctx) if price is not None else cost(
-                make_batch(i + k, (), 0, count, ctx, None, None, None, 0))
-            if not dt >= 0 or dt == math.inf:
-                break  # the loop prices it again and says so
-            need += new
-            rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
-            last = t
-            t = t + dt
-            k += 1
-        if not k:
-            return None
-        delay = delay_until(now, t)
-        if now + delay != t:  # SimPy's clock could not land on the end exactly
+            replica.finish_decodes(c + k - 1, t)
+        if not done:
             return None
         self.records.extend(rows)
-        replica.skip_decodes(k, need, last)
-        return delay
+        return delay_until(now, t)
 
     def close(self):
         """The environment has run: close the progress bar and break the reference cycles
