@@ -351,19 +351,22 @@ def decode_report(params: dict) -> pd.DataFrame:
               "error_pct"]].reset_index(drop=True)
 
 
-# decode batch bands of the issue's bar ("decode steps at batch 1-256 within 10 % median")
-BATCH_BANDS = ((1, 8), (16, 64), (65, 256), (257, 1 << 20))
+# decode batch bands: the issue's bar names 1-8, 16-32 and 128-256 ("decode steps at batch
+# 1-256 within 10 % median"); the rows between and above get bands of their own
+BATCH_BANDS = ((1, 8), (16, 32), (33, 127), (128, 256), (257, 1 << 20))
 
 
 def band_report(decode: pd.DataFrame) -> pd.DataFrame:
-    """Median and worst |error| of :func:`decode_report`'s rows per batch band and split."""
+    """Median and worst error of :func:`decode_report`'s rows per batch band and split (a band
+    without published rows: 0 points, NaN errors)."""
     out = []
     for lo, hi in BATCH_BANDS:
+        name = f"{lo}-{hi}" if hi < 1 << 20 else f">{lo - 1}"
         band = decode[decode["batch_size"].between(lo, hi)]
-        for split, g in band.groupby("split"):
-            e = g["error_pct"].to_numpy()
-            out.append((f"{lo}-{hi}" if hi < 1 << 20 else f">{lo - 1}", split, len(g),
-                        float(np.median(np.abs(e))), float(e[np.argmax(np.abs(e))])))
+        for split in ("fit", "held-out"):
+            e = band.loc[band["split"] == split, "error_pct"].to_numpy()
+            out.append((name, split, len(e), float(np.median(np.abs(e))) if len(e) else np.nan,
+                        float(e[np.argmax(np.abs(e))]) if len(e) else np.nan))
     return pd.DataFrame(out, columns=["batch", "split", "points", "median_abs_error_pct",
                                       "worst_error_pct"])
 
@@ -478,9 +481,10 @@ def document(params, rep, fixed) -> dict:
     """The JSON document of a fit: ``params`` and ``rep`` from :func:`fit_all`, ``fixed`` from
     :func:`fit_fixed_costs`."""
     shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks = fixed
+    decode = decode_report(final_params(params, fixed))
     return {"source": "experiments/fit_roofline.py on sim/data/profiles (Vidur, MIT), "
-                      "sim/data/attention_kernels.csv, sim/data/cpu_overheads.csv and "
-                      "sim/data/published_latency.csv",
+                      "sim/data/attention_kernels.csv, sim/data/cpu_overheads.csv, "
+                      "sim/data/custom_allreduce.csv and sim/data/published_latency.csv",
             "fit_models": FIT, "held_out_models": HELD_OUT,
             "params": {g: {"gemm_compute_eff": p.gemm_compute_eff,
                            "gemm_memory_eff": p.gemm_memory_eff,
@@ -496,7 +500,10 @@ def document(params, rep, fixed) -> dict:
             "attention_report": attention_report(params).round(2).to_dict(orient="records"),
             "cpu_overhead_report": cpu_rep.round(2).to_dict(orient="records"),
             "latency_report": lat_rep.round(2).to_dict(orient="records"),
-            "decode_report": decode_report(final_params(params, fixed)).round(2).to_dict(
+            "decode_report": decode.round(2).to_dict(orient="records"),
+            "decode_band_report": band_report(decode).dropna().round(2).to_dict(
+                orient="records"),
+            "custom_allreduce_report": fit_custom_allreduce()[1].round(2).to_dict(
                 orient="records")}
 
 
@@ -530,6 +537,7 @@ def main(argv=None):
         dec = decode_report(final_params(params, fixed))
         print(dec.to_string(index=False))
         print(band_report(dec).to_string(index=False))
+        print(fit_custom_allreduce()[1].to_string(index=False))
     for g, p in params.items():
         print(g, p)
     print(f"wrote {target}" if target is not None else

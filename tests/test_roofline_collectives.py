@@ -2,6 +2,8 @@
 closed forms, their fit to published kernel timings, and where they apply."""
 
 import dataclasses
+import json
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -57,6 +59,8 @@ def test_allreduce_takes_the_custom_kernel_only_where_an_engine_would():
 
 def test_custom_allreduce_fit_to_published_kernel_timings(fit_roofline):
     params, rep = fit_roofline.fit_custom_allreduce()
+    stored = json.loads(resources.files("sim").joinpath("data/roofline_fit.json").read_text())
+    assert stored["custom_allreduce_report"] == rep.round(2).to_dict(orient="records")
     shipped = fitted_params("h100")
     for k, v in params.items():
         assert getattr(shipped, k) == v
