@@ -27,12 +27,17 @@ Then the fixed costs and the FP8 efficiency, from published end-to-end measureme
   on the *fit* models (Llama-2-7B and -70B); GPT-J-6B and Falcon-180B (other architectures) are
   held out. A prefill launches its kernels one by one (TensorRT-LLM 0.5 had no CUDA graphs);
 - then per GPU ``attn_decode_memory_eff``, minimising the squared log error of TensorRT-LLM's
-  published static-batch throughputs (TP 1; Llama-2-7B fit, GPT-J-6B held out), at most
-  ``MAX_BANDWIDTH_EFF`` of the peak bandwidth;
+  published static-batch throughputs (TP 1; Llama-2-7B fit, GPT-J-6B and the TP 2-8 rows held
+  out) and, on the A100, LMDeploy's median decode steps (Llama-2-7B fit; -13B and -70B held
+  out), at most ``MAX_BANDWIDTH_EFF`` of the peak bandwidth;
 - a cross-check of that per-layer term: what a CUDA graph saved per decode step and layer in
   vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph);
-- a report, nothing fitted, of the held-out decode rows: batch-1 decode steps (gpt-fast on an
-  A100) and static batches of 1-8 (NeMo's Llama-2 table, A100 and H100).
+- the custom all-reduce's stage latency and rate (``custom_allreduce.csv``: vLLM's kernel on
+  2-8 H100s fit, TensorRT-LLM's kernels held out), shared by every GPU with NVLink;
+- a report of every decode-dominated row (:func:`decode_report`): batch-1 decode steps (gpt-fast
+  on an A100), static batches of 1-8 (NeMo's Llama-2 table), LMDeploy's median decode steps at
+  batches 1-64 (A100) and the throughput tables, with the median |error| per batch band and
+  split (:func:`band_report`).
 """
 
 from __future__ import annotations
@@ -277,6 +282,9 @@ def measured_graph_saving(lat: pd.DataFrame) -> float:
 
 
 def _cost(r, params):
+    group = getattr(r, "weight_group_size", None)
+    if group == group and group:  # a published int4 group size (not NaN)
+        params = dataclasses.replace(params, int4_group_size=int(group))
     return RooflineCost(r.model, r.gpu, tensor_parallel=int(r.tensor_parallel),
                         weight_dtype=r.weight_dtype, kv_dtype=r.kv_dtype, params=params)
 
@@ -284,6 +292,12 @@ def _cost(r, params):
 # engines that run a bare generation loop (no scheduler, CUDA graphs replayed without a host
 # sync): no per-iteration CPU cost
 BARE_LOOP_ENGINES = ("gpt-fast",)
+# engines whose published runs all-reduce through NCCL only: TensorRT-LLM 0.5/0.6.1's benchmark
+# engines are built without --use_custom_all_reduce (docs/source/performance.md's build
+# commands), NeMo's table names no option (the default: off), LMDeploy 0.1's TurboMind had only
+# NCCL. gpt-fast runs PyTorch's intra-node one-shot all-reduce (its README: ENABLE_INTRA_NODE_COMM=1)
+NCCL_ONLY_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6.1", "nemo-tensorrt-llm",
+                     "lmdeploy-0.1-turbomind")
 DECODE_METRICS = ("step", "latency")
 
 
@@ -294,13 +308,18 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     a growing context. Those steps are priced without the per-layer launch gaps (their kernels
     at these batch sizes outlast their launches), the prefills with them. ``latency`` (ms) is
     the same static batch's duration; ``step`` (ms) its mean decode step. A bare-loop engine
-    (:data:`BARE_LOOP_ENGINES`) pays no per-iteration CPU cost."""
+    (:data:`BARE_LOOP_ENGINES`) pays no per-iteration CPU cost; an engine of
+    :data:`NCCL_ONLY_ENGINES` no custom all-reduce; an ``int4`` row with a
+    ``weight_group_size`` reads that group size's scales and zeros. ``tok/s/gpu`` is the
+    throughput over the tensor-parallel GPUs."""
     from sim.engine.batch import Batch
     out = []
     for r in rows.itertuples():
         b, n, o = int(r.batch_size), int(r.input_tokens), int(r.output_tokens)
         p = params if r.engine not in BARE_LOOP_ENGINES else dataclasses.replace(
             params, overhead_s=0.0, overhead_per_seq_s=0.0)
+        if r.engine in NCCL_ONLY_ENGINES:
+            p = dataclasses.replace(p, custom_allreduce_max_bytes=0)
         if r.metric == "ttft":
             out.append(_cost(r, p)(Batch(0, [(n, 0)] * b, b * n, 0, 0)) * 1e3)
             continue
@@ -310,22 +329,46 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
             out.append(steps / (o - 1) * 1e3)
             continue
         t = cost(Batch(0, [(n, 0)] * b, b * n, 0, 0)) + steps
-        out.append(t * 1e3 if r.metric == "latency" else b * o / t)
+        per = int(r.tensor_parallel) if r.unit == "tok/s/gpu" else 1
+        out.append(t * 1e3 if r.metric == "latency" else b * o / t / per)
     return np.array(out)
 
 
 def decode_report(params: dict) -> pd.DataFrame:
-    """The decode rows of ``published_latency.csv`` (``step``, ``latency``; all held out:
-    nothing is fitted to them), predicted with the fitted ``params`` per GPU."""
+    """Every decode-dominated row of ``published_latency.csv`` (``step``, ``latency``,
+    ``throughput``) with its split, predicted with the fitted ``params`` per GPU."""
     lat = load_latency()
-    rows = lat[lat["metric"].isin(DECODE_METRICS)]
+    rows = lat[lat["metric"].isin(DECODE_METRICS + ("throughput",))]
     parts = [g.assign(predicted=predict_published(g, params[gpu]))
              for gpu, g in rows.groupby("gpu", sort=False)]
     d = pd.concat(parts)
     d["error_pct"] = (d["predicted"] / d["value"] - 1) * 100
+    if "throughput" in set(d["metric"]):  # a throughput too high is a step too fast
+        thr = d["metric"] == "throughput"
+        d.loc[thr, "error_pct"] = (d.loc[thr, "value"] / d.loc[thr, "predicted"] - 1) * 100
     return d[["metric", "engine", "gpu", "model", "tensor_parallel", "weight_dtype",
               "batch_size", "input_tokens", "output_tokens", "split", "value", "predicted",
               "error_pct"]].reset_index(drop=True)
+
+
+# decode batch bands: the issue's bar names 1-8, 16-32 and 128-256 ("decode steps at batch
+# 1-256 within 10 % median"); the rows between and above get bands of their own
+BATCH_BANDS = ((1, 8), (16, 32), (33, 127), (128, 256), (257, 1 << 20))
+
+
+def band_report(decode: pd.DataFrame) -> pd.DataFrame:
+    """Median and worst error of :func:`decode_report`'s rows per batch band and split (a band
+    without published rows: 0 points, NaN errors)."""
+    out = []
+    for lo, hi in BATCH_BANDS:
+        name = f"{lo}-{hi}" if hi < 1 << 20 else f">{lo - 1}"
+        band = decode[decode["batch_size"].between(lo, hi)]
+        for split in ("fit", "held-out"):
+            e = band.loc[band["split"] == split, "error_pct"].to_numpy()
+            out.append((name, split, len(e), float(np.median(np.abs(e))) if len(e) else np.nan,
+                        float(e[np.argmax(np.abs(e))]) if len(e) else np.nan))
+    return pd.DataFrame(out, columns=["batch", "split", "points", "median_abs_error_pct",
+                                      "worst_error_pct"])
 
 
 def _log_err(rows, params):
@@ -335,7 +378,8 @@ def _log_err(rows, params):
 def fit_latency(params: dict, shared: dict):
     """Per GPU, fitted on the *fit* rows: ``eager_layer_overhead_s`` (and where the rows run
     fp8 GEMMs ``fp8_gemm_compute_eff``) to the first-token latencies, then
-    ``attn_decode_memory_eff`` to the decode-heavy throughputs; and the report of every row."""
+    ``attn_decode_memory_eff`` to the decode-heavy throughputs and decode steps; and the report
+    of every first-token and throughput row."""
     lat = load_latency()
     rows = lat[lat["metric"].isin(["ttft", "throughput"])]
     fitted, reports = {}, []
@@ -359,7 +403,8 @@ def fit_latency(params: dict, shared: dict):
         if eff is not None:
             fitted[gpu]["fp8_gemm_compute_eff"] = eff
         p = dataclasses.replace(base, **fitted[gpu])
-        thr = g[(g["split"] == "fit") & (g["metric"] == "throughput")]
+        thr = lat[(lat["gpu"] == gpu) & (lat["split"] == "fit")
+                  & lat["metric"].isin(["throughput", "step"])]
         _, dec = min((_log_err(thr, dataclasses.replace(p, attn_decode_memory_eff=e)), e)
                      for e in np.round(np.arange(0.50, MAX_BANDWIDTH_EFF + 1e-9, 0.01), 2))
         fitted[gpu]["attn_decode_memory_eff"] = float(dec)
@@ -375,11 +420,53 @@ def fit_latency(params: dict, shared: dict):
     return fitted, pd.concat(reports)[cols].reset_index(drop=True)
 
 
+# vLLM's CustomAllreduce serves messages up to its max_size, 8 MiB by default
+# (vllm/distributed/device_communicators/custom_all_reduce.py)
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
+
+
+def load_custom_allreduce() -> pd.DataFrame:
+    with DATA.joinpath("custom_allreduce.csv").open() as f:
+        return pd.read_csv(f)
+
+
+def _custom_ar_time(d, t0, rate):
+    n, tp = d["size_bytes"].to_numpy(float), d["num_workers"].to_numpy(float)
+    return np.minimum(t0 + (tp - 1) * n / rate, 2 * t0 + 2 * (tp - 1) / tp * n / rate)
+
+
+def fit_custom_allreduce():
+    """``(params, report)``: the stage latency and bytes/s of the custom all-reduce's closed
+    form (:meth:`RooflineCost.custom_allreduce_time`) minimising the squared log error of the
+    *fit* rows of ``custom_allreduce.csv`` (vLLM's kernel on 2-8 H100s, 512 B-1 MiB); the
+    held-out rows are another kernel (TensorRT-LLM's one-/two-shot, as SGLang ships it)."""
+    d = load_custom_allreduce()
+    fit = d[d["split"] == "fit"]
+    meas = fit["latency_us"].to_numpy() * 1e-6
+    best = (np.inf, None, None)
+    for t0 in np.arange(0.5e-6, 20.01e-6, 0.1e-6):
+        for rate in np.arange(10e9, 400.1e9, 1e9):
+            err = float(np.sum(np.log(_custom_ar_time(fit, t0, rate) / meas) ** 2))
+            if err < best[0]:
+                best = (err, round(float(t0), 8), float(rate))
+    _, t0, rate = best
+    d["predicted_us"] = _custom_ar_time(d, t0, rate) * 1e6
+    d["error_pct"] = (d["predicted_us"] / d["latency_us"] - 1) * 100
+    rep = [(k, split, len(g), float(np.median(np.abs(g["error_pct"]))),
+            float(g["error_pct"].to_numpy()[np.argmax(np.abs(g["error_pct"].to_numpy()))]))
+           for (k, split), g in d.groupby(["kernel", "split"])]
+    return ({"custom_allreduce_max_bytes": CUSTOM_ALLREDUCE_MAX_BYTES,
+             "custom_allreduce_latency_s": t0, "custom_allreduce_bytes_per_s": rate},
+            pd.DataFrame(rep, columns=["kernel", "split", "points", "median_abs_error_pct",
+                                       "worst_error_pct"]))
+
+
 def fit_fixed_costs(params: dict):
     """Everything after the kernel fit: ``(shared, per_gpu, synchronous_cpu, cpu_report,
     latency_report, cross_checks)`` (see the module docstring)."""
     intercept, slope, cpu_rep = fit_cpu_overheads()
-    shared = {"overhead_s": round(intercept, 7)}
+    custom_ar, _ = fit_custom_allreduce()
+    shared = {"overhead_s": round(intercept, 7), **custom_ar}
     per_gpu, lat_rep = fit_latency(params, shared)
     checks = {"graph_saving_per_layer_s (vLLM #1440)": round(
         measured_graph_saving(load_latency()), 7)}
@@ -394,9 +481,10 @@ def document(params, rep, fixed) -> dict:
     """The JSON document of a fit: ``params`` and ``rep`` from :func:`fit_all`, ``fixed`` from
     :func:`fit_fixed_costs`."""
     shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks = fixed
+    decode = decode_report(final_params(params, fixed))
     return {"source": "experiments/fit_roofline.py on sim/data/profiles (Vidur, MIT), "
-                      "sim/data/attention_kernels.csv, sim/data/cpu_overheads.csv and "
-                      "sim/data/published_latency.csv",
+                      "sim/data/attention_kernels.csv, sim/data/cpu_overheads.csv, "
+                      "sim/data/custom_allreduce.csv and sim/data/published_latency.csv",
             "fit_models": FIT, "held_out_models": HELD_OUT,
             "params": {g: {"gemm_compute_eff": p.gemm_compute_eff,
                            "gemm_memory_eff": p.gemm_memory_eff,
@@ -412,7 +500,10 @@ def document(params, rep, fixed) -> dict:
             "attention_report": attention_report(params).round(2).to_dict(orient="records"),
             "cpu_overhead_report": cpu_rep.round(2).to_dict(orient="records"),
             "latency_report": lat_rep.round(2).to_dict(orient="records"),
-            "decode_report": decode_report(final_params(params, fixed)).round(2).to_dict(
+            "decode_report": decode.round(2).to_dict(orient="records"),
+            "decode_band_report": band_report(decode).dropna().round(2).to_dict(
+                orient="records"),
+            "custom_allreduce_report": fit_custom_allreduce()[1].round(2).to_dict(
                 orient="records")}
 
 
@@ -443,7 +534,10 @@ def main(argv=None):
         print(cpu_rep.to_string(index=False))
         print(lat_rep.to_string(index=False))
         print(attention_report(params).to_string(index=False))
-        print(decode_report(final_params(params, fixed)).to_string(index=False))
+        dec = decode_report(final_params(params, fixed))
+        print(dec.to_string(index=False))
+        print(band_report(dec).to_string(index=False))
+        print(fit_custom_allreduce()[1].to_string(index=False))
     for g, p in params.items():
         print(g, p)
     print(f"wrote {target}" if target is not None else

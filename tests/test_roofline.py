@@ -33,7 +33,7 @@ def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_scri
     assert stored["shared"] == shared and stored["synchronous_cpu"] == sync_cpu
     for gpu, terms in per_gpu.items():
         assert {k: stored["params"][gpu][k] for k in terms} == terms
-    assert len(lat) == 29 and set(lat["split"]) == {"fit", "held-out"}
+    assert len(lat) == 37 and set(lat["split"]) == {"fit", "held-out"}
     held = rep[rep["split"] == "held-out"]
     assert set(held["gpu"]) == {"a100", "h100"}
     assert (rep["median_ape_pct"] <= 10).all(), rep

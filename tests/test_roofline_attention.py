@@ -112,18 +112,18 @@ def test_allreduce_time_never_falls_as_the_message_grows():
 
 def test_decode_steps_against_published_measurements(fit_roofline):
     rep = fit_roofline.decode_report({g: fitted_params(g) for g in ("a100", "h100")})
-    assert len(rep) == 41 and set(rep["split"]) == {"held-out"}  # nothing fitted to them
+    assert len(rep) == 95 and set(rep["split"]) == {"fit", "held-out"}
     assert _shipped()["decode_report"] == rep.round(2).to_dict(orient="records")
-    err = rep["error_pct"]
     # batch-1 decode steps of a bare generation loop (gpt-fast, A100, one GPU): fp16 +6.2 %,
-    # int8 weights -6.3 %, int4 -21.8 % (the int4 dequantisation is not priced)
-    one = rep[(rep["metric"] == "step") & (rep["tensor_parallel"] == 1)].set_index(
-        "weight_dtype")["error_pct"]
-    assert abs(one["fp16"]) <= 7 and abs(one["int8"]) <= 7 and -23 <= one["int4"] <= -20
-    # tensor-parallel batch-1 steps are too slow: NCCL all-reduce medians, where gpt-fast runs
-    # a one-shot intra-node all-reduce (Llama-2-7B on 8 GPUs: +51 %)
-    tp = rep[(rep["metric"] == "step") & (rep["tensor_parallel"] > 1)]
-    assert (tp["error_pct"] > 6).all() and tp["error_pct"].max() <= 52
+    # int8 weights -6.3 %, int4 (group 32) -11.7 %: its scales and zeros priced, the rest of
+    # the gap is the dequantisation inside the kernel (was -21.8 % without the scales)
+    gf = rep[rep["engine"] == "gpt-fast"]
+    one = gf[gf["tensor_parallel"] == 1].set_index("weight_dtype")["error_pct"]
+    assert abs(one["fp16"]) <= 7 and abs(one["int8"]) <= 7 and -13 <= one["int4"] <= -10
+    # tensor-parallel batch-1 steps with gpt-fast's one-shot all-reduce: +4 to +19 % (were
+    # +6 to +51 % with NCCL medians)
+    tp = gf[gf["tensor_parallel"] > 1]["error_pct"]
+    assert len(tp) == 6 and (tp > 0).all() and tp.max() <= 19
     # static batches of 1-8 (NeMo, 128 in, 20 out, A100 and H100, TP 1-8): median |error|
     # 11.7 %; batch 1 within 12 %, and the gap grows with the batch (a per-sequence cost of
     # that engine the roofline does not price): -11 to -21 % at batch 8
@@ -132,4 +132,25 @@ def test_decode_steps_against_published_measurements(fit_roofline):
     assert nemo[nemo["batch_size"] == 1]["error_pct"].abs().max() <= 12
     b8 = nemo[nemo["batch_size"] == 8]["error_pct"]
     assert (b8 < -11).all() and (b8 > -22).all()
-    assert np.median(np.abs(err)) <= 12
+    # LMDeploy's median decode steps (A100, batch 1-64): within 10 % at batch 16-64 for every
+    # model, held-out Llama-2-13B and -70B (4 GPUs) included; at batch 1 its C++ engine is
+    # faster than the roofline's per-iteration CPU cost of a Python engine allows (+26 %)
+    lm = rep[rep["engine"] == "lmdeploy-0.1-turbomind"]
+    assert len(lm) == 33
+    for model, g in lm[lm["batch_size"] >= 16].groupby("model"):
+        assert np.median(np.abs(g["error_pct"])) <= 10, model
+    # per batch band (fit / held out): 1-8 15.2 / 11.3 %, 16-32 8.0 / 5.1 %, 33-127 4.3 / 7.0 %;
+    # no published decode row between batch 128 and 256
+    bands = fit_roofline.band_report(rep)
+    assert _shipped()["decode_band_report"] == bands.dropna().round(2).to_dict(orient="records")
+    bands = bands.set_index(["batch", "split"])
+    assert bands.loc[("16-32", "held-out"), "median_abs_error_pct"] <= 6
+    assert bands.loc[("16-32", "fit"), "median_abs_error_pct"] <= 9
+    assert bands.loc[("33-127", "held-out"), "median_abs_error_pct"] <= 7
+    assert bands.loc[("1-8", "held-out"), "median_abs_error_pct"] <= 12
+    assert (bands.loc["128-256", "points"] == 0).all()
+    # TensorRT-LLM 0.6.1 on 2-8 H100s, 2,048 output tokens: 48-56 % fewer tokens/s than
+    # predicted (unexplained: the same table's one-GPU rows are within 8 %)
+    long = rep[(rep["tensor_parallel"] > 1) & (rep["output_tokens"] == 2048)
+               & (rep["gpu"] == "h100")]["error_pct"]
+    assert len(long) == 4 and (long < -45).all()

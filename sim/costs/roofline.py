@@ -14,7 +14,11 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
   activation, two residual adds), memory-bound;
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
   layer (one for a parallel attention+MLP block, whose two outputs are summed before the
-  reduction), priced from measured NCCL timings (interpolated by size) or a ring model;
+  reduction), priced from measured NCCL timings (interpolated by size) or a ring model; on
+  NVLink, messages up to ``custom_allreduce_max_bytes`` (vLLM's 8 MiB) take the faster of that
+  and a custom one-/two-shot kernel (:meth:`RooflineCost.custom_allreduce_time`: a stage
+  latency per stage plus the bytes each GPU moves, fitted to published vLLM kernel timings) -
+  at batch 1 an all-reduce is a few KiB and the custom kernel costs a third of NCCL's;
 - the LM head once per iteration for the tokens that sample;
 - fixed costs the kernel timings miss (:meth:`RooflineCost.fixed_time`): ``overhead_s`` per
   iteration (the engine's CPU work: scheduling, input preparation, sampler launch),
@@ -29,7 +33,8 @@ Compute peak by weight dtype (``compute_dtype``): fp8 weights run FP8 GEMMs at t
 with their own fitted efficiency (``fp8_gemm_compute_eff``); int8 at the INT8 peak; fp4 at the
 FP4 peak only on a GPU that has one (Blackwell), with the FP8 efficiency (no FP4 measurement
 yet); everything else, fp4 on a GPU without FP4 tensor cores and int4 included, dequantises the
-weights and computes at the fp16 peak (``compute_note`` says so).
+weights and computes at the fp16 peak (``compute_note`` says so). int4 weights also read one fp16
+scale and one fp16 zero per ``int4_group_size`` weights (AWQ/GPTQ: 128; gpt-fast: 32).
 
 Multi-head latent attention (MLA, DeepSeek-V2/V3) is priced as vLLM runs it: decode attends
 over the cached latent (``kv_lora_rank + qk_rope_head_dim`` values per token, read once for
@@ -105,9 +110,12 @@ class RooflineCost:
             raise ValueError(f"tensor_parallel {self.tp} must divide or be a multiple of "
                              f"num_key_value_heads {self.model.num_key_value_heads}")
         self.weight_dtype = weight_dtype
-        self.wb = bytes_per_value("weight_dtype", weight_dtype)
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
         self.params = params or fitted_params(self.gpu_key)
+        # weight bytes a GEMM reads per weight; int4 adds its groups' fp16 scale and zero
+        self.wb = bytes_per_value("weight_dtype", weight_dtype)
+        if str(weight_dtype).lower() == "int4":
+            self.wb += 2 * ACT_BYTES / self.params.int4_group_size
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
@@ -269,18 +277,34 @@ class RooflineCost:
         return out
 
     def allreduce_time(self, nbytes) -> float:
+        """Seconds of one all-reduce of ``nbytes`` over the tensor-parallel group: NCCL (the
+        measured table, else a ring), or where the GPUs share NVLink and the message is at most
+        ``custom_allreduce_max_bytes`` the faster of that and :meth:`custom_allreduce_time`."""
         if self.tp == 1:
             return 0.0
+        p = self.params
         table = _allreduce_table().get((self.gpu_key, self.tp))
         if table is not None:
             sizes, times = table
-            return float(np.interp(nbytes, sizes, times, right=None)) if nbytes <= sizes[-1] \
+            t = float(np.interp(nbytes, sizes, times, right=None)) if nbytes <= sizes[-1] \
                 else float(times[-1] * nbytes / sizes[-1])
-        link = self.gpu.link_bandwidth_gbps * 1e9
-        if not link:
-            link = 32e9  # PCIe Gen4 x16 per direction
-        p = self.params
-        return p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (link * p.allreduce_eff)
+        else:
+            link = self.gpu.link_bandwidth_gbps * 1e9 or 32e9  # else PCIe Gen4 x16 per direction
+            t = p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (
+                link * p.allreduce_eff)
+        if nbytes <= p.custom_allreduce_max_bytes and self.gpu.link_bandwidth_gbps \
+                and self.tp <= 8:
+            t = min(t, self.custom_allreduce_time(nbytes))
+        return t
+
+    def custom_allreduce_time(self, nbytes) -> float:
+        """The custom all-reduce kernels' closed form (vLLM, TensorRT-LLM, PyTorch's intra-node
+        all-reduce): one-shot, every GPU reads the ``tp - 1`` other buffers and sums (one stage
+        of ``custom_allreduce_latency_s``), or two-shot, a reduce-scatter then an all-gather (two
+        stages, ``2 (tp - 1) / tp`` of the bytes); the cheaper of the two."""
+        p, tp = self.params, self.tp
+        t0, rate = p.custom_allreduce_latency_s, p.custom_allreduce_bytes_per_s
+        return min(t0 + (tp - 1) * nbytes / rate, 2 * t0 + 2 * (tp - 1) / tp * nbytes / rate)
 
     def linear_time(self, tokens, sampled) -> float:
         """Everything but attention and overhead for an iteration of ``tokens`` tokens."""

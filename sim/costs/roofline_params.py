@@ -4,7 +4,8 @@ values per GPU (:func:`fitted_params`, from ``sim/data/roofline_fit.json``, writ
 (:func:`compute_peak`).
 
 Invariants: every efficiency is in (0, 1]; every fixed cost and ``attn_prefill_half_tokens``
-is >= 0; ``cuda_graph_max_batch`` is an integer >= 0 (0: every iteration runs eagerly). Prefill
+is >= 0; ``cuda_graph_max_batch`` and ``custom_allreduce_max_bytes`` are integers >= 0 (0: every
+iteration runs eagerly; every all-reduce goes through NCCL), ``int4_group_size`` one >= 1. Prefill
 attention over a context of ``L`` tokens (cached + new) runs at ``attn_prefill_compute_eff x L /
 (L + attn_prefill_half_tokens)`` of the fp16 peak: short sequences give a FlashAttention kernel
 few key blocks per query tile to pipeline, and the published kernel benchmarks fall well below
@@ -47,6 +48,14 @@ class RooflineParams:
     eager_layer_overhead_s: float = 0.0  # per layer when not replaying a CUDA graph
     cuda_graph_max_batch: int = 512  # decode-only batches up to this size replay a graph
     fp8_gemm_compute_eff: float | None = None  # None: gemm_compute_eff
+    # custom (one-/two-shot) all-reduce over NVLink for messages up to custom_allreduce_max_bytes
+    # (vLLM's CustomAllreduce, max_size 8 MiB; 0: NCCL only): each stage costs
+    # custom_allreduce_latency_s, and the bytes a GPU moves go at custom_allreduce_bytes_per_s
+    custom_allreduce_max_bytes: int = 0
+    custom_allreduce_latency_s: float = 0.0
+    custom_allreduce_bytes_per_s: float = 0.0
+    # int4 weights: one fp16 scale and one fp16 zero per group of this many weights (AWQ/GPTQ: 128)
+    int4_group_size: int = 128
 
     def __post_init__(self):
         for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
@@ -57,8 +66,17 @@ class RooflineParams:
             if v > 1:
                 raise ValueError(f"{f} must be at most 1, got {v}")
         for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s",
-                  "overhead_per_seq_s", "eager_layer_overhead_s", "attn_prefill_half_tokens"):
+                  "overhead_per_seq_s", "eager_layer_overhead_s", "attn_prefill_half_tokens",
+                  "custom_allreduce_latency_s", "custom_allreduce_bytes_per_s"):
             positive_float(f, getattr(self, f), allow_zero=True)
+        for f in ("custom_allreduce_max_bytes", "int4_group_size"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (f == "int4_group_size"):
+                raise ValueError(f"{f} must be an integer >= {int(f == 'int4_group_size')}, "
+                                 f"got {v!r}")
+        if self.custom_allreduce_max_bytes and not self.custom_allreduce_bytes_per_s:
+            raise ValueError("custom_allreduce_bytes_per_s must be > 0 when "
+                             f"custom_allreduce_max_bytes is {self.custom_allreduce_max_bytes}")
         if isinstance(self.cuda_graph_max_batch, bool) or not isinstance(
                 self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:
             raise ValueError(f"cuda_graph_max_batch must be an integer >= 0 (0: always eager), "
