@@ -219,3 +219,21 @@ def test_usage_is_measured_against_each_pools_own_size():
     busy = per["busy_fraction"].to_numpy()  # the summary's usage weighs replicas by busy time
     assert s["kv_usage_mean"] == pytest.approx(
         (per["kv_usage_mean"].to_numpy() @ busy) / busy.sum())
+
+
+@pytest.mark.parametrize("model, kv, tp", [("llama-3.1-8b", "fp16", 1), ("llama-2-70b", "fp8", 4),
+                                           ("deepseek-v3", "fp16", 8), ("mixtral-8x7b", 1.5, 2)])
+def test_a_transfers_bytes_are_kv_cache_bytes_exactly(model, kv, tp):
+    """The KV a transfer carries is ``kv_cache_bytes`` of its tokens (its factors read once,
+    not per transfer: the same product, bit for bit)."""
+    from sim.engine.disaggregation import Transfers
+
+    class _Pool:
+        replicas, requests = (), ()
+
+        class config:
+            tensor_parallel = tp
+    t = Transfers(None, _Pool, _Pool, Disaggregation(1, 1), model, math.inf, kv_dtype=kv)
+    for n in (0, 1, 15, 16, 4097, 123_457):
+        expected = kv_cache_bytes(n, model=model, dtype=kv, tensor_parallel=tp)
+        assert t.kv_bytes(n) == expected and type(t.kv_bytes(n)) is type(expected)

@@ -138,11 +138,14 @@ class Transfers:
     """Hands requests from the prefill pool to the decode pool (the hooks of both)."""
 
     def __init__(self, env, prefill, decode, disagg, model, bandwidth, kv_dtype="fp16"):
-        from ..specs.memory import kv_cache_bytes
+        from ..specs.memory import bytes_per_value, kv_cache_bytes
+        from ..specs.models import get_model
         self.env, self.prefill, self.decode = env, prefill, decode
-        self.kv_bytes = kv_cache_bytes
-        self.model, self.kv_dtype = model, kv_dtype
         self.tp = prefill.config.tensor_parallel
+        kv_cache_bytes(0, model=model, dtype=kv_dtype, tensor_parallel=self.tp)  # (checked)
+        # kv_cache_bytes(n, model=...)'s factors, read once (a transfer per request)
+        self._per_token = get_model(model).kv_cache_values_per_token(self.tp)
+        self._dtype = bytes_per_value("dtype", kv_dtype)
         self.links = [Link(bandwidth, float(disagg.link_latency_s)) for _ in prefill.replicas]
         self.pending = [deque() for _ in decode.replicas]
         self.in_flight = [0] * len(decode.replicas)
@@ -183,6 +186,12 @@ class Transfers:
             self._start(d)
         return retry
 
+    def kv_bytes(self, tokens):
+        """Bytes of the KV of ``tokens`` tokens on one GPU: ``kv_cache_bytes(tokens, model=...,
+        dtype=..., tensor_parallel=...)``, the same product in the same order."""
+        total = tokens * self._per_token * self._dtype
+        return int(total) if float(total).is_integer() else total
+
     def _start(self, d):
         """Start the pending transfers to decode replica ``d`` that fit, in order."""
         rep, queue = self.decode.replicas[d], self.pending[d]
@@ -194,8 +203,7 @@ class Transfers:
             queue.popleft()
             self.in_flight[d] += 1
             now = self.env.now
-            nbytes = self.kv_bytes(r.num_computed, model=self.model, dtype=self.kv_dtype,
-                                   tensor_parallel=self.tp)
+            nbytes = self.kv_bytes(r.num_computed)
             landing = self.links[self.source[r.index]].send(now, nbytes)
             self.env.timeout(landing - now).callbacks.append(self._lander(r, d))
 
