@@ -304,53 +304,49 @@ class _ReplicaProcess:
         total = blocks.num_blocks
         cost = self.cost
         pricer = getattr(cost, "pure_decode_cost", None)
+        width = len(ITERATION_COLUMNS)  # rows[-width]: the start of the last iteration
+        inf = math.inf
         rows = []
         t = now  # the next iteration's start
         done = 0  # iterations applied
-        while replica.running:
+        while replica.running and (not done or t < until):
             c, i = replica.clock, replica.iteration
             count, offset = d.count, d.context_offset
             free = blocks.num_free
             n_run = len(replica.running)
             price = pricer(count) if pricer is not None else None
-            starts = []
             k = need = 0
             finishing = False
             while done + k < STRETCH_LIMIT:
                 step = c + k
-                if (done or k) and t >= until:
-                    break
                 new = by_phase[step % bs]
                 if new > free - need:
                     break
                 ctx = offset + count * step
                 dt = price(ctx) if price is not None else cost(
                     make_batch(i + k, (), 0, count, ctx, None, None, None, 0))
-                if not dt >= 0 or dt == math.inf:
+                if not dt >= 0 or dt == inf:
                     break  # the loop prices it again and says so
                 need += new
                 rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
-                starts.append(t)
                 t = t + dt
                 k += 1
                 if step in finish_at:
                     finishing = True
                     break
-            if finishing and t >= until:  # its finishes come after the next arrival is
-                k -= 1                    # routed (a cluster's router must not see them):
-                t = starts[k]             # the loop forms it
-                need -= by_phase[(c + k) % bs]
-                del rows[-len(ITERATION_COLUMNS):]
-                finishing = False
-            while k and now + delay_until(now, t) != t:  # cut back to an end SimPy lands on
+                if t >= until:  # an arrival is due by the next iteration's start
+                    break
+            # its finishes come after the next arrival is routed (a cluster's router must not
+            # see them), and SimPy's clock must land on the end: else cut back, the loop forms it
+            while k and (finishing and t >= until or now + delay_until(now, t) != t):
                 k -= 1
-                t = starts[k]
+                t = rows[-width]
                 need -= by_phase[(c + k) % bs]
-                del rows[-len(ITERATION_COLUMNS):]
+                del rows[-width:]
                 finishing = False
             if not k:
                 break
-            replica.skip_decodes(k, need, starts[k - 1])
+            replica.skip_decodes(k, need, rows[-width])
             done += k
             if not finishing:
                 break
