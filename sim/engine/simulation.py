@@ -13,15 +13,15 @@ With nothing to do the replica sleeps until the next arrival (open loop: arrival
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
 **Fast-forward.** In an open loop (one replica, or each of a cluster's up to its next
-arrival), when nothing waits, nothing prefills and the
-policy declares ``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its
-own choice), the iterations up to the next arrival, finish or decode preemption are pure
-decodes that change nothing but the clocks and the pool (decode progress is lazy): they are
-priced and recorded one by one as above - the same batch prices (the cost model's
-``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one event.
-Results are bit-identical to stepping each (tests/test_simulation.py); ``check=True``, closed
-loops, prefill/decode pools, speculation and cost models that need per-decode detail step
-every iteration.
+arrival), when nothing waits, nothing prefills and the policy declares
+``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its own choice),
+the iterations up to the next arrival or decode preemption are pure decodes that change
+nothing but the clocks, the pool and, as decodes finish, the running set (decode progress is
+lazy): they are priced and recorded one by one as above - the same batch prices (the cost
+model's ``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one
+event (``_ReplicaProcess._decode_stretch``). Results are bit-identical to stepping each
+(tests/test_simulation.py); ``check=True``, closed loops, prefill/decode pools, speculation
+and cost models that need per-decode detail step every iteration.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -41,6 +41,7 @@ import pandas as pd
 import simpy
 
 from ..results.metrics import Result
+from .batch import make_batch
 from .clients import ClosedLoopClients
 from .cluster import delay_until, run_cluster
 from .config import SimConfig
@@ -48,7 +49,6 @@ from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
 from .records import ITERATION_COLUMNS, build_result, gc_paused
-from .batch import make_batch
 from .replica import Replica
 from .request import Request
 from .speculation import make_drawer
@@ -293,10 +293,10 @@ class _ReplicaProcess:
         one as the loop would (same batches, same sums, bit for bit) and applied in segments,
         each up to an iteration that finishes decodes (:meth:`Replica.skip_decodes`, then
         :meth:`Replica.finish_decodes` at its end, which must come before ``until``: a
-        cluster's router then sees the replica as stepping leaves it). A segment is applied only where it ends at
-        a time SimPy's clock can land on exactly (``now + delay_until(now, t) == t``: almost
-        always; else it is cut back to such an end). Returns the delay to the stretch's end,
-        or None when no iteration qualifies."""
+        cluster's router then sees the replica as stepping leaves it). A segment is applied
+        only where it ends at a time SimPy's clock can land on exactly (``now +
+        delay_until(now, t) == t``: almost always; else it is cut back to such an end).
+        Returns the delay to the stretch's end, or None when no iteration qualifies."""
         replica = self.replica
         d = replica.decodes
         finish_at, by_phase, bs = d.finish_at, d.by_phase, replica.block_size
