@@ -168,16 +168,18 @@ def _same_results(a, b):
        caching=st.sampled_from([False, "block", "radix"]),
        kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans(),
        cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
-                                ("prefix_affinity", 3), ("least_outstanding", 2)]))
+                                ("prefix_affinity", 3), ("least_outstanding", 2)]),
+       spec=st.sampled_from([None, (2, 0.7), (4, 0.9)]))
 def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
                                                                      kv_blocks, linear,
-                                                                     cluster):
+                                                                     cluster, spec):
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
     arrival, finish or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
     blocks evicting cached ones), the roofline's own pure-decode price and a cost model
     without one (priced batch by batch), clusters whose routers read the replicas' free
-    blocks and cached prefixes at arrivals that fall inside a replica's stretch."""
+    blocks and cached prefixes at arrivals that fall inside a replica's stretch, speculative
+    decoding (each step's totals from the rings, cleared as stepping clears them)."""
     import pandas as pd
     df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
                        for t, p, o, g in sorted(rows)],
@@ -187,9 +189,11 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
     cost = sim.LinearCost(base=0.004, per_decode_token=1e-4, per_context_token=3e-7) \
         if linear else None
     spread = dict(router=cluster[0], replicas=cluster[1]) if cluster else {}
+    speculative = sim.SpeculativeConfig(num_speculative_tokens=spec[0], acceptance_rate=spec[1],
+                                        draft_cost_ratio=0.05) if spec else None
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
                                       kv_blocks=kv_blocks, max_batch_size=16, cost_model=cost,
-                                      **spread, **GPU)
+                                      speculative=speculative, **spread, **GPU)
     _same_results(fast, stepped)
 
 
@@ -285,4 +289,17 @@ def test_a_stretch_is_cut_back_to_an_end_the_clock_can_land_on(monkeypatch):
     df = wl.load("azure-conv", n=200, rate=3.0)
     fast, stepped = _fast_and_stepped(df, scheduler="chunked", **GPU)
     assert len(refused) > 100
+    _same_results(fast, stepped)
+
+
+def test_fast_forward_with_speculation_on_a_trace_with_a_draft_model():
+    """Speculative decoding: a stretch reads each step's context and new blocks from the
+    rings and frees their entries; priced by the draft model's roofline plus the target's,
+    batch by batch, on a pool that preempts. Same results as stepping, bit for bit."""
+    df = wl.load("azure-conv", n=300, rate=3.0)
+    spec = sim.SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.75,
+                                 draft_model="llama-3.2-1b")
+    fast, stepped = _fast_and_stepped(df, scheduler="vllm", speculative=spec, kv_blocks=900,
+                                      **GPU)
+    assert fast.requests["num_preemptions"].sum() > 0
     _same_results(fast, stepped)

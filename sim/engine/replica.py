@@ -476,6 +476,11 @@ class Replica:
             self.blocks.allocate(need)
         else:
             self.blocks.num_free -= need  # BlockManager.allocate, inlined: the caller checked
+        if self.num_spec_tokens:  # SpecDecodes' ring entries of these steps freed
+            d = self.decodes
+            steps = np.arange(self.clock, self.clock + n) & d.mask
+            d.ctx[steps] = 0
+            d.need[steps] = 0
         self.now = last_start
         self.num_preempted_now = 0
         self._decodes_reserved = self.clock + n - 1

@@ -20,8 +20,8 @@ nothing but the clocks, the pool and, as decodes finish, the running set (decode
 lazy): they are priced and recorded one by one as above - the same batch prices (the cost
 model's ``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one
 event (``_ReplicaProcess._decode_stretch``). Results are bit-identical to stepping each
-(tests/test_simulation.py); ``check=True``, closed loops, prefill/decode pools, speculation
-and cost models that need per-decode detail step every iteration.
+(tests/test_simulation.py); ``check=True``, closed loops, prefill/decode pools and cost models
+that need per-decode detail step every iteration.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -169,9 +169,8 @@ STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds i
 def can_fast_forward(policy, replica) -> bool:
     """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
     other process acts on it but open-loop arrivals): its policy is quiet when only decodes
-    run, and each iteration's decodes emit one token and run whenever the replica does."""
-    return (bool(getattr(policy, "quiet_when_decoding", False)) and not replica.num_spec_tokens
-            and not replica.on_demand_decodes)
+    run, and its decodes run whenever the replica does."""
+    return bool(getattr(policy, "quiet_when_decoding", False)) and not replica.on_demand_decodes
 
 
 def _submit(replica, process, r) -> bool:
@@ -299,11 +298,16 @@ class _ReplicaProcess:
         Returns the delay to the stretch's end, or None when no iteration qualifies."""
         replica = self.replica
         d = replica.decodes
-        finish_at, by_phase, bs = d.finish_at, d.by_phase, replica.block_size
+        spec = replica.num_spec_tokens  # speculation: each step's totals from SpecDecodes' rings
+        finish_at, bs = d.finish_at, replica.block_size
+        if spec:
+            ring_ctx, ring_need, mask = d.ctx, d.need, d.mask
+        else:
+            by_phase = d.by_phase
         blocks = replica.blocks
         total = blocks.num_blocks
         cost = self.cost
-        pricer = getattr(cost, "pure_decode_cost", None)
+        pricer = None if spec else getattr(cost, "pure_decode_cost", None)
         width = len(ITERATION_COLUMNS)  # rows[-width]: the start of the last iteration
         inf = math.inf
         rows = []
@@ -311,7 +315,7 @@ class _ReplicaProcess:
         done = 0  # iterations applied
         while replica.running and (not done or t < until):
             c, i = replica.clock, replica.iteration
-            count, offset = d.count, d.context_offset
+            count, offset = d.count, (0 if spec else d.context_offset)
             free = blocks.num_free
             n_run = len(replica.running)
             price = pricer(count) if pricer is not None else None
@@ -319,12 +323,14 @@ class _ReplicaProcess:
             finishing = False
             while done + k < STRETCH_LIMIT:
                 step = c + k
-                new = by_phase[step % bs]
+                if spec:
+                    new, ctx = int(ring_need[step & mask]), int(ring_ctx[step & mask])
+                else:
+                    new, ctx = by_phase[step % bs], offset + count * step
                 if new > free - need:
                     break
-                ctx = offset + count * step
                 dt = price(ctx) if price is not None else cost(
-                    make_batch(i + k, (), 0, count, ctx, None, None, None, 0))
+                    make_batch(i + k, (), 0, count, ctx, None, None, None, spec))
                 if not dt >= 0 or dt == inf:
                     break  # the loop prices it again and says so
                 need += new
@@ -341,7 +347,7 @@ class _ReplicaProcess:
             while k and (finishing and t >= until or now + delay_until(now, t) != t):
                 k -= 1
                 t = rows[-width]
-                need -= by_phase[(c + k) % bs]
+                need -= int(ring_need[(c + k) & mask]) if spec else by_phase[(c + k) % bs]
                 del rows[-width:]
                 finishing = False
             if not k:
