@@ -21,6 +21,7 @@ class Trace:
 
     name = "sglang"
     pauses_decodes = True
+    quiet_when_decoding = False  # it records every iteration: no fast-forward past any
 
     def __init__(self, policy):
         self.policy, self.steps = policy, []

@@ -164,7 +164,8 @@ def _same_results(a, b):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=st.lists(st.tuples(st.floats(0, 3), st.integers(1, 300), st.integers(1, 200),
                                st.integers(0, 3)), min_size=1, max_size=30),
-       scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca"]),
+       scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca",
+                                  "sglang"]),
        caching=st.sampled_from([False, "block", "radix"]),
        kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans(),
        cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
@@ -193,7 +194,7 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
                                         draft_cost_ratio=0.05) if spec else None
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
                                       kv_blocks=kv_blocks, max_batch_size=16, cost_model=cost,
-                                      speculative=speculative, **spread, **GPU)
+                                      speculative=speculative, block_size=16, **spread, **GPU)
     _same_results(fast, stepped)
 
 
@@ -302,4 +303,22 @@ def test_fast_forward_with_speculation_on_a_trace_with_a_draft_model():
     fast, stepped = _fast_and_stepped(df, scheduler="vllm", speculative=spec, kv_blocks=900,
                                       **GPU)
     assert fast.requests["num_preemptions"].sum() > 0
+    _same_results(fast, stepped)
+
+
+def test_fast_forward_replays_sglangs_ratio_decay():
+    """SGLang's policy is quiet when only decodes run but its ``new_token_ratio`` decays every
+    decode step (rule 4): ``decoded_quietly`` replays the decay of the steps a stretch skips,
+    so its later admissions (rule 3) are those of stepping, bit for bit, on a trace whose
+    reservations bind."""
+    from sim.engine.sglang import MIN_NEW_TOKEN_RATIO, SGLang
+    p, q = SGLang(), SGLang()
+    q.chunked = object()
+    for n in (1, 7, 599, 600, 5000):
+        for _ in range(n):
+            p.new_token_ratio = max(p.new_token_ratio - p.decay, MIN_NEW_TOKEN_RATIO)
+        q.decoded_quietly(None, n)
+        assert q.new_token_ratio == p.new_token_ratio and q.chunked is None
+    df = wl.load("azure-conv", n=400, rate=3.0)
+    fast, stepped = _fast_and_stepped(df, scheduler="sglang", kv_blocks=30_000, **GPU)
     _same_results(fast, stepped)

@@ -30,8 +30,10 @@ An optional ``select_victim(replica) -> request`` chooses whom to preempt when b
 (default: the most recently admitted, vLLM's rule); ``engine_defaults(config) -> dict`` gives
 the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,
 ``prefix_caching``) for those the user left ``None``. A class attribute
-``quiet_when_decoding = True`` promises that ``schedule`` does nothing when nothing waits and
-nothing prefills: the engine may then fast-forward pure-decode iterations without calling it
+``quiet_when_decoding = True`` promises that ``schedule`` adds no work when nothing waits and
+nothing prefills (and, with ``pauses_decodes``, runs the decodes then), and changes nothing
+but what an optional ``decoded_quietly(replica, n)`` method does for ``n`` such iterations at
+once: the engine may then fast-forward pure-decode iterations without calling ``schedule``
 (:mod:`sim.engine.simulation`; a policy without it is called every iteration).
 
 The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks allow:

@@ -483,6 +483,7 @@ class Replica:
             d.need[steps] = 0
         self.now = last_start
         self.num_preempted_now = 0
+        self.decoding = True  # (a policy that pauses decodes ran them: run_decodes)
         self._decodes_reserved = self.clock + n - 1
         self.clock += n
         self.iteration += n

@@ -59,6 +59,7 @@ class SGLang:
 
     name = "sglang"
     pauses_decodes = True
+    quiet_when_decoding = True  # nothing waiting or prefilling: the decodes run (rule 1)
     memory_accounting = "sglang"  # the KV pool: mem_fraction_static x device - weights
 
     def __init__(self, chunked_prefill_size=8192, max_prefill_tokens=MAX_PREFILL_TOKENS):
@@ -100,6 +101,19 @@ class SGLang:
                                        / out) if out else INIT_NEW_TOKEN_RATIO
         else:  # rule 4
             self.new_token_ratio = max(self.new_token_ratio - self.decay, MIN_NEW_TOKEN_RATIO)
+
+    def decoded_quietly(self, replica, n) -> None:
+        """``n`` iterations in which nothing waited or prefilled ran without a ``schedule``
+        call (the engine's fast-forward): do what those calls would have done - no prefill
+        batch, the decodes ran without a retraction (rule 1), ``new_token_ratio`` decayed once
+        per step (rule 4)."""
+        self.chunked = None
+        ratio, decay = self.new_token_ratio, self.decay
+        for _ in range(n):
+            if ratio == MIN_NEW_TOKEN_RATIO:
+                break
+            ratio = max(ratio - decay, MIN_NEW_TOKEN_RATIO)
+        self.new_token_ratio = ratio
 
     def _prefill(self, replica) -> bool:
         """Form the prefill batch (rules 2-3); True if it holds any work."""

@@ -14,8 +14,7 @@ iteration are pulled from the sorted workload; closed loop: the next issued requ
 
 **Fast-forward.** In an open loop (one replica, or each of a cluster's up to its next
 arrival), when nothing waits, nothing prefills and the policy declares
-``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its own choice),
-the iterations up to the next arrival or decode preemption are pure decodes that change
+``quiet_when_decoding`` (all built-ins; SGLang's replays its ratio's decay), the iterations up to the next arrival or decode preemption are pure decodes that change
 nothing but the clocks, the pool and, as decodes finish, the running set (decode progress is
 lazy): they are priced and recorded one by one as above - the same batch prices (the cost
 model's ``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one
@@ -169,8 +168,8 @@ STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds i
 def can_fast_forward(policy, replica) -> bool:
     """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
     other process acts on it but open-loop arrivals): its policy is quiet when only decodes
-    run, and its decodes run whenever the replica does."""
-    return bool(getattr(policy, "quiet_when_decoding", False)) and not replica.on_demand_decodes
+    run (``quiet_when_decoding``; see :mod:`sim.engine.policies`)."""
+    return bool(getattr(policy, "quiet_when_decoding", False))
 
 
 def _submit(replica, process, r) -> bool:
@@ -285,7 +284,8 @@ class _ReplicaProcess:
 
     def _decode_stretch(self, now, until):
         """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
-        policy is quiet then (``quiet_when_decoding``), the iterations from ``now`` until one
+        policy is quiet then (``quiet_when_decoding``; its ``decoded_quietly(replica, n)``, if
+        any, told of each segment), the iterations from ``now`` until one
         would preempt (its decodes' new blocks not free) or start at or after ``until`` (the
         next arrival) change nothing but the clocks, the pool and, at a decode's last token,
         the running set (decode progress is lazy). They are priced and recorded here one by
@@ -308,6 +308,7 @@ class _ReplicaProcess:
         total = blocks.num_blocks
         cost = self.cost
         pricer = None if spec else getattr(cost, "pure_decode_cost", None)
+        quietly = getattr(self.policy, "decoded_quietly", None)  # what n schedule calls did
         width = len(ITERATION_COLUMNS)  # rows[-width]: the start of the last iteration
         inf = math.inf
         rows = []
@@ -353,6 +354,8 @@ class _ReplicaProcess:
             if not k:
                 break
             replica.skip_decodes(k, need, rows[-width])
+            if quietly is not None:
+                quietly(replica, k)
             done += k
             if not finishing:
                 break
