@@ -1,5 +1,6 @@
 """``sim.engine.simulation``: what ``run`` leaves behind and what it costs outside the loop."""
 
+import dataclasses
 import gc
 import math
 
@@ -286,3 +287,72 @@ def test_a_stretch_is_cut_back_to_an_end_the_clock_can_land_on(monkeypatch):
     fast, stepped = _fast_and_stepped(df, scheduler="chunked", **GPU)
     assert len(refused) > 100
     _same_results(fast, stepped)
+
+
+class _Slower(sim.RooflineCost):
+    """A subclass re-pricing every iteration (its ``pure_decode_cost`` is the parent's)."""
+
+    def __call__(self, batch):
+        return 1.25 * super().__call__(batch)
+
+
+class _Noisy:
+    """A cost model with state: each call draws a lognormal factor from its own generator."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+        self.calls = []
+
+    def __call__(self, batch):
+        self.calls.append(batch.iteration)
+        return (0.01 + 1e-6 * batch.context_tokens + 1e-4 * batch.num_prefill_tokens) \
+            * self.rng.lognormal(0.0, 0.1)
+
+
+def test_a_subclass_that_reprices_iterations_is_not_priced_by_its_parents_decode_price():
+    """A cost model subclassing the roofline and overriding ``__call__`` inherits a
+    ``pure_decode_cost`` that no longer prices what it does: the fast-forward must not use it
+    (it did: the stretches ran 25 % faster than the iterations the subclass priced)."""
+    df = wl.load("azure-conv", n=150, rate=3.0)
+    fast, stepped = _fast_and_stepped(df, scheduler="chunked",
+                                      cost_model=_Slower("llama-3.1-8b", "h100"), **GPU)
+    _same_results(fast, stepped)
+    plain = sim.run(df, scheduler="chunked", **GPU)
+    first = fast.iterations["duration"].iloc[0]
+    assert first == pytest.approx(1.25 * plain.iterations["duration"].iloc[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("cluster", [{}, dict(replicas=3, router="least_kv")])
+def test_a_cost_model_without_a_pure_decode_price_is_called_once_per_iteration_in_order(
+        cluster):
+    """A cost model that is no declared pure function of the batch (no ``pure_decode_cost``:
+    here one drawing noise) is called exactly once per iteration, in the order the iterations
+    start, as when stepping: the fast-forward priced iterations it then gave back to the loop
+    (priced twice) and a replica's whole stretch ahead of the other replicas' iterations."""
+    df = wl.load("azure-conv", n=150, rate=3.0)
+    from sim.engine.schedulers import resolve
+    config, policy = resolve(sim.SimConfig(scheduler="chunked", **cluster, **GPU))
+    runs = []
+    for pol in (policy, _Stepped(policy)):
+        cost = _Noisy()
+        res = sim.run(df, dataclasses.replace(config, scheduler=pol, cost_model=cost,
+                                              chunk_size=None))
+        assert len(cost.calls) == len(res.iterations)
+        runs.append(res)
+    _same_results(*runs)
+
+
+def test_the_progress_bar_is_redrawn_as_often_fast_forwarded_as_stepped(capsys):
+    """The bar is redrawn every 1,024 iterations: a stretch redraws it only when it crossed
+    such a multiple (it redrew after every stretch: 2 MB of redraws on the default trace,
+    about 100 times as many as stepping)."""
+    from sim.engine.schedulers import resolve
+    df = wl.load("azure-conv", n=400, rate=3.0)
+    config, policy = resolve(sim.SimConfig(scheduler="chunked", progress=True, **GPU))
+    redraws = []
+    for pol in (policy, _Stepped(policy)):
+        res = sim.run(df, dataclasses.replace(config, scheduler=pol, chunk_size=None))
+        redraws.append(capsys.readouterr().err.count("\r"))
+    iterations = len(res.iterations)
+    assert iterations > 8 * 1024
+    assert redraws[0] <= redraws[1] <= iterations // 1024 + 5

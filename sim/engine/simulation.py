@@ -13,15 +13,18 @@ With nothing to do the replica sleeps until the next arrival (open loop: arrival
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
 **Fast-forward.** In an open loop (one replica, or each of a cluster's up to its next
-arrival), when nothing waits, nothing prefills and the
+arrival), when nothing waits, nothing prefills, the
 policy declares ``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its
-own choice), the iterations up to the next arrival, finish or decode preemption are pure
-decodes that change nothing but the clocks and the pool (decode progress is lazy): they are
-priced and recorded one by one as above - the same batch prices (the cost model's
-``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one event.
-Results are bit-identical to stepping each (tests/test_simulation.py); ``check=True``, closed
-loops, prefill/decode pools, speculation and cost models that need per-decode detail step
-every iteration.
+own choice) and the cost model declares itself a pure function of the batch (its
+``pure_decode_cost``: the roofline, ``LinearCost``, ``ConstantCost``; see
+:func:`~sim.engine.batch.decode_pricer`), the iterations up to the next arrival, finish or
+decode preemption are pure decodes that change nothing but the clocks and the pool (decode
+progress is lazy): they are priced and recorded one by one as above - the same prices (bit for
+bit), the same ``now + dt`` sums - and applied in one event. Results are bit-identical to
+stepping each (tests/test_simulation.py); ``check=True``, closed loops, prefill/decode pools,
+speculation, cost models without ``pure_decode_cost`` (called once per iteration, in time
+order: they may keep state) and cost models that need per-decode detail step every
+iteration.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -48,7 +51,7 @@ from .disaggregation import run_disaggregated
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
 from .records import ITERATION_COLUMNS, build_result, gc_paused
-from .batch import make_batch
+from .batch import decode_pricer
 from .replica import Replica
 from .request import Request
 from .speculation import make_drawer
@@ -206,6 +209,7 @@ class _ReplicaProcess:
         # loop arrivals can act meanwhile (see can_fast_forward); a cluster's replicas stop at
         # its next arrival (next_arrival(): when the dispatcher next routes)
         self.fast_forward = False
+        self.pricer = None  # the cost model's pure_decode_cost, where it may be used
         self.next_arrival = None
         self.idle = None
         self._loop = None
@@ -234,7 +238,10 @@ class _ReplicaProcess:
         arrivals = self.arrivals
         n_arrivals = len(arrivals)
         bar = self.bar
-        fast = self.fast_forward and not detail and not self.check
+        # fast-forward only with a cost model declared pure (decode_pricer: a stateful one
+        # is called once per iteration, in time order, as it would be stepping)
+        self.pricer = decode_pricer(cost) if self.fast_forward and not detail else None
+        fast = self.pricer is not None and not self.check
         nxt = 0
         while True:
             now = env.now
@@ -252,11 +259,12 @@ class _ReplicaProcess:
             if fast and not waiting and not replica.prefilling:  # only decodes run
                 until = self.next_arrival() if self.next_arrival is not None else (
                     arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf)
+                first = replica.iteration
                 delay = self._decode_stretch(now, until)
                 if delay is not None:
                     yield timeout(delay)  # one event for the stretch: env.now is its end
-                    if bar is not None:
-                        bar.n = len(replica.finished)
+                    if bar is not None and first >> 10 != replica.iteration >> 10:
+                        bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
                         bar.refresh()
                     continue
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
@@ -289,8 +297,9 @@ class _ReplicaProcess:
         policy is quiet then (``quiet_when_decoding``), the iterations from ``now`` until one
         would preempt (its decodes' new blocks not free) or start at or after ``until`` (the
         next arrival) change nothing but the clocks, the pool and, at a decode's last token,
-        the running set (decode progress is lazy). They are priced and recorded here one by
-        one as the loop would (same batches, same sums, bit for bit) and applied in segments,
+        the running set (decode progress is lazy). They are priced (the cost model's
+        ``pure_decode_cost``) and recorded here one by one as the loop would (same prices, same
+        sums, bit for bit) and applied in segments,
         each up to an iteration that finishes decodes (:meth:`Replica.skip_decodes`, then
         :meth:`Replica.finish_decodes` at its end, which must come before ``until``: a
         cluster's router then sees the replica as stepping leaves it). A segment is applied only where it ends at
@@ -302,17 +311,16 @@ class _ReplicaProcess:
         finish_at, by_phase, bs = d.finish_at, d.by_phase, replica.block_size
         blocks = replica.blocks
         total = blocks.num_blocks
-        cost = self.cost
-        pricer = getattr(cost, "pure_decode_cost", None)
+        pricer = self.pricer
         rows = []
         t = now  # the next iteration's start
         done = 0  # iterations applied
         while replica.running:
-            c, i = replica.clock, replica.iteration
+            c = replica.clock
             count, offset = d.count, d.context_offset
             free = blocks.num_free
             n_run = len(replica.running)
-            price = pricer(count) if pricer is not None else None
+            price = pricer(count)
             starts = []
             k = need = 0
             finishing = False
@@ -324,8 +332,7 @@ class _ReplicaProcess:
                 if new > free - need:
                     break
                 ctx = offset + count * step
-                dt = price(ctx) if price is not None else cost(
-                    make_batch(i + k, (), 0, count, ctx, None, None, None, 0))
+                dt = price(ctx)
                 if not dt >= 0 or dt == math.inf:
                     break  # the loop prices it again and says so
                 need += new
