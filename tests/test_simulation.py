@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads as wl
+from sim.engine.policies import ChunkedPrefill
 from sim.engine.request import Request
 
 GPU = dict(model="llama-3.1-8b", gpu="h100")
@@ -176,8 +177,8 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
     arrival, finish or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
-    blocks evicting cached ones), the roofline's own pure-decode price and a cost model
-    without one (priced batch by batch), clusters whose routers read the replicas' free
+    blocks evicting cached ones), the roofline's and ``LinearCost``'s pure-decode prices,
+    clusters whose routers read the replicas' free
     blocks and cached prefixes at arrivals that fall inside a replica's stretch."""
     import pandas as pd
     df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
@@ -356,3 +357,32 @@ def test_the_progress_bar_is_redrawn_as_often_fast_forwarded_as_stepped(capsys):
     iterations = len(res.iterations)
     assert iterations > 8 * 1024
     assert redraws[0] <= redraws[1] <= iterations // 1024 + 5
+
+
+class _Decaying(ChunkedPrefill):
+    """A subclass with SGLang-like state: its admission budget decays at every call, so it is
+    not quiet when only decodes run (``quiet_when_decoding`` is inherited, not declared)."""
+
+    def __init__(self):
+        super().__init__(chunk_size=2048)
+
+    def schedule(self, replica, now):
+        self.chunk_size = max(64, int(self.chunk_size * 0.99))
+        super().schedule(replica, now)
+
+
+def test_a_policy_subclass_overriding_schedule_is_stepped_unless_it_declares_quiet():
+    """``quiet_when_decoding`` counts only where the class defining ``schedule`` (or a
+    subclass of it) declares it: a subclass of a built-in that overrides ``schedule`` with
+    state of its own is called every iteration (it was fast-forwarded on the flag it
+    inherited: its budget decayed less, the requests started at other times)."""
+    df = wl.load("azure-conv", n=150, rate=3.0)
+    fast = sim.run(df, scheduler=_Decaying(), **GPU)
+    stepped = sim.run(df, scheduler=_Stepped(_Decaying()), **GPU)
+    _same_results(fast, stepped)
+    from sim.engine.simulation import can_fast_forward
+    from sim.engine.replica import Replica
+    replica = Replica(100, 16, 8)
+    assert not can_fast_forward(_Decaying(), replica)
+    assert all(can_fast_forward(cls(), replica) for name, cls in sim.POLICIES.items()
+               if name != "sglang")

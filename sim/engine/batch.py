@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import declared_with
+
 FIELDS = ("iteration", "prefills", "num_prefill_tokens", "num_decode_tokens",
           "decode_context_tokens", "prefill_ids", "decode_ids", "decode_lengths", "num_spec_tokens")
 
@@ -146,14 +148,8 @@ def make_batch(iteration, prefills, num_prefill_tokens, num_decode_tokens,
 
 
 def decode_pricer(cost):
-    """``cost.pure_decode_cost`` when it prices what ``cost(batch)`` does: the class defining
-    it is the one defining ``__call__`` or a subclass of it (a subclass that re-prices
-    iterations without re-pricing pure decodes gets None), or it was set on the instance.
-    None when the cost model has none: its iterations are all stepped."""
-    price = getattr(cost, "pure_decode_cost", None)
-    if price is None or "pure_decode_cost" in getattr(cost, "__dict__", ()):
-        return price
-    mro = type(cost).__mro__
-    call = next((k for k in mro if "__call__" in vars(k)), None)
-    own = next((k for k in mro if "pure_decode_cost" in vars(k)), None)
-    return price if call is not None and own is not None and issubclass(own, call) else None
+    """``cost.pure_decode_cost`` when it prices what ``cost(batch)`` does: set on the instance,
+    or defined by the class defining ``__call__`` or a subclass of it (a subclass that
+    re-prices iterations without re-pricing pure decodes gets None; ``declared_with``). None
+    when the cost model has none: its iterations are all stepped."""
+    return cost.pure_decode_cost if declared_with(cost, "pure_decode_cost", "__call__") else None

@@ -31,8 +31,13 @@ An optional ``select_victim(replica) -> request`` chooses whom to preempt when b
 the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,
 ``prefix_caching``) for those the user left ``None``. A class attribute
 ``quiet_when_decoding = True`` promises that ``schedule`` does nothing when nothing waits and
-nothing prefills: the engine may then fast-forward pure-decode iterations without calling it
-(:mod:`sim.engine.simulation`; a policy without it is called every iteration).
+nothing prefills: it neither acts (it could only preempt a decode) nor changes state of its
+own (a budget that decays per call, a count of calls). The engine may then fast-forward
+pure-decode iterations without calling it (:mod:`sim.engine.simulation`: up to the next
+arrival or an iteration whose decodes' blocks are not all free, so ``select_victim`` is not
+needed meanwhile); a policy without it is called every iteration. The
+flag counts only where the class defining ``schedule`` (or a subclass of it) declares it: a
+subclass overriding ``schedule`` declares it again if its ``schedule`` keeps the promise.
 
 The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks allow:
 

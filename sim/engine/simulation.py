@@ -13,18 +13,19 @@ With nothing to do the replica sleeps until the next arrival (open loop: arrival
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
 **Fast-forward.** In an open loop (one replica, or each of a cluster's up to its next
-arrival), when nothing waits, nothing prefills, the
-policy declares ``quiet_when_decoding`` (all built-ins but SGLang's, whose decodes wait on its
-own choice) and the cost model declares itself a pure function of the batch (its
-``pure_decode_cost``: the roofline, ``LinearCost``, ``ConstantCost``; see
-:func:`~sim.engine.batch.decode_pricer`), the iterations up to the next arrival, finish or
-decode preemption are pure decodes that change nothing but the clocks and the pool (decode
-progress is lazy): they are priced and recorded one by one as above - the same prices (bit for
-bit), the same ``now + dt`` sums - and applied in one event. Results are bit-identical to
-stepping each (tests/test_simulation.py); ``check=True``, closed loops, prefill/decode pools,
+arrival), when nothing waits, nothing prefills, the policy declares ``quiet_when_decoding``
+(all built-ins but SGLang's, whose decodes wait on its own choice; a subclass overriding
+``schedule`` declares it again) and the cost model declares itself a pure function of the
+batch (``pure_decode_cost``: the roofline, ``LinearCost``, ``ConstantCost``; see
+:func:`~sim.engine.batch.decode_pricer`), the iterations up to the next arrival or decode
+preemption are pure decodes that change nothing but the clocks, the pool and, at a decode's
+last token, the running set (decode progress is lazy): they are priced and recorded one by
+one as above - the same prices (bit for bit), the same ``now + dt`` sums - and applied in one
+event. Results are bit-identical to stepping each (tests/test_simulation.py). Stepped every
+iteration: whenever a request waits (even one the policy will not admit yet: static
+batching's queue, a full batch), ``check=True``, closed loops, prefill/decode pools,
 speculation, cost models without ``pure_decode_cost`` (called once per iteration, in time
-order: they may keep state) and cost models that need per-decode detail step every
-iteration.
+order: they may keep state) and cost models that need per-decode detail.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -43,6 +44,7 @@ from functools import partial
 import pandas as pd
 import simpy
 
+from ..checks import declared_with
 from ..results.metrics import Result
 from .clients import ClosedLoopClients
 from .cluster import delay_until, run_cluster
@@ -172,9 +174,12 @@ STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds i
 def can_fast_forward(policy, replica) -> bool:
     """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
     other process acts on it but open-loop arrivals): its policy is quiet when only decodes
-    run, and each iteration's decodes emit one token and run whenever the replica does."""
-    return (bool(getattr(policy, "quiet_when_decoding", False)) and not replica.num_spec_tokens
-            and not replica.on_demand_decodes)
+    run (``quiet_when_decoding``, declared where ``schedule`` is defined or below: not a flag
+    a subclass overriding ``schedule`` inherits), and each iteration's decodes emit one token
+    and run whenever the replica does."""
+    return (bool(getattr(policy, "quiet_when_decoding", False))
+            and declared_with(policy, "quiet_when_decoding", "schedule")
+            and not replica.num_spec_tokens and not replica.on_demand_decodes)
 
 
 def _submit(replica, process, r) -> bool:
