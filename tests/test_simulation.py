@@ -321,6 +321,9 @@ def test_a_subclass_that_reprices_iterations_is_not_priced_by_its_parents_decode
     plain = sim.run(df, scheduler="chunked", **GPU)
     first = fast.iterations["duration"].iloc[0]
     assert first == pytest.approx(1.25 * plain.iterations["duration"].iloc[0], rel=1e-12)
+    from sim.engine.batch import decode_pricer
+    assert decode_pricer(_Slower()) is None
+    assert decode_pricer(sim.RooflineCost()) is not None  # the roofline itself: fast-forwarded
 
 
 @pytest.mark.parametrize("cluster", [{}, dict(replicas=3, router="least_kv")])
