@@ -168,30 +168,36 @@ def _same_results(a, b):
                                st.integers(0, 3)), min_size=1, max_size=30),
        scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca"]),
        caching=st.sampled_from([False, "block", "radix"]),
-       kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans(),
+       kv_blocks=st.sampled_from([40, 90, 400]),
+       cost=st.sampled_from(["roofline", "linear", "constant"]),
+       max_batch=st.sampled_from([2, 16]),
        cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
                                 ("prefix_affinity", 3), ("least_outstanding", 2)]))
 def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
-                                                                     kv_blocks, linear,
+                                                                     kv_blocks, cost, max_batch,
                                                                      cluster):
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
-    arrival, finish or preemption) give the same results bit for bit as forming every
+    arrival or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
-    blocks evicting cached ones), the roofline's and ``LinearCost``'s pure-decode prices,
-    clusters whose routers read the replicas' free
-    blocks and cached prefixes at arrivals that fall inside a replica's stretch."""
+    blocks evicting cached ones), the roofline's, ``LinearCost``'s and ``ConstantCost``'s
+    pure-decode prices (the constant one, 2^-7 s, with arrivals on its grid: iterations
+    that start exactly at an arrival), full batches, clusters whose routers read the replicas'
+    free blocks and cached prefixes at arrivals that fall inside a replica's stretch."""
     import pandas as pd
+    if cost == "constant":  # arrivals on the iterations' grid (exact sums): ties
+        rows = [(round(t * 128) / 128, p, o, g) for t, p, o, g in rows]
     df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
                        for t, p, o, g in sorted(rows)],
                       columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
                                "hash_ids"])
     df.attrs["block_size"] = 16
-    cost = sim.LinearCost(base=0.004, per_decode_token=1e-4, per_context_token=3e-7) \
-        if linear else None
+    cost = {"roofline": None, "constant": sim.ConstantCost(2.0 ** -7),
+            "linear": sim.LinearCost(base=0.004, per_decode_token=1e-4,
+                                     per_context_token=3e-7)}[cost]
     spread = dict(router=cluster[0], replicas=cluster[1]) if cluster else {}
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
-                                      kv_blocks=kv_blocks, max_batch_size=16, cost_model=cost,
-                                      **spread, **GPU)
+                                      kv_blocks=kv_blocks, max_batch_size=max_batch,
+                                      cost_model=cost, **spread, **GPU)
     _same_results(fast, stepped)
 
 
@@ -389,3 +395,22 @@ def test_a_policy_subclass_overriding_schedule_is_stepped_unless_it_declares_qui
     assert not can_fast_forward(_Decaying(), replica)
     assert all(can_fast_forward(cls(), replica) for name, cls in sim.POLICIES.items()
                if name != "sglang")
+
+
+def test_a_decode_finishing_exactly_at_an_arrival_is_still_running_for_the_router():
+    """Iterations of 2^-7 s (exact sums): C's last token comes in the iteration that ends at
+    10/128 s, exactly when D arrives. The dispatcher routes D before that iteration is
+    post-processed (URGENT), so ``least_outstanding`` still counts C on replica 0 (A and C
+    there, B on replica 1) and sends D to replica 1; a stretch that finished C by then sent it
+    to replica 0."""
+    import pandas as pd
+    d = 2.0 ** -7
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0, 0.0, 10 * d],
+                       "num_prompt_tokens": [8, 8, 8, 8],
+                       "num_output_tokens": [50, 50, 10, 5]})
+    fast, stepped = _fast_and_stepped(df, scheduler="chunked", replicas=2,
+                                      router="least_outstanding", cost_model=sim.ConstantCost(d),
+                                      **GPU)
+    assert fast.requests["finish_time"][2] == 10 * d
+    assert fast.requests["replica"].tolist() == [0, 1, 0, 1]
+    _same_results(fast, stepped)
