@@ -47,3 +47,18 @@ def did_you_mean(value, choices) -> str:
     close = difflib.get_close_matches(str(value).strip().lower(), [str(c) for c in choices], 1,
                                       0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def declared_with(obj, name: str, method: str) -> bool:
+    """Whether attribute ``name`` of ``obj`` (a promise about its ``method``) was set on the
+    instance, or declared by the class that defines ``method`` or a subclass of it: a subclass
+    overriding ``method`` alone does not inherit its parent's promise about the parent's
+    ``method``. False when ``obj`` has no ``name``."""
+    if getattr(obj, name, None) is None:
+        return False
+    if name in getattr(obj, "__dict__", ()):
+        return True
+    mro = type(obj).__mro__
+    defines = next((k for k in mro if method in vars(k)), None)
+    declares = next((k for k in mro if name in vars(k)), None)
+    return defines is not None and declares is not None and issubclass(declares, defines)

@@ -183,3 +183,48 @@ def test_linear_cost_equals_its_formula(base, per_prefill, per_decode, per_conte
     expected = base + per_prefill * new + per_decode * decodes + per_context * context
     assert LinearCost(base, per_prefill, per_decode, per_context)(b) == pytest.approx(
         expected, rel=1e-12, abs=1e-300)
+
+
+@given(coeffs=st.tuples(*[st.sampled_from([0, 0.0, 1e-7, 3e-4, 0.004, 0.1, 7])] * 4),
+       decodes=st.integers(1, 2000), context=st.integers(1, 10**8))
+def test_pure_decode_cost_is_the_batch_price_bit_for_bit(coeffs, decodes, context):
+    """The engine's fast-forward prices pure-decode iterations with ``pure_decode_cost``
+    instead of the batch: the same float, for any coefficients (ints too) and sizes."""
+    if not any(coeffs):
+        return
+    cost = LinearCost(*coeffs)
+    price = cost.pure_decode_cost(decodes)(context)
+    assert price == cost(batch(decodes=decodes, decode_context=context))
+    assert type(price) is type(cost(batch(decodes=decodes, decode_context=context)))
+    constant = ConstantCost(0.0123)
+    assert constant.pure_decode_cost(decodes)(context) == constant(batch(decodes=decodes))
+
+
+def test_decode_pricer_trusts_pure_decode_cost_only_where_it_prices_what_call_does():
+    """``decode_pricer``: a cost model's own ``pure_decode_cost`` (class or instance), none
+    for a subclass overriding ``__call__`` alone, nor for a plain function."""
+    from sim.engine.batch import decode_pricer
+
+    class Scaled(LinearCost):
+        def __call__(self, b):
+            return 2 * LinearCost.__call__(self, b)
+
+    class ScaledBoth(Scaled):
+        def pure_decode_cost(self, n):
+            f = LinearCost.pure_decode_cost(self, n)
+            return lambda ctx: 2 * f(ctx)
+
+    class Renamed(LinearCost):  # changes nothing that prices
+        name = "renamed"
+
+    assert decode_pricer(LinearCost(0.01)) is not None
+    assert decode_pricer(Renamed(0.01)) is not None
+    assert decode_pricer(Scaled(0.01)) is None
+    assert decode_pricer(ScaledBoth(0.01))(5)(100) == ScaledBoth(0.01)(batch(decodes=5,
+                                                                              decode_context=100))
+
+    def f(b):
+        return 0.01
+    assert decode_pricer(f) is None
+    f.pure_decode_cost = lambda n: lambda ctx: 0.01
+    assert decode_pricer(f) is f.pure_decode_cost

@@ -1,5 +1,7 @@
 """``sim.engine.simulation``: what ``run`` leaves behind and what it costs outside the loop."""
 
+import dataclasses
+import copy
 import gc
 import math
 
@@ -9,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads as wl
+from sim.engine.policies import ChunkedPrefill
 from sim.engine.request import Request
 
 GPU = dict(model="llama-3.1-8b", gpu="h100")
@@ -130,15 +133,23 @@ def test_a_record_buffer_still_viewed_is_kept_not_an_error():
 # -- the fast-forward of pure-decode iterations (_ReplicaProcess._decode_stretch) -------------
 
 class _Stepped:
-    """A policy as given, minus ``quiet_when_decoding``: the engine forms every iteration."""
+    """A policy as given, minus ``quiet_when_decoding``: the engine forms every iteration.
+    Each replica schedules with its own copy (as a named scheduler's replicas do: SGLang keeps
+    state per replica)."""
 
     def __init__(self, policy):
         self._policy = policy
+        self._copies = {}  # id(replica) -> (replica, its copy of the policy)
 
     def __getattr__(self, name):
         if name == "quiet_when_decoding":
             raise AttributeError(name)
         return getattr(self._policy, name)
+
+    def schedule(self, replica, now):
+        if id(replica) not in self._copies:
+            self._copies[id(replica)] = (replica, copy.deepcopy(self._policy))
+        self._copies[id(replica)][1].schedule(replica, now)
 
 
 def _fast_and_stepped(df, **kw):
@@ -149,8 +160,8 @@ def _fast_and_stepped(df, **kw):
     from sim.engine.schedulers import resolve
     config, policy = resolve(sim.SimConfig(**kw))
     config = dataclasses.replace(config, chunk_size=None, token_budget=None)
-    fast = sim.run(df, dataclasses.replace(config, scheduler=policy))
-    stepped = sim.run(df, dataclasses.replace(config, scheduler=_Stepped(policy)))
+    fast = sim.run(df, dataclasses.replace(config, scheduler=copy.deepcopy(policy)))
+    stepped = sim.run(df, dataclasses.replace(config, scheduler=_Stepped(copy.deepcopy(policy))))
     return fast, stepped
 
 
@@ -167,34 +178,42 @@ def _same_results(a, b):
        scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca",
                                   "sglang"]),
        caching=st.sampled_from([False, "block", "radix"]),
-       kv_blocks=st.sampled_from([40, 90, 400]), linear=st.booleans(),
+       kv_blocks=st.sampled_from([40, 90, 400]),
+       cost=st.sampled_from(["roofline", "linear", "constant"]),
+       max_batch=st.sampled_from([2, 16]),
        cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
                                 ("prefix_affinity", 3), ("least_outstanding", 2)]),
        spec=st.sampled_from([None, (2, 0.7), (4, 0.9)]))
 def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
-                                                                     kv_blocks, linear,
+                                                                     kv_blocks, cost, max_batch,
                                                                      cluster, spec):
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
-    arrival, finish or preemption) give the same results bit for bit as forming every
+    arrival or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
-    blocks evicting cached ones), the roofline's own pure-decode price and a cost model
-    without one (priced batch by batch), clusters whose routers read the replicas' free
-    blocks and cached prefixes at arrivals that fall inside a replica's stretch, speculative
-    decoding (each step's totals from the rings, cleared as stepping clears them)."""
+    blocks evicting cached ones), the roofline's, ``LinearCost``'s and ``ConstantCost``'s
+    pure-decode prices (the constant one, 2^-7 s, with arrivals on its grid: iterations
+    that start exactly at an arrival), full batches, clusters whose routers read the replicas'
+    free blocks and cached prefixes at arrivals that fall inside a replica's stretch,
+    speculative decoding (each step's totals from the rings, cleared as stepping clears
+    them), SGLang (its ratio's decay replayed)."""
     import pandas as pd
+    if cost == "constant":  # arrivals on the iterations' grid (exact sums): ties
+        rows = [(round(t * 128) / 128, p, o, g) for t, p, o, g in rows]
     df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
                        for t, p, o, g in sorted(rows)],
                       columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
                                "hash_ids"])
     df.attrs["block_size"] = 16
-    cost = sim.LinearCost(base=0.004, per_decode_token=1e-4, per_context_token=3e-7) \
-        if linear else None
+    cost = {"roofline": None, "constant": sim.ConstantCost(2.0 ** -7),
+            "linear": sim.LinearCost(base=0.004, per_decode_token=1e-4,
+                                     per_context_token=3e-7)}[cost]
     spread = dict(router=cluster[0], replicas=cluster[1]) if cluster else {}
     speculative = sim.SpeculativeConfig(num_speculative_tokens=spec[0], acceptance_rate=spec[1],
                                         draft_cost_ratio=0.05) if spec else None
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
-                                      kv_blocks=kv_blocks, max_batch_size=16, cost_model=cost,
-                                      speculative=speculative, block_size=16, **spread, **GPU)
+                                      kv_blocks=kv_blocks, max_batch_size=max_batch,
+                                      cost_model=cost, speculative=speculative, block_size=16,
+                                      **spread, **GPU)
     _same_results(fast, stepped)
 
 
@@ -321,4 +340,123 @@ def test_fast_forward_replays_sglangs_ratio_decay():
         assert q.new_token_ratio == p.new_token_ratio and q.chunked is None
     df = wl.load("azure-conv", n=400, rate=3.0)
     fast, stepped = _fast_and_stepped(df, scheduler="sglang", kv_blocks=30_000, **GPU)
+    _same_results(fast, stepped)
+
+
+class _Slower(sim.RooflineCost):
+    """A subclass re-pricing every iteration (its ``pure_decode_cost`` is the parent's)."""
+
+    def __call__(self, batch):
+        return 1.25 * super().__call__(batch)
+
+
+class _Noisy:
+    """A cost model with state: each call draws a lognormal factor from its own generator."""
+
+    def __init__(self):
+        self.rng = np.random.default_rng(0)
+        self.calls = []
+
+    def __call__(self, batch):
+        self.calls.append(batch.iteration)
+        return (0.01 + 1e-6 * batch.context_tokens + 1e-4 * batch.num_prefill_tokens) \
+            * self.rng.lognormal(0.0, 0.1)
+
+
+def test_a_subclass_that_reprices_iterations_is_not_priced_by_its_parents_decode_price():
+    """A cost model subclassing the roofline and overriding ``__call__`` inherits a
+    ``pure_decode_cost`` that no longer prices what it does: the fast-forward must not use it
+    (it did: the stretches ran 25 % faster than the iterations the subclass priced)."""
+    df = wl.load("azure-conv", n=150, rate=3.0)
+    fast, stepped = _fast_and_stepped(df, scheduler="chunked",
+                                      cost_model=_Slower("llama-3.1-8b", "h100"), **GPU)
+    _same_results(fast, stepped)
+    plain = sim.run(df, scheduler="chunked", **GPU)
+    first = fast.iterations["duration"].iloc[0]
+    assert first == pytest.approx(1.25 * plain.iterations["duration"].iloc[0], rel=1e-12)
+    from sim.engine.batch import decode_pricer
+    assert decode_pricer(_Slower()) is None
+    assert decode_pricer(sim.RooflineCost()) is not None  # the roofline itself: fast-forwarded
+
+
+@pytest.mark.parametrize("cluster", [{}, dict(replicas=3, router="least_kv")])
+def test_a_cost_model_without_a_pure_decode_price_is_called_once_per_iteration_in_order(
+        cluster):
+    """A cost model that is no declared pure function of the batch (no ``pure_decode_cost``:
+    here one drawing noise) is called exactly once per iteration, in the order the iterations
+    start, as when stepping: the fast-forward priced iterations it then gave back to the loop
+    (priced twice) and a replica's whole stretch ahead of the other replicas' iterations."""
+    df = wl.load("azure-conv", n=150, rate=3.0)
+    from sim.engine.schedulers import resolve
+    config, policy = resolve(sim.SimConfig(scheduler="chunked", **cluster, **GPU))
+    runs = []
+    for pol in (policy, _Stepped(policy)):
+        cost = _Noisy()
+        res = sim.run(df, dataclasses.replace(config, scheduler=pol, cost_model=cost,
+                                              chunk_size=None))
+        assert len(cost.calls) == len(res.iterations)
+        runs.append(res)
+    _same_results(*runs)
+
+
+def test_the_progress_bar_is_redrawn_as_often_fast_forwarded_as_stepped(capsys):
+    """The bar is redrawn every 1,024 iterations: a stretch redraws it only when it crossed
+    such a multiple (it redrew after every stretch: 2 MB of redraws on the default trace,
+    about 100 times as many as stepping)."""
+    from sim.engine.schedulers import resolve
+    df = wl.load("azure-conv", n=400, rate=3.0)
+    config, policy = resolve(sim.SimConfig(scheduler="chunked", progress=True, **GPU))
+    redraws = []
+    for pol in (policy, _Stepped(policy)):
+        res = sim.run(df, dataclasses.replace(config, scheduler=pol, chunk_size=None))
+        redraws.append(capsys.readouterr().err.count("\r"))
+    iterations = len(res.iterations)
+    assert iterations > 8 * 1024
+    assert redraws[0] <= redraws[1] <= iterations // 1024 + 5
+
+
+class _Decaying(ChunkedPrefill):
+    """A subclass with SGLang-like state: its admission budget decays at every call, so it is
+    not quiet when only decodes run (``quiet_when_decoding`` is inherited, not declared)."""
+
+    def __init__(self):
+        super().__init__(chunk_size=2048)
+
+    def schedule(self, replica, now):
+        self.chunk_size = max(64, int(self.chunk_size * 0.99))
+        super().schedule(replica, now)
+
+
+def test_a_policy_subclass_overriding_schedule_is_stepped_unless_it_declares_quiet():
+    """``quiet_when_decoding`` counts only where the class defining ``schedule`` (or a
+    subclass of it) declares it: a subclass of a built-in that overrides ``schedule`` with
+    state of its own is called every iteration (it was fast-forwarded on the flag it
+    inherited: its budget decayed less, the requests started at other times)."""
+    df = wl.load("azure-conv", n=150, rate=3.0)
+    fast = sim.run(df, scheduler=_Decaying(), **GPU)
+    stepped = sim.run(df, scheduler=_Stepped(_Decaying()), **GPU)
+    _same_results(fast, stepped)
+    from sim.engine.simulation import can_fast_forward
+    from sim.engine.replica import Replica
+    replica = Replica(100, 16, 8)
+    assert not can_fast_forward(_Decaying(), replica)
+    assert all(can_fast_forward(cls(), replica) for cls in sim.POLICIES.values())
+
+
+def test_a_decode_finishing_exactly_at_an_arrival_is_still_running_for_the_router():
+    """Iterations of 2^-7 s (exact sums): C's last token comes in the iteration that ends at
+    10/128 s, exactly when D arrives. The dispatcher routes D before that iteration is
+    post-processed (URGENT), so ``least_outstanding`` still counts C on replica 0 (A and C
+    there, B on replica 1) and sends D to replica 1; a stretch that finished C by then sent it
+    to replica 0."""
+    import pandas as pd
+    d = 2.0 ** -7
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0, 0.0, 10 * d],
+                       "num_prompt_tokens": [8, 8, 8, 8],
+                       "num_output_tokens": [50, 50, 10, 5]})
+    fast, stepped = _fast_and_stepped(df, scheduler="chunked", replicas=2,
+                                      router="least_outstanding", cost_model=sim.ConstantCost(d),
+                                      **GPU)
+    assert fast.requests["finish_time"][2] == 10 * d
+    assert fast.requests["replica"].tolist() == [0, 1, 0, 1]
     _same_results(fast, stepped)

@@ -26,6 +26,12 @@ class ConstantCost:
     def __call__(self, batch) -> float:
         return self.seconds
 
+    def pure_decode_cost(self, num_decodes: int):
+        """The price of ``num_decodes`` decodes alone, as ``f(context_tokens)`` (the engine's
+        fast-forward; :mod:`sim.engine.batch`)."""
+        seconds = self.seconds
+        return lambda context_tokens: seconds
+
 
 @dataclass(frozen=True, slots=True)
 class LinearCost:
@@ -52,3 +58,14 @@ class LinearCost:
         if self.per_context_token:
             t += self.per_context_token * batch.context_tokens
         return t
+
+    def pure_decode_cost(self, num_decodes: int):
+        """The price of ``num_decodes`` decodes alone (no speculation) as ``f(context_tokens)``,
+        equal bit for bit to ``self(batch)``: the same terms in the same order (the engine's
+        fast-forward; :mod:`sim.engine.batch`)."""
+        t = (self.base + self.per_prefill_token * 0
+             + self.per_decode_token * num_decodes * (1 + 0))
+        per_ctx = self.per_context_token
+        if not per_ctx:
+            return lambda context_tokens: t
+        return lambda context_tokens: t + per_ctx * context_tokens

@@ -2,10 +2,16 @@
 
 A cost model is any callable ``cost(batch) -> seconds``. The batch is immutable and refers to
 no live state: it says the same thing after the iteration ran as before, whoever keeps it.
-Optionally, ``cost.pure_decode_cost(num_decodes)`` returns ``f(decode_context_tokens) ->
-seconds``, equal bit for bit to pricing a batch of ``num_decodes`` decodes and nothing else
-(no speculation): the engine's fast-forward of pure-decode iterations uses it instead of
-building each batch (``RooflineCost`` has one).
+The engine calls it once per iteration, when the iteration starts (in time order across a
+cluster's replicas), so a cost model may keep state (noise from its own generator, a record
+of what it priced) - unless it has the optional ``cost.pure_decode_cost(num_decodes)``, which
+returns ``f(decode_context_tokens) -> seconds``, equal bit for bit to pricing a batch of
+``num_decodes`` decodes and nothing else (no speculation). Having it declares the cost model a
+pure function of the batch: the engine's fast-forward of pure-decode iterations then prices
+them through ``f`` instead of calling the cost model, ahead of time, and may price an
+iteration more than once; without it (or where a subclass overrides ``__call__`` but not
+``pure_decode_cost``: :func:`decode_pricer`) every iteration is stepped. ``RooflineCost``,
+``LinearCost`` and ``ConstantCost`` have one.
 
 - ``prefills``: ``(num_new_tokens, num_cached_tokens)`` per request running (part of) its
   prefill this iteration, ``num_prefill_tokens`` their new tokens in all;
@@ -25,6 +31,8 @@ decoding request, a read-only array); other cost models get ``None`` there and p
 from __future__ import annotations
 
 import numpy as np
+
+from ..checks import declared_with
 
 FIELDS = ("iteration", "prefills", "num_prefill_tokens", "num_decode_tokens",
           "decode_context_tokens", "prefill_ids", "decode_ids", "decode_lengths", "num_spec_tokens")
@@ -137,3 +145,11 @@ def make_batch(iteration, prefills, num_prefill_tokens, num_decode_tokens,
     b.num_spec_tokens = num_spec_tokens
     b.__class__ = Batch
     return b
+
+
+def decode_pricer(cost):
+    """``cost.pure_decode_cost`` when it prices what ``cost(batch)`` does: set on the instance,
+    or defined by the class defining ``__call__`` or a subclass of it (a subclass that
+    re-prices iterations without re-pricing pure decodes gets None; ``declared_with``). None
+    when the cost model has none: its iterations are all stepped."""
+    return cost.pure_decode_cost if declared_with(cost, "pure_decode_cost", "__call__") else None

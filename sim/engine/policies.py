@@ -30,11 +30,16 @@ An optional ``select_victim(replica) -> request`` chooses whom to preempt when b
 (default: the most recently admitted, vLLM's rule); ``engine_defaults(config) -> dict`` gives
 the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,
 ``prefix_caching``) for those the user left ``None``. A class attribute
-``quiet_when_decoding = True`` promises that ``schedule`` adds no work when nothing waits and
-nothing prefills (and, with ``pauses_decodes``, runs the decodes then), and changes nothing
-but what an optional ``decoded_quietly(replica, n)`` method does for ``n`` such iterations at
-once: the engine may then fast-forward pure-decode iterations without calling ``schedule``
-(:mod:`sim.engine.simulation`; a policy without it is called every iteration).
+``quiet_when_decoding = True`` promises that ``schedule`` does nothing when nothing waits and
+nothing prefills: it neither acts (it could only preempt a decode; with ``pauses_decodes`` it
+runs the decodes) nor changes state of its own (a budget that decays per call, a count of
+calls) beyond what an optional ``decoded_quietly(replica, n)`` method applies for ``n`` such
+calls at once (SGLang's ratio decay). The engine may then fast-forward pure-decode iterations
+without calling it (:mod:`sim.engine.simulation`: up to the next arrival or an iteration whose
+decodes' blocks are not all free, so ``select_victim`` is not needed meanwhile); a policy
+without it is called every iteration. The flag counts only where the class defining
+``schedule`` (or a subclass of it) declares it: a subclass overriding ``schedule`` declares it
+again if its ``schedule`` keeps the promise.
 
 The built-ins admit FCFS while a batch slot (``max_batch_size``) and KV blocks allow:
 

@@ -143,6 +143,7 @@ class Orca(ContinuousBatching):
     taken as tokens are written, and under pressure the newest request is preempted.
     """
 
+    quiet_when_decoding = True  # nothing waiting or prefilling: schedule does nothing
     name = "orca"
 
     def schedule(self, replica, now):

@@ -13,14 +13,20 @@ With nothing to do the replica sleeps until the next arrival (open loop: arrival
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
 **Fast-forward.** In an open loop (one replica, or each of a cluster's up to its next
-arrival), when nothing waits, nothing prefills and the policy declares
-``quiet_when_decoding`` (all built-ins; SGLang's replays its ratio's decay), the iterations up to the next arrival or decode preemption are pure decodes that change
-nothing but the clocks, the pool and, as decodes finish, the running set (decode progress is
-lazy): they are priced and recorded one by one as above - the same batch prices (the cost
-model's ``pure_decode_cost`` when it has one), the same ``now + dt`` sums - and applied in one
-event (``_ReplicaProcess._decode_stretch``). Results are bit-identical to stepping each
-(tests/test_simulation.py); ``check=True``, closed loops, prefill/decode pools and cost models
-that need per-decode detail step every iteration.
+arrival), when nothing waits, nothing prefills, the policy declares ``quiet_when_decoding``
+(all built-ins; SGLang's replays its ``new_token_ratio`` decay in ``decoded_quietly``; a
+subclass overriding ``schedule`` declares it again) and the cost model declares itself a pure
+function of the batch (``pure_decode_cost``: the roofline, ``LinearCost``, ``ConstantCost``,
+and ``DraftCost`` over those; see :func:`~sim.engine.batch.decode_pricer`), the iterations up
+to the next arrival or decode preemption are pure decodes that change nothing but the clocks,
+the pool and, at a decode's last token, the running set (decode progress is lazy): they are
+priced and recorded one by one as above - the same prices (bit for bit), the same ``now +
+dt`` sums - and applied in one event (``_ReplicaProcess._decode_stretch``). Results are
+bit-identical to stepping each (tests/test_simulation.py). Stepped every iteration: whenever
+a request waits (even one the policy will not admit yet: static batching's queue, a full
+batch), ``check=True``, closed loops, prefill/decode pools, cost models without
+``pure_decode_cost`` (called once per iteration, in time order: they may keep state) and cost
+models that need per-decode detail.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -39,8 +45,9 @@ from functools import partial
 import pandas as pd
 import simpy
 
+from ..checks import declared_with
 from ..results.metrics import Result
-from .batch import make_batch
+from .batch import decode_pricer, make_batch
 from .clients import ClosedLoopClients
 from .cluster import delay_until, run_cluster
 from .config import SimConfig
@@ -168,8 +175,10 @@ STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds i
 def can_fast_forward(policy, replica) -> bool:
     """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
     other process acts on it but open-loop arrivals): its policy is quiet when only decodes
-    run (``quiet_when_decoding``; see :mod:`sim.engine.policies`)."""
-    return bool(getattr(policy, "quiet_when_decoding", False))
+    run (``quiet_when_decoding``, declared where ``schedule`` is defined or below: not a flag
+    a subclass overriding ``schedule`` inherits; see :mod:`sim.engine.policies`)."""
+    return (bool(getattr(policy, "quiet_when_decoding", False))
+            and declared_with(policy, "quiet_when_decoding", "schedule"))
 
 
 def _submit(replica, process, r) -> bool:
@@ -204,6 +213,7 @@ class _ReplicaProcess:
         # loop arrivals can act meanwhile (see can_fast_forward); a cluster's replicas stop at
         # its next arrival (next_arrival(): when the dispatcher next routes)
         self.fast_forward = False
+        self.pricer = None  # the cost model's pure_decode_cost, where it may be used
         self.next_arrival = None
         self.idle = None
         self._loop = None
@@ -232,7 +242,10 @@ class _ReplicaProcess:
         arrivals = self.arrivals
         n_arrivals = len(arrivals)
         bar = self.bar
-        fast = self.fast_forward and not detail and not self.check
+        # fast-forward only with a cost model declared pure (decode_pricer: a stateful one
+        # is called once per iteration, in time order, as it would be stepping)
+        self.pricer = decode_pricer(cost) if self.fast_forward and not detail else None
+        fast = self.pricer is not None and not self.check
         nxt = 0
         while True:
             now = env.now
@@ -250,11 +263,12 @@ class _ReplicaProcess:
             if fast and not waiting and not replica.prefilling:  # only decodes run
                 until = self.next_arrival() if self.next_arrival is not None else (
                     arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf)
+                first = replica.iteration
                 delay = self._decode_stretch(now, until)
                 if delay is not None:
                     yield timeout(delay)  # one event for the stretch: env.now is its end
-                    if bar is not None:
-                        bar.n = len(replica.finished)
+                    if bar is not None and first >> 10 != replica.iteration >> 10:
+                        bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
                         bar.refresh()
                     continue
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
@@ -288,8 +302,9 @@ class _ReplicaProcess:
         any, told of each segment), the iterations from ``now`` until one
         would preempt (its decodes' new blocks not free) or start at or after ``until`` (the
         next arrival) change nothing but the clocks, the pool and, at a decode's last token,
-        the running set (decode progress is lazy). They are priced and recorded here one by
-        one as the loop would (same batches, same sums, bit for bit) and applied in segments,
+        the running set (decode progress is lazy). They are priced (the cost model's
+        ``pure_decode_cost``) and recorded here one by one as the loop would (same prices, same
+        sums, bit for bit) and applied in segments,
         each up to an iteration that finishes decodes (:meth:`Replica.skip_decodes`, then
         :meth:`Replica.finish_decodes` at its end, which must come before ``until``: a
         cluster's router then sees the replica as stepping leaves it). A segment is applied
@@ -307,7 +322,7 @@ class _ReplicaProcess:
         blocks = replica.blocks
         total = blocks.num_blocks
         cost = self.cost
-        pricer = None if spec else getattr(cost, "pure_decode_cost", None)
+        pricer = self.pricer  # (speculation: the batch priced by the cost model, declared pure)
         quietly = getattr(self.policy, "decoded_quietly", None)  # what n schedule calls did
         width = len(ITERATION_COLUMNS)  # rows[-width]: the start of the last iteration
         inf = math.inf
@@ -319,7 +334,7 @@ class _ReplicaProcess:
             count, offset = d.count, (0 if spec else d.context_offset)
             free = blocks.num_free
             n_run = len(replica.running)
-            price = pricer(count) if pricer is not None else None
+            price = None if spec else pricer(count)
             k = need = 0
             finishing = False
             while done + k < STRETCH_LIMIT:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import fraction, positive_float, positive_int
-from .batch import make_batch
+from .batch import decode_pricer, make_batch
 
 METHODS = ("draft", "ngram")
 MAX_SPECULATIVE_TOKENS = 64  # a draft longer than this is a typo, not a setting
@@ -231,6 +231,12 @@ class DraftCost:
         self.needs_decode_lengths = bool(getattr(target, "needs_decode_lengths", False)
                                          or getattr(draft, "needs_decode_lengths", False))
         self.name = getattr(target, "name", type(target).__name__)
+        # pure when what it adds up is (sim.engine.batch.decode_pricer): the engine may then
+        # fast-forward pure-decode stretches, pricing each step's batch ahead of time; a batch
+        # of decodes without drafts is the target's alone
+        target_price = decode_pricer(target)
+        if target_price is not None and (draft is None or decode_pricer(draft) is not None):
+            self.pure_decode_cost = target_price
 
     def _draft_step(self, batch, seqs) -> float:
         t = self.draft(batch)
