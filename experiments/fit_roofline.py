@@ -14,6 +14,8 @@ tokens) per GPU from published causal forward benchmarks of the kernel its engin
 (``sim/data/attention_kernels.csv``: FlashAttention-2 on an A100, FlashAttention-3 on an H100),
 fitted on the head-dim-128 full-prompt rows; a chunk over a cached prefix (A100) and head dims
 64 and 256 (H100) are held out, and FlashAttention-2 on the H100 is reported as another kernel.
+The FP8 curve (H100, at the FP8 peak: ``attn_prefill_fp8_*``) from FlashAttention-3's FP8
+forward: its causal head-dim-256 panel fit, the head-dim-64 one held out.
 
 Then the fixed costs and the FP8 efficiency, from published end-to-end measurements
 (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, each row sourced):
@@ -52,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from sim.costs.roofline import ELEMENTWISE_OPS, GEMM_OPS, RooflineCost, RooflineParams
+from sim.costs.roofline_params import mean_terms
 
 PROFILE_MODELS = {"Llama-2-7b-hf": "llama-2-7b", "Llama-2-70b-hf": "llama-2-70b",
                   "Meta-Llama-3-8B": "llama-3.1-8b"}  # Llama-3-8B = Llama-3.1-8B's architecture
@@ -180,6 +183,9 @@ DATA = resources.files("sim").joinpath("data")
 # the prefill attention kernel each GPU's engines run (vLLM and SGLang use FlashAttention-3 on
 # Hopper): its published forward benchmarks fit the roofline's prefill attention efficiency
 ATTENTION_KERNEL = {"a100": "flashattention-2", "h100": "flashattention-3"}
+# the curve's terms per attention dtype (FP8: at the FP8 peak, over an fp8 KV cache)
+ATTENTION_TERMS = {"fp16": ("attn_prefill_compute_eff", "attn_prefill_half_tokens"),
+                   "fp8": ("attn_prefill_fp8_compute_eff", "attn_prefill_fp8_half_tokens")}
 
 
 def load_attention() -> pd.DataFrame:
@@ -195,7 +201,9 @@ def load_attention() -> pd.DataFrame:
     d["flops"] = 4.0 * bhd * c * (d["seqlen_kv"] - c + c / 2)
     published = 2.0 * bhd * d["seqlen_q"] * d["seqlen_kv"] / (d["tflops"] * 1e12)
     d["measured_s"] = np.where(d["time_ms"].notna(), d["time_ms"] * 1e-3, published)
-    d["peak"] = [RooflineCost("llama-2-7b", g).peak_fp16 for g in d["gpu"]]
+    d["peak"] = [RooflineCost("llama-2-7b", g).peak_fp16 if t == "fp16" else
+                 RooflineCost("llama-2-7b", g, weight_dtype=t).peak
+                 for g, t in zip(d["gpu"], d["dtype"])]
     return d
 
 
@@ -211,16 +219,27 @@ def fit_attention() -> dict:
     d = load_attention()
     out = {}
     for gpu, kernel in ATTENTION_KERNEL.items():
-        g = d[(d["gpu"] == gpu) & (d["kernel"] == kernel) & (d["split"] == "fit")]
-        best = (np.inf, None, None)
-        for half in np.arange(0.0, 8192.1, 16.0):
-            r = np.log(_attention_time(g, 1.0, half) / g["measured_s"].to_numpy())
-            eff = float(np.exp(r.mean()))  # time scales as 1 / eff
-            err = float(np.sum((r - np.log(eff)) ** 2))
-            if err < best[0] and eff <= 1:
-                best = (err, round(eff, 3), float(half))
-        out[gpu] = {"attn_prefill_compute_eff": best[1], "attn_prefill_half_tokens": best[2]}
+        out[gpu] = {}
+        for dtype, terms in ATTENTION_TERMS.items():
+            g = d[(d["gpu"] == gpu) & (d["kernel"] == kernel) & (d["split"] == "fit")
+                  & (d["dtype"] == dtype)]
+            if g.empty:  # no published FP8 forward of this GPU's kernel: the fp16 curve
+                continue
+            best = (np.inf, None, None)
+            for half in np.arange(0.0, 8192.1, 16.0):
+                r = np.log(_attention_time(g, 1.0, half) / g["measured_s"].to_numpy())
+                eff = float(np.exp(r.mean()))  # time scales as 1 / eff
+                err = float(np.sum((r - np.log(eff)) ** 2))
+                if err < best[0] and eff <= 1:
+                    best = (err, round(eff, 3), float(half))
+            out[gpu].update(zip(terms, best[1:]))
     return out
+
+
+def _attention_terms(p: RooflineParams, dtype: str):
+    """``(eff, half)`` of the prefill attention curve of ``dtype`` in ``p``."""
+    eff_name, half_name = ATTENTION_TERMS[dtype]
+    return getattr(p, eff_name), getattr(p, half_name)
 
 
 def attention_report(params: dict) -> pd.DataFrame:
@@ -228,16 +247,17 @@ def attention_report(params: dict) -> pd.DataFrame:
     TFLOP/s (FlashAttention's count) and the signed error of the predicted time."""
     d = load_attention()
     d = d[d["gpu"].isin(list(params))].copy()
-    pred = np.concatenate([_attention_time(g, params[gpu].attn_prefill_compute_eff,
-                                           params[gpu].attn_prefill_half_tokens)
-                           for gpu, g in d.groupby("gpu", sort=False)])
-    d = pd.concat([g for _, g in d.groupby("gpu", sort=False)])
+    groups = list(d.groupby(["gpu", "dtype"], sort=False))
+    pred = np.concatenate([_attention_time(g, *_attention_terms(params[gpu], dtype))
+                           for (gpu, dtype), g in groups])
+    d = pd.concat([g for _, g in groups])
     fa_flops = 2.0 * d["batch_size"] * d["num_heads"] * d["head_dim"] * d["seqlen_q"] \
         * d["seqlen_kv"]
     d["measured_tflops"] = fa_flops / d["measured_s"] / 1e12
     d["predicted_tflops"] = fa_flops / pred / 1e12
     d["error_pct"] = (pred / d["measured_s"] - 1) * 100
-    return d[["gpu", "kernel", "head_dim", "num_kv_heads", "batch_size", "seqlen_q", "seqlen_kv",
+    return d[["gpu", "kernel", "dtype", "head_dim", "num_kv_heads", "batch_size", "seqlen_q",
+              "seqlen_kv",
               "split", "measured_tflops", "predicted_tflops", "error_pct"]].reset_index(drop=True)
 # Sustained HBM bandwidth stays below peak (75-95 % in STREAM-like measurements, see
 # sim/data/profiles/README.md): a fitted memory efficiency is capped here.
@@ -298,6 +318,11 @@ BARE_LOOP_ENGINES = ("gpt-fast",)
 # NCCL. gpt-fast runs PyTorch's intra-node one-shot all-reduce (its README: ENABLE_INTRA_NODE_COMM=1)
 NCCL_ONLY_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6.1", "nemo-tensorrt-llm",
                      "lmdeploy-0.1-turbomind")
+# engines whose prefill attention over an fp8 KV cache runs in fp16: TensorRT-LLM 0.5/0.6.1's
+# documented FP8 builds (docs/source/performance.md) pass --use_gpt_attention_plugin float16
+# --enable_context_fmha with --fp8_kv_cache and no FP8 context attention; 0.7a's H200 blog
+# gives no build command, taken to be the same
+FP16_ATTENTION_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6.1", "tensorrt-llm-0.7a")
 DECODE_METRICS = ("step", "latency")
 
 
@@ -309,7 +334,8 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     at these batch sizes outlast their launches), the prefills with them. ``latency`` (ms) is
     the same static batch's duration; ``step`` (ms) its mean decode step. A bare-loop engine
     (:data:`BARE_LOOP_ENGINES`) pays no per-iteration CPU cost; an engine of
-    :data:`NCCL_ONLY_ENGINES` no custom all-reduce; an ``int4`` row with a
+    :data:`NCCL_ONLY_ENGINES` no custom all-reduce, one of :data:`FP16_ATTENTION_ENGINES` no FP8
+    prefill attention; an ``int4`` row with a
     ``weight_group_size`` reads that group size's scales and zeros. ``tok/s/gpu`` is the
     throughput over the tensor-parallel GPUs."""
     from sim.engine.batch import Batch
@@ -320,6 +346,8 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
             params, overhead_s=0.0, overhead_per_seq_s=0.0)
         if r.engine in NCCL_ONLY_ENGINES:
             p = dataclasses.replace(p, custom_allreduce_max_bytes=0)
+        if r.engine in FP16_ATTENTION_ENGINES:
+            p = dataclasses.replace(p, attn_prefill_fp8_compute_eff=None)
         if r.metric == "ttft":
             out.append(_cost(r, p)(Batch(0, [(n, 0)] * b, b * n, 0, 0)) * 1e3)
             continue
@@ -334,12 +362,28 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     return np.array(out)
 
 
+def unfitted_params(params: dict) -> RooflineParams:
+    """What the roofline gives a GPU without fitted terms (an H200): term by term the mean of
+    ``params`` over the fitted GPUs (:func:`sim.costs.roofline_params.mean_terms`, as
+    :func:`~sim.costs.roofline_params.fitted_params` does from the shipped file)."""
+    return RooflineParams(**mean_terms([_fitted_terms(p) for p in params.values()]))
+
+
+def _fitted_terms(p: RooflineParams) -> dict:
+    """``p``'s terms, less an FP8 attention curve's saturation where it has no FP8 curve."""
+    terms = dataclasses.asdict(p)
+    if terms["attn_prefill_fp8_compute_eff"] is None:
+        del terms["attn_prefill_fp8_half_tokens"]
+    return terms
+
+
 def decode_report(params: dict) -> pd.DataFrame:
     """Every decode-dominated row of ``published_latency.csv`` (``step``, ``latency``,
-    ``throughput``) with its split, predicted with the fitted ``params`` per GPU."""
+    ``throughput``) with its split, predicted with the fitted ``params`` per GPU (a GPU without
+    them, the H200, with :func:`unfitted_params`: its rows are all held out)."""
     lat = load_latency()
     rows = lat[lat["metric"].isin(DECODE_METRICS + ("throughput",))]
-    parts = [g.assign(predicted=predict_published(g, params[gpu]))
+    parts = [g.assign(predicted=predict_published(g, params.get(gpu) or unfitted_params(params)))
              for gpu, g in rows.groupby("gpu", sort=False)]
     d = pd.concat(parts)
     d["error_pct"] = (d["predicted"] / d["value"] - 1) * 100
@@ -381,7 +425,7 @@ def fit_latency(params: dict, shared: dict):
     ``attn_decode_memory_eff`` to the decode-heavy throughputs and decode steps; and the report
     of every first-token and throughput row."""
     lat = load_latency()
-    rows = lat[lat["metric"].isin(["ttft", "throughput"])]
+    rows = lat[lat["metric"].isin(["ttft", "throughput"]) & lat["gpu"].isin(list(params))]
     fitted, reports = {}, []
     for gpu, g in rows.groupby("gpu"):
         base = dataclasses.replace(params[gpu], **shared)
@@ -491,8 +535,8 @@ def document(params, rep, fixed) -> dict:
                            "gemm_latency_s": p.gemm_latency_s,
                            "elementwise_eff": p.elementwise_eff,
                            "kernel_floor_s": p.kernel_floor_s,
-                           "attn_prefill_compute_eff": p.attn_prefill_compute_eff,
-                           "attn_prefill_half_tokens": p.attn_prefill_half_tokens,
+                           **{t: v for t, v in _fitted_terms(p).items()
+                              if t.startswith("attn_prefill") and v is not None},
                            **per_gpu.get(g, {})}
                        for g, p in params.items()},
             "shared": shared, "synchronous_cpu": sync_cpu, "cross_checks": checks,

@@ -33,7 +33,8 @@ def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_scri
     assert stored["shared"] == shared and stored["synchronous_cpu"] == sync_cpu
     for gpu, terms in per_gpu.items():
         assert {k: stored["params"][gpu][k] for k in terms} == terms
-    assert len(lat) == 37 and set(lat["split"]) == {"fit", "held-out"}
+    # every first-token and throughput row of the fitted GPUs (the H200: decode_report only)
+    assert len(lat) == 45 and set(lat["split"]) == {"fit", "held-out"}
     held = rep[rep["split"] == "held-out"]
     assert set(held["gpu"]) == {"a100", "h100"}
     assert (rep["median_ape_pct"] <= 10).all(), rep
@@ -345,3 +346,16 @@ def test_scalar_op_times_equal_the_vectorised_ones_exactly():
             scalar = c._times(c.op_work(n))
             assert {type(v) for v in scalar.values()} == {float}
             assert scalar == {op: float(t[n - 1]) for op, t in vector.items()}
+
+
+def test_mean_terms_of_gpus_without_a_fit():
+    """A GPU without fitted terms gets, term by term, the mean over the fitted GPUs: a term
+    missing or None on a GPU is left out, one equal everywhere is kept as is (an int stays an
+    int), per-op dicts are averaged per op."""
+    from sim.costs.roofline_params import mean_terms
+    got = mean_terms([{"a": 0.5, "n": 512, "e": {"x": 0.2, "y": 1.0}, "f8": None},
+                      {"a": 0.7, "n": 512, "e": {"x": 0.4, "y": 1.0}, "f8": 0.6, "h": 16.0}])
+    assert got == {"a": pytest.approx(0.6), "n": 512, "e": {"x": pytest.approx(0.3), "y": 1.0},
+                   "f8": 0.6, "h": 16.0}
+    assert isinstance(got["n"], int)
+    assert mean_terms([{"f8": None}, {"f8": None}]) == {}

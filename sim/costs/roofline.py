@@ -8,8 +8,10 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
   and KV projections and the latent up-projections), reading their weights once per iteration;
 - prefill attention of each chunk of ``c`` new tokens over ``p`` cached ones (causal:
   ``4 c (p + c/2) d_q`` FLOPs, at an efficiency that saturates with the context ``L = p + c``:
-  ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``) and decode attention
-  (each sequence reads its whole KV context);
+  ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``; over an fp8 KV cache on a
+  GPU with FP8 tensor cores, ``attention_dtype`` "fp8": the FP8 peak on its own fitted curve,
+  ``attn_prefill_fp8_compute_eff`` and ``attn_prefill_fp8_half_tokens``) and decode attention
+  (each sequence reads its whole KV context; its compute bound stays at the fp16 peak);
 - elementwise ops (two norms, or one for a parallel block that shares it, RoPE, the
   activation, two residual adds), memory-bound;
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
@@ -47,8 +49,8 @@ The efficiencies per GPU come from ``sim/data/roofline_fit.json``, fitted by
 ``experiments/fit_roofline.py`` to Vidur's measured A100/H100 per-layer timings; the fixed costs,
 the FP8 efficiency and the decode attention's bandwidth efficiency to published end-to-end
 measurements (``sim/data/cpu_overheads.csv``, ``sim/data/published_latency.csv``, every row
-sourced); the prefill attention's efficiency curve to published FlashAttention-2/-3 forward
-benchmarks (``sim/data/attention_kernels.csv``). The terms
+sourced); the prefill attention's efficiency curves to published FlashAttention-2/-3 forward
+benchmarks, FP16 and FP8 (``sim/data/attention_kernels.csv``). The terms
 and their fitted values live in :mod:`sim.costs.roofline_params`. Linear-op time depends only
 on the number of tokens, so it is memoised per token count (the hot path is a dict lookup).
 """
@@ -130,7 +132,17 @@ class RooflineCost:
         self._eager_s = layers * p.eager_layer_overhead_s
         self._per_seq_s = p.overhead_per_seq_s
         self._graph_max = p.cuda_graph_max_batch
-        self._attn_half = float(p.attn_prefill_half_tokens)  # prefill attention's saturation
+        # prefill attention: fp16 peak and curve, or over an fp8 KV cache on FP8 tensor cores
+        # (with a fitted FP8 curve) FP8 peak and its own curve
+        self.attention_dtype = "fp8" if (
+            str(kv_dtype).lower() == "fp8" and g.fp8_tflops
+            and p.attn_prefill_fp8_compute_eff is not None) else "fp16"
+        if self.attention_dtype == "fp8":
+            self._attn_flops_s = g.fp8_tflops * 1e12 * p.attn_prefill_fp8_compute_eff
+            self._attn_half = float(p.attn_prefill_fp8_half_tokens)
+        else:
+            self._attn_flops_s = self.peak_fp16 * p.attn_prefill_compute_eff
+            self._attn_half = float(p.attn_prefill_half_tokens)  # prefill attention's saturation
         self._allreduces_per_layer = 1 if m.parallel_attn else 2
         self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
         if m.is_mla:
@@ -165,12 +177,12 @@ class RooflineCost:
         self._attn_floor = layers * p.kernel_floor_s
         if m.is_mla:
             self._prefill_coeffs = (
-                layers * self._pair_flops / (self.peak_fp16 * p.attn_prefill_compute_eff),
+                layers * self._pair_flops / self._attn_flops_s,
                 layers * self._prefill_ctx_bytes / (self.bw * p.attn_decode_memory_eff),
                 layers * self._prefill_new_bytes / (self.bw * p.attn_decode_memory_eff))
         else:
             self._prefill_coeffs = (  # prefill_attention_time = max(a n (p + n/2), b (p + n) + c n)
-                layers * 4.0 * self._q_per_gpu / (self.peak_fp16 * p.attn_prefill_compute_eff),
+                layers * 4.0 * self._q_per_gpu / self._attn_flops_s,
                 layers * self._kv_bytes_per_ctx / (self.bw * p.attn_decode_memory_eff),
                 layers * 2 * self._q_per_gpu * ACT_BYTES / (self.bw * p.attn_decode_memory_eff))
 
@@ -340,16 +352,23 @@ class RooflineCost:
         else:
             flops = 4.0 * new * (cached + new / 2.0) * self._q_per_gpu
             nbytes = (cached + new) * self._kv_bytes_per_ctx + 2 * new * self._q_per_gpu * ACT_BYTES
-        t = m.num_hidden_layers * max(flops / (self.peak_fp16 * self.prefill_attention_eff(
+        t = m.num_hidden_layers * max(flops / (self._attn_flops_s * self._attn_saturation(
                                           cached + new)),
                                       nbytes / (self.bw * p.attn_decode_memory_eff),
                                       p.kernel_floor_s)
         return t + self._upproj_time(cached) if self._upproj and cached else t
 
     def prefill_attention_eff(self, context) -> float:
-        """Prefill attention's fraction of the fp16 peak over ``context`` tokens (cached +
-        new): ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``."""
-        return self.params.attn_prefill_compute_eff * context / (context + self._attn_half)
+        """Prefill attention's fraction of its peak (the fp16 one, or the FP8 one when
+        ``attention_dtype`` is "fp8") over ``context`` tokens (cached + new):
+        ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)`` (or the fp8 terms)."""
+        p = self.params
+        eff = p.attn_prefill_fp8_compute_eff if self.attention_dtype == "fp8" else \
+            p.attn_prefill_compute_eff
+        return eff * self._attn_saturation(context)
+
+    def _attn_saturation(self, context) -> float:
+        return context / (context + self._attn_half)
 
     def _upproj_time(self, cached) -> float:
         """MLA: re-expanding ``cached`` latents into K-nope and V for a prefill chunk (all

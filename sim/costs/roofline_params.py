@@ -9,7 +9,10 @@ iteration runs eagerly; every all-reduce goes through NCCL), ``int4_group_size``
 attention over a context of ``L`` tokens (cached + new) runs at ``attn_prefill_compute_eff x L /
 (L + attn_prefill_half_tokens)`` of the fp16 peak: short sequences give a FlashAttention kernel
 few key blocks per query tile to pipeline, and the published kernel benchmarks fall well below
-their plateau at 512 tokens. A GPU without fitted terms gets, term by
+their plateau at 512 tokens. Over an fp8 KV cache on a GPU with FP8 tensor cores it runs at the
+FP8 peak with its own curve (``attn_prefill_fp8_compute_eff``, ``attn_prefill_fp8_half_tokens``:
+FlashAttention-3's FP8 forward) when that is fitted (``None``: the engine dequantises and computes
+at the fp16 peak on the fp16 curve). A GPU without fitted terms gets, term by
 term, the mean over the GPUs fitted for that term (an FP8 efficiency only from GPUs with FP8
 tensor cores). FP8/FP4 compute needs the GPU's FP8/FP4 tensor cores; otherwise the weights are
 dequantised and computed at the fp16 peak, and the returned note says so.
@@ -48,6 +51,10 @@ class RooflineParams:
     eager_layer_overhead_s: float = 0.0  # per layer when not replaying a CUDA graph
     cuda_graph_max_batch: int = 512  # decode-only batches up to this size replay a graph
     fp8_gemm_compute_eff: float | None = None  # None: gemm_compute_eff
+    # prefill attention over an fp8 KV cache on a GPU with FP8 tensor cores: at the FP8 peak with
+    # its own curve (FlashAttention-3's FP8 forward); None: dequantised, fp16 peak and fp16 curve
+    attn_prefill_fp8_compute_eff: float | None = None
+    attn_prefill_fp8_half_tokens: float = 0.0
     # custom (one-/two-shot) all-reduce over NVLink for messages up to custom_allreduce_max_bytes
     # (vLLM's CustomAllreduce, max_size 8 MiB; 0: NCCL only): each stage costs
     # custom_allreduce_latency_s, and the bytes a GPU moves go at custom_allreduce_bytes_per_s
@@ -59,14 +66,17 @@ class RooflineParams:
 
     def __post_init__(self):
         for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
-                  "attn_decode_memory_eff", "allreduce_eff", "fp8_gemm_compute_eff"):
-            if f == "fp8_gemm_compute_eff" and self.fp8_gemm_compute_eff is None:
+                  "attn_decode_memory_eff", "allreduce_eff", "fp8_gemm_compute_eff",
+                  "attn_prefill_fp8_compute_eff"):
+            if getattr(self, f) is None and f in ("fp8_gemm_compute_eff",
+                                                  "attn_prefill_fp8_compute_eff"):
                 continue
             v = positive_float(f, getattr(self, f))
             if v > 1:
                 raise ValueError(f"{f} must be at most 1, got {v}")
         for f in ("kernel_floor_s", "overhead_s", "allreduce_latency_s", "gemm_latency_s",
                   "overhead_per_seq_s", "eager_layer_overhead_s", "attn_prefill_half_tokens",
+                  "attn_prefill_fp8_half_tokens",
                   "custom_allreduce_latency_s", "custom_allreduce_bytes_per_s"):
             positive_float(f, getattr(self, f), allow_zero=True)
         for f in ("custom_allreduce_max_bytes", "int4_group_size"):
@@ -98,15 +108,26 @@ def fitted_params(gpu_key: str) -> RooflineParams:
     fits, shared = data.get("params", {}), data.get("shared", {})
     if not fits:
         return RooflineParams(**shared)
-    if gpu_key in fits:
-        p = fits[gpu_key]
-    else:
-        p = {}
-        for k in dict.fromkeys(k for g in fits.values() for k in g):
-            vals = [g[k] for g in fits.values() if k in g]
-            p[k] = ({op: float(np.mean([v[op] for v in vals])) for op in vals[0]}
-                    if isinstance(vals[0], dict) else float(np.mean(vals)))
+    p = fits[gpu_key] if gpu_key in fits else mean_terms(list(fits.values()))
     return RooflineParams(**{**shared, **p})
+
+
+def mean_terms(fits: list) -> dict:
+    """Term by term, the mean over several GPUs' terms (dicts of term -> value): a term missing
+    or ``None`` on a GPU is left out of its mean, a term equal on every GPU is kept as it is
+    (an integer stays one), a dict of per-op values is averaged per op."""
+    out = {}
+    for k in dict.fromkeys(k for g in fits for k in g):
+        vals = [g[k] for g in fits if g.get(k) is not None]
+        if not vals:
+            continue
+        if all(v == vals[0] for v in vals):
+            out[k] = vals[0]
+        elif isinstance(vals[0], dict):
+            out[k] = {op: float(np.mean([v[op] for v in vals])) for op in vals[0]}
+        else:
+            out[k] = float(np.mean(vals))
+    return out
 
 
 def compute_peak(weight_dtype, nbytes, gpu):
