@@ -201,3 +201,64 @@ def test_lookups_are_remembered_only_for_requests_queued_here(mode):
     assert rep.prefix_hit(r) == 0 and list(rep._hits) == [r]
     rep.form_batch(lambda rep, now: rep.admit(r, 64), 0.0)
     assert not rep._hits and not rep._pins
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "finish", "ask", "fill"]), st.integers(0, 5),
+                          st.integers(0, 3)), min_size=40, max_size=150),
+       st.integers(4, 30))
+def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
+    """PrefixLookup, refreshed from the pool's change log between asks, answers what a walk
+    from the first key answers: the hit and the free blocks among it (hypothesis: requests
+    sharing prefixes admitted, finished and asked in any order, evicting one another, and
+    anonymous blocks taken and given back to force evictions)."""
+    from sim.engine.blocks import PrefixLookup
+    pool = PrefixCachingBlockManager(num_blocks, 16)
+    # six requests over three shared prefixes: (prefix, j) keys, lengths 3..8 blocks
+    keys = [[(("p", i % 3) if j < 2 + i % 3 else ("own", i), j) for j in range(3 + i)]
+            for i in range(6)]
+    looks = [PrefixLookup(k) for k in keys]
+    held = {}
+    for op, i, extra in ops:
+        k = keys[i]
+        limit = max(0, len(k) - 1 - extra)
+        if op == "ask" or (op == "admit" and i not in held):
+            got = pool.refresh(looks[i], limit)
+            assert got == pool.hits(k, 0, limit)
+            assert pool.refresh_pinned(looks[i]) == pool.pinned(k, got)
+        if op == "admit" and i not in held:
+            hit = pool.hits(k, 0, limit)
+            need = len(k) - hit
+            if need + pool.pinned(k, hit) > pool.num_free:
+                continue
+            pool.acquire(k[:hit])
+            pool.allocate(need)
+            new = pool.register(k[hit:])
+            held[i] = (k[:hit] + new, need - len(new))
+        elif op == "finish" and i in held:
+            pool.release(*held.pop(i))
+        elif op == "fill":  # anonymous blocks taken (evicting from the LRU head), some returned
+            n = min(pool.num_free, 1 + i + extra)
+            pool.allocate(n)
+            pool.free(n // 2)
+    for look, k in zip(looks, keys):  # one more ask each, after everything
+        assert pool.refresh(look, len(k) - 1) == pool.hits(k, 0, len(k) - 1)
+        assert pool.refresh_pinned(look) == pool.pinned(k, look.hit)
+
+
+def test_a_lookup_older_than_the_change_log_starts_over():
+    pool = PrefixCachingBlockManager(4, 16)
+    from sim.engine.blocks import PrefixLookup
+    a, b = [("a", j) for j in range(4)], [("b", j) for j in range(4)]
+    look = PrefixLookup(a)
+    pool.allocate(4)
+    pool.register(a)
+    pool.release(a, 0)
+    assert pool.refresh(look, 3) == 3 and pool.refresh_pinned(look) == 3
+    for _ in range(300):  # the log passes 2 * 4 + 1024 entries and is cut
+        pool.allocate(4)
+        pool.register(b if _ % 2 else a)
+        pool.release(b if _ % 2 else a, 0)
+    assert pool._log_start > look.seen
+    assert pool.refresh(look, 3) == pool.hits(a, 0, 3) == 0
+    assert pool.refresh_pinned(look) == 0
