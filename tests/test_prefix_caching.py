@@ -262,3 +262,33 @@ def test_a_lookup_older_than_the_change_log_starts_over():
     assert pool._log_start > look.seen
     assert pool.refresh(look, 3) == pool.hits(a, 0, 3) == 0
     assert pool.refresh_pinned(look) == 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_key_lists_are_cut_without_collector_passes_and_leave_it_as_found(enabled):
+    """Thousands of key lists at once: no cyclic collection runs while they are built (each
+    would traverse the whole flat key list), and the collector is left as it was found."""
+    import gc
+    from workloads.prefix import block_keys_all
+    ids = [[i % 7, i % 5, i] for i in range(3000)]
+    inside = [False]
+    passes = []
+    callback = lambda phase, info: inside[0] and passes.append(phase)  # noqa: E731
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()  # the generation counts start from 0
+        inside[0] = True
+        keys = block_keys_all(ids, 16, [48] * len(ids), 16)
+        inside[0] = False  # (the next allocation may collect: the lists are counted)
+        gc.collect()
+        inside[0] = True
+        units = workloads.unit_keys_all(ids)
+        inside[0] = False
+        assert gc.isenabled() is enabled
+    finally:
+        gc.callbacks.remove(callback)
+        (gc.enable if was else gc.disable)()
+    assert passes == []
+    assert keys[5] == workloads.prefix_block_keys(ids[5], 16, 48, 16) and len(units[7]) == 3

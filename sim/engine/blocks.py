@@ -159,18 +159,20 @@ class PrefixCachingBlockManager(BlockManager):
             return look.hit  # nothing changed since the last ask
         if seen < self._log_start or limit < look.limit:
             hit = self.hits(keys, 0, limit)
-            look.prefix = set(keys[:hit])
+            look.prefix = None  # (built on the next ask: most requests are asked once)
         else:
             hit = look.hit
             changed = self._log[seen - self._log_start:]
             if changed and hit:
-                gone = look.prefix.intersection(filterfalse(self._ref.__contains__, changed))
+                gone = look.prefix_set().intersection(
+                    filterfalse(self._ref.__contains__, changed))
                 if gone:  # keys[:hit] are all still cached; keys[hit] is not
                     hit = min(map(look.index().__getitem__, gone))
                     look.prefix.difference_update(keys[hit:look.hit])
             if hit == look.hit:  # nothing of the prefix evicted: resume from its end
                 hit = self.hits(keys, hit, limit)
-                look.prefix.update(keys[look.hit:hit])
+                if look.prefix is not None:
+                    look.prefix.update(keys[look.hit:hit])
         look.seen = end
         look.additions = self.additions
         look.hit = hit
@@ -183,6 +185,10 @@ class PrefixCachingBlockManager(BlockManager):
         evicted) and the keys the hit grew or shrank by."""
         hit, keys, free = look.hit, look.keys, look.free
         ref = self._ref
+        if look.pin_seen < 0:  # the first ask: a count (most requests are asked once)
+            look.pin_seen = self._log_start + len(self._log)
+            look.pin_hit = hit
+            return self.pinned(keys, hit)
         if free is None or look.pin_seen < self._log_start:
             head = keys[:hit]
             look.free = free = set(compress(head, map(not_, map(ref.__getitem__, head))))
@@ -191,7 +197,7 @@ class PrefixCachingBlockManager(BlockManager):
                 free.difference_update(keys[hit:look.pin_hit])
             changed = self._log[look.pin_seen - self._log_start:]
             if changed:
-                mine = list(look.prefix.intersection(changed))  # (cached: keys[:hit] are)
+                mine = list(look.prefix_set().intersection(changed))  # (cached: keys[:hit])
                 if mine:
                     free.difference_update(mine)
                     free.update(compress(mine, map(not_, map(ref.__getitem__, mine))))
@@ -328,6 +334,12 @@ class PrefixLookup:
         self.hit = self.limit = self.pin_hit = 0
         self.prefix = self.free = None  # the sets of keys[:hit], and of the free ones
         self._index = None
+
+    def prefix_set(self) -> set:
+        """The set of ``keys[:hit]``."""
+        if self.prefix is None:
+            self.prefix = set(self.keys[:self.hit])
+        return self.prefix
 
     def index(self) -> dict:
         if self._index is None:
