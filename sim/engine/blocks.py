@@ -224,7 +224,7 @@ class PrefixCachingBlockManager(BlockManager):
         """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
         returns the keys registered (a content already cached stays in an anonymous block)."""
         ref = self._ref
-        new = [k for k in keys if k not in ref]
+        new = list(filterfalse(ref.__contains__, keys))
         if new:
             self.additions += 1
             ref.update(dict.fromkeys(new, 1))
