@@ -292,3 +292,30 @@ def test_key_lists_are_cut_without_collector_passes_and_leave_it_as_found(enable
         (gc.enable if was else gc.disable)()
     assert passes == []
     assert keys[5] == workloads.prefix_block_keys(ids[5], 16, 48, 16) and len(units[7]) == 3
+
+
+def test_the_free_blocks_a_hit_pins_are_counted_only_when_they_can_decide(monkeypatch):
+    """Block mode: a hit pins at most one free block per key, so with room for the request's
+    new blocks plus its whole hit the admission does not count them; without that room it does
+    (and refuses when they do not fit)."""
+    keys = [("a", j) for j in range(4)]
+    rep = Replica(12, 16, 8, prefix_caching=True)
+    first = Request(0, 0, 0.0, 64, 4)
+    first.block_keys = keys
+    rep.enqueue(first)
+    rep.form_batch(lambda r, now: r.admit(first, 64), 0.0)
+    rep.postprocess(1.0)
+    rep.preempt(first)  # its 4 cached blocks are free, keys kept
+    counted = []
+    pinned = PrefixCachingBlockManager.refresh_pinned
+    monkeypatch.setattr(PrefixCachingBlockManager, "refresh_pinned",
+                        lambda pool, look: counted.append(look) or pinned(pool, look))
+    again = Request(1, 1, 0.0, 64, 4)
+    again.block_keys = keys
+    rep.enqueue(again)
+    assert rep.prefix_hit(again) == 48  # 3 blocks hit (cap 63 tokens)
+    rep.blocks.allocate(4)  # 8 free: room for its 1 new block and its 3 hit blocks
+    assert rep.admit(again, 16) and counted == []
+    rep.preempt(again)
+    rep.blocks.allocate(5)  # 3 free, all cached: 1 new + 3 pinned do not fit, counted
+    assert not rep.admit(again, 16) and len(counted) == 1

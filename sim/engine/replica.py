@@ -274,7 +274,8 @@ class Replica:
         need = -(-(cached + num_tokens) // bs) - cached // bs
         blocks = self.blocks
         if need > blocks.num_free or (  # the hit's free blocks, counted only when they decide
-                nodes and need + self.prefix_pinned(r) > blocks.num_free):
+                nodes and (self.radix or need + nodes > blocks.num_free)  # (block mode: at
+                and need + self.prefix_pinned(r) > blocks.num_free):  # most one per key hit)
             return False
         self._dequeue(r)
         self._hits.pop(r, None)
