@@ -201,3 +201,121 @@ def test_lookups_are_remembered_only_for_requests_queued_here(mode):
     assert rep.prefix_hit(r) == 0 and list(rep._hits) == [r]
     rep.form_batch(lambda rep, now: rep.admit(r, 64), 0.0)
     assert not rep._hits and not rep._pins
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["admit", "finish", "ask", "fill"]), st.integers(0, 5),
+                          st.integers(0, 3)), min_size=40, max_size=150),
+       st.integers(4, 30))
+def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
+    """PrefixLookup, refreshed from the pool's change log between asks, answers what a walk
+    from the first key answers: the hit and the free blocks among it (hypothesis: requests
+    sharing prefixes admitted, finished and asked in any order, evicting one another, and
+    anonymous blocks taken and given back to force evictions)."""
+    from sim.engine.blocks import PrefixLookup
+    pool = PrefixCachingBlockManager(num_blocks, 16)
+    # six requests over three shared prefixes: (prefix, j) keys, lengths 3..8 blocks
+    keys = [[(("p", i % 3) if j < 2 + i % 3 else ("own", i), j) for j in range(3 + i)]
+            for i in range(6)]
+    looks = [PrefixLookup(k) for k in keys]
+    held = {}
+    for op, i, extra in ops:
+        k = keys[i]
+        limit = max(0, len(k) - 1 - extra)
+        if op == "ask" or (op == "admit" and i not in held):
+            got = pool.refresh(looks[i], limit)
+            assert got == pool.hits(k, 0, limit)
+            assert pool.refresh_pinned(looks[i]) == pool.pinned(k, got)
+        if op == "admit" and i not in held:
+            hit = pool.hits(k, 0, limit)
+            need = len(k) - hit
+            if need + pool.pinned(k, hit) > pool.num_free:
+                continue
+            pool.acquire(k[:hit])
+            pool.allocate(need)
+            new = pool.register(k[hit:])
+            held[i] = (k[:hit] + new, need - len(new))
+        elif op == "finish" and i in held:
+            pool.release(*held.pop(i))
+        elif op == "fill":  # anonymous blocks taken (evicting from the LRU head), some returned
+            n = min(pool.num_free, 1 + i + extra)
+            pool.allocate(n)
+            pool.free(n // 2)
+    for look, k in zip(looks, keys):  # one more ask each, after everything
+        assert pool.refresh(look, len(k) - 1) == pool.hits(k, 0, len(k) - 1)
+        assert pool.refresh_pinned(look) == pool.pinned(k, look.hit)
+
+
+def test_a_lookup_older_than_the_change_log_starts_over():
+    pool = PrefixCachingBlockManager(4, 16)
+    from sim.engine.blocks import PrefixLookup
+    a, b = [("a", j) for j in range(4)], [("b", j) for j in range(4)]
+    look = PrefixLookup(a)
+    pool.allocate(4)
+    pool.register(a)
+    pool.release(a, 0)
+    assert pool.refresh(look, 3) == 3 and pool.refresh_pinned(look) == 3
+    for _ in range(300):  # the log passes 2 * 4 + 1024 entries and is cut
+        pool.allocate(4)
+        pool.register(b if _ % 2 else a)
+        pool.release(b if _ % 2 else a, 0)
+    assert pool._log_start > look.seen
+    assert pool.refresh(look, 3) == pool.hits(a, 0, 3) == 0
+    assert pool.refresh_pinned(look) == 0
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_key_lists_are_cut_without_collector_passes_and_leave_it_as_found(enabled):
+    """Thousands of key lists at once: no cyclic collection runs while they are built (each
+    would traverse the whole flat key list), and the collector is left as it was found."""
+    import gc
+    from workloads.prefix import block_keys_all
+    ids = [[i % 7, i % 5, i] for i in range(3000)]
+    inside = [False]
+    passes = []
+    callback = lambda phase, info: inside[0] and passes.append(phase)  # noqa: E731
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    gc.callbacks.append(callback)
+    try:
+        gc.collect()  # the generation counts start from 0
+        inside[0] = True
+        keys = block_keys_all(ids, 16, [48] * len(ids), 16)
+        inside[0] = False  # (the next allocation may collect: the lists are counted)
+        gc.collect()
+        inside[0] = True
+        units = workloads.unit_keys_all(ids)
+        inside[0] = False
+        assert gc.isenabled() is enabled
+    finally:
+        gc.callbacks.remove(callback)
+        (gc.enable if was else gc.disable)()
+    assert passes == []
+    assert keys[5] == workloads.prefix_block_keys(ids[5], 16, 48, 16) and len(units[7]) == 3
+
+
+def test_the_free_blocks_a_hit_pins_are_counted_only_when_they_can_decide(monkeypatch):
+    """Block mode: a hit pins at most one free block per key, so with room for the request's
+    new blocks plus its whole hit the admission does not count them; without that room it does
+    (and refuses when they do not fit)."""
+    keys = [("a", j) for j in range(4)]
+    rep = Replica(12, 16, 8, prefix_caching=True)
+    first = Request(0, 0, 0.0, 64, 4)
+    first.block_keys = keys
+    rep.enqueue(first)
+    rep.form_batch(lambda r, now: r.admit(first, 64), 0.0)
+    rep.postprocess(1.0)
+    rep.preempt(first)  # its 4 cached blocks are free, keys kept
+    counted = []
+    pinned = PrefixCachingBlockManager.refresh_pinned
+    monkeypatch.setattr(PrefixCachingBlockManager, "refresh_pinned",
+                        lambda pool, look: counted.append(look) or pinned(pool, look))
+    again = Request(1, 1, 0.0, 64, 4)
+    again.block_keys = keys
+    rep.enqueue(again)
+    assert rep.prefix_hit(again) == 48  # 3 blocks hit (cap 63 tokens)
+    rep.blocks.allocate(4)  # 8 free: room for its 1 new block and its 3 hit blocks
+    assert rep.admit(again, 16) and counted == []
+    rep.preempt(again)
+    rep.blocks.allocate(5)  # 3 free, all cached: 1 new + 3 pinned do not fit, counted
+    assert not rep.admit(again, 16) and len(counted) == 1

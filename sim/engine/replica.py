@@ -42,7 +42,7 @@ from functools import partial
 import numpy as np
 
 from .batch import Batch, make_batch
-from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
+from .blocks import BlockManager, PrefixCachingBlockManager, PrefixLookup, blocks_for
 from .decoding import Decodes, SpecDecodes, emits_single_token
 from .radix import RadixBlockManager
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
@@ -173,6 +173,8 @@ class Replica:
             return 0
         nodes = self._hit(r)[1]
         blocks = self.blocks
+        if not self.radix:  # the lookup _hit just refreshed keeps its free keys
+            return blocks.refresh_pinned(self._hits[r])
         state = (blocks.num_evictions, blocks.ref_changes, nodes)
         memo = self._pins.get(r)  # valid while no reference and no eviction changed
         if memo is not None and memo[0] == state:
@@ -184,25 +186,30 @@ class Replica:
     def _hit(self, r, remember=True):
         """``(hit, nodes)`` of waiting request ``r``: block mode ``(blocks, blocks)``, radix mode
         ``(tokens, tree nodes)``. A cached prefix only shrinks by evictions and only grows by
-        additions, so the last answer per request is reused while neither happened and resumed
-        while no eviction did (a blocked queue head is asked every iteration: a full walk each
-        time cost 117 us per ask on Mooncake's 850-block prompts)."""
+        additions, so the last answer per request is kept (a blocked queue head is asked every
+        iteration: a full walk each time cost 117 us per ask on Mooncake's 850-block prompts):
+        block mode, as a :class:`~sim.engine.blocks.PrefixLookup` the pool updates from its
+        change log; radix mode, reused while neither happened and resumed while no eviction
+        did."""
         blocks = self.blocks
         keys = r.block_keys
         bs = self.block_size
+        if not self.radix:  # the pool brings the lookup up to date from its change log
+            look = self._hits.get(r)
+            if look is None:
+                look = PrefixLookup(keys)
+                if remember:
+                    self._hits[r] = look
+            hit = blocks.refresh(look, min(len(keys), (r.prefill_target - 1) // bs))
+            return hit, hit
         evictions, additions = blocks.num_evictions, blocks.additions
         memo = self._hits.get(r)
         if memo is not None and memo[0] == evictions and memo[1] == additions and \
                 memo[2] == r.prefill_target:
             return memo[3]  # nothing cached or evicted since: the same answer
         valid = memo is not None and memo[0] == evictions and memo[2] <= r.prefill_target
-        if self.radix:
-            limit = min(self._named(r), r.prefill_target - 1) // bs * bs
-            found = blocks.match(keys, limit, *memo[3]) if valid else blocks.match(keys, limit)
-        else:
-            limit = min(len(keys), (r.prefill_target - 1) // bs)
-            hit = blocks.hits(keys, memo[3][0] if valid else 0, limit)
-            found = (hit, hit)
+        limit = min(self._named(r), r.prefill_target - 1) // bs * bs
+        found = blocks.match(keys, limit, *memo[3]) if valid else blocks.match(keys, limit)
         if remember:
             self._hits[r] = (evictions, additions, r.prefill_target, found)
         return found
@@ -267,7 +274,8 @@ class Replica:
         need = -(-(cached + num_tokens) // bs) - cached // bs
         blocks = self.blocks
         if need > blocks.num_free or (  # the hit's free blocks, counted only when they decide
-                nodes and need + self.prefix_pinned(r) > blocks.num_free):
+                nodes and (self.radix or need + nodes > blocks.num_free)  # (block mode: at
+                and need + self.prefix_pinned(r) > blocks.num_free):  # most one per key hit)
             return False
         self._dequeue(r)
         self._hits.pop(r, None)
