@@ -247,3 +247,32 @@ def test_the_ideal_rates_page_must_be_a_positive_integer(page):
         with pytest.raises(ValueError, match=f"block_size must be a positive integer, got "
                                              f"{page}"):
             workloads.ideal_prefix_hit_rate(df, page, mode=mode)
+
+
+REPRO = [(0.0, 107, 87, 1), (0.12, 96, 1454, 2), (0.3, 177, 104, 3), (0.82, 363, 528, 3),
+         (0.99, 92, 1, 1), (1.09, 330, 1, 3), (1.33, 189, 210, 3), (1.52, 26, 1, 3),
+         (2.53, 172, 1, 2), (2.56, 333, 2, 0)]
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "chunked", "sglang", "vllm"])
+def test_a_request_the_pool_holds_is_never_kept_out_by_a_partly_matched_node(scheduler):
+    """A preempted request coming back with nothing running: its hit ends inside a 16-token
+    node, and referencing that node pins all of it (189 tokens hit, 192 pinned, 209 to compute:
+    401 > the 400-token pool), so it was refused forever and the run stopped with "formed an
+    empty batch". With nothing running that node is left unreferenced (its matched tokens
+    computed again); a decode step that retracts every running request forms its iteration
+    anew. Every request comes out, the pool exact throughout (check=True)."""
+    import pandas as pd
+    df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
+                       for t, p, o, g in REPRO],
+                      columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                               "hash_ids"])
+    df.attrs["block_size"] = 16
+    res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
+                  max_batch_size=1, check=True, model="llama-3.1-8b", gpu="h100")
+    req = res.requests
+    assert len(req) == len(REPRO)
+    assert set(req["status"]) <= {"finished", "rejected"}
+    over = [p + o > 400 for _t, p, o, _g in REPRO]  # could never fit the pool
+    assert (req["status"] == "rejected").tolist() == over
+    assert req["num_preemptions"].sum() > 0

@@ -276,7 +276,18 @@ class Replica:
         if need > blocks.num_free or (  # the hit's free blocks, counted only when they decide
                 nodes and (self.radix or need + nodes > blocks.num_free)  # (block mode: at
                 and need + self.prefix_pinned(r) > blocks.num_free):  # most one per key hit)
-            return False
+            if not (self.radix and nodes and not self.running
+                    and cached < nodes * blocks.unit):
+                return False
+            # nothing runs, and a partly matched last node pins its whole span (a deviation:
+            # SGLang splits it), which can keep out forever a request the pool holds: that
+            # node is then not referenced, its matched tokens computed again in this chunk
+            nodes -= 1
+            num_tokens += cached - nodes * blocks.unit
+            cached = nodes * blocks.unit
+            need = -(-(cached + num_tokens) // bs) - cached // bs
+            if need + blocks.pinned(keys, nodes) > blocks.num_free:
+                return False
         self._dequeue(r)
         self._hits.pop(r, None)
         self._pins.pop(r, None)

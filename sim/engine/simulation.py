@@ -281,6 +281,8 @@ class _ReplicaProcess:
                     yield self.idle  # woken when a transfer frees them, or by an arrival
                     self.idle = None
                     continue
+                if replica.num_preempted_now:  # every running request was preempted forming
+                    continue  # it (vLLM admits none then; SGLang's retraction): form it anew
                 raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
                                    f"{len(replica.waiting)} waiting and {len(replica.running)} "
                                    f"running")
