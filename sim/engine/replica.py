@@ -89,8 +89,10 @@ class Replica:
         # per hash id (radix mode's node span)
         self.caching = bool(prefix_caching)
         self.radix = prefix_caching == "radix"
-        self._hits = {}  # waiting request -> (evictions, additions, target, (hit, nodes)): _hit
-        self._pins = {}  # waiting request -> (state, free blocks its hit holds): prefix_pinned
+        # waiting request -> its lookup memo (_hit): block mode a blocks.PrefixLookup, radix
+        # mode (evictions, additions, target, (hit, nodes))
+        self._hits = {}
+        self._pins = {}  # radix mode: waiting request -> (state, free pages its hit holds)
         if self.radix:
             self.blocks = RadixBlockManager(kv_blocks, block_size, cache_unit or block_size)
         else:
