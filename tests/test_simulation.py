@@ -460,3 +460,22 @@ def test_a_decode_finishing_exactly_at_an_arrival_is_still_running_for_the_route
     assert fast.requests["finish_time"][2] == 10 * d
     assert fast.requests["replica"].tolist() == [0, 1, 0, 1]
     _same_results(fast, stepped)
+
+
+class _AdmitThenPreempt:
+    """A broken policy: admits the queue head and preempts it in the same call."""
+
+    def schedule(self, replica, now):
+        if replica.waiting:
+            r = replica.waiting[0]
+            if replica.admit(r, r.prefill_target):
+                replica.preempt(r)
+
+
+def test_a_policy_that_preempts_what_it_admits_is_an_error_not_a_hang():
+    """An iteration whose forming preempted every running request is formed anew - but only
+    when fewer requests run than before it (so forming again always ends): a policy that
+    admits and preempts the same request forms nothing, forever, and is told so."""
+    df = _workload(5)
+    with pytest.raises(RuntimeError, match="formed an empty batch"):
+        sim.run(df, scheduler=_AdmitThenPreempt(), **GPU)

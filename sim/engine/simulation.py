@@ -271,6 +271,7 @@ class _ReplicaProcess:
                         bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
                         bar.refresh()
                     continue
+            before = len(running)
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
             if self.check:
                 check_replica(replica)
@@ -281,8 +282,9 @@ class _ReplicaProcess:
                     yield self.idle  # woken when a transfer frees them, or by an arrival
                     self.idle = None
                     continue
-                if replica.num_preempted_now:  # every running request was preempted forming
-                    continue  # it (vLLM admits none then; SGLang's retraction): form it anew
+                if replica.num_preempted_now and len(running) < before:  # every running
+                    continue  # request was preempted forming it (vLLM admits none then;
+                    # SGLang's retraction): form it anew (fewer run each time: no loop)
                 raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
                                    f"{len(replica.waiting)} waiting and {len(replica.running)} "
                                    f"running")
