@@ -40,7 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_engine import bare_simpy, per_request_reference, workload  # this folder is on the path when run as a script
+# (this folder is on the path when run as a script)
+from bench_engine import bare_simpy, per_request_reference, workload
 
 HERE = Path(__file__).resolve().parent
 SCENARIOS = ("chunked", "vllm_prefix_spec", "mooncake", "sim_run_1m", "cluster",
@@ -133,10 +134,22 @@ def one(name, scale) -> dict:
     return {"scenario": name, **out}
 
 
+def _positive(text) -> float:
+    """``--scale``: a positive number (the request counts it multiplies have a floor of 1,000,
+    which would otherwise hide a zero or negative scale)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scenario", nargs="*", choices=SCENARIOS, default=list(SCENARIOS))
-    p.add_argument("--scale", type=float, default=1.0, help="multiplies the request counts")
+    p.add_argument("--scale", type=_positive, default=1.0, help="multiplies the request counts")
     p.add_argument("--json", action="store_true", help="print one JSON list")
     p.add_argument("--inside", help=argparse.SUPPRESS)  # run one scenario in this process
     a = p.parse_args(argv)

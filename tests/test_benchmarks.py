@@ -62,3 +62,14 @@ def test_the_per_request_reference_loop_runs_the_engines_iterations(load_script)
     res = run(df, scheduler="chunked", model="llama-3.1-8b", gpu="h100", max_batch_size=256,
               kv_blocks=10**6)
     assert wall > 0 and iterations == len(res.iterations)
+
+
+@pytest.mark.parametrize("scale", ["-1", "0", "abc", "inf"])
+def test_the_benchmark_refuses_a_scale_that_is_not_positive(load_script, monkeypatch, scale):
+    """``--scale`` multiplies request counts that have a floor of 1,000: a zero or negative
+    scale ran silently at the floor; it is refused, naming the value."""
+    from pathlib import Path
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = load_script("benchmarks/run.py")
+    with pytest.raises(SystemExit):
+        bench.main(["--scale", scale])
