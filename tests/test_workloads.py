@@ -288,3 +288,20 @@ def test_validate_shares_no_writable_data_with_its_input():
     out.loc[0, "session_id"] = 99
     out["arrival_time"] = 5.0
     pd.testing.assert_frame_equal(df, before)
+
+
+@settings(max_examples=60, deadline=None)
+@given(prompts=st.lists(st.integers(1, 300), min_size=1, max_size=40),
+       groups=st.integers(1, 4), sys_tokens=st.integers(0, 200),
+       bs=st.sampled_from([1, 7, 16, 64]), seed=st.integers(0, 9))
+def test_shared_prefix_ids_are_numbered_as_block_by_block_lookups_number_them(
+        prompts, groups, sys_tokens, bs, seed):
+    """The fast numbering (a group's shared run looked up once, a prompt's own blocks the next
+    ids in order) gives every id a block-by-block lookup gives: prompts shorter than,
+    equal to or longer than the system prompt, partial last blocks, any block size."""
+    from workloads.generators import _BlockIds, _hash_ids, _shared_prefix_ids
+    g = np.random.default_rng(seed).integers(0, groups, len(prompts)).tolist()
+    ids = _BlockIds()
+    slow = [_hash_ids(ids, ("req", i), p, bs, (("sys", k), sys_tokens))
+            for i, (p, k) in enumerate(zip(prompts, g))]
+    assert _shared_prefix_ids(prompts, g, sys_tokens, bs) == slow
