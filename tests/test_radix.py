@@ -254,6 +254,18 @@ REPRO = [(0.0, 107, 87, 1), (0.12, 96, 1454, 2), (0.3, 177, 104, 3), (0.82, 363,
          (2.53, 172, 1, 2), (2.56, 333, 2, 0)]
 
 
+def repro_workload():
+    """REPRO as a workload: 16 tokens per hash id, group ``g``'s ids ``100 g, 100 g + 1, ...``
+    (a shared prefix within a group)."""
+    import pandas as pd
+    df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
+                       for t, p, o, g in REPRO],
+                      columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                               "hash_ids"])
+    df.attrs["block_size"] = 16
+    return df
+
+
 @pytest.mark.parametrize("scheduler", ["continuous", "chunked", "sglang", "vllm"])
 def test_a_request_the_pool_holds_is_never_kept_out_by_a_partly_matched_node(scheduler):
     """A preempted request coming back with nothing running: its hit ends inside a 16-token
@@ -262,13 +274,7 @@ def test_a_request_the_pool_holds_is_never_kept_out_by_a_partly_matched_node(sch
     empty batch". With nothing running that node is left unreferenced (its matched tokens
     computed again); a decode step that retracts every running request forms its iteration
     anew. Every request comes out, the pool exact throughout (check=True)."""
-    import pandas as pd
-    df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
-                       for t, p, o, g in REPRO],
-                      columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
-                               "hash_ids"])
-    df.attrs["block_size"] = 16
-    res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
+    res = sim.run(repro_workload(), scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
                   max_batch_size=1, check=True, model="llama-3.1-8b", gpu="h100")
     req = res.requests
     assert len(req) == len(REPRO)

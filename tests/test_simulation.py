@@ -460,3 +460,74 @@ def test_a_decode_finishing_exactly_at_an_arrival_is_still_running_for_the_route
     assert fast.requests["finish_time"][2] == 10 * d
     assert fast.requests["replica"].tolist() == [0, 1, 0, 1]
     _same_results(fast, stepped)
+
+
+# -- an iteration whose forming preempted every running request is formed anew ---------------
+
+@pytest.mark.parametrize("scheduler", ["sglang", "vllm"])
+def test_the_preemptions_of_a_batch_formed_anew_are_recorded_in_the_iteration_that_runs(
+        scheduler):
+    """A decode step that preempts the only running request forms an empty batch (vLLM admits
+    none in a step that preempted; SGLang's retraction) and is formed anew: that preemption
+    is counted in the iteration that runs, so the iterations' ``num_preemptions`` sum to the
+    requests' (sim.results.metrics says so; the first forming's count was dropped: 0 vs 1)."""
+    from test_radix import repro_workload
+    res = sim.run(repro_workload(), scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
+                  max_batch_size=1, check=True, **GPU)
+    assert res.requests["num_preemptions"].sum() == 1
+    assert res.iterations["num_preemptions"].sum() == 1
+
+
+class _AdmitThenPreempt:
+    """A broken policy: it admits the queue's head and preempts it again in the same call (an
+    empty batch with a preemption, the same state every time it is formed anew)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def schedule(self, replica, now):
+        self.calls += 1
+        assert self.calls < 1000, "the engine formed the same empty batch forever"
+        r = replica.waiting[0]
+        if replica.admit(r, r.prefill_target):
+            replica.preempt(r)
+
+
+class _PreemptAll:
+    """A broken policy: admits everything once, then preempts whatever runs and admits
+    nothing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def schedule(self, replica, now):
+        self.calls += 1
+        assert self.calls < 1000, "the engine formed the same empty batch forever"
+        if not replica.iteration:
+            for r in list(replica.waiting):
+                replica.admit(r, r.prefill_target)
+            return
+        for r in list(replica.running.values()):
+            replica.preempt(r)
+
+
+@pytest.mark.parametrize("cluster", [{}, dict(replicas=2, router="round_robin")])
+def test_a_policy_that_preempts_what_it_admits_raises_instead_of_forming_forever(cluster):
+    """Forming anew must make progress: each round preempts some request that was running
+    before it. A policy that only preempts what it has just admitted raises (the engine
+    formed its empty batch forever, at the same simulated time); one that preempts
+    everything and admits nothing raises once nothing runs."""
+    import pandas as pd
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0, 0.0, 0.0], "num_prompt_tokens": [8] * 4,
+                       "num_output_tokens": [5] * 4})
+    policy = _AdmitThenPreempt()
+    with pytest.raises(RuntimeError, match=r"formed an empty batch with [24] waiting and 0 "
+                                           r"running \(it preempted only requests it had just "
+                                           r"admitted\)"):
+        sim.run(df, scheduler=policy, **cluster, **GPU)
+    assert policy.calls <= 2  # one forming per replica
+    policy = _PreemptAll()
+    with pytest.raises(RuntimeError, match=r"formed an empty batch with [24] waiting and 0 "
+                                           r"running$"):
+        sim.run(df, scheduler=policy, **cluster, **GPU)
+    assert policy.calls <= 6  # admit, preempt, raise: on each replica
