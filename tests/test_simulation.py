@@ -470,11 +470,29 @@ def test_the_preemptions_of_a_batch_formed_anew_are_recorded_in_the_iteration_th
     """A decode step that preempts the only running request forms an empty batch (vLLM admits
     none in a step that preempted; SGLang's retraction) and is formed anew: that preemption
     is counted in the iteration that runs, so the iterations' ``num_preemptions`` sum to the
-    requests' (sim.results.metrics says so; the first forming's count was dropped: 0 vs 1)."""
-    from test_radix import repro_workload
-    res = sim.run(repro_workload(), scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
-                  max_batch_size=1, check=True, **GPU)
-    assert res.requests["num_preemptions"].sum() == 1
+    requests' (sim.results.metrics says so; the first forming's count was dropped: 0 vs 1).
+    Here A (192 tokens, one 512-token hash id) references the radix node that B, sharing the
+    id, then fills to 512 tokens: alone after B, A's decodes outgrow the 100-page pool."""
+    import pandas as pd
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5], "num_prompt_tokens": [192, 520],
+                       "num_output_tokens": [1300, 1], "hash_ids": [[1000], [1000, 1001]]})
+    df.attrs["block_size"] = 512
+    formed = []
+    from sim.engine.replica import Replica
+
+    class Counted(Replica):
+        def form_batch(self, *args, **kwargs):
+            formed.append(self.iteration)
+            return super().form_batch(*args, **kwargs)
+    import sim.engine.simulation as simulation
+    real, simulation.Replica = simulation.Replica, Counted
+    try:
+        res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=16,
+                      kv_blocks=100, check=True, **GPU)
+    finally:
+        simulation.Replica = real
+    assert len(formed) == len(set(formed)) + 1  # one iteration formed twice
+    assert res.requests["num_preemptions"].tolist() == [1, 0]
     assert res.iterations["num_preemptions"].sum() == 1
 
 
