@@ -30,7 +30,9 @@ models that need per-decode detail.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
-a reason; a request lost is a bug and raises.
+a reason; a request lost is a bug and raises. An empty batch raises (a policy must make
+progress), unless its forming preempted running requests: the iteration is then formed anew,
+those preemptions recorded in the one that runs, as long as each round leaves fewer running.
 """
 
 from __future__ import annotations
