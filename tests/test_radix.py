@@ -254,25 +254,70 @@ REPRO = [(0.0, 107, 87, 1), (0.12, 96, 1454, 2), (0.3, 177, 104, 3), (0.82, 363,
          (2.53, 172, 1, 2), (2.56, 333, 2, 0)]
 
 
-@pytest.mark.parametrize("scheduler", ["continuous", "chunked", "sglang", "vllm"])
-def test_a_request_the_pool_holds_is_never_kept_out_by_a_partly_matched_node(scheduler):
-    """A preempted request coming back with nothing running: its hit ends inside a 16-token
-    node, and referencing that node pins all of it (189 tokens hit, 192 pinned, 209 to compute:
-    401 > the 400-token pool), so it was refused forever and the run stopped with "formed an
-    empty batch". With nothing running that node is left unreferenced (its matched tokens
-    computed again); a decode step that retracts every running request forms its iteration
-    anew. Every request comes out, the pool exact throughout (check=True)."""
+def repro_workload():
+    """REPRO as a workload: 16 tokens per hash id, group ``g``'s ids ``100 g, 100 g + 1, ...``
+    (a shared prefix within a group)."""
     import pandas as pd
     df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
                        for t, p, o, g in REPRO],
                       columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
                                "hash_ids"])
     df.attrs["block_size"] = 16
-    res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
+    return df
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "chunked", "sglang", "vllm"])
+def test_a_request_the_pool_holds_is_never_kept_out_by_a_partly_matched_node(scheduler):
+    """A preempted request coming back with nothing running: its hit ends inside a 16-token
+    node, and referencing that node pins all of it (189 tokens hit, 192 pinned, 209 to compute:
+    401 > the 400-token pool), so it was refused forever and the run stopped with "formed an
+    empty batch". With nothing running that node is left unreferenced (its matched tokens
+    computed again; the node is now left unreferenced from the first admission, as pinned
+    it would take more than the pool over the request's run: see the next test). Every
+    request comes out, the pool exact throughout (check=True)."""
+    res = sim.run(repro_workload(), scheduler=scheduler, prefix_caching="radix", block_size=1, kv_blocks=400,
                   max_batch_size=1, check=True, model="llama-3.1-8b", gpu="h100")
     req = res.requests
     assert len(req) == len(REPRO)
     assert set(req["status"]) <= {"finished", "rejected"}
     over = [p + o > 400 for _t, p, o, _g in REPRO]  # could never fit the pool
     assert (req["status"] == "rejected").tolist() == over
-    assert req["num_preemptions"].sum() > 0
+
+
+class _Capped:
+    """10 ms per iteration, and an error instead of a run that never ends."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, batch):
+        self.calls += 1
+        assert self.calls < 20_000, "the run does not end"
+        return 0.01
+
+
+@pytest.mark.parametrize("scheduler", ["continuous", "chunked", "sarathi", "sglang", "vllm"])
+@pytest.mark.parametrize("order", ["longer_first", "shorter_first"])
+def test_a_prompt_ending_inside_a_longer_cached_node_does_not_pin_it_past_the_pool(scheduler,
+                                                                                  order):
+    """A 192-token prompt named by one 512-token hash id whose node the tree holds whole (a
+    longer prompt with the same first id ran before) would reference all 512 tokens (SGLang
+    splits the node at 192): 192 + 1300 tokens (94 pages of 16) plus 20 pages it does not use
+    exceed the 100-page pool, so it preempted itself at the same chunk forever (chunked,
+    sarathi: the run never ended). Such a node is neither referenced at admission nor by
+    the request's insertion: its tokens there stay its own. The other order (the short prompt
+    first, the node filled by the long one while referenced) preempts once and recovers."""
+    import pandas as pd
+    rows = [(0.0, 520, 1, [1000, 1001]), (1.0, 192, 1300, [1000])]
+    if order == "shorter_first":
+        rows = [(0.0, 192, 1300, [1000]), (0.5, 520, 1, [1000, 1001])]
+    df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                                     "hash_ids"])
+    df.attrs["block_size"] = 512
+    cost = _Capped()
+    res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=16,
+                  kv_blocks=100, cost_model=cost, check=True, model="llama-3.1-8b", gpu="h100")
+    req = res.requests
+    assert (req["status"] == "finished").all()
+    assert req["num_preemptions"].sum() == (order == "shorter_first")
+    assert cost.calls < 1400

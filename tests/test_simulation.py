@@ -183,10 +183,11 @@ def _same_results(a, b):
        max_batch=st.sampled_from([2, 16]),
        cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
                                 ("prefix_affinity", 3), ("least_outstanding", 2)]),
-       spec=st.sampled_from([None, (2, 0.7), (4, 0.9)]))
+       spec=st.sampled_from([None, (2, 0.7), (4, 0.9)]),
+       page=st.sampled_from([1, 4, 16]), unit=st.sampled_from([16, 32, 512]))
 def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
                                                                      kv_blocks, cost, max_batch,
-                                                                     cluster, spec):
+                                                                     cluster, spec, page, unit):
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
     arrival or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
@@ -195,15 +196,17 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
     that start exactly at an arrival), full batches, clusters whose routers read the replicas'
     free blocks and cached prefixes at arrivals that fall inside a replica's stretch,
     speculative decoding (each step's totals from the rings, cleared as stepping clears
-    them), SGLang (its ratio's decay replayed)."""
+    them), SGLang (its ratio's decay replayed), pages of 1, 4 and 16 tokens under hash ids
+    of 16, 32 and 512 (radix nodes used in part: a run that never ended was found so; the
+    pool in the same tokens for every page size)."""
     import pandas as pd
     if cost == "constant":  # arrivals on the iterations' grid (exact sums): ties
         rows = [(round(t * 128) / 128, p, o, g) for t, p, o, g in rows]
-    df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // 16))])
+    df = pd.DataFrame([(t, p, o, [g * 100 + j for j in range(-(-p // unit))])
                        for t, p, o, g in sorted(rows)],
                       columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
                                "hash_ids"])
-    df.attrs["block_size"] = 16
+    df.attrs["block_size"] = unit
     cost = {"roofline": None, "constant": sim.ConstantCost(2.0 ** -7),
             "linear": sim.LinearCost(base=0.004, per_decode_token=1e-4,
                                      per_context_token=3e-7)}[cost]
@@ -211,8 +214,9 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
     speculative = sim.SpeculativeConfig(num_speculative_tokens=spec[0], acceptance_rate=spec[1],
                                         draft_cost_ratio=0.05) if spec else None
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
-                                      kv_blocks=kv_blocks, max_batch_size=max_batch,
-                                      cost_model=cost, speculative=speculative, block_size=16,
+                                      kv_blocks=kv_blocks * 16 // page,
+                                      max_batch_size=max_batch, cost_model=cost,
+                                      speculative=speculative, block_size=page,
                                       **spread, **GPU)
     _same_results(fast, stepped)
 
@@ -323,6 +327,37 @@ def test_fast_forward_with_speculation_on_a_trace_with_a_draft_model():
                                       **GPU)
     assert fast.requests["num_preemptions"].sum() > 0
     _same_results(fast, stepped)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sglang"])
+def test_fast_forward_with_speculation_across_rings_that_grow(monkeypatch, scheduler):
+    """Long outputs at a low acceptance rate (~1.05 tokens per verification) outgrow
+    ``SpecDecodes``' 1,024-step rings mid-run, between stretches (a request starting at step
+    ~1,500 needs ~4,700 steps), on pools that preempt: stretches read and clear the grown
+    rings as stepping does, bit for bit."""
+    import pandas as pd
+    from sim.engine.decoding import SpecDecodes
+    grown = []
+    real = SpecDecodes._grow
+
+    def grow(self, now, span):
+        grown.append(now)
+        real(self, now, span)
+    monkeypatch.setattr(SpecDecodes, "_grow", grow)
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0, 3.01, 3.2, 9.0, 9.05],
+                       "num_prompt_tokens": [100, 50, 700, 20, 300, 40],
+                       "num_output_tokens": [900, 3000, 2500, 1900, 5000, 300]})
+    spec = sim.SpeculativeConfig(num_speculative_tokens=2, acceptance_rate=0.05,
+                                 draft_cost_ratio=0.05)
+    for kv_blocks in (340, 2000):
+        grown.clear()
+        fast, stepped = _fast_and_stepped(
+            df, scheduler=scheduler, speculative=spec, kv_blocks=kv_blocks, block_size=16,
+            cost_model=sim.LinearCost(base=0.004, per_decode_token=1e-4,
+                                      per_context_token=3e-7), **GPU)
+        assert max(grown) > 1024  # (each run grows its rings twice)
+        assert (fast.requests["num_preemptions"].sum() > 0) == (kv_blocks == 340)
+        _same_results(fast, stepped)
 
 
 def test_fast_forward_replays_sglangs_ratio_decay():
@@ -462,20 +497,90 @@ def test_a_decode_finishing_exactly_at_an_arrival_is_still_running_for_the_route
     _same_results(fast, stepped)
 
 
+# -- an iteration whose forming preempted every running request is formed anew ---------------
+
+@pytest.mark.parametrize("scheduler", ["sglang", "vllm"])
+def test_the_preemptions_of_a_batch_formed_anew_are_recorded_in_the_iteration_that_runs(
+        scheduler):
+    """A decode step that preempts the only running request forms an empty batch (vLLM admits
+    none in a step that preempted; SGLang's retraction) and is formed anew: that preemption
+    is counted in the iteration that runs, so the iterations' ``num_preemptions`` sum to the
+    requests' (sim.results.metrics says so; the first forming's count was dropped: 0 vs 1).
+    Here A (192 tokens, one 512-token hash id) references the radix node that B, sharing the
+    id, then fills to 512 tokens: alone after B, A's decodes outgrow the 100-page pool."""
+    import pandas as pd
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5], "num_prompt_tokens": [192, 520],
+                       "num_output_tokens": [1300, 1], "hash_ids": [[1000], [1000, 1001]]})
+    df.attrs["block_size"] = 512
+    formed = []
+    from sim.engine.replica import Replica
+
+    class Counted(Replica):
+        def form_batch(self, *args, **kwargs):
+            formed.append(self.iteration)
+            return super().form_batch(*args, **kwargs)
+    import sim.engine.simulation as simulation
+    real, simulation.Replica = simulation.Replica, Counted
+    try:
+        res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=16,
+                      kv_blocks=100, check=True, **GPU)
+    finally:
+        simulation.Replica = real
+    assert len(formed) == len(set(formed)) + 1  # one iteration formed twice
+    assert res.requests["num_preemptions"].tolist() == [1, 0]
+    assert res.iterations["num_preemptions"].sum() == 1
+
+
 class _AdmitThenPreempt:
-    """A broken policy: admits the queue head and preempts it in the same call."""
+    """A broken policy: it admits the queue's head and preempts it again in the same call (an
+    empty batch with a preemption, the same state every time it is formed anew)."""
+
+    def __init__(self):
+        self.calls = 0
 
     def schedule(self, replica, now):
-        if replica.waiting:
-            r = replica.waiting[0]
-            if replica.admit(r, r.prefill_target):
-                replica.preempt(r)
+        self.calls += 1
+        assert self.calls < 1000, "the engine formed the same empty batch forever"
+        r = replica.waiting[0]
+        if replica.admit(r, r.prefill_target):
+            replica.preempt(r)
 
 
-def test_a_policy_that_preempts_what_it_admits_is_an_error_not_a_hang():
-    """An iteration whose forming preempted every running request is formed anew - but only
-    when fewer requests run than before it (so forming again always ends): a policy that
-    admits and preempts the same request forms nothing, forever, and is told so."""
-    df = _workload(5)
-    with pytest.raises(RuntimeError, match="formed an empty batch"):
-        sim.run(df, scheduler=_AdmitThenPreempt(), **GPU)
+class _PreemptAll:
+    """A broken policy: admits everything once, then preempts whatever runs and admits
+    nothing."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def schedule(self, replica, now):
+        self.calls += 1
+        assert self.calls < 1000, "the engine formed the same empty batch forever"
+        if not replica.iteration:
+            for r in list(replica.waiting):
+                replica.admit(r, r.prefill_target)
+            return
+        for r in list(replica.running.values()):
+            replica.preempt(r)
+
+
+@pytest.mark.parametrize("cluster", [{}, dict(replicas=2, router="round_robin")])
+def test_a_policy_that_preempts_what_it_admits_raises_instead_of_forming_forever(cluster):
+    """Forming anew must make progress: each round preempts some request that was running
+    before it. A policy that only preempts what it has just admitted raises (the engine
+    formed its empty batch forever, at the same simulated time); one that preempts
+    everything and admits nothing raises once nothing runs."""
+    import pandas as pd
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0, 0.0, 0.0], "num_prompt_tokens": [8] * 4,
+                       "num_output_tokens": [5] * 4})
+    policy = _AdmitThenPreempt()
+    with pytest.raises(RuntimeError, match=r"formed an empty batch with [24] waiting and 0 "
+                                           r"running \(it preempted only requests it had just "
+                                           r"admitted\)"):
+        sim.run(df, scheduler=policy, **cluster, **GPU)
+    assert policy.calls <= 2  # one forming per replica
+    policy = _PreemptAll()
+    with pytest.raises(RuntimeError, match=r"formed an empty batch with [24] waiting and 0 "
+                                           r"running$"):
+        sim.run(df, scheduler=policy, **cluster, **GPU)
+    assert policy.calls <= 6  # admit, preempt, raise: on each replica

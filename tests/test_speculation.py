@@ -405,3 +405,25 @@ def test_a_draft_must_share_the_target_vocabulary():
     ok = sim.SimConfig(model="llama-2-7b",
                        speculative=SpeculativeConfig(draft_model="tinyllama-1.1b"))
     assert ok.speculative.draft_model == "tinyllama-1.1b"  # Llama-2's tokenizer: a real pair
+
+
+def test_a_draft_cost_is_declared_pure_only_over_pure_parts_and_not_in_a_repricing_subclass():
+    """``DraftCost`` declares ``pure_decode_cost`` (so the engine may fast-forward) only when
+    its target and draft do, and not in a subclass that overrides ``__call__``."""
+    from sim.costs.roofline import RooflineCost
+    from sim.engine.batch import decode_pricer
+    from sim.engine.speculation import DraftCost
+
+    class Noisy:
+        def __call__(self, batch):
+            return 0.01
+
+    class Scaled(DraftCost):
+        def __call__(self, batch):
+            return 2 * super().__call__(batch)
+    target = RooflineCost("llama-3.1-8b", "h100")
+    assert decode_pricer(DraftCost(target, 4, ratio=0.05)) is not None
+    assert decode_pricer(DraftCost(target, 4, draft=RooflineCost("llama-3.2-1b", "h100")))
+    assert decode_pricer(DraftCost(Noisy(), 4, ratio=0.05)) is None
+    assert decode_pricer(DraftCost(target, 4, draft=Noisy())) is None
+    assert decode_pricer(Scaled(target, 4, ratio=0.05)) is None

@@ -25,7 +25,8 @@ first), ``replica.blocks.num_free``, ``replica.decodes.count`` (decoding request
 and per request ``index``, ``arrival_time``, ``num_prompt_tokens``, ``num_output_tokens``,
 ``prefill_target``, ``num_computed``, ``status`` (:mod:`sim.engine.request`). Partial prefills
 advance only when the policy schedules their chunks, and the engine refuses an iteration with
-no work (requests waiting, nothing admitted, nothing running): a policy must make progress.
+no work (requests waiting, nothing admitted, nothing running): a policy must make progress
+(an iteration whose forming preempted running requests and left no work is formed anew).
 An optional ``select_victim(replica) -> request`` chooses whom to preempt when blocks run short
 (default: the most recently admitted, vLLM's rule); ``engine_defaults(config) -> dict`` gives
 the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,

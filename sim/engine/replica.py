@@ -273,20 +273,23 @@ class Replica:
             self._refuse_admit(r, num_tokens)
         if len(self.running) >= self.max_batch_size:
             return False
-        need = -(-(cached + num_tokens) // bs) - cached // bs
         blocks = self.blocks
+        # a partly matched last node pins its whole span (a deviation: SGLang splits it); not
+        # referenced (its matched tokens computed again in this chunk) where that could keep
+        # out forever a request the pool holds: pinned for its whole run it would take more
+        # than the pool (it preempted itself at the same chunk forever), or nothing runs and
+        # it alone keeps the request out now
+        if self.radix and nodes and cached < nodes * blocks.unit and self._pins_past_pool(
+                r, nodes - 1, cached):
+            nodes, num_tokens, cached = self._unpin_last(nodes, num_tokens, cached)
+        need = -(-(cached + num_tokens) // bs) - cached // bs
         if need > blocks.num_free or (  # the hit's free blocks, counted only when they decide
                 nodes and (self.radix or need + nodes > blocks.num_free)  # (block mode: at
                 and need + self.prefix_pinned(r) > blocks.num_free):  # most one per key hit)
             if not (self.radix and nodes and not self.running
                     and cached < nodes * blocks.unit):
                 return False
-            # nothing runs, and a partly matched last node pins its whole span (a deviation:
-            # SGLang splits it), which can keep out forever a request the pool holds: that
-            # node is then not referenced, its matched tokens computed again in this chunk
-            nodes -= 1
-            num_tokens += cached - nodes * blocks.unit
-            cached = nodes * blocks.unit
+            nodes, num_tokens, cached = self._unpin_last(nodes, num_tokens, cached)
             need = -(-(cached + num_tokens) // bs) - cached // bs
             if need + blocks.pinned(keys, nodes) > blocks.num_free:
                 return False
@@ -305,11 +308,35 @@ class Replica:
             self._register(r, cached, cached + num_tokens)
         return True
 
+    def _unpin_last(self, nodes, num_tokens, cached):
+        """Radix mode: a hit's partly matched last node left unreferenced; its matched tokens
+        join the chunk (``(nodes, num_tokens, cached)`` after that)."""
+        nodes -= 1
+        kept = nodes * self.blocks.unit
+        return nodes, num_tokens + cached - kept, kept
+
+    def _pins_past_pool(self, r, k, upto) -> bool:
+        """Radix mode, ``r``'s cached or computed tokens ending at ``upto``, inside its ``k``-th
+        node: whether referencing that node (all its cached tokens) would make ``r`` at its
+        largest (prompt, outputs and lookahead slots) plus the node's pages it does not use
+        exceed the pool. SGLang splits the node there; referenced whole, the request could
+        never finish: it preempted itself at the same chunk or decode step forever."""
+        blocks, bs = self.blocks, self.block_size
+        unused = blocks.pages_of(r.block_keys[k:k + 1]) - (upto - k * blocks.unit) // bs
+        top = r.num_prompt_tokens + r.num_output_tokens + self.num_spec_tokens
+        return unused > 0 and -(-top // bs) + unused > blocks.num_blocks
+
     def _insert(self, r):
         """Radix mode: ``r``'s computed named prompt tokens enter the tree (after each
         chunk, as SGLang's ``cache_unfinished_req``)."""
         bs = self.block_size
-        upto = min(r.num_computed, self._named(r)) // bs * bs
+        named = self._named(r)
+        upto = min(r.num_computed, named) // bs * bs
+        unit = self.blocks.unit
+        k = upto // unit
+        if named % unit and k == named // unit and upto > r.tree_tokens and \
+                self._pins_past_pool(r, k, upto):  # its prompt ends in a node held further
+            upto = k * unit  # (see _pins_past_pool): the tokens there stay its own
         if upto > r.tree_tokens:
             r.tree_tokens = self.blocks.insert(r.block_keys, r.kv_keys, r.tree_tokens, upto)
 

@@ -30,7 +30,9 @@ models that need per-decode detail.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
-a reason; a request lost is a bug and raises.
+a reason; a request lost is a bug and raises. An empty batch raises (a policy must make
+progress), unless its forming preempted running requests: the iteration is then formed anew,
+those preemptions recorded in the one that runs, as long as each round leaves fewer running.
 """
 
 from __future__ import annotations
@@ -247,6 +249,7 @@ class _ReplicaProcess:
         self.pricer = decode_pricer(cost) if self.fast_forward and not detail else None
         fast = self.pricer is not None and not self.check
         nxt = 0
+        dropped = 0  # preemptions made forming batches that came out empty (formed anew)
         while True:
             now = env.now
             while nxt < n_arrivals and arrivals[nxt].arrival_time <= now:
@@ -271,7 +274,7 @@ class _ReplicaProcess:
                         bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
                         bar.refresh()
                     continue
-            before = len(running)
+            n_running = len(running)
             batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
             if self.check:
                 check_replica(replica)
@@ -282,18 +285,26 @@ class _ReplicaProcess:
                     yield self.idle  # woken when a transfer frees them, or by an arrival
                     self.idle = None
                     continue
-                if replica.num_preempted_now and len(running) < before:  # every running
-                    continue  # request was preempted forming it (vLLM admits none then;
-                    # SGLang's retraction): form it anew (fewer run each time: no loop)
+                # forming it preempted every running request (vLLM admits none in a step that
+                # preempted; SGLang's retraction): form it anew, its preemptions counted in the
+                # iteration that runs. Each such round shrinks the running set (an empty batch
+                # keeps no request it admitted), so a policy that only preempts what it has
+                # just admitted raises instead of forming the same batch forever.
+                if replica.num_preempted_now and len(running) < n_running:
+                    dropped += replica.num_preempted_now
+                    continue
                 raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
                                    f"{len(replica.waiting)} waiting and {len(replica.running)} "
-                                   f"running")
+                                   f"running" + (" (it preempted only requests it had just "
+                                                 "admitted)" if replica.num_preempted_now
+                                                 else ""))
             dt = cost(batch)
             if not dt >= 0 or dt == math.inf:
                 raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}")
             append((now, dt, len(running), len(waiting), batch.num_prefill_tokens,
                     batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
-                    replica.num_preempted_now))
+                    replica.num_preempted_now + dropped))
+            dropped = 0
             yield timeout(dt)
             postprocess(env.now)
             if bar is not None and not replica.iteration & 1023:

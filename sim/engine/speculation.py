@@ -235,7 +235,8 @@ class DraftCost:
         # fast-forward pure-decode stretches, pricing each step's batch ahead of time; a batch
         # of decodes without drafts is the target's alone
         target_price = decode_pricer(target)
-        if target_price is not None and (draft is None or decode_pricer(draft) is not None):
+        if (target_price is not None and (draft is None or decode_pricer(draft) is not None)
+                and type(self).__call__ is DraftCost.__call__):  # (a subclass re-prices)
             self.pure_decode_cost = target_price
 
     def _draft_step(self, batch, seqs) -> float:
