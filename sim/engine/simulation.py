@@ -24,9 +24,9 @@ priced and recorded one by one as above - the same prices (bit for bit), the sam
 dt`` sums - and applied in one event (``_ReplicaProcess._decode_stretch``). Results are
 bit-identical to stepping each (tests/test_simulation.py). Stepped every iteration: whenever
 a request waits (even one the policy will not admit yet: static batching's queue, a full
-batch), ``check=True``, closed loops, prefill/decode pools, cost models without
-``pure_decode_cost`` (called once per iteration, in time order: they may keep state) and cost
-models that need per-decode detail.
+batch), closed loops, prefill/decode pools, cost models without ``pure_decode_cost`` (called
+once per iteration, in time order: they may keep state) and cost models that need per-decode
+detail. With ``check=True`` the invariants are checked after each fast-forwarded segment too.
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
@@ -247,7 +247,7 @@ class _ReplicaProcess:
         # fast-forward only with a cost model declared pure (decode_pricer: a stateful one
         # is called once per iteration, in time order, as it would be stepping)
         self.pricer = decode_pricer(cost) if self.fast_forward and not detail else None
-        fast = self.pricer is not None and not self.check
+        fast = self.pricer is not None
         nxt = 0
         dropped = 0  # preemptions made forming batches that came out empty (formed anew)
         while True:
@@ -387,9 +387,12 @@ class _ReplicaProcess:
             if quietly is not None:
                 quietly(replica, k)
             done += k
+            if finishing:
+                replica.finish_decodes(c + k - 1, t)
+            if self.check:  # (check=True: the invariants after each segment applied)
+                check_replica(replica)
             if not finishing:
                 break
-            replica.finish_decodes(c + k - 1, t)
         if not done:
             return None
         self.records.extend(rows)
