@@ -1,0 +1,138 @@
+"""Fast-forward: stretches of pure-decode iterations in one SimPy event.
+
+In an open loop (one replica, or each of a cluster's up to its next arrival), when nothing
+waits, nothing prefills, the policy declares ``quiet_when_decoding`` (all built-ins; SGLang's
+replays its ``new_token_ratio`` decay in ``decoded_quietly``; a subclass overriding
+``schedule`` declares it again) and the cost model declares itself a pure function of the
+batch (``pure_decode_cost``: the roofline, ``LinearCost``, ``ConstantCost``, and ``DraftCost``
+over those; see :func:`~sim.engine.batch.decode_pricer`), the iterations up to the next
+arrival or decode preemption are pure decodes that change nothing but the clocks, the pool
+and, at a decode's last token, the running set (decode progress is lazy): they are priced and
+recorded one by one as the engine's loop would (:mod:`sim.engine.simulation`) - the same
+prices, bit for bit, the same ``now + dt`` sums - and applied in one event
+(:func:`decode_stretch`). Stepped every iteration: whenever a request waits (even one the
+policy will not admit yet: static batching's queue, a full batch), closed loops,
+prefill/decode pools, cost models without ``pure_decode_cost`` (called once per iteration, in
+time order: they may keep state) and cost models that need per-decode detail. With
+``check=True`` the invariants are checked after each fast-forwarded segment too.
+
+Invariants (tests/test_fastforward.py; tests/test_invariants.py checks the pool after every
+segment under ``check=True``):
+- a stretch changes exactly what its iterations would, one ``form_batch`` and ``postprocess``
+  each: the clocks, the pool and, at decodes' last tokens, the running set; its rows are the
+  rows the loop would record, its end the clock the loop would reach, bit for bit;
+- no arrival, routing or finish is seen in a different order: a stretch stops before the
+  iteration that starts at or after the next arrival, and a finish in an iteration still
+  running at that arrival is left to the loop;
+- a cost model without ``pure_decode_cost`` is never called here (it may keep state: it is
+  called once per iteration, in time order, by the loop).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..checks import declared_with
+from .batch import make_batch
+from .cluster import delay_until
+from .invariants import check_replica
+from .records import ITERATION_COLUMNS
+
+STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds its rows list)
+
+
+def can_fast_forward(policy, replica) -> bool:
+    """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
+    other process acts on it but open-loop arrivals): its policy is quiet when only decodes
+    run (``quiet_when_decoding``, declared where ``schedule`` is defined or below: not a flag
+    a subclass overriding ``schedule`` inherits; see :mod:`sim.engine.policies`)."""
+    return (bool(getattr(policy, "quiet_when_decoding", False))
+            and declared_with(policy, "quiet_when_decoding", "schedule"))
+
+
+def decode_stretch(process, now, until):
+    """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
+    policy is quiet then (``quiet_when_decoding``; its ``decoded_quietly(replica, n)``, if
+    any, told of each segment), the iterations from ``now`` until one
+    would preempt (its decodes' new blocks not free) or start at or after ``until`` (the
+    next arrival) change nothing but the clocks, the pool and, at a decode's last token,
+    the running set (decode progress is lazy). They are priced (the cost model's
+    ``pure_decode_cost``) and recorded here one by one as the loop would (same prices, same
+    sums, bit for bit) and applied in segments,
+    each up to an iteration that finishes decodes (:meth:`Replica.skip_decodes`, then
+    :meth:`Replica.finish_decodes` at its end, which must come before ``until``: a
+    cluster's router then sees the replica as stepping leaves it). A segment is applied
+    only where it ends at a time SimPy's clock can land on exactly (``now +
+    delay_until(now, t) == t``: almost always; else it is cut back to such an end).
+    Returns the delay to the stretch's end, or None when no iteration qualifies."""
+    replica = process.replica
+    d = replica.decodes
+    spec = replica.num_spec_tokens  # speculation: each step's totals from SpecDecodes' rings
+    finish_at, bs = d.finish_at, replica.block_size
+    if spec:
+        ring_ctx, ring_need, mask = d.ctx, d.need, d.mask
+    else:
+        by_phase = d.by_phase
+    blocks = replica.blocks
+    total = blocks.num_blocks
+    cost = process.cost
+    pricer = process.pricer  # (speculation: the batch priced by the cost model, declared pure)
+    quietly = getattr(process.policy, "decoded_quietly", None)  # what n schedule calls did
+    width = len(ITERATION_COLUMNS)  # rows[-width]: the start of the last iteration
+    inf = math.inf
+    rows = []
+    t = now  # the next iteration's start
+    done = 0  # iterations applied
+    while replica.running and (not done or t < until):
+        c, i = replica.clock, replica.iteration
+        count, offset = d.count, (0 if spec else d.context_offset)
+        free = blocks.num_free
+        n_run = len(replica.running)
+        price = None if spec else pricer(count)
+        k = need = 0
+        finishing = False
+        while done + k < STRETCH_LIMIT:
+            step = c + k
+            if spec:
+                new, ctx = int(ring_need[step & mask]), int(ring_ctx[step & mask])
+            else:
+                new, ctx = by_phase[step % bs], offset + count * step
+            if new > free - need:
+                break
+            dt = price(ctx) if price is not None else cost(
+                make_batch(i + k, (), 0, count, ctx, None, None, None, spec))
+            if not dt >= 0 or dt == inf:
+                break  # the loop prices it again and says so
+            need += new
+            rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
+            t = t + dt
+            k += 1
+            if step in finish_at:
+                finishing = True
+                break
+            if t >= until:  # an arrival is due by the next iteration's start
+                break
+        # its finishes come after the next arrival is routed (a cluster's router must not
+        # see them), and SimPy's clock must land on the end: else cut back, the loop forms it
+        while k and (finishing and t >= until or now + delay_until(now, t) != t):
+            k -= 1
+            t = rows[-width]
+            need -= int(ring_need[(c + k) & mask]) if spec else by_phase[(c + k) % bs]
+            del rows[-width:]
+            finishing = False
+        if not k:
+            break
+        replica.skip_decodes(k, need, rows[-width])
+        if quietly is not None:
+            quietly(replica, k)
+        done += k
+        if finishing:
+            replica.finish_decodes(c + k - 1, t)
+        if process.check:  # (check=True: the invariants after each segment applied)
+            check_replica(replica)
+        if not finishing:
+            break
+    if not done:
+        return None
+    process.records.extend(rows)
+    return delay_until(now, t)
