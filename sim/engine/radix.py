@@ -22,11 +22,10 @@ Rules (SGLang v0.4 ``mem_cache/radix_cache.py``; the engine in :mod:`sim.engine.
 Deviations: SGLang splits nodes where two prompts diverge and evicts whole nodes; here the
 nodes are the hash ids' spans (``unit`` tokens), so eviction frees at most ``unit`` tokens at a
 time and a partial match references the whole node it ends in (where that would keep a
-request out for good - pinned over its run it would take more than the pool, or nothing runs
-and it alone keeps the request out - the replica leaves the node unreferenced: matched tokens
-are computed again, and a prompt ending inside the node keeps its own tokens there;
-``Replica._admit_cached``, ``Replica._insert``). Output tokens have no names in a workload and are
-not cached.
+request out for good - pinned over its run it would take more than the pool - the replica
+leaves the node unreferenced: matched tokens are computed again, and a prompt ending inside
+the node keeps its own tokens there; ``Replica._admit_cached``, ``Replica._insert``). Output
+tokens have no names in a workload and are not cached.
 
 Invariants (tests/test_radix.py checks them every iteration of random runs):
 ``num_free == truly free pages + evictable``, ``evictable`` = pages of unreferenced nodes;

@@ -275,10 +275,10 @@ class Replica:
             return False
         blocks = self.blocks
         # a partly matched last node pins its whole span (a deviation: SGLang splits it); not
-        # referenced (its matched tokens computed again in this chunk) where that could keep
-        # out forever a request the pool holds: pinned for its whole run it would take more
-        # than the pool (it preempted itself at the same chunk forever), or nothing runs and
-        # it alone keeps the request out now
+        # referenced (its matched tokens computed again in this chunk) where pinned for the
+        # request's whole run it would take more than the pool (it preempted itself at the
+        # same chunk forever; with nothing running it was refused forever). Otherwise a request
+        # the pool holds fits once nothing else runs: the hit's pages plus the rest of its run
         if self.radix and nodes and cached < nodes * blocks.unit and self._pins_past_pool(
                 r, nodes - 1, cached):
             nodes, num_tokens, cached = self._unpin_last(nodes, num_tokens, cached)
@@ -286,13 +286,7 @@ class Replica:
         if need > blocks.num_free or (  # the hit's free blocks, counted only when they decide
                 nodes and (self.radix or need + nodes > blocks.num_free)  # (block mode: at
                 and need + self.prefix_pinned(r) > blocks.num_free):  # most one per key hit)
-            if not (self.radix and nodes and not self.running
-                    and cached < nodes * blocks.unit):
-                return False
-            nodes, num_tokens, cached = self._unpin_last(nodes, num_tokens, cached)
-            need = -(-(cached + num_tokens) // bs) - cached // bs
-            if need + blocks.pinned(keys, nodes) > blocks.num_free:
-                return False
+            return False
         self._dequeue(r)
         self._hits.pop(r, None)
         self._pins.pop(r, None)
