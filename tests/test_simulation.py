@@ -146,13 +146,13 @@ def test_the_preemptions_of_a_batch_formed_anew_are_recorded_in_the_iteration_th
         def form_batch(self, *args, **kwargs):
             formed.append(self.iteration)
             return super().form_batch(*args, **kwargs)
-    import sim.engine.simulation as simulation
-    real, simulation.Replica = simulation.Replica, Counted
+    import sim.engine.cluster as cluster  # (where new_replica builds every replica)
+    real, cluster.Replica = cluster.Replica, Counted
     try:
         res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=16,
                       kv_blocks=100, check=True, **GPU)
     finally:
-        simulation.Replica = real
+        cluster.Replica = real
     assert len(formed) == len(set(formed)) + 1  # one iteration formed twice
     assert res.requests["num_preemptions"].tolist() == [1, 0]
     assert res.iterations["num_preemptions"].sum() == 1

@@ -96,12 +96,7 @@ class Cluster:
         self.replicas, self.processes, self.records = [], [], []
         for k in range(n):
             pol = policy if k == 0 else replica_policy(config, policy)
-            rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
-                          getattr(pol, "select_victim", None),
-                          prefix_caching=config.prefix_caching, cache_unit=cache_unit,
-                          speculative=config.speculative,
-                          draw=make_drawer(config, stream + k))  # its own draws
-            rep.on_demand_decodes = bool(getattr(pol, "pauses_decodes", False))
+            rep = new_replica(config, pol, kv_blocks, cache_unit, stream + k)  # its own draws
             rec = array("d")
             proc = process(env, rep, pol, cost, rec, False, 0)
             proc.check = config.check
@@ -203,6 +198,17 @@ class Cluster:
         return assemble(self.requests, self.records, self.replicas, self.replica_of, config,
                         kv_blocks, wall_seconds=wall_seconds, policy=policy,
                         cost_model=cost_model)
+
+
+def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0) -> Replica:
+    """A replica as ``config`` sets it up, run by ``policy`` (its victim rule; its decodes
+    paused on demand if it pauses them), drawing speculative emissions from ``stream``."""
+    rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
+                  getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
+                  cache_unit=cache_unit, speculative=config.speculative,
+                  draw=make_drawer(config, stream))
+    rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
+    return rep
 
 
 def replica_policy(config, policy):

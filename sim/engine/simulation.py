@@ -38,16 +38,14 @@ import simpy
 from ..results.metrics import Result
 from .batch import decode_pricer
 from .clients import ClosedLoopClients
-from .cluster import delay_until, run_cluster
+from .cluster import delay_until, new_replica, run_cluster
 from .config import SimConfig
 from .disaggregation import run_disaggregated
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
 from .records import build_result, gc_paused
-from .replica import Replica
 from .request import Request
-from .speculation import make_drawer
 
 
 def _requests_from(workload, block_size=None, mode="block", speculative=True):
@@ -132,11 +130,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
                            process=_ReplicaProcess, submit=_submit, cache_unit=unit,
                            fast_forward=can_fast_forward)
-    replica = Replica(kv_blocks, config.block_size, config.max_batch_size,
-                      getattr(policy, "select_victim", None),
-                      prefix_caching=config.prefix_caching, cache_unit=unit,
-                      speculative=config.speculative, draw=make_drawer(config))
-    replica.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
+    replica = new_replica(config, policy, kv_blocks, unit)
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     process.check = config.check
