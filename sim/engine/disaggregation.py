@@ -44,6 +44,7 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -138,14 +139,16 @@ class Transfers:
     """Hands requests from the prefill pool to the decode pool (the hooks of both)."""
 
     def __init__(self, env, prefill, decode, disagg, model, bandwidth, kv_dtype="fp16"):
-        from ..specs.memory import bytes_per_value, kv_cache_bytes
+        from ..specs.memory import bytes_per_value, kv_cache_bytes, kv_cache_bytes_of
         from ..specs.models import get_model
         self.env, self.prefill, self.decode = env, prefill, decode
         self.tp = prefill.config.tensor_parallel
         kv_cache_bytes(0, model=model, dtype=kv_dtype, tensor_parallel=self.tp)  # (checked)
-        # kv_cache_bytes(n, model=...)'s factors, read once (a transfer per request)
-        self._per_token = get_model(model).kv_cache_values_per_token(self.tp)
-        self._dtype = bytes_per_value("dtype", kv_dtype)
+        # the KV bytes of n tokens on one GPU, kv_cache_bytes(n, model=...)'s factors read once
+        # (a transfer per request)
+        per_token = get_model(model).kv_cache_values_per_token(self.tp)
+        self.kv_bytes = partial(kv_cache_bytes_of, values_per_token=per_token,
+                                dtype=bytes_per_value("dtype", kv_dtype))
         self.links = [Link(bandwidth, float(disagg.link_latency_s)) for _ in prefill.replicas]
         self.pending = [deque() for _ in decode.replicas]
         self.in_flight = [0] * len(decode.replicas)
@@ -185,12 +188,6 @@ class Transfers:
             self.retry[d] = False
             self._start(d)
         return retry
-
-    def kv_bytes(self, tokens):
-        """Bytes of the KV of ``tokens`` tokens on one GPU: ``kv_cache_bytes(tokens, model=...,
-        dtype=..., tensor_parallel=...)``, the same product in the same order."""
-        total = tokens * self._per_token * self._dtype
-        return int(total) if float(total).is_integer() else total
 
     def _start(self, d):
         """Start the pending transfers to decode replica ``d`` that fit, in order."""

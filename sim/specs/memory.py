@@ -54,7 +54,8 @@ def kv_cache_bytes(N, n_layers=None, n_heads_kv=None, d_head=None, dtype=2, *, m
                                 ("d_head", d_head)) if v is not None]
         if given:
             raise ValueError(f"give model= or {', '.join(given)}, not both")
-        total = N * get_model(model).kv_cache_values_per_token(tensor_parallel) * dtype
+        return kv_cache_bytes_of(N, get_model(model).kv_cache_values_per_token(tensor_parallel),
+                                 dtype)
     else:
         for name, value in (("n_layers", n_layers), ("n_heads_kv", n_heads_kv),
                             ("d_head", d_head)):
@@ -62,6 +63,17 @@ def kv_cache_bytes(N, n_layers=None, n_heads_kv=None, d_head=None, dtype=2, *, m
                 raise ValueError(f"{name} is required (or give model=)")
             positive_int(name, value)
         total = 2 * N * n_layers * n_heads_kv * d_head * dtype
+    return _whole(total)
+
+
+def kv_cache_bytes_of(N, values_per_token, dtype) -> int | float:
+    """``kv_cache_bytes(N, model=...)`` from its factors, already checked (a model's
+    ``kv_cache_values_per_token`` and the dtype's bytes per value): for a caller that prices
+    many token counts of one model (a KV transfer per request)."""
+    return _whole(N * values_per_token * dtype)
+
+
+def _whole(total):
     return int(total) if float(total).is_integer() else total
 
 
