@@ -13,6 +13,13 @@ from sim.engine.replica import Replica
 from sim.engine.request import Request
 
 
+
+def _lookup(pool, keys, limit) -> tuple:
+    """``(hit, free_hits)``: how many of ``keys[:limit]`` are cached from the first on, and how
+    many of those are free (what a fresh walk of the pool answers)."""
+    hit = pool.hits(keys, 0, limit)
+    return hit, pool.pinned(keys, hit)
+
 def _df(rows, hash_bs=16):
     """rows: (arrival, prompt, output, hash_ids)."""
     df = pd.DataFrame(rows, columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
@@ -76,13 +83,13 @@ def test_lru_evicts_the_least_recently_freed_blocks_tail_first():
     assert pool.num_free == 0
     pool.release(a, 0)  # a freed first, tail first: a2, a1, a0
     pool.release(b, 0)
-    assert pool.num_free == 6 and pool.lookup(a, 3) == (3, 3)
+    assert pool.num_free == 6 and _lookup(pool, a, 3) == (3, 3)
     pool.allocate(2)  # evicts from the head: a2 then a1
-    assert pool.lookup(a, 3) == (1, 1) and pool.num_evictions == 2
+    assert _lookup(pool, a, 3) == (1, 1) and pool.num_evictions == 2
     pool.acquire(b[:2])  # a hit takes b0, b1 out of the free queue
     assert pool.num_free == 2
     pool.allocate(2)  # a0, then b2 (b0 and b1 are referenced)
-    assert pool.lookup(a, 3) == (0, 0) and pool.lookup(b, 3) == (2, 0)
+    assert _lookup(pool, a, 3) == (0, 0) and _lookup(pool, b, 3) == (2, 0)
     with pytest.raises(RuntimeError):
         pool.allocate(1)
 

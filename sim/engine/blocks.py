@@ -95,7 +95,7 @@ class PrefixCachingBlockManager(BlockManager):
     that takes a key out of the queue only deletes it from ``_freed`` and the entry is skipped
     when the head reaches it (O(1), where an ordered dict's deletions and resizes cost O(queue)
     - measured 9 s of a 46 s Mooncake run), and evictions and releases work on whole slices at
-    C speed. ``lookup`` is split so callers can resume a walk: :meth:`hits` from a known
+    C speed. A lookup is two calls, so callers can resume a walk: :meth:`hits` from a known
     prefix, :meth:`pinned` only when the admission check needs it.
 
     The change log ``_log`` lists, in order, every key evicted or whose reference count went
@@ -138,12 +138,6 @@ class PrefixCachingBlockManager(BlockManager):
         """How many of the cached ``keys[:hit]`` are free (taking them uses free blocks; the
         radix pool's method of the same name answers the same question)."""
         return list(map(self._ref.__getitem__, keys[:hit])).count(0) if hit else 0
-
-    def lookup(self, keys, limit) -> tuple:
-        """``(hit, free_hits)``: how many of ``keys[:limit]`` are cached, from the first on,
-        and how many of those are free."""
-        hit = self.hits(keys, 0, limit)
-        return hit, self.pinned(keys, hit)
 
     def refresh(self, look, limit: int) -> int:
         """``look``'s hit (:meth:`hits` of its keys from 0 up to ``limit``), brought up to date
