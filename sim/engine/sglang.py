@@ -100,7 +100,7 @@ class SGLang:
             self.new_token_ratio = min(1.0, (done + RETRACT_DECODE_STEPS * len(running))
                                        / out) if out else INIT_NEW_TOKEN_RATIO
         else:  # rule 4
-            self.new_token_ratio = max(self.new_token_ratio - self.decay, MIN_NEW_TOKEN_RATIO)
+            self.new_token_ratio = self._decayed(self.new_token_ratio)
 
     def decoded_quietly(self, replica, n) -> None:
         """``n`` iterations in which nothing waited or prefilled ran without a ``schedule``
@@ -108,12 +108,16 @@ class SGLang:
         batch, the decodes ran without a retraction (rule 1), ``new_token_ratio`` decayed once
         per step (rule 4)."""
         self.chunked = None
-        ratio, decay = self.new_token_ratio, self.decay
+        ratio = self.new_token_ratio
         for _ in range(n):
             if ratio == MIN_NEW_TOKEN_RATIO:
                 break
-            ratio = max(ratio - decay, MIN_NEW_TOKEN_RATIO)
+            ratio = self._decayed(ratio)
         self.new_token_ratio = ratio
+
+    def _decayed(self, ratio) -> float:
+        """Rule 4: ``new_token_ratio`` after one decode step."""
+        return max(ratio - self.decay, MIN_NEW_TOKEN_RATIO)
 
     def _prefill(self, replica) -> bool:
         """Form the prefill batch (rules 2-3); True if it holds any work."""
