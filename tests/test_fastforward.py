@@ -69,10 +69,12 @@ def _same_results(a, b):
        cluster=st.sampled_from([None, ("round_robin", 2), ("least_kv", 2),
                                 ("prefix_affinity", 3), ("least_outstanding", 2)]),
        spec=st.sampled_from([None, (2, 0.7), (4, 0.9)]),
-       page=st.sampled_from([1, 4, 16]), unit=st.sampled_from([16, 32, 512]))
+       page=st.sampled_from([1, 4, 16]), unit=st.sampled_from([16, 32, 512]),
+       closed=st.sampled_from([None, None, (1, 0.0), (3, 0.0), (2, 2.0 ** -6)]))
 def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, scheduler, caching,
                                                                      kv_blocks, cost, max_batch,
-                                                                     cluster, spec, page, unit):
+                                                                     cluster, spec, page, unit,
+                                                                     closed):
     """Fast-forwarded stretches (nothing waiting or prefilling: decodes only, up to the next
     arrival or preemption) give the same results bit for bit as forming every
     iteration: tight pools (decodes preempting at a stretch's edge), prefix caching (decode
@@ -83,7 +85,8 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
     speculative decoding (each step's totals from the rings, cleared as stepping clears
     them), SGLang (its ratio's decay replayed), pages of 1, 4 and 16 tokens under hash ids
     of 16, 32 and 512 (radix nodes used in part: a run that never ended was found so; the
-    pool in the same tokens for every page size)."""
+    pool in the same tokens for every page size), closed loops (a finish issuing the next
+    request at once, or a think time later)."""
     import pandas as pd
     if cost == "constant":  # arrivals on the iterations' grid (exact sums): ties
         rows = [(round(t * 128) / 128, p, o, g) for t, p, o, g in rows]
@@ -96,6 +99,8 @@ def test_fast_forward_is_bit_identical_to_stepping_every_iteration(rows, schedul
             "linear": sim.LinearCost(base=0.004, per_decode_token=1e-4,
                                      per_context_token=3e-7)}[cost]
     spread = dict(router=cluster[0], replicas=cluster[1]) if cluster else {}
+    if closed:  # users issuing on finishes (a think time on the constant cost's grid: ties)
+        spread["closed_loop"] = wl.ClosedLoop(*closed)
     speculative = sim.SpeculativeConfig(num_speculative_tokens=spec[0], acceptance_rate=spec[1],
                                         draft_cost_ratio=0.05) if spec else None
     fast, stepped = _fast_and_stepped(df, scheduler=scheduler, prefix_caching=caching,
@@ -123,8 +128,9 @@ class _CountingCost:
 def test_fast_forward_prices_decode_stretches_without_forming_batches():
     """On a lightly loaded replica most iterations are pure decodes between arrivals: they are
     priced through ``pure_decode_cost`` (no Batch, no policy call, one SimPy event per
-    stretch), on each replica of a cluster too (up to its next arrival); a closed loop, whose
-    users issue requests at times no replica knows in advance, forms every iteration."""
+    stretch), on each replica of a cluster too (up to its next arrival), and in a closed loop
+    (up to the users' next issue or the first finish); a cluster in a closed loop, whose
+    users' requests are routed when another replica finishes one, forms every iteration."""
     df = wl.synthetic(200, rate=2.0, prompt=wl.LogNormal(300, 1.0, max_tokens=2000),
                       output=wl.LogNormal(200, 1.0, max_tokens=800), seed=3)
     cost = _CountingCost()
@@ -141,7 +147,26 @@ def test_fast_forward_prices_decode_stretches_without_forming_batches():
     cost = _CountingCost()
     res = sim.run(df, scheduler="chunked", cost_model=cost, closed_loop=wl.ClosedLoop(4, 1.0),
                   **GPU)
+    assert (res.requests["status"] == "finished").all()
+    assert cost.batches < 0.1 * len(res.iterations)
+    cost = _CountingCost()
+    res = sim.run(df, scheduler="chunked", cost_model=cost, closed_loop=wl.ClosedLoop(4, 1.0),
+                  replicas=2, **GPU)
     assert cost.batches == len(res.iterations)
+
+
+@pytest.mark.parametrize("users, think, scheduler", [(3, 0.0, "chunked"), (8, 0.0, "vllm"),
+                                                     (5, 0.4, "sglang"), (2, 1.5, "static")])
+def test_a_closed_loop_is_fast_forwarded_as_stepping_does(users, think, scheduler):
+    """A closed loop: a finish issues the user's next request at that iteration's end (think
+    time 0: the next iteration admits it) or a think time later (a stretch stops before the
+    iteration starting at or after that issue); fast-forwarded, the same requests, arrival
+    times and iterations bit for bit as stepping every iteration, preemptions included."""
+    df = wl.load("azure-conv", n=250, rate=1.0)
+    fast, stepped = _fast_and_stepped(df, scheduler=scheduler, kv_blocks=900,
+                                      closed_loop=wl.ClosedLoop(users, think), **GPU)
+    _same_results(fast, stepped)
+    assert (fast.iterations["num_prefill_tokens"] == 0).mean() > 0.5  # stretches to skip
 
 
 def test_fast_forward_matches_stepping_on_a_real_trace_with_preemptions():

@@ -118,9 +118,9 @@ def every_feature_at_once(rows, sched, caching, spec, kv_blocks, block_size, clo
     assert req["request_id"].tolist() == list(range(len(df)))  # each once, in order
     assert (req["status"] == "finished").tolist() == fits.tolist()
     assert (req.loc[~fits, "reason"].str.len() > 0).all()
-    if closed or pools:  # stepped every iteration (no fast-forward there)
+    if pools or closed and fleet > 1:  # stepped every iteration (no fast-forward there)
         assert check.checks == len(res.iterations) or pools and check.checks > len(res.iterations)
-    else:  # fast-forwarded pure-decode iterations form no batch
+    else:  # fast-forwarded pure-decode iterations form no batch (a closed loop on one replica)
         assert check.checks <= len(res.iterations)
     fin = req[req.status == "finished"]
     if spec is None:  # (speculation: one gap per emission of 1..k+1 tokens)

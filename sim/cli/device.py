@@ -97,7 +97,9 @@ def cmd_validate(args) -> int:
 def add_parsers(sub):
     p = sub.add_parser("calibrate", help="time the real kernels on this device; write a profile")
     p.add_argument("--budget", type=number(float), default=120.0, metavar="SECONDS",
-                   help="time to spend timing, > 0 (default 120)")
+                   help="time to spend timing the kernels, > 0 (default 120); at least 3 "
+                        "passes over them, so longer where a pass takes more than a third of "
+                        "it (a loaded machine), then an engine run to fit the weights")
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
                    help="where to time (default auto: a GPU with CuPy if present, else the CPU)")
     p.add_argument("--model", default=None,

@@ -1,6 +1,7 @@
 """Fast-forward: stretches of pure-decode iterations in one SimPy event.
 
-In an open loop (one replica, or each of a cluster's up to its next arrival), when nothing
+In an open loop (one replica, or each of a cluster's up to its next arrival) or a closed loop
+on one replica (up to the users' next issue, ``env.peek()``, and its first finish), when nothing
 waits, nothing prefills, the policy declares ``quiet_when_decoding`` (all built-ins; SGLang's
 replays its ``new_token_ratio`` decay in ``decoded_quietly``; a subclass overriding
 ``schedule`` declares it again) and the cost model declares itself a pure function of the
@@ -11,8 +12,8 @@ and, at a decode's last token, the running set (decode progress is lazy): they a
 recorded one by one as the engine's loop would (:mod:`sim.engine.simulation`) - the same
 prices, bit for bit, the same ``now + dt`` sums - and applied in one event
 (:func:`decode_stretch`). Stepped every iteration: whenever a request waits (even one the
-policy will not admit yet: static batching's queue, a full batch), closed loops,
-prefill/decode pools, cost models without ``pure_decode_cost`` (called once per iteration, in
+policy will not admit yet: static batching's queue, a full batch), a cluster in a closed
+loop, prefill/decode pools, cost models without ``pure_decode_cost`` (called once per iteration, in
 time order: they may keep state) and cost models that need per-decode detail. With
 ``check=True`` the invariants are checked after each fast-forwarded segment too.
 
@@ -23,7 +24,10 @@ segment under ``check=True``):
   rows the loop would record, its end the clock the loop would reach, bit for bit;
 - no arrival, routing or finish is seen in a different order: a stretch stops before the
   iteration that starts at or after the next arrival, and a finish in an iteration still
-  running at that arrival is left to the loop;
+  running at that arrival is left to the loop; in a closed loop (``process.closed``) a
+  stretch ends at its first finishing iteration and the loop finishes it
+  (``process.pending_finish``) once the clock is at its end, so the users' hooks issue
+  requests at the finish time;
 - a cost model without ``pure_decode_cost`` is never called here (it may keep state: it is
   called once per iteration, in time order, by the loop).
 """
@@ -126,6 +130,9 @@ def decode_stretch(process, now, until):
         if quietly is not None:
             quietly(replica, k)
         done += k
+        if finishing and process.closed:  # its finish hooks run at its end (the loop's)
+            process.pending_finish = c + k - 1
+            break
         if finishing:
             replica.finish_decodes(c + k - 1, t)
         if process.check:  # (check=True: the invariants after each segment applied)

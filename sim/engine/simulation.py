@@ -12,8 +12,10 @@ One SimPy environment; one replica process running **one SimPy event per engine 
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
-**Fast-forward** (:mod:`sim.engine.fastforward`): in an open loop, stretches of pure-decode
-iterations run in one event, priced and recorded one by one, results bit-identical.
+**Fast-forward** (:mod:`sim.engine.fastforward`): stretches of pure-decode iterations run in
+one event, priced and recorded one by one, results bit-identical: in an open loop up to the
+next arrival; in a closed loop up to the users' next issue (``env.peek()``) and the first
+iteration finishing decodes, finished by the loop at its end (the users' hooks issue then).
 
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
@@ -134,10 +136,11 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     process.check = config.check
+    process.fast_forward = can_fast_forward(policy, replica)
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
-        process.fast_forward = can_fast_forward(policy, replica)
-    else:
+    else:  # stretches stop at the clients' next issue and leave finishes to the loop's time
+        process.closed = True
         ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
                           config.closed_loop)
     process.start()
@@ -181,12 +184,18 @@ class _ReplicaProcess:
         self.records = records
         self.arrivals = ()
         self.check = False  # SimConfig.check: the invariants after every batch formed
-        # pure-decode stretches in one event (fastforward.py): only where nothing but open-
-        # loop arrivals can act meanwhile (see can_fast_forward); a cluster's replicas stop at
-        # its next arrival (next_arrival(): when the dispatcher next routes)
+        # pure-decode stretches in one event (fastforward.py): only where nothing but arrivals
+        # can act meanwhile (see can_fast_forward); a cluster's replicas stop at its next
+        # arrival (next_arrival(): when the dispatcher next routes)
         self.fast_forward = False
         self.pricer = None  # the cost model's pure_decode_cost, where it may be used
         self.next_arrival = None
+        # a closed loop: a finish issues the next request at its time (clients' hooks), so a
+        # stretch ends at its first finishing iteration, which the loop finishes once the
+        # clock is there (pending_finish: that decode step); stretches stop at env.peek(),
+        # the clients' next issue after a think time
+        self.closed = False
+        self.pending_finish = None
         self.idle = None
         self._loop = None
         self.bar = None
@@ -234,12 +243,21 @@ class _ReplicaProcess:
                     self.idle = None
                 continue
             if fast and not waiting and not replica.prefilling:  # only decodes run
-                until = self.next_arrival() if self.next_arrival is not None else (
-                    arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf)
+                if self.closed:
+                    until = env.peek()  # (the next event: no other process acts before it)
+                elif self.next_arrival is not None:
+                    until = self.next_arrival()
+                else:
+                    until = arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf
                 first = replica.iteration
                 delay = decode_stretch(self, now, until)
                 if delay is not None:
                     yield timeout(delay)  # one event for the stretch: env.now is its end
+                    if self.pending_finish is not None:  # (closed loop: its hooks issue now)
+                        replica.finish_decodes(self.pending_finish, env.now)
+                        self.pending_finish = None
+                        if self.check:
+                            check_replica(replica)
                     if bar is not None and first >> 10 != replica.iteration >> 10:
                         bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
                         bar.refresh()
