@@ -32,6 +32,9 @@ describes, not fits; what the simulator cannot express is said there. The KV poo
 the memory budget (vLLM's accounting at 0.9 utilisation; each engine's own rule is close to it
 except where the weights nearly fill the GPU, see ``ENGINES``).
 
+``--no-evict`` is a what-if, never stored: the TensorRT-LLM rows admit a request only when its
+whole KV fits (:func:`no_evict`), as their GUARANTEED_NO_EVICT scheduler does.
+
 Every row runs the number of requests its source ran (30,000 at most; the engine fast-forwards
 pure-decode stretches). ``--max-requests`` cuts them for a quick look (the report says how many
 rows were cut); ``--write`` stores the full runs, which ``tests/test_serving_fidelity.py``
@@ -194,6 +197,18 @@ def config(row) -> SimConfig:
                      closed_loop=workloads.ClosedLoop(int(row.concurrency)) if closed else None)
 
 
+def no_evict(row, cfg: SimConfig) -> SimConfig:
+    """What-if (``--no-evict``): TensorRT-LLM's GUARANTEED_NO_EVICT admits a request only when
+    its whole KV (prompt + every output token) is reserved, so nothing is ever preempted. With
+    fixed lengths that is exactly a batch cap of the pool's blocks over one request's; other
+    rows are left as they are."""
+    if row.lengths != "fixed":
+        return cfg
+    per_request = -(-(int(row.input_tokens) + int(row.output_tokens)) // cfg.resolved().block_size)
+    cap = max(1, min(cfg.max_batch_size, cfg.resolved_kv_blocks() // per_request))
+    return dataclasses.replace(cfg, max_batch_size=cap)
+
+
 RUN_KEY = ("scenario", "engine", "gpu", "model", "tensor_parallel", "weight_dtype", "kv_dtype",
            "input_tokens", "output_tokens", "lengths", "num_requests", "concurrency",
            "request_rate")
@@ -203,10 +218,12 @@ def _plain(x):
     return None if pd.isna(x) else x
 
 
-def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1) -> pd.DataFrame:
+def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
+             what_if_no_evict=False) -> pd.DataFrame:
     """Predicted vs measured for each row. Rows of one run (same workload and settings, another
     metric) share it; the runs go through :func:`sim.sweep` (``workers`` local processes; each
-    run is deterministic, so the table does not depend on them)."""
+    run is deterministic, so the table does not depend on them). ``what_if_no_evict``: the
+    TensorRT-LLM rows with :func:`no_evict`'s admission instead (a diagnosis, never stored)."""
     shape = _sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
     keys, jobs = {}, []
     for r in rows.itertuples():
@@ -214,7 +231,9 @@ def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1) -> pd.Dat
         if key not in keys:
             keys[key] = len(jobs)
             jobs.append({"workload": workload(r, max_requests, shape),
-                         "config": {"config": config(r)}})
+                         "config": {"config": no_evict(r, config(r)) if (
+                             what_if_no_evict and r.engine.startswith("tensorrt-llm"))
+                             else config(r)}})
     summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
     out = []
     for r in rows.itertuples():
@@ -226,7 +245,8 @@ def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1) -> pd.Dat
                     "rate": _plain(r.request_rate), "requests": requests_run(r, max_requests),
                     "published_requests": r.num_requests, "measured": r.value,
                     "predicted": predicted, "error": predicted / r.value - 1.0,
-                    "split": r.split})
+                    "split": r.split, "rejected": summary["num_rejected"],
+                    "preempted": summary["num_preemptions"]})
     return pd.DataFrame(out)
 
 
@@ -249,16 +269,19 @@ def main(argv=None):
                     help="requests per run at most (default: as many as the source ran)")
     ap.add_argument("--workers", type=int, default=2,
                     help="local processes running the simulations (default 2)")
+    ap.add_argument("--no-evict", action="store_true",
+                    help="what-if: TensorRT-LLM rows admit only requests whose whole KV fits")
     ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
     args = ap.parse_args(argv)
     if args.max_requests is not None and args.max_requests < 1:
         ap.error(f"--max-requests must be >= 1, got {args.max_requests}")
-    if args.write and args.max_requests is not None:
-        ap.error("--write stores the full runs: drop --max-requests")
+    if args.write and (args.max_requests is not None or args.no_evict):
+        ap.error("--write stores the full runs as configured: drop --max-requests and "
+                 "--no-evict")
     t = time.perf_counter()
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    table = validate(load_rows(), args.max_requests, args.workers)
+    table = validate(load_rows(), args.max_requests, args.workers, args.no_evict)
     summary = report(table)
     with pd.option_context("display.width", 220, "display.max_rows", 1000):
         print(table.round({"predicted": 4, "error": 4}).to_string(
