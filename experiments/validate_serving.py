@@ -295,9 +295,10 @@ def main(argv=None):
         for name in sorted(set(table["engine"])):
             print(f"  {name}: {ENGINES[name].note}")
     if args.write:
-        OUT.write_text(json.dumps({
-            "seed": SEED, "rows": _records(table),
-            "summary": _records(summary)}, indent=1) + "\n")
+        lists = {k: ",\n".join("  " + json.dumps(x) for x in _records(t))
+                 for k, t in (("rows", table), ("summary", summary))}
+        OUT.write_text(f'{{"seed": {SEED},\n "rows": [\n{lists["rows"]}\n ],\n'
+                       f' "summary": [\n{lists["summary"]}\n ]}}\n')  # one row a line
     return table, summary
 
 
