@@ -1,0 +1,306 @@
+"""The whole simulator against published serving measurements.
+
+    python experiments/validate_serving.py            # prints the report; writes nothing
+    python experiments/validate_serving.py --write    # also stores it in sim/data/serving_check.json
+
+Data: ``sim/data/published_serving.csv``, one row per published figure with its source. Every
+row is held out: nothing here is fitted, and no setting was chosen after looking at a
+prediction. Each row is a serving run - many requests, continuous batching, a KV pool sized by
+the memory budget, the roofline pricing every iteration - replayed with ``sim.run`` and compared
+on the metric the source measured. Signed error = predicted / measured - 1.
+
+Scenarios (the ``scenario`` column):
+
+- ``offline``: every request queued at t = 0 (``trtllm-bench throughput``, or a rate of "INF");
+- ``poisson``: ``request_rate`` requests/s, Poisson arrivals (seeded; the sources give the rate,
+  not the process);
+- ``closed_loop``: ``concurrency`` clients, each sending its next prompt when the previous one
+  finished (LMDeploy's ``profile_throughput``).
+
+Lengths (the ``lengths`` column): ``fixed`` (the source's dataset has stdev 0, or gives one
+length), or ``sharegpt-scaled``: the bundled ShareGPT lengths (``workloads.load("sharegpt")``)
+kept as vLLM's benchmark sampler keeps them (prompt 4-1,024 tokens, output >= 4, prompt +
+output <= 2,048), then scaled so their means are the row's (the source publishes means, not the
+distribution), rounded, at least 1 token.
+
+Metrics: ``output_throughput`` = output tokens over the time from the first arrival to the last
+finish (``Result.summary()['output_token_throughput']``); ``ttft_mean``; ``itl_mean``, the mean
+gap between tokens (with fixed output lengths the same as the mean TPOT).
+
+Each engine's settings (:data:`ENGINES`) are its documented defaults for the run the source
+describes, not fits; what the simulator cannot express is said there. The KV pool comes from
+the memory budget (vLLM's accounting at 0.9 utilisation; each engine's own rule is close to it
+except where the weights nearly fill the GPU, see ``ENGINES``).
+
+``--no-evict`` is a what-if, never stored: the TensorRT-LLM rows admit a request only when its
+whole KV fits (:func:`no_evict`), as their GUARANTEED_NO_EVICT scheduler does.
+
+Every row runs the number of requests its source ran (30,000 at most; the engine fast-forwards
+pure-decode stretches). ``--max-requests`` cuts them for a quick look (the report says how many
+rows were cut); ``--write`` stores the full runs, which ``tests/test_serving_fidelity.py``
+reruns in part and compares exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import workloads
+from sim import SimConfig, sweep
+from sim.costs.roofline import RooflineCost
+from sim.costs.roofline_params import fitted_params
+
+DATA = resources.files("sim").joinpath("data")
+OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "serving_check.json"
+MAX_REQUESTS = None  # None: as many requests as the source ran
+SEED = 0
+COLUMNS = ("metric", "scenario", "engine", "gpu", "model", "tensor_parallel", "weight_dtype",
+           "kv_dtype", "input_tokens", "output_tokens", "lengths", "num_requests", "concurrency",
+           "request_rate", "unit", "value", "split", "source")
+METRICS = {"output_throughput": "output_token_throughput", "ttft_mean": "ttft_mean",
+           "itl_mean": "itl_mean"}
+SCALE = {"tok/s": 1.0, "s": 1.0, "ms": 1e3}  # from the summary's seconds to the row's unit
+SCENARIOS = ("offline", "poisson", "closed_loop")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """How one engine's published runs map onto the simulator.
+
+    ``max_batch_size=None``: the row's ``concurrency`` (the benchmark sizes the engine's batch
+    to its clients). ``cuda_graph_max_batch``: decode-only batches up to this size are priced
+    without per-layer launch gaps (``RooflineParams``); ``nccl_only``: no custom all-reduce."""
+
+    scheduler: str
+    max_batch_size: int | None
+    token_budget: int | None
+    cuda_graph_max_batch: int
+    nccl_only: bool
+    note: str
+
+
+# TensorRT-LLM's engines (0.14, 0.17): decode steps priced without launch gaps, prefills with
+# them, the convention experiments/fit_roofline.py prices TensorRT-LLM's static batches with
+NO_DECODE_GAPS = 1 << 30
+_TRT_POOL = ("TensorRT-LLM reserves each request's whole KV at admission (GUARANTEED_NO_EVICT) "
+             "and gives the KV cache a fraction (0.90-0.95) of the memory left free after the "
+             "weights; here blocks are taken as tokens are written (the newest request "
+             "preempted under pressure) from vLLM's budget at 0.9, which leaves less KV where "
+             "the weights nearly fill the GPU (Llama-3.1-70B in FP8 on one H100)")
+ENGINES = {
+    # v1.0, PyTorch backend (perf-overview.md @ 00f37686): whole prompts (chunked prefill off by
+    # default), the LLM API's default max_batch_size 2048 and max_num_tokens 8192 (trtllm-bench
+    # may choose others from the dataset's statistics; not published), CUDA graphs for batches
+    # 1-8,192 (its llm_options.yml), TensorRT-LLM's own custom all-reduce.
+    "tensorrt-llm-1.0": EngineSettings("continuous", 2048, 8192, 8192, False, _TRT_POOL),
+    # v0.17 engines built by trtllm-bench (perf-overview.md @ 258c7540): its example run prints
+    # "Max Runtime Batch Size: 4096, Max Runtime Tokens: 8192, Scheduling Policy: Guaranteed No
+    # Evict"; the build's dataset heuristics may choose other limits per row (not published).
+    "tensorrt-llm-0.17": EngineSettings("continuous", 4096, 8192, NO_DECODE_GAPS, False,
+                                        _TRT_POOL),
+    # v0.14 behind Triton's TensorRT-LLM backend (same file): trtllm-build's defaults
+    # (max_batch_size 2048, max_num_tokens 8192); the client's and server's own time per
+    # request (HTTP, tokenisation) is not modelled.
+    "tensorrt-llm-0.14-triton": EngineSettings("continuous", 2048, 8192, NO_DECODE_GAPS, False,
+                                               _TRT_POOL + "; Triton's request path is not "
+                                               "modelled"),
+    # LMDeploy 0.1 TurboMind: continuous batching of whole prompts, its batch set to the
+    # benchmark's concurrency, NCCL all-reduce only (as experiments/fit_roofline.py prices it).
+    "lmdeploy-0.1-turbomind": EngineSettings(
+        "continuous", None, None, 512, True,
+        "TurboMind's own per-iteration cost and CUDA graphs are not modelled: the roofline's "
+        "fixed costs are vLLM's (default capture rule); the client's time is not modelled"),
+}
+
+
+def load_rows() -> pd.DataFrame:
+    """The published rows, checked: every column present, every row sourced, split and
+    complete for its scenario."""
+    with DATA.joinpath("published_serving.csv").open() as f:
+        rows = pd.read_csv(f)
+    missing = [c for c in COLUMNS if c not in rows.columns]
+    if missing:
+        raise ValueError(f"published_serving.csv lacks columns {missing}")
+    for i, r in rows.iterrows():
+        if not isinstance(r.source, str) or (" @ " not in r.source and "http" not in r.source):
+            raise ValueError(f"published_serving.csv row {i}: source {r.source!r} names no "
+                             f"repository commit or URL")
+        if r.split not in ("fit", "held-out"):
+            raise ValueError(f"published_serving.csv row {i}: split {r.split!r}")
+        if r.engine not in ENGINES or r.metric not in METRICS or r.unit not in SCALE:
+            raise ValueError(f"published_serving.csv row {i}: engine {r.engine!r}, metric "
+                             f"{r.metric!r} or unit {r.unit!r} unknown")
+        needs = {"offline": (), "poisson": ("request_rate",), "closed_loop": ("concurrency",)}
+        if r.scenario not in needs or any(pd.isna(r[k]) for k in needs[r.scenario]):
+            raise ValueError(f"published_serving.csv row {i}: scenario {r.scenario!r} without "
+                             f"its {needs.get(r.scenario, SCENARIOS)}")
+    return rows
+
+
+def _sharegpt_shape() -> tuple[np.ndarray, np.ndarray]:
+    df = workloads.load("sharegpt", rate=1.0)
+    p, o = df["num_prompt_tokens"].to_numpy(), df["num_output_tokens"].to_numpy()
+    keep = (p >= 4) & (o >= 4) & (p <= 1024) & (p + o <= 2048)
+    return p[keep], o[keep]
+
+
+def requests_run(row, max_requests=MAX_REQUESTS) -> int:
+    """The requests ``row`` runs: the source's count, at most ``max_requests``."""
+    n = int(row.num_requests)
+    return n if max_requests is None else min(n, int(max_requests))
+
+
+def workload(row, max_requests=MAX_REQUESTS, shape=None) -> pd.DataFrame:
+    """The row's requests (see the module docstring), deterministic in :data:`SEED`."""
+    n = requests_run(row, max_requests)
+    rng = np.random.default_rng(SEED)
+    if row.lengths == "fixed":
+        p = np.full(n, int(row.input_tokens))
+        o = np.full(n, int(row.output_tokens))
+    elif row.lengths == "sharegpt-scaled":
+        sp, so = shape if shape is not None else _sharegpt_shape()
+        pick = rng.integers(0, len(sp), n)
+        p = np.maximum(1, np.rint(sp[pick] * (row.input_tokens / sp.mean()))).astype(int)
+        o = np.maximum(1, np.rint(so[pick] * (row.output_tokens / so.mean()))).astype(int)
+    else:
+        raise ValueError(f"lengths {row.lengths!r} unknown")
+    times = (workloads.poisson(n, float(row.request_rate), rng) if row.scenario == "poisson"
+             else np.zeros(n))
+    return pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p, "num_output_tokens": o})
+
+
+def config(row) -> SimConfig:
+    """The simulator's settings for ``row``: its engine's (:data:`ENGINES`), model, GPU,
+    tensor parallelism and precisions; the roofline with the engine's graph and all-reduce
+    rules."""
+    e = ENGINES[row.engine]
+    params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
+    params = dataclasses.replace(params, cuda_graph_max_batch=e.cuda_graph_max_batch)
+    if e.nccl_only:
+        params = dataclasses.replace(params, custom_allreduce_max_bytes=0)
+    tp = int(row.tensor_parallel)
+    cost = RooflineCost(row.model, row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
+                        kv_dtype=row.kv_dtype, params=params)
+    closed = row.scenario == "closed_loop"
+    batch = e.max_batch_size or int(row.concurrency)
+    return SimConfig(scheduler=e.scheduler, cost_model=cost, model=row.model, gpu=row.gpu,
+                     tensor_parallel=tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
+                     max_batch_size=batch, token_budget=e.token_budget,
+                     closed_loop=workloads.ClosedLoop(int(row.concurrency)) if closed else None)
+
+
+def no_evict(row, cfg: SimConfig) -> SimConfig:
+    """What-if (``--no-evict``): TensorRT-LLM's GUARANTEED_NO_EVICT admits a request only when
+    its whole KV (prompt + every output token) is reserved, so nothing is ever preempted. With
+    fixed lengths that is exactly a batch cap of the pool's blocks over one request's; other
+    rows are left as they are."""
+    if row.lengths != "fixed":
+        return cfg
+    per_request = -(-(int(row.input_tokens) + int(row.output_tokens)) // cfg.resolved().block_size)
+    cap = max(1, min(cfg.max_batch_size, cfg.resolved_kv_blocks() // per_request))
+    return dataclasses.replace(cfg, max_batch_size=cap)
+
+
+RUN_KEY = ("scenario", "engine", "gpu", "model", "tensor_parallel", "weight_dtype", "kv_dtype",
+           "input_tokens", "output_tokens", "lengths", "num_requests", "concurrency",
+           "request_rate")
+
+
+def _plain(x):
+    return None if pd.isna(x) else x
+
+
+def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
+             what_if_no_evict=False) -> pd.DataFrame:
+    """Predicted vs measured for each row. Rows of one run (same workload and settings, another
+    metric) share it; the runs go through :func:`sim.sweep` (``workers`` local processes; each
+    run is deterministic, so the table does not depend on them). ``what_if_no_evict``: the
+    TensorRT-LLM rows with :func:`no_evict`'s admission instead (a diagnosis, never stored)."""
+    shape = _sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
+    keys, jobs = {}, []
+    for r in rows.itertuples():
+        key = tuple(_plain(getattr(r, k)) for k in RUN_KEY)
+        if key not in keys:
+            keys[key] = len(jobs)
+            jobs.append({"workload": workload(r, max_requests, shape),
+                         "config": {"config": no_evict(r, config(r)) if (
+                             what_if_no_evict and r.engine.startswith("tensorrt-llm"))
+                             else config(r)}})
+    summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
+    out = []
+    for r in rows.itertuples():
+        summary = summaries[keys[tuple(_plain(getattr(r, k)) for k in RUN_KEY)]]
+        predicted = summary[METRICS[r.metric]] * SCALE[r.unit]
+        out.append({"row": r.Index, "metric": r.metric, "engine": r.engine, "gpu": r.gpu,
+                    "model": r.model, "tp": r.tensor_parallel, "in": r.input_tokens,
+                    "out": r.output_tokens, "concurrency": _plain(r.concurrency),
+                    "rate": _plain(r.request_rate), "requests": requests_run(r, max_requests),
+                    "published_requests": r.num_requests, "measured": r.value,
+                    "predicted": predicted, "error": predicted / r.value - 1.0,
+                    "split": r.split, "rejected": summary["num_rejected"],
+                    "preempted": summary["num_preemptions"]})
+    return pd.DataFrame(out)
+
+
+def report(table: pd.DataFrame) -> pd.DataFrame:
+    """Median, P90 and worst |error| per engine, metric and split."""
+    g = table.assign(abs_error=table["error"].abs()).groupby(["engine", "metric", "split"])
+    return g.agg(rows=("error", "size"), median_abs_error=("abs_error", "median"),
+                 p90_abs_error=("abs_error", lambda e: float(np.percentile(e, 90))),
+                 worst=("error", lambda e: e.loc[e.abs().idxmax()])).reset_index()
+
+
+def _records(table: pd.DataFrame) -> list:
+    """Rows as JSON-able dicts (a missing value as null, not NaN)."""
+    return table.astype(object).where(table.notna(), None).to_dict(orient="records")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-requests", type=int, default=MAX_REQUESTS,
+                    help="requests per run at most (default: as many as the source ran)")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="local processes running the simulations (default 2)")
+    ap.add_argument("--no-evict", action="store_true",
+                    help="what-if: TensorRT-LLM rows admit only requests whose whole KV fits")
+    ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
+    args = ap.parse_args(argv)
+    if args.max_requests is not None and args.max_requests < 1:
+        ap.error(f"--max-requests must be >= 1, got {args.max_requests}")
+    if args.write and (args.max_requests is not None or args.no_evict):
+        ap.error("--write stores the full runs as configured: drop --max-requests and "
+                 "--no-evict")
+    t = time.perf_counter()
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
+    table = validate(load_rows(), args.max_requests, args.workers, args.no_evict)
+    summary = report(table)
+    with pd.option_context("display.width", 220, "display.max_rows", 1000):
+        print(table.round({"predicted": 4, "error": 4}).to_string(
+            index=False))
+        print()
+        print(summary.round(4).to_string(index=False))
+        cut = table[table["requests"] < table["published_requests"]]
+        print(f"\n{len(cut)} row(s) ran fewer requests than published; "
+              f"wall {time.perf_counter() - t:.1f} s")
+        print("\nNot modelled, per engine:")
+        for name in sorted(set(table["engine"])):
+            print(f"  {name}: {ENGINES[name].note}")
+    if args.write:
+        lists = {k: ",\n".join("  " + json.dumps(x) for x in _records(t))
+                 for k, t in (("rows", table), ("summary", summary))}
+        OUT.write_text(f'{{"seed": {SEED},\n "rows": [\n{lists["rows"]}\n ],\n'
+                       f' "summary": [\n{lists["summary"]}\n ]}}\n')  # one row a line
+    return table, summary
+
+
+if __name__ == "__main__":
+    main()
