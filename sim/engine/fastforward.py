@@ -35,6 +35,7 @@ segment under ``check=True``):
 from __future__ import annotations
 
 import math
+import struct
 
 from ..checks import declared_with
 from .batch import make_batch
@@ -141,5 +142,5 @@ def decode_stretch(process, now, until):
             break
     if not done:
         return None
-    process.records.extend(rows)
+    process.records.frombytes(struct.pack(f"={len(rows)}d", *rows))  # (ROW's layout)
     return delay_until(now, t)

@@ -9,6 +9,7 @@ request's runs of emitting iterations and the iteration end times
 from __future__ import annotations
 
 import gc
+import struct
 from contextlib import contextmanager
 from operator import attrgetter
 
@@ -21,6 +22,9 @@ from .request import STATUS_NAMES
 
 ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_prefill_tokens",
                      "num_decode_tokens", "kv_blocks_used", "num_preemptions")
+# one iteration's row as the engine writes it into its flat buffer (``array("d").frombytes``):
+# native float64s, the bytes ``array.extend`` of the same values gives
+ROW = struct.Struct(f"={len(ITERATION_COLUMNS)}d")
 
 
 @contextmanager

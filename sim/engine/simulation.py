@@ -46,7 +46,7 @@ from .disaggregation import run_disaggregated
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
 from .schedulers import resolve
-from .records import build_result, gc_paused
+from .records import ROW, build_result, gc_paused
 from .request import Request
 
 
@@ -213,7 +213,9 @@ class _ReplicaProcess:
 
     def loop(self):
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
-        append = self.records.extend  # one flat row of ITERATION_COLUMNS per iteration
+        # one flat row of ITERATION_COLUMNS per iteration, packed (records.ROW: 3x faster than
+        # array.extend of a tuple, which parses each value alone; the same bytes)
+        write, pack = self.records.frombytes, ROW.pack
         timeout = env.timeout
         schedule = policy.schedule
         form_batch, postprocess = replica.form_batch, replica.postprocess
@@ -289,9 +291,9 @@ class _ReplicaProcess:
             dt = cost(batch)
             if not dt >= 0 or dt == math.inf:
                 raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}")
-            append((now, dt, len(running), len(waiting), batch.num_prefill_tokens,
-                    batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
-                    replica.num_preempted_now + dropped))
+            write(pack(now, dt, len(running), len(waiting), batch.num_prefill_tokens,
+                       batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
+                       replica.num_preempted_now + dropped))
             dropped = 0
             yield timeout(dt)
             postprocess(env.now)
