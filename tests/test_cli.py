@@ -78,6 +78,10 @@ def test_workload_describe_and_memory(tmp_path, capsys):
     assert main(["workload", "describe", "azure-conv", "--plot", str(tmp_path / "w.png")]) == 0
     out = capsys.readouterr().out
     assert "19366" in out.replace(",", "") and (tmp_path / "w.png").exists()
+    # a figure in a folder not made yet: made, as --output and --report make theirs
+    new = tmp_path / "new" / "sub" / "w.png"
+    assert main(["workload", "describe", "azure-conv", "-n", "50", "--plot", str(new)]) == 0
+    assert new.exists()
     assert main(["workload", "list"]) == 0
     assert "mooncake-conversation" in capsys.readouterr().out
     assert main(["memory", "llama-3.1-70b", "--gpu", "a100"]) == 1

@@ -3,6 +3,7 @@ exit status 2, no traceback, nothing simulated or written (``--debug`` shows the
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,7 @@ FILES = {  # name -> contents, written into the test's folder
     "list.json": "[]",
     "not_json.json": "{nope",
     "a_file": "not a folder",
+    "router.toml": TOML5 + 'router = "random"\n',
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
 
@@ -135,6 +137,24 @@ CASES = [
     (["workload", "describe"], "describe needs a bundled trace name or a file"),
     (["workload", "describe", "azure-code", "-n", "0"], "argument --num-requests/-n: must be > 0"),
     (["workload", "describe", "nope"], "workload 'nope' is neither a bundled trace nor a file"),
+    # the loader's arguments (rate=, n=) named as the flags
+    (["workload", "describe", "sharegpt"], "'sharegpt' has no arrival times: give --rate "
+                                           "REQ_PER_S"),
+    (["workload", "describe", "azure-code", "-n", "10000000"], "error: --num-requests "
+     "10,000,000 is more than the 8,819 requests of the 'azure-code' trace; omit --num-requests"),
+    # --plot checked before the workload is read and described
+    (["workload", "describe", "azure-code", "--plot", "w.txt"], "--plot 'w.txt' must be a file "
+                                                               "name ending in .png"),
+    (["workload", "describe", "azure-code", "--plot", "{d}/a_file/w.png"],
+     "--plot '{d}/a_file/w.png': cannot write there"),
+    # a router routes among several replicas: set for one, it would be silently ignored
+    (RUN + ["--router", "least_kv"], "error: --router 'least_kv' applies to several replicas "
+                                     "only: give --replicas N (N >= 2) or prefill and decode "
+                                     "pools"),
+    (["run", "{d}/router.toml"], "router.toml: router 'random' applies to several replicas "
+                                 "only: give replicas = N (N >= 2)"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--router", "random"],
+     "error: --router 'random' applies to several replicas only"),
     (RUN + ["-n", "10000000"], "--num-requests 10,000,000 is more than the 8,819 requests of "
                                "the 'azure-code' trace; omit --num-requests to take all"),
     (["memory", "llama-3.1-8b", "--gpu-memory-gb", "0"], "--gpu-memory-gb must be a finite "
@@ -172,8 +192,9 @@ def no_simulation(monkeypatch):
     """Fail if a command gets as far as simulating or calibrating."""
     def refuse(*args, **kwargs):
         raise AssertionError("the bad input was found only after the work started")
-    from sim.tools import calibration
+    from sim.tools import calibration, capacity  # (capacity binds run when imported)
     monkeypatch.setattr(sim.engine, "run", refuse)
+    monkeypatch.setattr(capacity, "run", refuse)
     monkeypatch.setattr(calibration, "calibrate", refuse)
 
 
@@ -188,6 +209,23 @@ def test_user_error_is_one_line_and_exit_status_2(argv, message, folder, capsys,
     assert message.replace("{d}", str(folder)) in err
     assert "Traceback" not in err and "np.int64" not in err
     assert not (folder / "sim-out").exists() and not list(folder.glob("**/summary.json"))
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("flag", ["-o", "--report"])
+def test_an_output_the_system_refuses_is_found_before_the_run(flag, folder, monkeypatch, capsys,
+                                                              no_simulation):
+    """``os.access`` says yes to root wherever it asks (here: to anyone, as for root); the
+    output folder is probed for real, so ``-o /proc/x`` is one line before anything runs, not
+    a traceback after the simulation."""
+    import os
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)
+    target = "/proc/x" if flag == "-o" else "/proc/x/r.html"
+    rc, _, err = sim_cli(RUN + [flag, target], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"sim run: error: {'--output' if flag == '-o' else '--report'} "
+                          f"'{target}': cannot write there (")
+    assert not (folder / "sim-out").exists()
 
 
 @pytest.mark.parametrize("command", ["calibrate", "validate"])

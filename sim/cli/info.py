@@ -4,6 +4,8 @@ fit on a GPU, and how much KV cache is left)."""
 from __future__ import annotations
 
 from .arguments import number, output_file
+from .run import as_written
+from .settings import Names
 
 
 def cmd_workload(args) -> int:
@@ -17,14 +19,23 @@ def cmd_workload(args) -> int:
     if not args.name:
         raise ValueError("describe needs a bundled trace name or a file (see 'sim workload "
                          "list')")
-    df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+    if args.plot:  # checked before any work; its folder is made only once there is a figure
+        plot = output_file(args.plot, "--plot")
+        if plot.suffix.lower() != ".png":
+            raise ValueError(f"--plot {args.plot!r} must be a file name ending in .png")
+    try:
+        df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+    except ValueError as e:  # the loader names its arguments (n=, rate=): name the flags
+        raise ValueError(as_written(str(e), {"num_requests": args.num_requests,
+                                             "rate": args.rate, "speculative": {}},
+                                    Names(None))) from None
     d = workloads.describe(df)
     width = max(len(k) for k in d)
     for k, v in d.items():
         print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     if args.plot:
-        output_file(args.plot, "--plot")
-        workloads.plot_workload(df, args.plot)
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        workloads.plot_workload(df, plot)
         print(f"wrote {args.plot}")
     return 0
 

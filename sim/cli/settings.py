@@ -372,6 +372,17 @@ def check_settings(s, names=None, given=()) -> dict:
     return s
 
 
+def check_router_used(s, names) -> None:
+    """A router the user set (flag or file) for one colocated replica routes nothing: an error,
+    as ``think_time`` without a closed loop is, never silently ignored. (``sim sweep`` does not
+    call this: its grid may vary ``replicas`` under the file's router.)"""
+    if s["replicas"] == 1 and s["prefill_replicas"] is None and s["decode_replicas"] is None \
+            and ("router" in names.from_file or "router" in names.from_flags):
+        raise ValueError(f"{names('router')} {s['router']!r} applies to several replicas only: "
+                         f"give {names.like('router', 'replicas', 'N')} (N >= 2) or prefill and "
+                         f"decode pools, or drop it")
+
+
 def is_default_scenario(s) -> bool:
     """Whether the settings simulate exactly the README's default scenario."""
     return all(s[k] == v for k, v in DEFAULTS.items() if k not in NOT_SCENARIO)
