@@ -67,7 +67,7 @@ def cmd_sweep(args) -> int:
             raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
                              f"for every seed (a replayed trace), so {repeats} repeats would "
                              f"be identical: use a length-only set (e.g. sharegpt) whose "
-                             f"arrivals and lengths are drawn per seed, or speculative "
+                             f"arrivals are drawn per seed, or speculative "
                              f"decoding, whose draws take the seed")
     in_file(check_grid, args.config, df, grid, cfg)  # every point, before anything runs
     table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
