@@ -40,6 +40,8 @@ FILES = {  # name -> contents, written into the test's folder
     "not_json.json": "{nope",
     "a_file": "not a folder",
     "router.toml": TOML5 + 'router = "random"\n',
+    "one_row.csv": HEADER + "0,5,5\n",
+    "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
 
@@ -147,6 +149,12 @@ CASES = [
                                                                "name ending in .png"),
     (["workload", "describe", "azure-code", "--plot", "{d}/a_file/w.png"],
      "--plot '{d}/a_file/w.png': cannot write there"),
+    # --rate time-scales a replay: it needs two requests apart in time
+    (["run", "-w", "{d}/one_row.csv", "--rate", "5"], "error: --rate 5 cannot time-scale a "
+                                                      "workload of 1 request"),
+    (["run", "-w", "{d}/same_time.csv", "--rate", "5"], "error: --rate 5 cannot time-scale a "
+     "workload of 2 requests all arriving at 2.5 s: its mean rate needs at least two requests "
+     "spread over time (omit the rate to replay it as it is)"),
     # a router routes among several replicas: set for one, it would be silently ignored
     (RUN + ["--router", "least_kv"], "error: --router 'least_kv' applies to several replicas "
                                      "only: give --replicas N (N >= 2) or prefill and decode "

@@ -149,6 +149,13 @@ def test_poisson_gamma_constant_rates_and_cv():
     s = wl.scale_to_rate(wl.load("azure-code"), 10.0)
     assert wl.describe(s)["mean_rate"] == pytest.approx(10.0)
     assert wl.describe(s)["interarrival_cv"] == pytest.approx(13.2, rel=0.01)  # shape kept
+    one = pd.DataFrame({"arrival_time": [4.0, 4.0], "num_prompt_tokens": [5, 6],
+                        "num_output_tokens": [5, 6]})
+    with pytest.raises(ValueError, match=r"^rate 10 cannot time-scale a workload of 2 requests "
+                                         r"all arriving at 4.0 s"):
+        wl.scale_to_rate(one, 10.0)
+    with pytest.raises(ValueError, match=r"^rate 0.5 cannot time-scale a workload of 1 request:"):
+        wl.scale_to_rate(one.iloc[:1], 0.5)
 
 
 @pytest.mark.parametrize("dist,mean,p50", [
