@@ -14,8 +14,9 @@ a point failing at run time never stops the others). Every point's config is bui
 parquet path) the table is rewritten as points finish, and a later call with the same ``out``
 skips the (point, repeat) pairs already there without an error (resume);
 ``table.attrs["computed"]`` says how many ran. Each row carries ``sweep_context``, a fingerprint
-of the workload, base config and SLOs: a file written by another sweep is refused rather than
-mixed in.
+of the workload, base config, SLOs and the grid's fields: a file written by another sweep is
+refused rather than mixed in (a row is found again by its grid fields' values alone, so with a
+field dropped from the grid a row of another value of it would pass for the base config's).
 
 **Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
 the grid's or the base config's). The engine draws nothing but speculative acceptance, so
@@ -118,10 +119,11 @@ def _dask(client):
             client.close()
 
 
-def _context(df, base, slo) -> str:
+def _context(df, base, slo, fields) -> str:
     """A fingerprint of what every point shares - the workload (its columns, or the function
-    and arguments that draw it), the base config and the SLOs - so that a resumed sweep never
-    mixes rows of another (reprs without memory addresses: stable across processes)."""
+    and arguments that draw it), the base config, the SLOs and the grid's ``fields`` (which
+    identify a row: see the module docstring) - so that a resumed sweep never mixes rows of
+    another (reprs without memory addresses: stable across processes)."""
     def plain(v):
         return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(v))
     h = hashlib.sha1()
@@ -138,6 +140,7 @@ def _context(df, base, slo) -> str:
         h.update(plain([(f.name, getattr(base, f.name))
                         for f in dataclasses.fields(base)]).encode())
     h.update(plain(sorted((slo or {}).items())).encode())
+    h.update(plain(sorted(fields, key=str)).encode())
     return h.hexdigest()[:16]
 
 
@@ -229,7 +232,7 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     names = list(grid)
     points = [(combo, r) for combo in combos for r in range(repeats)]
     done = {}
-    context = _context(df, base, slo)
+    context = _context(df, base, slo, names)
     if out is not None and Path(out).exists():
         old = pd.read_parquet(out)
         if len(old) and ("sweep_context" not in old or (old["sweep_context"] != context).any()
