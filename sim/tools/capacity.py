@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..engine import SimConfig, run
+from ..engine import run
+from ..engine.config import as_config
 from ..results.metrics import SLO_KEYS
 
 
@@ -64,7 +65,7 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
     import workloads as wl
     if not isinstance(slo, dict) or not slo:
         raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
-    config = config or SimConfig()
+    config = as_config(config)
     probe = None
     for key, limit in slo.items():
         if not isinstance(limit, (int, float)) or not limit > 0 or math.isinf(limit):

@@ -198,9 +198,9 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     are known only when it runs), then each point's ``dataclasses.replace(base, **fields)`` is
     built, so a bad value raises here, naming the grid point. What fails only when a point runs
     (a model that does not fit its GPU) stays that point's error row."""
-    from ..engine import SimConfig
+    from ..engine.config import as_config
     check_grid_fields(grid, None if callable(workload) else len(workload))
-    base = base or SimConfig()
+    base = as_config(base, "base")
     names = list(grid)
     points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
     for point in points:
