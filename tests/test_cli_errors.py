@@ -169,6 +169,8 @@ CASES = [
                                                          "number > 0, got 0.0"),
     (["memory", "llama-3.1-8b", "--utilization", "1.5"], "--utilization must be at most 1"),
     (["memory", "llama-3.1-8b", "--tp", "0"], "--tp must be > 0, got 0"),
+    (["memory", "llama-3.1-8b", "--tp", "3"], "--tp 3 must divide or be a multiple of "
+                                               "num_key_value_heads 8"),
     (["memory", "llama-3.1-8b", "--max-num-seqs", "0"], "--max-num-seqs must be > 0, got 0"),
     (["memory", "llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "2"],
      "--mem-fraction-static must be at most 1, got 2.0"),

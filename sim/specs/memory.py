@@ -196,7 +196,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     """
     model = get_model(config)
     gpu_memory_gb = positive_float("gpu_memory_gb", gpu_memory_gb)
-    tp = positive_int("tensor_parallel", tensor_parallel)
+    tp = terms.check_tensor_parallel(model, positive_int("tensor_parallel", tensor_parallel))
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     wbytes = bytes_per_value("weight_dtype", weight_dtype)
     kvbytes = bytes_per_value("kv_dtype", kv_dtype)
