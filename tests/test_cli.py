@@ -86,6 +86,19 @@ def test_workload_describe_and_memory(tmp_path, capsys):
     assert "mooncake-conversation" in capsys.readouterr().out
     assert main(["memory", "llama-3.1-70b", "--gpu", "a100"]) == 1
     assert "quantize the weights to 8 bits" in capsys.readouterr().out.lower()
+    # each engine's knobs reach its accounting; left out, the library's defaults
+    from sim import memory_budget
+    from sim.specs.gpus import get_gpu
+    gb = get_gpu("h100").memory_gb
+    for argv, kw in ((["llama-3.1-8b"], {}),
+                     (["llama-3.1-8b", "--utilization", "0.5", "--max-num-seqs", "1024"],
+                      dict(gpu_memory_utilization=0.5, max_num_seqs=1024)),
+                     (["llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "0.5"],
+                      dict(accounting="sglang", mem_fraction_static=0.5))):
+        assert main(["memory", *argv]) == 0
+        blocks = memory_budget("llama-3.1-8b", gb, **kw).kv_blocks
+        assert f"({blocks:,} blocks of 16)" in capsys.readouterr().out
+    assert memory_budget("llama-3.1-8b", gb).kv_blocks == 28_343  # the README's pool
 
 
 def test_run_with_a_flagged_profile_warns_on_stderr(tmp_path, capsys):

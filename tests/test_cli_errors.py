@@ -171,6 +171,14 @@ CASES = [
     (["memory", "llama-3.1-8b", "--tp", "0"], "--tp must be > 0, got 0"),
     (["memory", "llama-3.1-8b", "--tp", "3"], "--tp 3 must divide or be a multiple of "
                                                "num_key_value_heads 8"),
+    # an engine's memory knob given for the other engine's accounting was silently ignored
+    (["memory", "llama-3.1-8b", "--mem-fraction-static", "0.5"], "error: --mem-fraction-static "
+     "is not used by --accounting vllm (its knobs: --utilization, --max-num-batched-tokens, "
+     "--max-num-seqs)"),
+    (["memory", "llama-3.1-8b", "--accounting", "sglang", "--utilization", "0.8"],
+     "error: --utilization is not used by --accounting sglang (its knobs: --mem-fraction-static)"),
+    (["memory", "llama-3.1-8b", "--accounting", "sglang", "--max-num-seqs", "4"],
+     "error: --max-num-seqs is not used by --accounting sglang"),
     (["memory", "llama-3.1-8b", "--max-num-seqs", "0"], "--max-num-seqs must be > 0, got 0"),
     (["memory", "llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "2"],
      "--mem-fraction-static must be at most 1, got 2.0"),
