@@ -109,6 +109,13 @@ def test_memory_budget_bad_values():
         memory_budget("llama-2-7b", 80, weight_dtype="fp3")
     with pytest.raises(ValueError, match="tensor_parallel"):
         memory_budget("llama-2-7b", 80, tensor_parallel=0)
+    # one engine's knob under the other's accounting changed nothing, silently
+    with pytest.raises(ValueError, match=r"^mem_fraction_static is used by "
+                                         r"accounting='sglang' only, got 0.5 with "
+                                         r"accounting='vllm'$"):
+        memory_budget("llama-2-7b", 80, mem_fraction_static=0.5)
+    with pytest.raises(ValueError, match=r"^non_torch_gb is used by accounting='vllm' only"):
+        memory_budget("llama-2-7b", 80, accounting="sglang", non_torch_gb=1.0)
 
 
 @pytest.mark.parametrize("model, tp, ok", [

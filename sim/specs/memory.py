@@ -205,6 +205,11 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     advice_seq_len = positive_int("advice_seq_len", advice_seq_len)
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
+    for knob, value, engine in (("mem_fraction_static", mem_fraction_static, "sglang"),
+                                ("non_torch_gb", non_torch_gb, "vllm")):
+        if value is not None and accounting != engine:  # it would change nothing
+            raise ValueError(f"{knob} is used by accounting={engine!r} only, got {value!r} "
+                             f"with accounting={accounting!r}")
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
          "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
          "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),
