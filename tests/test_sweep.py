@@ -205,6 +205,22 @@ def test_grid_on_a_dask_cluster_matches_local_processes():
     pd.testing.assert_frame_equal(remote.drop(columns="wall_seconds"), local)
 
 
+def test_a_dask_address_nothing_answers_at_is_a_value_error_naming_it(tmp_path):
+    """It was dask's OSError (a traceback from ``sim sweep --dask``) after its 30 s timeout."""
+    import dask
+    from sim.cli import main
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(ValueError, match=r"^client='tcp://127.0.0.1:1': no Dask scheduler "
+                                             r"answers there \(.*tcp://127.0.0.1:1"):
+            sim.sweep(_grid_df(), {"rate": [2.0]}, client="tcp://127.0.0.1:1", progress=False)
+        toml = tmp_path / "s.toml"
+        toml.write_text(f'workload = "azure-code"\nnum_requests = 5\noutput = "{tmp_path}/o"\n'
+                        f'[grid]\nrate = [1.0]\n')
+        with pytest.raises(ValueError, match=r"^--dask 'tcp://127.0.0.1:1': no Dask scheduler"):
+            main(["--debug", "sweep", str(toml), "--dask", "tcp://127.0.0.1:1"])
+    assert not (tmp_path / "o" / "sweep.parquet").exists()
+
+
 SHAREGPT = functools.partial(workloads.load, "sharegpt", n=40, rate=4.0)  # seed -> DataFrame
 COST = sim.SimConfig(cost_model=sim.ConstantCost(0.01))
 

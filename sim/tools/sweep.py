@@ -108,10 +108,20 @@ def _point(workload, params, base, slo, repeat=0):
 @contextmanager
 def _dask(client):
     """``client`` as a ``dask.distributed.Client``: one given is used as is; an address (a
-    string) is connected for this sweep and closed after it."""
-    from dask.distributed import Client
+    string) is connected for this sweep and closed after it. An address nothing answers at (or
+    Dask not installed) is a ``ValueError`` naming it, before any point runs."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ValueError(f"client={client!r}: Dask is not installed (pip install "
+                         f"'.[cluster]')") from None
     own = isinstance(client, str)
-    client = Client(client) if own else client
+    if own:
+        try:
+            client = Client(client)
+        except (OSError, TimeoutError) as e:  # refused, unknown host, timed out
+            raise ValueError(f"client={client!r}: no Dask scheduler answers there "
+                             f"({' '.join(str(e).split())[:200]})") from None
     try:
         yield client
     finally:
