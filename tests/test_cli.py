@@ -57,6 +57,11 @@ def test_run_plots_only_when_asked(tmp_path):
     assert main(["run", str(cfg)] + small[1:]) == 0
     assert sorted(p.name for p in (tmp_path / "b").glob("*.png")) == ["latency_cdfs.png",
                                                                       "timeline.png"]
+    # the next run into that folder without plots: no figure of the previous run is left
+    # beside its files (a user opening timeline.png saw the old run's); another file stays
+    (tmp_path / "b" / "notes.png").write_text("the user's")
+    assert main(small + ["-o", str(tmp_path / "b")]) == 0
+    assert sorted(p.name for p in (tmp_path / "b").glob("*.png")) == ["notes.png"]
 
 
 def test_run_errors_are_clear(tmp_path, capsys):

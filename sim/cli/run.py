@@ -23,6 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ..results import FIGURES
 from .arguments import output_file, output_folder, read_profile
 from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_router_used,
                        is_default_scenario, settings_from)
@@ -274,7 +275,8 @@ def write_parquet(df, path) -> None:
 
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
-    interrupted run leaves the previous files or the new ones, never half a file."""
+    interrupted run leaves the previous files or the new ones, never half a file. A figure of a
+    previous run (``FIGURES``) that this run does not write is removed."""
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
     try:
@@ -287,6 +289,9 @@ def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
             written += [p.name for p in save_plots(res, tmp, slo=slo)]
         for name in written:
             os.replace(tmp / name, out / name)
+        for name in FIGURES:  # a previous run's figure beside this run's files would mislead
+            if name not in written:
+                (out / name).unlink(missing_ok=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return written
