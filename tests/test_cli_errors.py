@@ -40,6 +40,7 @@ FILES = {  # name -> contents, written into the test's folder
     "not_json.json": "{nope",
     "a_file": "not a folder",
     "router.toml": TOML5 + 'router = "random"\n',
+    "profile_cost.toml": TOML5 + 'cost = "constant:0.01"\nprofile = "p.json"\n',
     "one_row.csv": HEADER + "0,5,5\n",
     "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
 }
@@ -125,8 +126,13 @@ CASES = [
      "--draft-cost-ratio is given but --spec-method ngram (prompt lookup) has no draft model"),
     (RUN + ["--spec-tokens", "2", "--draft-model", "tinyllama-1.1b", "--draft-cost-ratio", "0.1"],
      "--draft-model and --draft-cost-ratio are both given"),
-    (RUN + ["--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
-    (RUN + ["--profile", "{d}/list.json"], "--profile '{d}/list.json': not a calibration profile"),
+    (RUN[:-3] + ["--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
+    (RUN[:-3] + ["--profile", "{d}/list.json"], "--profile '{d}/list.json': not a calibration "
+                                                "profile"),
+    # RUN gives --cost: with a profile it was ignored, silently (the profile won)
+    (RUN + ["--profile", "{d}/list.json"], "error: --cost and --profile exclude each other: a "
+                                           "calibration profile prices every step"),
+    (["run", "{d}/profile_cost.toml"], "profile_cost.toml: cost and profile exclude each other"),
     (RUN + ["-o", "{d}/a_file/out"], "--output '{d}/a_file/out': cannot write there"),
     (RUN + ["-o", "{d}/a_file"], "--output '{d}/a_file': cannot write there"),
     (RUN + ["-s", "chnked"], "argument --scheduler/-s: invalid choice: 'chnked'"),

@@ -367,6 +367,9 @@ def check_settings(s, names=None, given=()) -> dict:
                              f"the draft tokens per iteration)")
         raise ValueError(f"speculative decoding needs its number of draft tokens: give "
                          f"{names('speculative.num_speculative_tokens')} K")
+    if s["profile"] is not None and "cost" in given:  # the profile would win, silently
+        raise ValueError(f"{names('cost')} and {names.like('cost', 'profile')} exclude each "
+                         f"other: a calibration profile prices every step")
     if s["profile"] is not None and not Path(s["profile"]).is_file():
         raise ValueError(f"{names('profile')} {str(s['profile'])!r}: no such file")
     return s
