@@ -44,6 +44,35 @@ def test_attainment_target_and_goodput_per_gpu():
     assert strict.goodput_per_gpu == pytest.approx(strict.summary["goodput"] / 2)
 
 
+@pytest.mark.parametrize("fleet, gpus", [
+    (dict(replicas=3), 3), (dict(replicas=2, tensor_parallel=2), 4),
+    (dict(disaggregation=sim.Disaggregation(2, 1)), 3)])
+def test_goodput_per_gpu_counts_every_gpu_of_a_cluster(fleet, gpus):
+    """num_gpus was tensor_parallel alone: a 3-replica cluster's goodput was reported per 1 GPU
+    (3x too high); now the run's own count (replicas x TP, or both pools), as its summary's."""
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_batch_size=1, **fleet)
+    cap = max_rate(_poisson(300, seed=2), {"e2e": 0.05}, config=cfg, tol=0.05)
+    assert cap.num_gpus == gpus == cap.summary["num_gpus"]
+    assert cap.goodput_per_gpu == pytest.approx(cap.summary["goodput"] / gpus)
+    assert cap.goodput_per_gpu == pytest.approx(cap.summary["goodput_per_gpu"])
+
+
+def test_a_closed_loop_or_limits_no_rate_breaks_are_clear_errors():
+    """A closed loop has no arrival rate to scale (every rate gave the same run: 60 doublings,
+    then a RuntimeError); limits that even the whole workload at once meets cannot bracket."""
+    import workloads
+    cfg = sim.SimConfig(cost_model=sim.ConstantCost(0.01),
+                        closed_loop=workloads.ClosedLoop(num_users=2))
+    with pytest.raises(ValueError, match=r"^max_rate time-scales an open loop's arrivals; "
+                                         r"config.closed_loop=ClosedLoop\(num_users=2"):
+        max_rate(_poisson(20), {"ttft": 1.0}, config=cfg)
+    with pytest.raises(ValueError, match=r"^every rate tried, up to .* req/s, meets "
+                                         r"\{'e2e': 1000.0\}: 20 requests cannot load"):
+        max_rate(_poisson(20), {"e2e": 1000.0},
+                 config=sim.SimConfig(cost_model=sim.ConstantCost(0.01)))
+
+
 def test_bad_limits_are_clear_errors():
     df = _poisson(50)
     with pytest.raises(ValueError, match="non-empty dict"):

@@ -57,6 +57,11 @@ def test_run_plots_only_when_asked(tmp_path):
     assert main(["run", str(cfg)] + small[1:]) == 0
     assert sorted(p.name for p in (tmp_path / "b").glob("*.png")) == ["latency_cdfs.png",
                                                                       "timeline.png"]
+    # the next run into that folder without plots: no figure of the previous run is left
+    # beside its files (a user opening timeline.png saw the old run's); another file stays
+    (tmp_path / "b" / "notes.png").write_text("the user's")
+    assert main(small + ["-o", str(tmp_path / "b")]) == 0
+    assert sorted(p.name for p in (tmp_path / "b").glob("*.png")) == ["notes.png"]
 
 
 def test_run_errors_are_clear(tmp_path, capsys):
@@ -78,10 +83,27 @@ def test_workload_describe_and_memory(tmp_path, capsys):
     assert main(["workload", "describe", "azure-conv", "--plot", str(tmp_path / "w.png")]) == 0
     out = capsys.readouterr().out
     assert "19366" in out.replace(",", "") and (tmp_path / "w.png").exists()
+    # a figure in a folder not made yet: made, as --output and --report make theirs
+    new = tmp_path / "new" / "sub" / "w.png"
+    assert main(["workload", "describe", "azure-conv", "-n", "50", "--plot", str(new)]) == 0
+    assert new.exists()
     assert main(["workload", "list"]) == 0
     assert "mooncake-conversation" in capsys.readouterr().out
     assert main(["memory", "llama-3.1-70b", "--gpu", "a100"]) == 1
     assert "quantize the weights to 8 bits" in capsys.readouterr().out.lower()
+    # each engine's knobs reach its accounting; left out, the library's defaults
+    from sim import memory_budget
+    from sim.specs.gpus import get_gpu
+    gb = get_gpu("h100").memory_gb
+    for argv, kw in ((["llama-3.1-8b"], {}),
+                     (["llama-3.1-8b", "--utilization", "0.5", "--max-num-seqs", "1024"],
+                      dict(gpu_memory_utilization=0.5, max_num_seqs=1024)),
+                     (["llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "0.5"],
+                      dict(accounting="sglang", mem_fraction_static=0.5))):
+        assert main(["memory", *argv]) == 0
+        blocks = memory_budget("llama-3.1-8b", gb, **kw).kv_blocks
+        assert f"({blocks:,} blocks of 16)" in capsys.readouterr().out
+    assert memory_budget("llama-3.1-8b", gb).kv_blocks == 28_343  # the README's pool
 
 
 def test_run_with_a_flagged_profile_warns_on_stderr(tmp_path, capsys):

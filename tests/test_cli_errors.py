@@ -3,6 +3,7 @@ exit status 2, no traceback, nothing simulated or written (``--debug`` shows the
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,10 @@ FILES = {  # name -> contents, written into the test's folder
     "list.json": "[]",
     "not_json.json": "{nope",
     "a_file": "not a folder",
+    "router.toml": TOML5 + 'router = "random"\n',
+    "profile_cost.toml": TOML5 + 'cost = "constant:0.01"\nprofile = "p.json"\n',
+    "one_row.csv": HEADER + "0,5,5\n",
+    "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
 
@@ -121,8 +126,13 @@ CASES = [
      "--draft-cost-ratio is given but --spec-method ngram (prompt lookup) has no draft model"),
     (RUN + ["--spec-tokens", "2", "--draft-model", "tinyllama-1.1b", "--draft-cost-ratio", "0.1"],
      "--draft-model and --draft-cost-ratio are both given"),
-    (RUN + ["--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
-    (RUN + ["--profile", "{d}/list.json"], "--profile '{d}/list.json': not a calibration profile"),
+    (RUN[:-3] + ["--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),
+    (RUN[:-3] + ["--profile", "{d}/list.json"], "--profile '{d}/list.json': not a calibration "
+                                                "profile"),
+    # RUN gives --cost: with a profile it was ignored, silently (the profile won)
+    (RUN + ["--profile", "{d}/list.json"], "error: --cost and --profile exclude each other: a "
+                                           "calibration profile prices every step"),
+    (["run", "{d}/profile_cost.toml"], "profile_cost.toml: cost and profile exclude each other"),
     (RUN + ["-o", "{d}/a_file/out"], "--output '{d}/a_file/out': cannot write there"),
     (RUN + ["-o", "{d}/a_file"], "--output '{d}/a_file': cannot write there"),
     (RUN + ["-s", "chnked"], "argument --scheduler/-s: invalid choice: 'chnked'"),
@@ -135,12 +145,46 @@ CASES = [
     (["workload", "describe"], "describe needs a bundled trace name or a file"),
     (["workload", "describe", "azure-code", "-n", "0"], "argument --num-requests/-n: must be > 0"),
     (["workload", "describe", "nope"], "workload 'nope' is neither a bundled trace nor a file"),
+    # the loader's arguments (rate=, n=) named as the flags
+    (["workload", "describe", "sharegpt"], "'sharegpt' has no arrival times: give --rate "
+                                           "REQ_PER_S"),
+    (["workload", "describe", "azure-code", "-n", "10000000"], "error: --num-requests "
+     "10,000,000 is more than the 8,819 requests of the 'azure-code' trace; omit --num-requests"),
+    # --plot checked before the workload is read and described
+    (["workload", "describe", "azure-code", "--plot", "w.txt"], "--plot 'w.txt' must be a file "
+                                                               "name ending in .png"),
+    (["workload", "describe", "azure-code", "--plot", "{d}/a_file/w.png"],
+     "--plot '{d}/a_file/w.png': cannot write there"),
+    # --rate time-scales a replay: it needs two requests apart in time
+    (["run", "-w", "{d}/one_row.csv", "--rate", "5"], "error: --rate 5 cannot time-scale a "
+                                                      "workload of 1 request"),
+    (["run", "-w", "{d}/same_time.csv", "--rate", "5"], "error: --rate 5 cannot time-scale a "
+     "workload of 2 requests all arriving at 2.5 s: its mean rate needs at least two requests "
+     "spread over time (omit the rate to replay it as it is)"),
+    # a router routes among several replicas: set for one, it would be silently ignored
+    (RUN + ["--router", "least_kv"], "error: --router 'least_kv' applies to several replicas "
+                                     "only: give --replicas N (N >= 2) or prefill and decode "
+                                     "pools"),
+    (["run", "{d}/router.toml"], "router.toml: router 'random' applies to several replicas "
+                                 "only: give replicas = N (N >= 2)"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--router", "random"],
+     "error: --router 'random' applies to several replicas only"),
     (RUN + ["-n", "10000000"], "--num-requests 10,000,000 is more than the 8,819 requests of "
                                "the 'azure-code' trace; omit --num-requests to take all"),
     (["memory", "llama-3.1-8b", "--gpu-memory-gb", "0"], "--gpu-memory-gb must be a finite "
                                                          "number > 0, got 0.0"),
     (["memory", "llama-3.1-8b", "--utilization", "1.5"], "--utilization must be at most 1"),
     (["memory", "llama-3.1-8b", "--tp", "0"], "--tp must be > 0, got 0"),
+    (["memory", "llama-3.1-8b", "--tp", "3"], "--tp 3 must divide or be a multiple of "
+                                               "num_key_value_heads 8"),
+    # an engine's memory knob given for the other engine's accounting was silently ignored
+    (["memory", "llama-3.1-8b", "--mem-fraction-static", "0.5"], "error: --mem-fraction-static "
+     "is not used by --accounting vllm (its knobs: --utilization, --max-num-batched-tokens, "
+     "--max-num-seqs)"),
+    (["memory", "llama-3.1-8b", "--accounting", "sglang", "--utilization", "0.8"],
+     "error: --utilization is not used by --accounting sglang (its knobs: --mem-fraction-static)"),
+    (["memory", "llama-3.1-8b", "--accounting", "sglang", "--max-num-seqs", "4"],
+     "error: --max-num-seqs is not used by --accounting sglang"),
     (["memory", "llama-3.1-8b", "--max-num-seqs", "0"], "--max-num-seqs must be > 0, got 0"),
     (["memory", "llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "2"],
      "--mem-fraction-static must be at most 1, got 2.0"),
@@ -172,8 +216,9 @@ def no_simulation(monkeypatch):
     """Fail if a command gets as far as simulating or calibrating."""
     def refuse(*args, **kwargs):
         raise AssertionError("the bad input was found only after the work started")
-    from sim.tools import calibration
+    from sim.tools import calibration, capacity  # (capacity binds run when imported)
     monkeypatch.setattr(sim.engine, "run", refuse)
+    monkeypatch.setattr(capacity, "run", refuse)
     monkeypatch.setattr(calibration, "calibrate", refuse)
 
 
@@ -188,6 +233,23 @@ def test_user_error_is_one_line_and_exit_status_2(argv, message, folder, capsys,
     assert message.replace("{d}", str(folder)) in err
     assert "Traceback" not in err and "np.int64" not in err
     assert not (folder / "sim-out").exists() and not list(folder.glob("**/summary.json"))
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("flag", ["-o", "--report"])
+def test_an_output_the_system_refuses_is_found_before_the_run(flag, folder, monkeypatch, capsys,
+                                                              no_simulation):
+    """``os.access`` says yes to root wherever it asks (here: to anyone, as for root); the
+    output folder is probed for real, so ``-o /proc/x`` is one line before anything runs, not
+    a traceback after the simulation."""
+    import os
+    monkeypatch.setattr(os, "access", lambda *args, **kwargs: True)
+    target = "/proc/x" if flag == "-o" else "/proc/x/r.html"
+    rc, _, err = sim_cli(RUN + [flag, target], capsys)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"sim run: error: {'--output' if flag == '-o' else '--report'} "
+                          f"'{target}': cannot write there (")
+    assert not (folder / "sim-out").exists()
 
 
 @pytest.mark.parametrize("command", ["calibrate", "validate"])

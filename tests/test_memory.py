@@ -109,6 +109,29 @@ def test_memory_budget_bad_values():
         memory_budget("llama-2-7b", 80, weight_dtype="fp3")
     with pytest.raises(ValueError, match="tensor_parallel"):
         memory_budget("llama-2-7b", 80, tensor_parallel=0)
+    # one engine's knob under the other's accounting changed nothing, silently
+    with pytest.raises(ValueError, match=r"^mem_fraction_static is used by "
+                                         r"accounting='sglang' only, got 0.5 with "
+                                         r"accounting='vllm'$"):
+        memory_budget("llama-2-7b", 80, mem_fraction_static=0.5)
+    with pytest.raises(ValueError, match=r"^non_torch_gb is used by accounting='vllm' only"):
+        memory_budget("llama-2-7b", 80, accounting="sglang", non_torch_gb=1.0)
+
+
+@pytest.mark.parametrize("model, tp, ok", [
+    ("llama-3.1-8b", 3, False), ("llama-3.1-8b", 6, False), ("llama-3.1-8b", 4, True),
+    ("llama-3.1-8b", 16, True), ("falcon-7b", 3, True), ("llama-2-7b", 5, False)])
+def test_memory_budget_refuses_a_split_the_heads_do_not_allow(model, tp, ok):
+    """The roofline's rule, in the budget too: TP must divide the KV heads or be a multiple of
+    them (Llama-3.1-8B's 8 over 3 GPUs was budgeted as 2 heads each, while ``sim run --tp 3``
+    refused it); Falcon-7B's one KV head is replicated on any number of GPUs."""
+    if ok:
+        assert memory_budget(model, 80, tensor_parallel=tp).tensor_parallel == tp
+    else:
+        heads = get_model(model).num_key_value_heads
+        with pytest.raises(ValueError, match=f"^tensor_parallel {tp} must divide or be a "
+                                             f"multiple of num_key_value_heads {heads}$"):
+            memory_budget(model, 80, tensor_parallel=tp)
 
 
 def test_mla_kv_bytes_per_token_is_the_latent():

@@ -1,6 +1,7 @@
 """``sim.engine.simulation``: what ``run`` leaves behind and what it costs outside the loop."""
 
 import gc
+import re
 
 import pytest
 
@@ -211,3 +212,24 @@ def test_a_policy_that_preempts_what_it_admits_raises_instead_of_forming_forever
                                            r"running$"):
         sim.run(df, scheduler=policy, **cluster, **GPU)
     assert policy.calls <= 6  # admit, preempt, raise: on each replica
+
+
+@pytest.mark.parametrize("config, hint", [
+    ("vllm", "; for a scheduler write scheduler='vllm'"),
+    ({"scheduler": "vllm"}, "; for a dict write SimConfig(**d) or pass its keys as keywords"),
+    (5, ""),
+])
+def test_a_config_that_is_not_a_simconfig_is_a_type_error_naming_it(config, hint):
+    """``sim.run(df, "vllm")`` (a scheduler in the config's place) raised AttributeError from
+    inside the run; run, sweep's ``base`` and max_rate's ``config`` now say what to write."""
+    df = wl.load("azure-code", n=5)
+    with pytest.raises(TypeError, match=f"^config must be a sim.SimConfig or None, got "
+                                        f"{re.escape(repr(config) + hint)}$"):
+        sim.run(df, config)
+    with pytest.raises(TypeError, match="^config must be a sim.SimConfig or None"):
+        sim.run(df, config, max_batch_size=4)
+    with pytest.raises(TypeError, match="^base must be a sim.SimConfig or None"):
+        sim.sweep(df, {"max_batch_size": [4]}, base=config, workers=1, progress=False)
+    with pytest.raises(TypeError, match="^config must be a sim.SimConfig or None"):
+        sim.max_rate(df, {"ttft": 1.0}, config=config)
+    assert sim.run(df, None).summary()["num_finished"] == 5

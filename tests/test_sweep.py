@@ -205,6 +205,22 @@ def test_grid_on_a_dask_cluster_matches_local_processes():
     pd.testing.assert_frame_equal(remote.drop(columns="wall_seconds"), local)
 
 
+def test_a_dask_address_nothing_answers_at_is_a_value_error_naming_it(tmp_path):
+    """It was dask's OSError (a traceback from ``sim sweep --dask``) after its 30 s timeout."""
+    import dask
+    from sim.cli import main
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(ValueError, match=r"^client='tcp://127.0.0.1:1': no Dask scheduler "
+                                             r"answers there \(.*tcp://127.0.0.1:1"):
+            sim.sweep(_grid_df(), {"rate": [2.0]}, client="tcp://127.0.0.1:1", progress=False)
+        toml = tmp_path / "s.toml"
+        toml.write_text(f'workload = "azure-code"\nnum_requests = 5\noutput = "{tmp_path}/o"\n'
+                        f'[grid]\nrate = [1.0]\n')
+        with pytest.raises(ValueError, match=r"^--dask 'tcp://127.0.0.1:1': no Dask scheduler"):
+            main(["--debug", "sweep", str(toml), "--dask", "tcp://127.0.0.1:1"])
+    assert not (tmp_path / "o" / "sweep.parquet").exists()
+
+
 SHAREGPT = functools.partial(workloads.load, "sharegpt", n=40, rate=4.0)  # seed -> DataFrame
 COST = sim.SimConfig(cost_model=sim.ConstantCost(0.01))
 
@@ -307,3 +323,29 @@ def test_resume_refuses_rows_of_another_base_config_or_workload(tmp_path):
     with pytest.raises(ValueError, match="another sweep"):
         sweep(df.assign(num_output_tokens=[5, 5, 5]), {"max_batch_size": [4, 8]}, out=out,
               workers=1, progress=False)
+
+
+def test_resume_refuses_rows_of_a_grid_with_other_fields(tmp_path):
+    """Rows are found again by their grid fields' values: with ``scheduler`` dropped from the
+    grid, its vllm rows were taken for the base config's (chunked) points, silently; with a
+    field added that is also a summary column (``scheduler``), the other sweep's rows were
+    dropped from the file. Both are another sweep: refused."""
+    import pandas as pd
+    from sim import sweep
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0, 0.0, 0.0],
+                       "num_prompt_tokens": [3000, 3000, 3000, 3000],
+                       "num_output_tokens": [40, 40, 40, 40]})
+    out = tmp_path / "s.parquet"
+    both = sweep(df, {"scheduler": ["vllm", "chunked"], "kv_blocks": [4000]}, out=out,
+                 workers=1, progress=False)
+    fresh = sweep(df, {"kv_blocks": [4000]}, workers=1, progress=False)  # chunked, the base
+    assert both["ttft_p99"].iloc[0] != fresh["ttft_p99"].iloc[0]  # vllm's differs
+    assert both["ttft_p99"].iloc[1] == fresh["ttft_p99"].iloc[0]
+    with pytest.raises(ValueError, match="another sweep"):
+        sweep(df, {"kv_blocks": [4000]}, out=out, workers=1, progress=False)
+    out2 = tmp_path / "s2.parquet"
+    sweep(df, {"kv_blocks": [4000]}, out=out2, workers=1, progress=False)
+    with pytest.raises(ValueError, match="another sweep"):
+        sweep(df, {"scheduler": ["chunked", "vllm"], "kv_blocks": [4000]}, out=out2, workers=1,
+              progress=False)
+    assert len(pd.read_parquet(out2)) == 1  # kept, not rewritten

@@ -177,3 +177,30 @@ def test_fuzz_unicode_csv_text(tmp_path, text):
     path = tmp_path / "fuzz.csv"
     path.write_text(HEADER + text, encoding="utf-8")
     _check(path)
+
+
+def test_timestamps_become_seconds_since_the_first(tmp_path):
+    """A JSONL file of epoch times (pandas reads an ``arrival_time`` of epoch numbers as dates)
+    and a parquet file of datetimes or durations: each arrival in seconds from the start. They
+    were taken as micro/nanoseconds read as seconds: gaps 1e6-1e9 too long, and E2E rounded to
+    0 at ~1e18 s."""
+    from sim import run
+    lines = [{"arrival_time": t, "num_prompt_tokens": 100, "num_output_tokens": 20}
+             for t in (1700000000.25, 1700000001.5, 1700000004.0)]
+    epoch = tmp_path / "epoch.jsonl"
+    epoch.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    relative = pd.DataFrame(lines).assign(arrival_time=[0.0, 1.25, 3.75])
+    assert wl.load(epoch)["arrival_time"].tolist() == [0.0, 1.25, 3.75]
+    start = pd.Timestamp("2024-05-01 12:00:00", tz="UTC")
+    stamps = relative.assign(arrival_time=start + pd.to_timedelta(relative["arrival_time"], "s"))
+    stamps.to_parquet(tmp_path / "dt.parquet")
+    (stamps.assign(arrival_time=stamps["arrival_time"] - start)
+     .to_parquet(tmp_path / "td.parquet"))
+    for name in ("dt.parquet", "td.parquet"):
+        assert wl.load(tmp_path / name)["arrival_time"].tolist() == [0.0, 1.25, 3.75]
+    want = run(relative).requests[["ttft", "e2e"]]
+    assert want["e2e"].min() > 0
+    pd.testing.assert_frame_equal(run(wl.load(epoch)).requests[["ttft", "e2e"]], want)
+    stamps.loc[1, "arrival_time"] = pd.NaT
+    with pytest.raises(ValueError, match=r"arrival_time: row 1 has NaT \(must be a finite"):
+        wl.validate(stamps)

@@ -62,6 +62,22 @@ def test_length_sets(name, rows, pm, p50, pmax, om, omax):
         wl.load(name)
 
 
+def test_a_length_set_takes_its_first_n_lengths_whatever_the_seed():
+    """What a sweep's repeats of ``sharegpt`` vary (examples/sweep_repeats.toml, the README):
+    the seed draws the arrivals; the lengths are the set's first n, sampled per seed only when
+    n exceeds the set."""
+    a, b = (wl.load("sharegpt", n=300, rate=4.0, seed=s) for s in (0, 1))
+    first = wl.load("sharegpt", rate=4.0).iloc[:300]
+    for col in ("num_prompt_tokens", "num_output_tokens"):
+        assert (a[col].to_numpy() == first[col].to_numpy()).all()
+        assert (b[col].to_numpy() == first[col].to_numpy()).all()
+    assert not np.array_equal(a["arrival_time"], b["arrival_time"])
+    size = len(wl.load("sharegpt", rate=4.0))
+    c, d = (wl.load("sharegpt", n=size + 1, rate=4.0, seed=s) for s in (0, 1))
+    assert c.attrs["resampled_from"] == size
+    assert not np.array_equal(c["num_prompt_tokens"], d["num_prompt_tokens"])
+
+
 def test_load_options():
     df = wl.load("azure-conv", n=1000, rate=20.0)
     assert len(df) == 1000 and wl.describe(df)["mean_rate"] == pytest.approx(20.0)
@@ -133,6 +149,13 @@ def test_poisson_gamma_constant_rates_and_cv():
     s = wl.scale_to_rate(wl.load("azure-code"), 10.0)
     assert wl.describe(s)["mean_rate"] == pytest.approx(10.0)
     assert wl.describe(s)["interarrival_cv"] == pytest.approx(13.2, rel=0.01)  # shape kept
+    one = pd.DataFrame({"arrival_time": [4.0, 4.0], "num_prompt_tokens": [5, 6],
+                        "num_output_tokens": [5, 6]})
+    with pytest.raises(ValueError, match=r"^rate 10 cannot time-scale a workload of 2 requests "
+                                         r"all arriving at 4.0 s"):
+        wl.scale_to_rate(one, 10.0)
+    with pytest.raises(ValueError, match=r"^rate 0.5 cannot time-scale a workload of 1 request:"):
+        wl.scale_to_rate(one.iloc[:1], 0.5)
 
 
 @pytest.mark.parametrize("dist,mean,p50", [

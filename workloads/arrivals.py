@@ -64,7 +64,11 @@ def scale_to_rate(df: pd.DataFrame, rate) -> pd.DataFrame:
     t = t - t[0] if len(t) else t
     span = t[-1] if len(t) else 0.0
     if len(t) < 2 or span <= 0:
-        raise ValueError("scale_to_rate needs at least two requests spread over time")
+        what = (f"{len(t)} request" if len(t) < 2 else
+                f"{len(t)} requests all arriving at {_plain(df['arrival_time'].iloc[0])!r} s")
+        raise ValueError(f"rate {rate:g} cannot time-scale a workload of {what}: its mean rate "
+                         f"needs at least two requests spread over time (omit the rate to "
+                         f"replay it as it is)")
     out["arrival_time"] = t * ((len(t) - 1) / span) / rate
     return out
 

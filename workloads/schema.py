@@ -5,12 +5,17 @@ A workload is a pandas DataFrame with one row per request:
 | column | type | meaning |
 |---|---|---|
 | ``request_id`` | any (optional; default ``0..n-1``) | identity, carried into the results |
-| ``arrival_time`` | float seconds from start, non-decreasing, >= 0 | when the request arrives |
+| ``arrival_time`` | float seconds from start, non-decreasing, >= 0 (timestamps: see below) | when the request arrives |
 | ``num_prompt_tokens`` | int >= 1 | prompt (prefill) length |
 | ``num_output_tokens`` | int >= 1 | tokens to generate |
 | ``hash_ids`` | list of ints (optional) | prefix-block ids, ``attrs["block_size"]`` tokens each |
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
+
+An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, or a JSONL file's epoch or
+ISO times, which pandas reads as dates) becomes seconds since the earliest; durations
+(``timedelta64``) become their seconds. Taken as numbers they were nanoseconds or microseconds
+read as seconds: gaps a million times too long and, at ~1e18, latencies rounded to 0.
 """
 
 from __future__ import annotations
@@ -34,6 +39,16 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _seconds(col) -> np.ndarray:
+    """``arrival_time`` as float seconds: timestamps since the earliest, durations as seconds,
+    numbers as they are (anything else NaN, reported by the caller)."""
+    if pd.api.types.is_datetime64_any_dtype(col):
+        col = col - col.min()
+    if pd.api.types.is_timedelta64_dtype(col):
+        return col.dt.total_seconds().to_numpy(dtype=np.float64)
+    return pd.to_numeric(col, errors="coerce").to_numpy(dtype=np.float64)
+
+
 def validate(df, *, source=None) -> pd.DataFrame:
     """Check a workload and return it normalised (integer lengths, float arrivals, request ids).
 
@@ -55,7 +70,7 @@ def validate(df, *, source=None) -> pd.DataFrame:
     # read-only (a deep copy consolidated the columns: 0.24 s of 0.25 s at 1M requests)
     out = df.copy(deep=False)
     out.attrs = dict(df.attrs)
-    arrival = pd.to_numeric(out["arrival_time"], errors="coerce").to_numpy(dtype=np.float64)
+    arrival = _seconds(out["arrival_time"])
     bad = ~np.isfinite(arrival) | (arrival < 0)
     if bad.any():
         i = _first_bad(bad)

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -30,8 +31,10 @@ def number(kind=float, *, allow_zero=False):
 
 
 def _writable(path, name, shown) -> None:
-    """Raise unless ``path`` is, or could be created as, a writable folder. Creates nothing, so a
-    run stopped by a later error leaves no empty folder behind."""
+    """Raise unless ``path`` is, or could be created as, a writable folder. Leaves nothing
+    behind, so a run stopped by a later error leaves no empty folder: the nearest existing
+    folder is probed with a temporary file, created and removed (``os.access`` alone says yes
+    to root in ``/proc`` or on a read-only mount, and the run then failed after simulating)."""
     existing = Path(path)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -41,6 +44,11 @@ def _writable(path, name, shown) -> None:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ValueError(f"{name} {str(shown)!r}: cannot write there (permission denied in "
                          f"{existing})")
+    try:
+        tempfile.NamedTemporaryFile(dir=existing, prefix=".sim-probe").close()
+    except OSError as e:
+        raise ValueError(f"{name} {str(shown)!r}: cannot write there ({e.strerror or e} in "
+                         f"{existing})") from None
 
 
 def output_folder(path, name="--output") -> Path:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from .run import build
 from .arguments import number
-from .settings import Names, add_run_args, settings_from
+from .settings import Names, add_run_args, check_router_used, settings_from
 
 
 def cmd_capacity(args) -> int:
     from ..tools.capacity import max_rate
     names = Names(args.config)
     s = settings_from(args, names)
+    check_router_used(s, names)
     if not s["slo"]:
         raise ValueError("sim capacity needs at least one SLO: --slo-ttft, --slo-itl, "
                          "--slo-tpot or --slo-e2e (seconds), or an [slo] table")

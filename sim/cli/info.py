@@ -4,6 +4,8 @@ fit on a GPU, and how much KV cache is left)."""
 from __future__ import annotations
 
 from .arguments import number, output_file
+from .run import as_written
+from .settings import Names
 
 
 def cmd_workload(args) -> int:
@@ -17,14 +19,23 @@ def cmd_workload(args) -> int:
     if not args.name:
         raise ValueError("describe needs a bundled trace name or a file (see 'sim workload "
                          "list')")
-    df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+    if args.plot:  # checked before any work; its folder is made only once there is a figure
+        plot = output_file(args.plot, "--plot")
+        if plot.suffix.lower() != ".png":
+            raise ValueError(f"--plot {args.plot!r} must be a file name ending in .png")
+    try:
+        df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+    except ValueError as e:  # the loader names its arguments (n=, rate=): name the flags
+        raise ValueError(as_written(str(e), {"num_requests": args.num_requests,
+                                             "rate": args.rate, "speculative": {}},
+                                    Names(None))) from None
     d = workloads.describe(df)
     width = max(len(k) for k in d)
     for k, v in d.items():
         print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
     if args.plot:
-        output_file(args.plot, "--plot")
-        workloads.plot_workload(df, args.plot)
+        plot.parent.mkdir(parents=True, exist_ok=True)
+        workloads.plot_workload(df, plot)
         print(f"wrote {args.plot}")
     return 0
 
@@ -35,6 +46,9 @@ MEMORY_FLAGS = {"gpu": "--gpu", "gpu_memory_gb": "--gpu-memory-gb",
                 "tensor_parallel": "--tp", "gpu_memory_utilization": "--utilization",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
                 "max_num_seqs": "--max-num-seqs", "mem_fraction_static": "--mem-fraction-static"}
+# the memory_budget knobs each accounting does not read (its engine has no such setting)
+NOT_USED_BY = {"vllm": ("mem_fraction_static",),
+               "sglang": ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")}
 
 
 def cmd_memory(args) -> int:
@@ -43,15 +57,23 @@ def cmd_memory(args) -> int:
     when it does not, with the advice to quantize or add GPUs)."""
     from ..specs.gpus import get_gpu
     from ..specs.memory import GiB, memory_budget
+    engine_knobs = {"gpu_memory_utilization": args.utilization,
+                    "max_num_batched_tokens": args.max_num_batched_tokens,
+                    "max_num_seqs": args.max_num_seqs,
+                    "mem_fraction_static": args.mem_fraction_static}
+    unused = NOT_USED_BY[args.accounting]
+    for key in unused:  # a flag that would change nothing is an error, never ignored
+        if engine_knobs[key] is not None:
+            used = ", ".join(MEMORY_FLAGS[k] for k in engine_knobs if k not in unused)
+            raise ValueError(f"{MEMORY_FLAGS[key]} is not used by --accounting "
+                             f"{args.accounting} (its knobs: {used})")
     try:
         gpu = None if args.gpu_memory_gb is not None else get_gpu(args.gpu)
         gb = args.gpu_memory_gb if gpu is None else gpu.memory_gb
         b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype,
                           kv_dtype=args.kv_dtype, tensor_parallel=args.tp,
-                          gpu_memory_utilization=args.utilization, accounting=args.accounting,
-                          max_num_batched_tokens=args.max_num_batched_tokens,
-                          max_num_seqs=args.max_num_seqs,
-                          mem_fraction_static=args.mem_fraction_static)
+                          accounting=args.accounting,
+                          **{k: v for k, v in engine_knobs.items() if v is not None})
     except (ValueError, TypeError) as e:  # the library names its arguments; name the flags
         msg = str(e)
         field = msg.split(" ", 1)[0].split("=", 1)[0]
@@ -99,13 +121,13 @@ def add_parsers(sub):
     p_mem.add_argument("--weight-dtype", default="fp16", help="weight precision (default fp16)")
     p_mem.add_argument("--kv-dtype", default="fp16", help="KV cache precision (default fp16)")
     p_mem.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
-    p_mem.add_argument("--utilization", type=float, default=0.9,
+    p_mem.add_argument("--utilization", type=float, default=None,
                        help="vLLM's gpu_memory_utilization (default 0.9)")
     p_mem.add_argument("--accounting", choices=["vllm", "sglang"], default="vllm",
                        help="whose memory accounting (default vllm)")
-    p_mem.add_argument("--max-num-batched-tokens", type=int, default=8192,
+    p_mem.add_argument("--max-num-batched-tokens", type=int, default=None,
                        help="vLLM: tokens of the profiling forward pass (default 8192)")
-    p_mem.add_argument("--max-num-seqs", type=int, default=256,
+    p_mem.add_argument("--max-num-seqs", type=int, default=None,
                        help="vLLM: sequences sampled in the profiling run (default 256)")
     p_mem.add_argument("--mem-fraction-static", type=float, default=None,
                        help="SGLang: weights + KV fraction (default: SGLang's own for the GPU)")

@@ -23,9 +23,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ..results import FIGURES
 from .arguments import output_file, output_folder, read_profile
-from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, is_default_scenario,
-                       settings_from)
+from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_router_used,
+                       is_default_scenario, settings_from)
 
 
 def cost_model_from(s):
@@ -104,13 +105,13 @@ def build(s, names=None):
     except (ValueError, TypeError) as e:
         if names is None:
             raise
-        raise type(e)(_as_written(str(e), s, names)) from None
+        raise type(e)(as_written(str(e), s, names)) from None
 
 
 _LEADING = re.compile(r"(\w+)(?:=| )(.*)", re.S)  # "chunk_size=100 is ...", "cost 'x': ..."
 
 
-def _as_written(msg, s, names) -> str:
+def as_written(msg, s, names) -> str:
     """``msg`` with the API's names of settings replaced by the user's (flag or file key): a
     message that starts with a setting (``chunk_size 100 ...``, ``chunk_size=100 ...``) names
     it as written (``--chunk-size 100 ...``, ``exp.toml: chunk_size 100 ...``)."""
@@ -274,7 +275,8 @@ def write_parquet(df, path) -> None:
 
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
-    interrupted run leaves the previous files or the new ones, never half a file."""
+    interrupted run leaves the previous files or the new ones, never half a file. A figure of a
+    previous run (``FIGURES``) that this run does not write is removed."""
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
     try:
@@ -287,6 +289,9 @@ def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
             written += [p.name for p in save_plots(res, tmp, slo=slo)]
         for name in written:
             os.replace(tmp / name, out / name)
+        for name in FIGURES:  # a previous run's figure beside this run's files would mislead
+            if name not in written:
+                (out / name).unlink(missing_ok=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return written
@@ -298,6 +303,7 @@ def cmd_run(args) -> int:
     from ..engine import run
     names = Names(args.config)
     s = settings_from(args, names, extra=("report",))
+    check_router_used(s, names)
     out = output_folder(s["output"], names("output"))
     report = args.report if args.report is not None else s["extra"].get("report")
     if report is not None:
@@ -305,12 +311,6 @@ def cmd_run(args) -> int:
         if not isinstance(report, str) or not report.endswith((".html", ".htm")):
             raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
         report = output_file(report, shown)
-        if report.parent.is_dir():  # a real probe: os.access says yes to /proc
-            try:
-                tempfile.NamedTemporaryFile(dir=report.parent, prefix=".sim-probe").close()
-            except OSError as e:
-                raise ValueError(f"{shown} {str(report)!r}: cannot write there "
-                                 f"({e.strerror or e})") from None
     df, cfg = build(s, names)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     with warnings.catch_warnings():

@@ -367,9 +367,23 @@ def check_settings(s, names=None, given=()) -> dict:
                              f"the draft tokens per iteration)")
         raise ValueError(f"speculative decoding needs its number of draft tokens: give "
                          f"{names('speculative.num_speculative_tokens')} K")
+    if s["profile"] is not None and "cost" in given:  # the profile would win, silently
+        raise ValueError(f"{names('cost')} and {names.like('cost', 'profile')} exclude each "
+                         f"other: a calibration profile prices every step")
     if s["profile"] is not None and not Path(s["profile"]).is_file():
         raise ValueError(f"{names('profile')} {str(s['profile'])!r}: no such file")
     return s
+
+
+def check_router_used(s, names) -> None:
+    """A router the user set (flag or file) for one colocated replica routes nothing: an error,
+    as ``think_time`` without a closed loop is, never silently ignored. (``sim sweep`` does not
+    call this: its grid may vary ``replicas`` under the file's router.)"""
+    if s["replicas"] == 1 and s["prefill_replicas"] is None and s["decode_replicas"] is None \
+            and ("router" in names.from_file or "router" in names.from_flags):
+        raise ValueError(f"{names('router')} {s['router']!r} applies to several replicas only: "
+                         f"give {names.like('router', 'replicas', 'N')} (N >= 2) or prefill and "
+                         f"decode pools, or drop it")
 
 
 def is_default_scenario(s) -> bool:

@@ -67,12 +67,18 @@ def cmd_sweep(args) -> int:
             raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
                              f"for every seed (a replayed trace), so {repeats} repeats would "
                              f"be identical: use a length-only set (e.g. sharegpt) whose "
-                             f"arrivals and lengths are drawn per seed, or speculative "
+                             f"arrivals are drawn per seed, or speculative "
                              f"decoding, whose draws take the seed")
     in_file(check_grid, args.config, df, grid, cfg)  # every point, before anything runs
-    table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
-                  workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
-                  progress=False if args.no_progress else None)
+    try:
+        table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
+                      workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
+                      progress=False if args.no_progress else None)
+    except ValueError as e:  # the library names its argument (client=): name the flag
+        if args.dask is None:
+            raise
+        raise ValueError(str(e).replace(f"client={args.dask!r}", f"--dask {args.dask!r}", 1)) \
+            from None
     Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / "sweep.csv", index=False)
     missing = [m for m in metrics if m not in table.columns]

@@ -65,6 +65,7 @@ import numpy as np
 from ..checks import positive_int
 from ..specs.gpus import get_gpu
 from ..specs.memory import bytes_per_value
+from ..specs.memory_terms import check_tensor_parallel
 from ..specs.models import get_model
 from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, RooflineParams, compute_peak,
                               fitted_params)
@@ -115,10 +116,8 @@ class RooflineCost:
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
-        self.tp = positive_int("tensor_parallel", tensor_parallel)
-        if self.model.num_key_value_heads % self.tp and self.tp % self.model.num_key_value_heads:
-            raise ValueError(f"tensor_parallel {self.tp} must divide or be a multiple of "
-                             f"num_key_value_heads {self.model.num_key_value_heads}")
+        self.tp = check_tensor_parallel(self.model, positive_int("tensor_parallel",
+                                                                 tensor_parallel))
         self.weight_dtype = weight_dtype
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
         self.params = params or fitted_params(self.gpu_key)

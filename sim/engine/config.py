@@ -221,3 +221,17 @@ class SimConfig:
                              tensor_parallel=self.tensor_parallel,
                              weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype)
         return DraftCost(target, k, draft=draft)
+
+
+def as_config(config, name="config") -> SimConfig:
+    """``config`` if it is a :class:`SimConfig`, a default one for ``None``; anything else (a
+    scheduler's name in the config's place, ``run(df, "vllm")``, or a dict) is a ``TypeError``
+    that says how to write it, instead of an ``AttributeError`` deep in the run."""
+    if config is None:
+        return SimConfig()
+    if not isinstance(config, SimConfig):
+        hint = (f"; for a scheduler write scheduler={config!r}" if isinstance(config, str) else
+                "; for a dict write SimConfig(**d) or pass its keys as keywords"
+                if isinstance(config, dict) else "")
+        raise TypeError(f"{name} must be a sim.SimConfig or None, got {config!r}{hint}")
+    return config

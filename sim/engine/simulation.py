@@ -41,7 +41,7 @@ from ..results.metrics import Result
 from .batch import decode_pricer
 from .clients import ClosedLoopClients
 from .cluster import delay_until, new_replica, run_cluster
-from .config import SimConfig
+from .config import SimConfig, as_config
 from .disaggregation import run_disaggregated
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
@@ -113,8 +113,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     Settings come from ``config`` and/or keyword overrides of :class:`SimConfig` fields, e.g.
     ``run(df, scheduler="continuous", cost_model=LinearCost(...), max_batch_size=64)``.
     """
-    config = dataclasses.replace(config or SimConfig(), **overrides) if overrides else (
-        config or SimConfig())
+    config = as_config(config)
+    config = dataclasses.replace(config, **overrides) if overrides else config
     given = config
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,

@@ -8,3 +8,7 @@ and its plots.
 
 May import: ``sim.checks``, ``sim.constants``. Never the engine.
 """
+
+# the figures save_plots writes (``sim run --plots``): a run that writes none of one removes a
+# previous run's from its output folder
+FIGURES = ("latency_cdfs.png", "timeline.png")

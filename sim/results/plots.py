@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import FIGURES
+
 SLO_PANELS = ("ttft", "itl", "e2e")  # the panels of plot_latencies, in order
 
 
@@ -345,9 +347,9 @@ def save_plots(result, outdir, slo=None) -> list[Path]:
     outdir.mkdir(parents=True, exist_ok=True)
     paths = []
     if (result.requests["status"] == "finished").any():
-        paths.append(outdir / "latency_cdfs.png")
+        paths.append(outdir / FIGURES[0])
         plot_latencies(result, paths[-1], slo=slo)
     if len(result.iterations):
-        paths.append(outdir / "timeline.png")
+        paths.append(outdir / FIGURES[1])
         plot_timeline(result, paths[-1])
     return paths

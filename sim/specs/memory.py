@@ -196,7 +196,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     """
     model = get_model(config)
     gpu_memory_gb = positive_float("gpu_memory_gb", gpu_memory_gb)
-    tp = positive_int("tensor_parallel", tensor_parallel)
+    tp = terms.check_tensor_parallel(model, positive_int("tensor_parallel", tensor_parallel))
     util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     wbytes = bytes_per_value("weight_dtype", weight_dtype)
     kvbytes = bytes_per_value("kv_dtype", kv_dtype)
@@ -205,6 +205,11 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     advice_seq_len = positive_int("advice_seq_len", advice_seq_len)
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
+    for knob, value, engine in (("mem_fraction_static", mem_fraction_static, "sglang"),
+                                ("non_torch_gb", non_torch_gb, "vllm")):
+        if value is not None and accounting != engine:  # it would change nothing
+            raise ValueError(f"{knob} is used by accounting={engine!r} only, got {value!r} "
+                             f"with accounting={accounting!r}")
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
          "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
          "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),

@@ -72,6 +72,17 @@ class MemoryTerm:
     source: str
 
 
+def check_tensor_parallel(model: ModelConfig, tp: int) -> int:
+    """``tp`` if ``model`` can be split over that many GPUs: it must divide the KV heads or be
+    a multiple of them (each GPU holds whole heads, or a replica of one); else a ``ValueError``
+    naming both. The one rule for the memory budget and the roofline: a budget for 3 GPUs of
+    Llama-3.1-8B's 8 KV heads was computed as if each held 2 of them."""
+    if model.num_key_value_heads % tp and tp % model.num_key_value_heads:
+        raise ValueError(f"tensor_parallel {tp} must divide or be a multiple of "
+                         f"num_key_value_heads {model.num_key_value_heads}")
+    return tp
+
+
 def kv_heads_per_gpu(model: ModelConfig, tp: int) -> int:
     """KV heads on each GPU: sharded, or replicated when TP exceeds them (vLLM's and SGLang's
     ``get_num_kv_heads``: ``max(1, num_key_value_heads // tp)``). An MLA model caches one

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from ..engine import SimConfig, run
+from ..engine import run
+from ..engine.config import as_config
 from ..results.metrics import SLO_KEYS
 
 
@@ -64,7 +65,11 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
     import workloads as wl
     if not isinstance(slo, dict) or not slo:
         raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
-    config = config or SimConfig()
+    config = as_config(config)
+    if config.closed_loop is not None:  # its users issue requests on completions: no rate
+        raise ValueError(f"max_rate time-scales an open loop's arrivals; config.closed_loop="
+                         f"{config.closed_loop!r} issues requests as users finish (drop it, or "
+                         f"vary its num_users and think_time instead)")
     probe = None
     for key, limit in slo.items():
         if not isinstance(limit, (int, float)) or not limit > 0 or math.isinf(limit):
@@ -108,9 +113,10 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
             if lo is not None or rate / 2 < floor:
                 break
             rate /= 2
-    else:
-        raise RuntimeError(f"max_rate found no bracket in {max_steps} steps (rates tried: "
-                           f"{sorted(results)})")
+    else:  # every rate passed (a finite workload arriving at once still meets the limits)
+        raise ValueError(f"every rate tried, up to {max(results):.4g} req/s, meets {slo}: "
+                         f"{len(df):,} requests cannot load this configuration past its "
+                         f"limits (give more requests or tighter limits)")
     if lo is not None and hi is not None:
         for _ in range(max_steps):  # bisect in log space
             if hi / lo - 1 <= tol:
@@ -122,7 +128,7 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
                 hi = mid
     probe = lo
     points = pd.DataFrame(rows).sort_values("rate", ignore_index=True)
-    num_gpus = config.tensor_parallel
+    num_gpus = config.fleet()[1]  # replicas x tensor_parallel, or both pools' GPUs
     if probe is None:
         return Capacity(float("nan"), {}, num_gpus, float("nan"), points)
     s = results[probe]

@@ -14,8 +14,9 @@ a point failing at run time never stops the others). Every point's config is bui
 parquet path) the table is rewritten as points finish, and a later call with the same ``out``
 skips the (point, repeat) pairs already there without an error (resume);
 ``table.attrs["computed"]`` says how many ran. Each row carries ``sweep_context``, a fingerprint
-of the workload, base config and SLOs: a file written by another sweep is refused rather than
-mixed in.
+of the workload, base config, SLOs and the grid's fields: a file written by another sweep is
+refused rather than mixed in (a row is found again by its grid fields' values alone, so with a
+field dropped from the grid a row of another value of it would pass for the base config's).
 
 **Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
 the grid's or the base config's). The engine draws nothing but speculative acceptance, so
@@ -107,10 +108,20 @@ def _point(workload, params, base, slo, repeat=0):
 @contextmanager
 def _dask(client):
     """``client`` as a ``dask.distributed.Client``: one given is used as is; an address (a
-    string) is connected for this sweep and closed after it."""
-    from dask.distributed import Client
+    string) is connected for this sweep and closed after it. An address nothing answers at (or
+    Dask not installed) is a ``ValueError`` naming it, before any point runs."""
+    try:
+        from dask.distributed import Client
+    except ImportError:
+        raise ValueError(f"client={client!r}: Dask is not installed (pip install "
+                         f"'.[cluster]')") from None
     own = isinstance(client, str)
-    client = Client(client) if own else client
+    if own:
+        try:
+            client = Client(client)
+        except (OSError, TimeoutError) as e:  # refused, unknown host, timed out
+            raise ValueError(f"client={client!r}: no Dask scheduler answers there "
+                             f"({' '.join(str(e).split())[:200]})") from None
     try:
         yield client
     finally:
@@ -118,10 +129,11 @@ def _dask(client):
             client.close()
 
 
-def _context(df, base, slo) -> str:
+def _context(df, base, slo, fields) -> str:
     """A fingerprint of what every point shares - the workload (its columns, or the function
-    and arguments that draw it), the base config and the SLOs - so that a resumed sweep never
-    mixes rows of another (reprs without memory addresses: stable across processes)."""
+    and arguments that draw it), the base config, the SLOs and the grid's ``fields`` (which
+    identify a row: see the module docstring) - so that a resumed sweep never mixes rows of
+    another (reprs without memory addresses: stable across processes)."""
     def plain(v):
         return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(v))
     h = hashlib.sha1()
@@ -138,6 +150,7 @@ def _context(df, base, slo) -> str:
         h.update(plain([(f.name, getattr(base, f.name))
                         for f in dataclasses.fields(base)]).encode())
     h.update(plain(sorted((slo or {}).items())).encode())
+    h.update(plain(sorted(fields, key=str)).encode())
     return h.hexdigest()[:16]
 
 
@@ -195,9 +208,9 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     are known only when it runs), then each point's ``dataclasses.replace(base, **fields)`` is
     built, so a bad value raises here, naming the grid point. What fails only when a point runs
     (a model that does not fit its GPU) stays that point's error row."""
-    from ..engine import SimConfig
+    from ..engine.config import as_config
     check_grid_fields(grid, None if callable(workload) else len(workload))
-    base = base or SimConfig()
+    base = as_config(base, "base")
     names = list(grid)
     points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
     for point in points:
@@ -229,7 +242,7 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     names = list(grid)
     points = [(combo, r) for combo in combos for r in range(repeats)]
     done = {}
-    context = _context(df, base, slo)
+    context = _context(df, base, slo, names)
     if out is not None and Path(out).exists():
         old = pd.read_parquet(out)
         if len(old) and ("sweep_context" not in old or (old["sweep_context"] != context).any()
