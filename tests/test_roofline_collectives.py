@@ -5,7 +5,6 @@ import dataclasses
 import json
 from importlib import resources
 
-import numpy as np
 import pytest
 
 from sim.costs.roofline import RooflineCost, RooflineParams, fitted_params

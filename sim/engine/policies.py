@@ -98,7 +98,6 @@ def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0)
     iteration), leaving at least ``watermark`` blocks free; returns the batch's prefill
     tokens."""
     waiting = replica.waiting
-    bs = replica.block_size
     while waiting:
         r = waiting[0]
         need = r.prefill_target - replica.prefix_hit(r)
