@@ -121,6 +121,19 @@ def test_run_with_a_flagged_profile_warns_on_stderr(tmp_path, capsys):
     assert "warning" in err and "base_s" in err
 
 
+def test_run_with_a_profile_of_another_model_than_the_pool_warns(tmp_path, capsys):
+    """The shipped CPU profile timed 'cpu-tiny'; without --kv-blocks the pool is the default
+    Llama-3.1-8B's on an H100: one line says prices and pool describe different models."""
+    from sim.costs.calibrated import shipped_cpu_profile
+    args = ["run", "-w", "azure-code", "-n", "10", "--profile", str(shipped_cpu_profile()),
+            "--no-plots", "-q", "-o", str(tmp_path / "o")]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "'cpu-tiny'" in err and "'llama-3.1-8b' on 'h100'" in err and "--kv-blocks" in err
+    assert main(args + ["--kv-blocks", "2000"]) == 0
+    assert "cpu-tiny" not in capsys.readouterr().err
+
+
 def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
     wl = tmp_path / "w.csv"
     import numpy as np

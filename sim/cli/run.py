@@ -29,6 +29,20 @@ from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_
                        is_default_scenario, settings_from)
 
 
+def profile_model_mismatch(cost, s) -> str | None:
+    """Why a calibrated profile's prices and the KV pool describe different models, or None:
+    the profile prices the model it timed, while ``--model`` (on ``--gpu``) sizes the pool
+    unless ``--kv-blocks`` gives it."""
+    from ..specs.models import get_model
+    timed = cost.profile.get("model", {}).get("name")
+    sized = get_model(s["model"]).name
+    if s["kv_blocks"] is not None or not timed or timed.lower() == sized.lower():
+        return None
+    return (f"the profile prices {timed!r} (the model it timed) but the KV pool is sized for "
+            f"{sized!r} on {s['gpu']!r} (--model, --gpu): give --kv-blocks N, or --model for "
+            f"the profiled model")
+
+
 def cost_model_from(s):
     """The cost model the settings name: ``--profile`` (a calibrated profile) wins, else
     ``--cost``: ``roofline`` (``None``: SimConfig builds the roofline of model on gpu),
@@ -38,6 +52,9 @@ def cost_model_from(s):
         from ..costs.calibrated import CalibratedCost
         cost = CalibratedCost(read_profile(s["profile"]))
         note = cost.warning()
+        if note:
+            print(f"sim run: warning: {note}", file=sys.stderr)
+        note = profile_model_mismatch(cost, s)
         if note:
             print(f"sim run: warning: {note}", file=sys.stderr)
         return cost
