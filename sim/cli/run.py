@@ -51,12 +51,9 @@ def cost_model_from(s):
     if s["profile"]:
         from ..costs.calibrated import CalibratedCost
         cost = CalibratedCost(read_profile(s["profile"]))
-        note = cost.warning()
-        if note:
-            print(f"sim run: warning: {note}", file=sys.stderr)
-        note = profile_model_mismatch(cost, s)
-        if note:
-            print(f"sim run: warning: {note}", file=sys.stderr)
+        for note in (cost.warning(), profile_model_mismatch(cost, s)):
+            if note:
+                print(f"sim run: warning: {note}", file=sys.stderr)
         return cost
     spec = s["cost"]
     if spec == "roofline":

@@ -35,13 +35,12 @@ segment under ``check=True``):
 from __future__ import annotations
 
 import math
-import struct
 
 from ..checks import declared_with
 from .batch import make_batch
 from .cluster import delay_until
 from .invariants import check_replica
-from .records import ITERATION_COLUMNS
+from .records import ITERATION_COLUMNS, packed_rows
 
 STRETCH_LIMIT = 4096  # iterations fast-forwarded in one event at most (bounds its rows list)
 
@@ -142,5 +141,5 @@ def decode_stretch(process, now, until):
             break
     if not done:
         return None
-    process.records.frombytes(struct.pack(f"={len(rows)}d", *rows))  # (ROW's layout)
+    process.records.frombytes(packed_rows(rows))
     return delay_until(now, t)

@@ -27,6 +27,11 @@ ITERATION_COLUMNS = ("start", "duration", "num_running", "num_waiting", "num_pre
 ROW = struct.Struct(f"={len(ITERATION_COLUMNS)}d")
 
 
+def packed_rows(values) -> bytes:
+    """Several rows' values, one row after another, in :data:`ROW`'s layout."""
+    return struct.pack(f"={len(values)}d", *values)
+
+
 @contextmanager
 def gc_paused():
     """No cyclic garbage collection inside the block: for building or reading a million plain
