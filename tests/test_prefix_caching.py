@@ -73,13 +73,12 @@ def test_a_prompt_differing_from_the_first_token_gets_no_hits(unshared):
 
 
 def test_lru_evicts_the_least_recently_freed_blocks_tail_first():
-    pool = PrefixCachingBlockManager(6, 16)
-    a = [("a", j) for j in range(3)]
-    b = [("b", j) for j in range(3)]
+    pool = PrefixCachingBlockManager(6, 16, num_keys=6)
+    a, b = np.arange(0, 3), np.arange(3, 6)  # two prompts' key ids
     pool.allocate(3)
-    assert pool.register(a) == a
+    assert pool.register(a).tolist() == a.tolist()
     pool.allocate(3)
-    assert pool.register(b) == b and pool.register(b[:1]) == []  # already cached
+    assert pool.register(b).tolist() == b.tolist() and not len(pool.register(b[:1]))  # cached
     assert pool.num_free == 0
     pool.release(a, 0)  # a freed first, tail first: a2, a1, a0
     pool.release(b, 0)
@@ -106,7 +105,7 @@ def test_bounded_pool_lowers_the_hit_rate_in_the_engine():
 def test_a_preempted_request_hits_its_own_blocks_when_it_comes_back():
     a = Request(0, 0, 0.0, 64, 50)
     b = Request(1, 1, 0.0, 32, 50)
-    a.block_keys = [("a", j) for j in range(4)]
+    a.block_keys = np.arange(4)
     rep = Replica(8, 16, 8, prefix_caching=True)
     rep.enqueue(a)
     rep.enqueue(b)
@@ -138,11 +137,11 @@ class _PoolCheck:
             keyed.update(r.kv_keys)
             anonymous += replica.held_blocks(r) - len(r.kv_keys)
         queued = sum(item[0] if len(item) == 1 else  # anonymous runs and live cached entries
-                     sum(pool._freed.get(k) == item[0] for k in item[1][item[2]:])
+                     int((pool._freed[item[1][item[2]:]] == item[0]).sum())
                      for item in pool._queue)
         assert queued == pool.num_free
         assert pool.num_free + anonymous + len(keyed) == pool.num_blocks
-        assert all((pool._ref[k] == 0) == (k in pool._freed) for k in pool._ref)
+        assert np.array_equal(pool._ref == 0, pool._freed > 0)  # free cached <=> a live entry
         self.checks += 1
 
 
@@ -201,7 +200,7 @@ def test_lookups_are_remembered_only_for_requests_queued_here(mode):
     admitted; a router's look at every replica leaves nothing behind."""
     r = Request(0, 0, 0.0, 64, 4)
     r.block_keys = (workloads.unit_keys_all([_ids("a", 4)])[0] if mode == "radix"
-                    else [("a", j) for j in range(4)])
+                    else np.arange(4))
     rep = Replica(100, 16, 8, prefix_caching=mode, cache_unit=16)
     assert rep.prefix_hit(r, remember=False) == 0 and not rep._hits
     rep.enqueue(r)
@@ -215,16 +214,17 @@ def test_lookups_are_remembered_only_for_requests_queued_here(mode):
                           st.integers(0, 3)), min_size=40, max_size=150),
        st.integers(4, 30))
 def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
-    """PrefixLookup, refreshed from the pool's change log between asks, answers what a walk
-    from the first key answers: the hit and the free blocks among it (hypothesis: requests
-    sharing prefixes admitted, finished and asked in any order, evicting one another, and
-    anonymous blocks taken and given back to force evictions)."""
-    from sim.engine.blocks import PrefixLookup
+    """A PrefixLookup, kept or resumed between asks, answers what a walk from the first key
+    answers: the hit and the free blocks among it (hypothesis: requests sharing prefixes
+    admitted, finished and asked in any order, evicting one another, and anonymous blocks taken
+    and given back to force evictions)."""
     pool = PrefixCachingBlockManager(num_blocks, 16)
-    # six requests over three shared prefixes: (prefix, j) keys, lengths 3..8 blocks
-    keys = [[(("p", i % 3) if j < 2 + i % 3 else ("own", i), j) for j in range(3 + i)]
-            for i in range(6)]
-    looks = [PrefixLookup(k) for k in keys]
+    # six requests over three shared prefixes: (prefix, j) keys, lengths 3..8 blocks, interned
+    names = [[(("p", i % 3) if j < 2 + i % 3 else ("own", i), j) for j in range(3 + i)]
+             for i in range(6)]
+    ids = {}
+    keys = [np.array([ids.setdefault(n, len(ids)) for n in k]) for k in names]
+    looks = [pool.lookup(k) for k in keys]
     held = {}
     for op, i, extra in ops:
         k = keys[i]
@@ -241,7 +241,7 @@ def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
             pool.acquire(k[:hit])
             pool.allocate(need)
             new = pool.register(k[hit:])
-            held[i] = (k[:hit] + new, need - len(new))
+            held[i] = (np.concatenate((k[:hit], new)), need - len(new))
         elif op == "finish" and i in held:
             pool.release(*held.pop(i))
         elif op == "fill":  # anonymous blocks taken (evicting from the LRU head), some returned
@@ -253,22 +253,55 @@ def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
         assert pool.refresh_pinned(look) == pool.pinned(k, look.hit)
 
 
-def test_a_lookup_older_than_the_change_log_starts_over():
+def test_a_lookup_is_kept_while_nothing_changes_and_resumed_while_nothing_is_evicted(
+        monkeypatch):
+    """A blocked queue head is asked every iteration: no walk while nothing was cached or
+    evicted, a walk from the old hit after additions, from the first key after an eviction."""
     pool = PrefixCachingBlockManager(4, 16)
-    from sim.engine.blocks import PrefixLookup
-    a, b = [("a", j) for j in range(4)], [("b", j) for j in range(4)]
-    look = PrefixLookup(a)
-    pool.allocate(4)
-    pool.register(a)
-    pool.release(a, 0)
-    assert pool.refresh(look, 3) == 3 and pool.refresh_pinned(look) == 3
-    for _ in range(300):  # the log passes 2 * 4 + 1024 entries and is cut
-        pool.allocate(4)
-        pool.register(b if _ % 2 else a)
-        pool.release(b if _ % 2 else a, 0)
-    assert pool._log_start > look.seen
-    assert pool.refresh(look, 3) == pool.hits(a, 0, 3) == 0
+    a = np.arange(4)
+    look = pool.lookup(a)
+    starts = []
+    walk = PrefixCachingBlockManager.hits
+    monkeypatch.setattr(PrefixCachingBlockManager, "hits",
+                        lambda self, keys, start, limit: starts.append(start) or walk(
+                            self, keys, start, limit))
+    assert pool.refresh(look, 3) == 0 and starts == [0]
+    assert pool.refresh(look, 3) == 0 and starts == [0]  # kept
+    pool.allocate(2)
+    pool.register(a[:2])
+    assert pool.refresh(look, 3) == 2 and starts == [0, 0]  # resumed from the old hit, 0
+    pool.allocate(2)
+    pool.register(a[2:])
+    assert pool.refresh(look, 3) == 3 and starts[-1] == 2  # resumed from 2
+    assert pool.refresh(look, 1) == 1 and starts[-1] == 1  # a lower cap: no walk past it
     assert pool.refresh_pinned(look) == 0
+    pool.release(a, 0)  # all four free, still cached (a3 first in the queue, a0 last)
+    assert pool.refresh(look, 3) == 3 and pool.refresh_pinned(look) == 3
+    pool.allocate(2)  # evicts a3, a2
+    assert pool.refresh(look, 3) == 2 and starts[-1] == 0  # walked again from the first key
+    assert pool.refresh_pinned(look) == 2
+
+
+def test_key_ids_are_dense_and_equal_exactly_when_the_keys_are():
+    """The engine's key ids: one int64 array per prompt, ids 0.. in order of first appearance,
+    equal ids exactly where :func:`block_keys_all`'s keys are equal (integer and non-integer
+    hash ids alike); prompts without ids or without a full block get none."""
+    from workloads.prefix import block_key_ids, block_keys_all
+    for lists in ([[1, 2, 3], [1, 2, 4], None, [1, 2, 3, 5], [9], []],
+                  [["a", "b"], ["a", "c"], ["a", "b"]]):
+        prompts = [48, 40, 30, 64, 8, 16]
+        keys = block_keys_all(lists, 16, prompts, 16)
+        ids = block_key_ids(lists, 16, prompts, 16)
+        assert [len(i) for i in ids] == [len(k) for k in keys]
+        assert all(i.dtype == np.int64 for i in ids)
+        flat_keys = [k for ks in keys for k in ks]
+        flat_ids = np.concatenate(ids).tolist()
+        assert sorted(set(flat_ids)) == list(range(len(set(flat_keys))))
+        assert all((flat_ids[x] == flat_ids[y]) == (flat_keys[x] == flat_keys[y])
+                   for x in range(len(flat_ids)) for y in range(len(flat_ids)))
+        first = [flat_ids.index(v) for v in dict.fromkeys(flat_ids)]
+        assert [flat_ids[x] for x in first] == list(range(len(first)))  # first appearance
+    assert block_key_ids([], 16, [], 16) == []
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -305,7 +338,7 @@ def test_the_free_blocks_a_hit_pins_are_counted_only_when_they_can_decide(monkey
     """Block mode: a hit pins at most one free block per key, so with room for the request's
     new blocks plus its whole hit the admission does not count them; without that room it does
     (and refuses when they do not fit)."""
-    keys = [("a", j) for j in range(4)]
+    keys = np.arange(4)
     rep = Replica(12, 16, 8, prefix_caching=True)
     first = Request(0, 0, 0.0, 64, 4)
     first.block_keys = keys

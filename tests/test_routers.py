@@ -1,5 +1,6 @@
 """Routers: each named rule on hand-built replica states, and the checks on router settings."""
 
+import numpy as np
 import pytest
 
 from sim.engine import SimConfig
@@ -54,16 +55,16 @@ def test_least_outstanding_and_least_kv_pick_the_emptiest_lowest_index_on_ties()
 
 def test_prefix_affinity_follows_the_longest_cached_prefix_unless_overloaded():
     views = _views((2, 0, 0), caching=True)
-    keys = [11, 12, 13, 14]
-    views[0]._replica.blocks.register([11, 12, 13])  # replica 0 caches 3 leading blocks
-    views[0]._replica.blocks.release([11, 12, 13], 0)
-    views[2]._replica.blocks.register([11])
-    views[2]._replica.blocks.release([11], 0)
+    keys = np.array([11, 12, 13, 14])  # key ids
+    views[0]._replica.blocks.register(keys[:3])  # replica 0 caches 3 leading blocks
+    views[0]._replica.blocks.release(keys[:3], 0)
+    views[2]._replica.blocks.register(keys[:1])
+    views[2]._replica.blocks.release(keys[:1], 0)
     assert views[0].prefix_hit(_request(keys=keys)) == 48
     assert PrefixAffinity()(_request(keys=keys), views, 0.0) == 0
     # replica 0 has 2 more outstanding than the least loaded: over a threshold of 1
     assert PrefixAffinity(max_imbalance=1)(_request(keys=keys), views, 0.0) == 2
-    assert PrefixAffinity(max_imbalance=1)(_request(keys=[99]), views, 0.0) == 1  # no hit
+    assert PrefixAffinity(max_imbalance=1)(_request(keys=np.array([99])), views, 0.0) == 1  # no hit
     with pytest.raises(ValueError, match="max_imbalance"):
         PrefixAffinity(max_imbalance=-1)
 

@@ -86,29 +86,52 @@ def _chains_flat(id_lists):
         return pw * (s - before), starts
 
 
-def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
-    """:func:`prefix_block_keys` of many prompts at once (entries that are not lists of ids:
-    no keys). A key is one int: ``chain · P + j + 1 (mod 2**64)`` for block ``j`` whose last
-    token lies in hash block ``k`` (``chain`` names ``hash_ids[0..k]``); 64-bit keys, not tuples,
-    since a long trace holds millions (measured: 9M keys for Mooncake's conversation trace)."""
+def _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size):
+    """``(keys, counts)``: every prompt's block keys concatenated (a uint64 array, or a list of
+    tuples when some id is not an integer) and how many each prompt has."""
     lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
     counts = np.array([min(int(p) // block_size, len(ids) * hash_block_size // block_size, )
                        for ids, p in zip(lists, prompts)], dtype=np.int64).clip(min=0)
     flat = _chains_flat(lists)
     if flat is None:  # ids that are not integers: chained hash() of tuples, one list at a time
-        out = []
+        keys = []
         for ids, n in zip(lists, counts.tolist()):
             c = list(itertools.accumulate(ids, _chain, initial=0))[1:]
-            out.append([(c[((j + 1) * block_size - 1) // hash_block_size], j) for j in range(n)])
-        return out
+            keys += [(c[((j + 1) * block_size - 1) // hash_block_size], j) for j in range(n)]
+        return keys, counts
     chains, starts = flat
     total = int(counts.sum())
     j = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
     last = np.repeat(starts, counts) + ((j + 1) * block_size - 1) // hash_block_size
     with np.errstate(over="ignore"):
-        keys = (chains[last] * _P + (j + 1).astype(np.uint64)).tolist()
-    ends = np.cumsum(counts).tolist()
-    return _split(keys, ends, counts.tolist())
+        return chains[last] * _P + (j + 1).astype(np.uint64), counts
+
+
+def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
+    """:func:`prefix_block_keys` of many prompts at once (entries that are not lists of ids:
+    no keys). A key is one int: ``chain · P + j + 1 (mod 2**64)`` for block ``j`` whose last
+    token lies in hash block ``k`` (``chain`` names ``hash_ids[0..k]``); 64-bit keys, not tuples,
+    since a long trace holds millions (measured: 9M keys for Mooncake's conversation trace)."""
+    keys, counts = _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size)
+    if isinstance(keys, np.ndarray):
+        keys = keys.tolist()
+    return _split(keys, np.cumsum(counts).tolist(), counts.tolist())
+
+
+def block_key_ids(hash_id_lists, hash_block_size, prompts, block_size) -> list:
+    """:func:`block_keys_all` with each key interned as a dense id (``0, 1, ...`` in order of
+    first appearance; equal keys, equal ids): per prompt an int64 array, a view of one array
+    (empty: no keys). The engine's prefix cache indexes its per-key state by these ids."""
+    import pandas as pd
+    keys, counts = _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size)
+    if isinstance(keys, np.ndarray):
+        ids = pd.factorize(keys)[0].astype(np.int64)
+    else:
+        seen = {}
+        ids = np.array([seen.setdefault(k, len(seen)) for k in keys], dtype=np.int64)
+    if not len(counts):
+        return []
+    return np.split(ids, np.cumsum(counts)[:-1])
 
 
 def _split(keys, ends, counts) -> list:

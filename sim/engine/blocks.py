@@ -18,15 +18,10 @@ reference counts, and the LRU queue of free blocks whose keys survive until reus
 from __future__ import annotations
 
 from collections import deque
-from itertools import compress, filterfalse, islice, repeat, takewhile
-from operator import add, eq, not_, sub
+
+import numpy as np
 
 from ..checks import positive_int
-
-
-def _drain(iterator) -> None:
-    """Run ``iterator`` to its end at C speed (``map`` of a bound method over keys)."""
-    deque(iterator, maxlen=0)
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -81,147 +76,124 @@ class PrefixCachingBlockManager(BlockManager):
     """The pool with vLLM v1's block-hash prefix caching (``prefix_caching="block"``).
 
     Only full blocks are cached. A block's key chains its parent's key and its tokens
-    (:func:`workloads.prefix_block_keys`); ``_ref`` maps every cached key to its reference count
-    (requests holding it). Free blocks form one LRU queue (head = next reused): cached blocks
-    with no reference keep their key there until the head reaches them (eviction), so a later
-    request - or a preempted one coming back - can still hit them; anonymous free blocks (never
-    cached, or freed without a key) sit in runs of counts. A request frees its blocks tail
-    first: anonymous blocks, then its keyed blocks in reverse order, so a sequence's last blocks
-    are evicted before its first (vLLM's free order).
+    (:func:`workloads.prefix_block_keys`), interned as a dense id (:func:`workloads.prefix.
+    block_key_ids`): a request's keys are an integer array, and the per-key state lives in two
+    arrays indexed by id, so every operation on a request's keys is one vectorised pass, not a
+    Python call per key (Mooncake's prompts hold ~750 keys each). ``_ref[k]`` is the reference
+    count of cached key ``k`` (requests holding it), -1 when ``k`` is not cached. Free blocks
+    form one LRU queue (head = next reused): cached blocks with no reference keep their key
+    there until the head reaches them (eviction), so a later request - or a preempted one coming
+    back - can still hit them; anonymous free blocks (never cached, or freed without a key) sit
+    in runs of counts. A request frees its blocks tail first: anonymous blocks, then its keyed
+    blocks in reverse order, so a sequence's last blocks are evicted before its first (vLLM's
+    free order).
 
     The queue is a deque of runs: ``[count]`` anonymous blocks, or ``[serial, keys, pos]`` the
-    cached blocks one release freed, in eviction order, the first ``pos`` already gone.
-    ``_freed[key]`` is the serial of the run holding a free cached key's live entry, so a hit
-    that takes a key out of the queue only deletes it from ``_freed`` and the entry is skipped
-    when the head reaches it (O(1), where an ordered dict's deletions and resizes cost O(queue)
-    - measured 9 s of a 46 s Mooncake run), and evictions and releases work on whole slices at
-    C speed. A lookup is two calls, so callers can resume a walk: :meth:`hits` from a known
-    prefix, :meth:`pinned` only when the admission check needs it.
+    cached blocks one release freed (an id array, in eviction order), the first ``pos`` already
+    gone. ``_freed[k]`` is the serial of the run holding free cached key ``k``'s live entry (0:
+    none), so a hit that takes a key out of the queue only clears it and the stale entry is
+    skipped when the head reaches it (O(1) per key, where an ordered dict's deletions and
+    resizes cost O(queue)).
 
-    The change log ``_log`` lists, in order, every key evicted or whose reference count went
-    0 -> 1 (a hit took it) or 1 -> 0 (released): the only events that shrink a cached prefix
-    or change which of its blocks are free. A waiting request's :class:`PrefixLookup` is
-    brought up to date from the entries since its last ask (:meth:`refresh`,
-    :meth:`refresh_pinned`) instead of walking its keys again; the log is cut when it passes
-    ``2 * num_blocks + 1024`` entries, and a lookup older than the cut starts over.
+    A key leaves the cache only by an eviction and enters it only by a registration, so a
+    waiting request's :class:`PrefixLookup` keeps its hit while neither happened
+    (``num_evictions``, ``additions``) and resumes the walk from it while no eviction did; the
+    free blocks among the hit change only with references (``ref_changes``) and evictions.
 
     Invariants (tests/test_prefix_caching.py): ``num_free`` = the live entries' blocks;
-    ``num_free + distinct blocks held == num_blocks``; a key is in ``_freed`` iff its reference
-    count is 0; a refreshed lookup answers what :meth:`hits` and :meth:`pinned` from the first
-    key answer.
+    ``num_free + distinct blocks held == num_blocks``; ``_freed[k] > 0`` iff ``_ref[k] == 0``;
+    a lookup answers what :meth:`hits` and :meth:`pinned` from the first key answer. The arrays
+    grow to hold the ids of every lookup and registration; :meth:`hits` and :meth:`pinned` take
+    keys one of them has seen.
     """
 
     __slots__ = ("_queue", "_freed", "_ref", "_serial", "_entries", "num_evictions",
-                 "ref_changes", "additions", "_log", "_log_start")
+                 "ref_changes", "additions")
 
-    def __init__(self, num_blocks: int, block_size: int):
+    def __init__(self, num_blocks: int, block_size: int, num_keys: int = 0):
         super().__init__(num_blocks, block_size)
         self._queue = deque([[self.num_blocks]])
-        self._freed = {}
-        self._ref = {}
+        self._ref = np.full(num_keys, -1, dtype=np.int32)
+        self._freed = np.zeros(num_keys, dtype=np.int32)
         self._serial = 0
         self._entries = 0  # keyed entries in the queue, stale ones included
-        self.num_evictions = 0  # a cached prefix only shrinks by evictions (see Replica._hit)
+        self.num_evictions = 0  # a cached prefix only shrinks by evictions
         self.ref_changes = 0  # acquires and releases: which cached blocks are free changes
         self.additions = 0  # registrations: a cached prefix only grows by them
-        # the change log: keys evicted, or whose reference count went 0 -> 1 or 1 -> 0, in
-        # order; entry i has the global number _log_start + i (PrefixLookup reads it)
-        self._log = []
-        self._log_start = 0
+
+    def lookup(self, keys) -> PrefixLookup:
+        """A lookup of the id array ``keys`` (room made for its ids)."""
+        self._room(keys)
+        return PrefixLookup(keys)
+
+    def _room(self, keys) -> None:
+        """Make the per-key arrays long enough for the ids ``keys``."""
+        top = int(keys.max()) + 1 if len(keys) else 0
+        size = len(self._ref)
+        if top > size:  # grow geometrically: ids arrive in first-appearance order
+            grow = max(top, 2 * size) - size
+            self._ref = np.concatenate((self._ref, np.full(grow, -1, dtype=np.int32)))
+            self._freed = np.concatenate((self._freed, np.zeros(grow, dtype=np.int32)))
 
     def hits(self, keys, start: int, limit: int) -> int:
         """How many of ``keys[:limit]`` are cached from the first on, given that the first
-        ``start`` are (a C-level walk from there)."""
-        return start + len(list(takewhile(self._ref.__contains__, islice(keys, start, limit))))
+        ``start`` are."""
+        missing = self._ref[keys[start:limit]] < 0
+        if not len(missing):
+            return start
+        i = int(missing.argmax())
+        return start + (i if missing[i] else len(missing))
 
     def pinned(self, keys, hit: int) -> int:
         """How many of the cached ``keys[:hit]`` are free (taking them uses free blocks; the
         radix pool's method of the same name answers the same question)."""
-        return list(map(self._ref.__getitem__, keys[:hit])).count(0) if hit else 0
+        return int(np.count_nonzero(self._ref[keys[:hit]] == 0)) if hit else 0
 
     def refresh(self, look, limit: int) -> int:
-        """``look``'s hit (:meth:`hits` of its keys from 0 up to ``limit``), brought up to date
-        from what changed since it was last asked: a cached prefix loses a key only by an
-        eviction (in the change log) and grows only from its end, so the hit shrinks to the
-        first key of the old prefix the log names that is no longer cached, else the walk
-        resumes from its end: O(log since) + O(growth) at C speed, where a walk from 0 cost
-        46 us per ask on Mooncake's 600-block prompts (measured)."""
-        keys = look.keys
-        seen = look.seen
-        end = self._log_start + len(self._log)
-        if seen == end and limit == look.limit and look.additions == self.additions:
-            return look.hit  # nothing changed since the last ask
-        if seen < self._log_start or limit < look.limit:
-            hit = self.hits(keys, 0, limit)
-            look.prefix = None  # (built on the next ask: most requests are asked once)
+        """``look``'s hit (:meth:`hits` of its keys from 0 up to ``limit``): kept while nothing
+        was cached or evicted since it was last asked, resumed from its end while nothing was
+        evicted (its keys stay cached), walked again otherwise."""
+        evictions, additions = self.num_evictions, self.additions
+        if look.evictions == evictions:
+            if look.additions == additions and look.limit == limit:
+                return look.hit
+            start = min(look.hit, limit)
         else:
-            hit = look.hit
-            changed = self._log[seen - self._log_start:]
-            if changed and hit:
-                gone = look.prefix_set().intersection(
-                    filterfalse(self._ref.__contains__, changed))
-                if gone:  # keys[:hit] are all still cached; keys[hit] is not
-                    hit = min(map(look.index().__getitem__, gone))
-                    look.prefix.difference_update(keys[hit:look.hit])
-            if hit == look.hit:  # nothing of the prefix evicted: resume from its end
-                hit = self.hits(keys, hit, limit)
-                if look.prefix is not None:
-                    look.prefix.update(keys[look.hit:hit])
-        look.seen = end
-        look.additions = self.additions
-        look.hit = hit
-        look.limit = limit
+            start = 0
+        look.hit = hit = self.hits(look.keys, start, limit)
+        look.evictions, look.additions, look.limit = evictions, additions, limit
         return hit
 
     def refresh_pinned(self, look) -> int:
-        """:meth:`pinned` of ``look``'s current hit (call :meth:`refresh` first), kept as the
-        set of its free keys and updated from the change log (keys whose count crossed 0, or
-        evicted) and the keys the hit grew or shrank by."""
-        hit, keys, free = look.hit, look.keys, look.free
-        ref = self._ref
-        if look.pin_seen < 0:  # the first ask: a count (most requests are asked once)
-            look.pin_seen = self._log_start + len(self._log)
-            look.pin_hit = hit
-            return self.pinned(keys, hit)
-        if free is None or look.pin_seen < self._log_start:
-            head = keys[:hit]
-            look.free = free = set(compress(head, map(not_, map(ref.__getitem__, head))))
-        else:
-            if hit < look.pin_hit:
-                free.difference_update(keys[hit:look.pin_hit])
-            changed = self._log[look.pin_seen - self._log_start:]
-            if changed:
-                mine = list(look.prefix_set().intersection(changed))  # (cached: keys[:hit])
-                if mine:
-                    free.difference_update(mine)
-                    free.update(compress(mine, map(not_, map(ref.__getitem__, mine))))
-            if hit > look.pin_hit:
-                grown = keys[look.pin_hit:hit]
-                free.update(compress(grown, map(not_, map(ref.__getitem__, grown))))
-        look.pin_seen = self._log_start + len(self._log)
-        look.pin_hit = hit
-        return len(free)
+        """:meth:`pinned` of ``look``'s current hit (call :meth:`refresh` first), kept while no
+        reference changed and nothing was evicted."""
+        state = (self.ref_changes, self.num_evictions, look.hit)
+        if look.pin_state != state:
+            look.pin_state = state
+            look.pinned = self.pinned(look.keys, look.hit)
+        return look.pinned
 
     def acquire(self, keys) -> None:
         """Take a reference on each cached block of ``keys`` (a hit)."""
         self.ref_changes += 1
+        if not len(keys):
+            return
         ref = self._ref
-        counts = list(map(ref.__getitem__, keys))
-        free = list(compress(keys, map(not_, counts)))  # (C-level maps: 2x the list
-        if free:  # they leave the queue: their entries go stale   comprehensions, measured)
-            _drain(map(self._freed.__delitem__, free))
+        counts = ref[keys]
+        free = keys[counts == 0]
+        if len(free):  # they leave the queue: their entries go stale
+            self._freed[free] = 0
             self.num_free -= len(free)
-            self._log += free
-        ref.update(zip(keys, map(add, counts, repeat(1))))
+        ref[keys] = counts + 1
 
-    def register(self, keys) -> list:
+    def register(self, keys):
         """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
         returns the keys registered (a content already cached stays in an anonymous block)."""
-        ref = self._ref
-        new = list(filterfalse(ref.__contains__, keys))
-        if new:
+        self._room(keys)
+        new = keys[self._ref[keys] < 0]
+        if len(new):
             self.additions += 1
-            ref.update(dict.fromkeys(new, 1))
+            self._ref[new] = 1
         return new
 
     def allocate(self, n: int) -> None:
@@ -229,7 +201,6 @@ class PrefixCachingBlockManager(BlockManager):
         if n > self.num_free or n < 0:
             raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
         queue, freed = self._queue, self._freed
-        get = freed.get
         self.num_free -= n
         while n:
             item = queue[0]
@@ -247,11 +218,10 @@ class PrefixCachingBlockManager(BlockManager):
             if pos == len(keys):
                 queue.popleft()
             self._entries -= len(chunk)
-            live = list(compress(chunk, map(eq, map(get, chunk), repeat(serial))))
-            if live:  # they reach the head: evicted
-                _drain(map(freed.__delitem__, live))
-                _drain(map(self._ref.__delitem__, live))
-                self._log += live
+            live = chunk[freed[chunk] == serial]
+            if len(live):  # they reach the head: evicted
+                freed[live] = 0
+                self._ref[live] = -1
                 self.num_evictions += len(live)
                 n -= len(live)
 
@@ -274,34 +244,31 @@ class PrefixCachingBlockManager(BlockManager):
         ``keys`` in reverse order (a key whose count drops to 0 joins the queue's tail)."""
         self.ref_changes += 1
         self.free(num_anonymous)
-        if keys:
+        if len(keys):
             ref = self._ref
             rev = keys[::-1]
-            counts = list(map(sub, map(ref.__getitem__, rev), repeat(1)))
-            ref.update(zip(rev, counts))
-            unused = list(compress(rev, map(not_, counts)))
-            if unused:
+            counts = ref[rev] - 1
+            ref[rev] = counts
+            unused = rev[counts == 0]
+            if len(unused):
                 self._serial += 1
-                self._freed.update(dict.fromkeys(unused, self._serial))
+                self._freed[unused] = self._serial
                 self._queue.append([self._serial, unused, 0])
                 self._entries += len(unused)
                 self.num_free += len(unused)
-                self._log += unused
                 if self._entries > 2 * self.num_blocks + 64:
                     self._compact()
-        if len(self._log) > 2 * self.num_blocks + 1024:  # older lookups start over
-            self._log_start += len(self._log)
-            self._log = []
 
     def _compact(self):
         """Drop stale entries (keys taken by hits since they were freed)."""
-        get = self._freed.get
+        freed = self._freed
         queue = deque()
         for item in self._queue:
             if len(item) == 3:
                 serial, keys, pos = item
-                item = [serial, [k for k in keys[pos:] if get(k) == serial], 0]
-                if not item[1]:
+                keys = keys[pos:]
+                item = [serial, keys[freed[keys] == serial], 0]
+                if not len(item[1]):
                     continue
             queue.append(item)
         self._queue = queue
@@ -309,33 +276,19 @@ class PrefixCachingBlockManager(BlockManager):
 
     @property
     def num_cached(self) -> int:
-        return len(self._ref)
+        return int(np.count_nonzero(self._ref >= 0))
 
 
 class PrefixLookup:
     """A waiting request's lookup in a :class:`PrefixCachingBlockManager`, kept between asks
     (a blocked queue head is asked every iteration): its keys, its hit (``hit`` leading keys
-    cached, capped at ``limit``) and the free keys among them, each as of the pool's change-log
-    position ``seen`` / ``pin_seen`` (-1: never computed). ``index()`` maps a key to its
-    position, built on first need."""
+    cached, capped at ``limit``) as of the pool's ``evictions`` and ``additions`` (-1: never
+    computed), and the free keys among the hit (``pinned``) as of ``pin_state``."""
 
-    __slots__ = ("keys", "seen", "additions", "hit", "limit", "prefix", "pin_seen", "pin_hit",
-                 "free", "_index")
+    __slots__ = ("keys", "evictions", "additions", "hit", "limit", "pin_state", "pinned")
 
     def __init__(self, keys):
         self.keys = keys
-        self.seen = self.pin_seen = self.additions = -1
-        self.hit = self.limit = self.pin_hit = 0
-        self.prefix = self.free = None  # the sets of keys[:hit], and of the free ones
-        self._index = None
-
-    def prefix_set(self) -> set:
-        """The set of ``keys[:hit]``."""
-        if self.prefix is None:
-            self.prefix = set(self.keys[:self.hit])
-        return self.prefix
-
-    def index(self) -> dict:
-        if self._index is None:
-            self._index = dict(zip(self.keys, range(len(self.keys))))
-        return self._index
+        self.evictions = self.additions = -1
+        self.hit = self.limit = self.pinned = 0
+        self.pin_state = None

@@ -42,7 +42,7 @@ from functools import partial
 import numpy as np
 
 from .batch import Batch, make_batch
-from .blocks import BlockManager, PrefixCachingBlockManager, PrefixLookup, blocks_for
+from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
 from .decoding import Decodes, SpecDecodes, emits_single_token
 from .radix import RadixBlockManager
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
@@ -72,6 +72,7 @@ class RunningSet(dict):
 _enqueue, _enqueue_head, _dequeue_head, _dequeue = (deque.append, deque.appendleft,
                                                     deque.popleft, deque.remove)
 _set_running, _del_running = dict.__setitem__, dict.__delitem__
+_NO_KEYS = np.zeros(0, dtype=np.int64)  # block mode: the keys of a request without hash ids
 
 
 def newest_running(replica):
@@ -163,7 +164,7 @@ class Replica:
         without caching): its longest cached prefix, capped so that at least its last token is
         computed (block mode: whole blocks; radix mode: whole pages). ``remember=False``: a
         request that may never queue here (a router's look) leaves no memo behind."""
-        if not self.caching or not r.block_keys:
+        if not self.caching or r.block_keys is None:
             return 0
         hit = self._hit(r, remember)[0]
         return hit if self.radix else hit * self.block_size
@@ -171,7 +172,7 @@ class Replica:
     def prefix_pinned(self, r) -> int:
         """KV blocks counted free now that admitting ``r`` would take by referencing its cached
         prefix (SGLang's ``inc_lock_ref`` delta; 0 without caching)."""
-        if not self.caching or not r.block_keys:
+        if not self.caching or r.block_keys is None:
             return 0
         nodes = self._hit(r)[1]
         blocks = self.blocks
@@ -190,16 +191,15 @@ class Replica:
         ``(tokens, tree nodes)``. A cached prefix only shrinks by evictions and only grows by
         additions, so the last answer per request is kept (a blocked queue head is asked every
         iteration: a full walk each time cost 117 us per ask on Mooncake's 850-block prompts):
-        block mode, as a :class:`~sim.engine.blocks.PrefixLookup` the pool updates from its
-        change log; radix mode, reused while neither happened and resumed while no eviction
-        did."""
+        block mode, as a :class:`~sim.engine.blocks.PrefixLookup` the pool keeps or resumes;
+        radix mode, reused while neither happened and resumed while no eviction did."""
         blocks = self.blocks
         keys = r.block_keys
         bs = self.block_size
-        if not self.radix:  # the pool brings the lookup up to date from its change log
+        if not self.radix:  # the pool keeps the lookup, or resumes or redoes its walk
             look = self._hits.get(r)
             if look is None:
-                look = PrefixLookup(keys)
+                look = blocks.lookup(keys)
                 if remember:
                     self._hits[r] = look
             hit = blocks.refresh(look, min(len(keys), (r.prefill_target - 1) // bs))
@@ -261,9 +261,9 @@ class Replica:
         self._prefill_tokens += new
 
     def _admit_cached(self, r, num_tokens):
-        keys = r.block_keys or ()
+        keys = r.block_keys
         bs = self.block_size
-        cached, nodes = self._hit(r) if keys else (0, 0)
+        cached, nodes = self._hit(r) if keys is not None else (0, 0)
         if not self.radix:
             cached *= bs
         if r.status != WAITING or not 0 < num_tokens <= r.prefill_target - cached:
@@ -290,7 +290,10 @@ class Replica:
         self._dequeue(r)
         self._hits.pop(r, None)
         self._pins.pop(r, None)
-        held = list(keys[:nodes])
+        if keys is None:
+            held = [] if self.radix else _NO_KEYS
+        else:  # (block mode: a view of the id array; radix mode: a list the tree extends)
+            held = list(keys[:nodes]) if self.radix else keys[:nodes]
         blocks.acquire(held)
         blocks.allocate(need)
         r.kv_keys = held
@@ -341,9 +344,11 @@ class Replica:
     def _register(self, r, done, upto):
         """The full prompt blocks that tokens ``done..upto`` complete become cached."""
         keys = r.block_keys
-        if keys:
+        if keys is not None:
             bs = self.block_size
-            r.kv_keys.extend(self.blocks.register(keys[done // bs:min(len(keys), upto // bs)]))
+            new = self.blocks.register(keys[done // bs:min(len(keys), upto // bs)])
+            if len(new):
+                r.kv_keys = np.concatenate((r.kv_keys, new)) if len(r.kv_keys) else new
 
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""

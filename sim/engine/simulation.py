@@ -56,7 +56,7 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
     hash ids' prefixes, the radix tree's nodes). An ``acceptance_rate`` column without
     speculative decoding (``speculative`` False) is ignored with a warning."""
     from workloads import from_records, validate
-    from workloads.prefix import block_keys_all, tokens_per_id, unit_keys_all
+    from workloads.prefix import block_key_ids, tokens_per_id, unit_keys_all
     if not isinstance(workload, pd.DataFrame):
         if isinstance(workload, (str, bytes)) or not hasattr(workload, "__iter__"):
             raise TypeError(f"workload must be a DataFrame or an iterable of request records, "
@@ -78,10 +78,10 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
         if mode == "radix":
             keys = unit_keys_all(df["hash_ids"].tolist())
         else:
-            keys = block_keys_all(df["hash_ids"].tolist(), hash_bs,
-                                  [r.num_prompt_tokens for r in reqs], block_size)
+            keys = block_key_ids(df["hash_ids"].tolist(), hash_bs,
+                                 [r.num_prompt_tokens for r in reqs], block_size)
         for r, k in zip(reqs, keys):
-            if k:
+            if len(k):
                 r.block_keys = k
     return df, reqs
 
