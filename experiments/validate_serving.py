@@ -29,8 +29,9 @@ gap between tokens (with fixed output lengths the same as the mean TPOT).
 
 Each engine's settings (:data:`ENGINES`) are its documented defaults for the run the source
 describes, not fits; what the simulator cannot express is said there. The KV pool comes from
-the memory budget (vLLM's accounting at 0.9 utilisation; each engine's own rule is close to it
-except where the weights nearly fill the GPU, see ``ENGINES``).
+the memory budget: TensorRT-LLM's accounting for its rows (``free_gpu_memory_fraction`` of the
+memory left free after the weights, the engine's activations and the rest in use; the fraction
+its published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's.
 
 ``--no-evict`` is a what-if, never stored: the TensorRT-LLM rows admit a request only when its
 whole KV fits (:func:`no_evict`), as their GUARANTEED_NO_EVICT scheduler does.
@@ -57,6 +58,9 @@ import workloads
 from sim import SimConfig, sweep
 from sim.costs.roofline import RooflineCost
 from sim.costs.roofline_params import fitted_params
+from sim.specs.gpus import get_gpu
+from sim.specs.memory import memory_budget
+from sim.specs.memory_terms import TRTLLM_FREE_GPU_MEMORY_FRACTION
 
 DATA = resources.files("sim").joinpath("data")
 OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "serving_check.json"
@@ -77,7 +81,9 @@ class EngineSettings:
 
     ``max_batch_size=None``: the row's ``concurrency`` (the benchmark sizes the engine's batch
     to its clients). ``cuda_graph_max_batch``: decode-only batches up to this size are priced
-    without per-layer launch gaps (``RooflineParams``); ``nccl_only``: no custom all-reduce."""
+    without per-layer launch gaps (``RooflineParams``); ``nccl_only``: no custom all-reduce;
+    ``kv_fraction``: the KV pool is TensorRT-LLM's accounting at this ``free_gpu_memory_fraction``
+    (``None``: vLLM's at 0.9)."""
 
     scheduler: str
     max_batch_size: int | None
@@ -85,33 +91,40 @@ class EngineSettings:
     cuda_graph_max_batch: int
     nccl_only: bool
     note: str
+    kv_fraction: float | None = None
 
 
 # TensorRT-LLM's engines (0.14, 0.17): decode steps priced without launch gaps, prefills with
 # them, the convention experiments/fit_roofline.py prices TensorRT-LLM's static batches with
 NO_DECODE_GAPS = 1 << 30
-_TRT_POOL = ("TensorRT-LLM reserves each request's whole KV at admission (GUARANTEED_NO_EVICT) "
-             "and gives the KV cache a fraction (0.90-0.95) of the memory left free after the "
-             "weights; here blocks are taken as tokens are written (the newest request "
-             "preempted under pressure) from vLLM's budget at 0.9, which leaves less KV where "
-             "the weights nearly fill the GPU (Llama-3.1-70B in FP8 on one H100)")
+_TRT_POOL = ("TensorRT-LLM reserves each request's whole KV at admission (GUARANTEED_NO_EVICT); "
+             "here blocks are taken as tokens are written (the newest request preempted under "
+             "pressure) from TensorRT-LLM's accounting, whose activation and other terms are "
+             "estimates (sim memory --accounting tensorrt-llm)")
+# trtllm-bench's published runs: "In majority of cases, we also use a higher KV cache percentage
+# by setting --kv_cache_free_gpu_mem_fraction 0.95 [...] We fall back to 0.90 if we hit an out of
+# memory issue" (perf-overview.md @ 258c7540, v0.17; "In many cases" @ 00f37686, v1.0); which
+# rows fell back is not published. Triton's backend: no fraction published, the executor's
+# default 0.9 (sim.specs.memory_terms).
+TRT_BENCH_FRACTION = 0.95
 ENGINES = {
     # v1.0, PyTorch backend (perf-overview.md @ 00f37686): whole prompts (chunked prefill off by
     # default), the LLM API's default max_batch_size 2048 and max_num_tokens 8192 (trtllm-bench
     # may choose others from the dataset's statistics; not published), CUDA graphs for batches
     # 1-8,192 (its llm_options.yml), TensorRT-LLM's own custom all-reduce.
-    "tensorrt-llm-1.0": EngineSettings("continuous", 2048, 8192, 8192, False, _TRT_POOL),
+    "tensorrt-llm-1.0": EngineSettings("continuous", 2048, 8192, 8192, False, _TRT_POOL,
+                                       TRT_BENCH_FRACTION),
     # v0.17 engines built by trtllm-bench (perf-overview.md @ 258c7540): its example run prints
     # "Max Runtime Batch Size: 4096, Max Runtime Tokens: 8192, Scheduling Policy: Guaranteed No
     # Evict"; the build's dataset heuristics may choose other limits per row (not published).
     "tensorrt-llm-0.17": EngineSettings("continuous", 4096, 8192, NO_DECODE_GAPS, False,
-                                        _TRT_POOL),
+                                        _TRT_POOL, TRT_BENCH_FRACTION),
     # v0.14 behind Triton's TensorRT-LLM backend (same file): trtllm-build's defaults
     # (max_batch_size 2048, max_num_tokens 8192); the client's and server's own time per
     # request (HTTP, tokenisation) is not modelled.
     "tensorrt-llm-0.14-triton": EngineSettings("continuous", 2048, 8192, NO_DECODE_GAPS, False,
                                                _TRT_POOL + "; Triton's request path is not "
-                                               "modelled"),
+                                               "modelled", TRTLLM_FREE_GPU_MEMORY_FRACTION),
     # LMDeploy 0.1 TurboMind: continuous batching of whole prompts, its batch set to the
     # benchmark's concurrency, NCCL all-reduce only (as experiments/fit_roofline.py prices it).
     "lmdeploy-0.1-turbomind": EngineSettings(
@@ -180,7 +193,7 @@ def workload(row, max_requests=MAX_REQUESTS, shape=None) -> pd.DataFrame:
 def config(row) -> SimConfig:
     """The simulator's settings for ``row``: its engine's (:data:`ENGINES`), model, GPU,
     tensor parallelism and precisions; the roofline with the engine's graph and all-reduce
-    rules."""
+    rules; the KV pool by the engine's memory accounting."""
     e = ENGINES[row.engine]
     params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
     params = dataclasses.replace(params, cuda_graph_max_batch=e.cuda_graph_max_batch)
@@ -191,10 +204,20 @@ def config(row) -> SimConfig:
                         kv_dtype=row.kv_dtype, params=params)
     closed = row.scenario == "closed_loop"
     batch = e.max_batch_size or int(row.concurrency)
-    return SimConfig(scheduler=e.scheduler, cost_model=cost, model=row.model, gpu=row.gpu,
-                     tensor_parallel=tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
-                     max_batch_size=batch, token_budget=e.token_budget,
-                     closed_loop=workloads.ClosedLoop(int(row.concurrency)) if closed else None)
+    cfg = SimConfig(scheduler=e.scheduler, cost_model=cost, model=row.model, gpu=row.gpu,
+                    tensor_parallel=tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
+                    max_batch_size=batch, token_budget=e.token_budget,
+                    closed_loop=workloads.ClosedLoop(int(row.concurrency)) if closed else None)
+    if e.kv_fraction is None:
+        return cfg
+    budget = memory_budget(row.model, get_gpu(row.gpu).memory_gb, tensor_parallel=tp,
+                           weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
+                           block_size=cfg.resolved().block_size, accounting="tensorrt-llm",
+                           max_num_batched_tokens=e.token_budget,
+                           free_gpu_memory_fraction=e.kv_fraction)
+    if not budget.fits:
+        raise ValueError(f"{row.engine} row: {budget.advice}")
+    return dataclasses.replace(cfg, kv_blocks=budget.kv_blocks)
 
 
 def no_evict(row, cfg: SimConfig) -> SimConfig:

@@ -99,7 +99,11 @@ def test_workload_describe_and_memory(tmp_path, capsys):
                      (["llama-3.1-8b", "--utilization", "0.5", "--max-num-seqs", "1024"],
                       dict(gpu_memory_utilization=0.5, max_num_seqs=1024)),
                      (["llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "0.5"],
-                      dict(accounting="sglang", mem_fraction_static=0.5))):
+                      dict(accounting="sglang", mem_fraction_static=0.5)),
+                     (["llama-3.1-8b", "--accounting", "tensorrt-llm",
+                       "--free-gpu-memory-fraction", "0.5", "--max-num-batched-tokens", "2048"],
+                      dict(accounting="tensorrt-llm", free_gpu_memory_fraction=0.5,
+                           max_num_batched_tokens=2048))):
         assert main(["memory", *argv]) == 0
         blocks = memory_budget("llama-3.1-8b", gb, **kw).kv_blocks
         assert f"({blocks:,} blocks of 16)" in capsys.readouterr().out

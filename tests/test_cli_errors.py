@@ -188,6 +188,16 @@ CASES = [
     (["memory", "llama-3.1-8b", "--max-num-seqs", "0"], "--max-num-seqs must be > 0, got 0"),
     (["memory", "llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "2"],
      "--mem-fraction-static must be at most 1, got 2.0"),
+    (["memory", "llama-3.1-8b", "--free-gpu-memory-fraction", "0.5"], "error: "
+     "--free-gpu-memory-fraction is not used by --accounting vllm"),
+    (["memory", "llama-3.1-8b", "--accounting", "tensorrt-llm", "--utilization", "0.8"],
+     "error: --utilization is not used by --accounting tensorrt-llm (its knobs: "
+     "--max-num-batched-tokens, --free-gpu-memory-fraction)"),
+    (["memory", "llama-3.1-8b", "--accounting", "tensorrt-llm", "--mem-fraction-static", "0.8"],
+     "error: --mem-fraction-static is not used by --accounting tensorrt-llm"),
+    (["memory", "llama-3.1-8b", "--accounting", "tensorrt-llm",
+      "--free-gpu-memory-fraction", "1"],
+     "--free-gpu-memory-fraction must be below 1 (TensorRT-LLM refuses 1.0), got 1.0"),
 ]
 
 

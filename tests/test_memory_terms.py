@@ -1,5 +1,6 @@
 """sim/specs/memory_terms.py and memory_budget's accounting: each term by its own arithmetic,
-the vLLM terms against the start-up peaks llm-d published, SGLang's mem_fraction_static."""
+the vLLM terms against the start-up peaks llm-d published, SGLang's mem_fraction_static,
+TensorRT-LLM's free-memory fraction."""
 
 import pytest
 
@@ -8,8 +9,8 @@ from sim.cli import main
 from sim.specs.gpus import get_gpu
 from sim.specs.memory_terms import (GiB, MiB, SAMPLER_BYTES_PER_LOGIT, forward_peak_bytes,
                                     kv_heads_per_gpu, sampler_peak_bytes,
-                                    sglang_mem_fraction_static, vllm_activation_peak_bytes,
-                                    vllm_non_torch_bytes)
+                                    sglang_mem_fraction_static, trtllm_non_torch_bytes,
+                                    vllm_activation_peak_bytes, vllm_non_torch_bytes)
 
 A100 = 81920 * MiB  # nvidia-smi memory.total of an A100-SXM4-80GB
 
@@ -156,3 +157,128 @@ def test_sim_memory_prints_every_term(capsys):
     assert main(["memory", "llama-2-70b", "--gpu", "a100", "--tp", "2",
                  "--accounting", "sglang"]) == 0
     assert "static_pool" in capsys.readouterr().out
+
+
+H100 = 81559 * MiB  # nvidia-smi memory.total of an H100-80GB SXM
+
+
+def test_llama31_70b_fp8_on_one_h100_is_the_sum_of_the_tensorrt_llm_terms():
+    """The serving check's tightest rows, by hand: TensorRT-LLM gives the KV cache 0.9 of what
+    is free after the weights, the engine's activations and the rest in use."""
+    b = memory_budget("llama-3.1-70b", get_gpu("h100").memory_gb, weight_dtype="fp8",
+                      kv_dtype="fp8", accounting="tensorrt-llm")
+    m = get_model("llama-3.1-70b")  # h 8192, I 28672, 64 heads, 8 KV heads of 128, 80 layers
+    weights = m.total_params()                                     # 1 byte each
+    activations = 8192 * (2 * 8192 + 3 * 28672) * 2                # the MLP of 8,192 tokens
+    assert activations == 1_677_721_600 == b.term("activations") * -1
+    # the start-up log of docs/source/reference/memory.md: total 79.10 GiB, 70.48 available,
+    # a 6,695 MiB engine and 1,134.01 MiB of execution context leave 0.97 GiB in use besides
+    non_torch = -b.term("non_torch")
+    assert non_torch / GiB == pytest.approx(79.10 - 70.48 - 6695 / 1024 - 1134.01 / 1024,
+                                            abs=1e-9)
+    free = H100 - weights - activations - non_torch
+    assert [t.name for t in b.terms] == ["device", "weights", "activations", "non_torch",
+                                         "held_back"]
+    assert (b.term("device"), -b.term("weights")) == (H100, weights)
+    assert b.kv_bytes_per_gpu == pytest.approx(0.9 * free, abs=1)  # default fraction 0.9
+    per_token = 80 * 2 * 8 * 128 * 1                               # K and V, fp8
+    assert b.max_kv_tokens == int(b.kv_bytes_per_gpu // per_token) == 67_253
+    assert b.kv_blocks == 67_253 // 16 == 4_203
+    # vLLM's accounting at 0.9 of the device leaves 1,753 blocks: 2.4 times fewer
+    assert memory_budget("llama-3.1-70b", get_gpu("h100").memory_gb, weight_dtype="fp8",
+                         kv_dtype="fp8").kv_blocks == 1_753
+    # trtllm-bench's published runs: 0.95 of the same free memory
+    given = memory_budget("llama-3.1-70b", get_gpu("h100").memory_gb, weight_dtype="fp8",
+                          kv_dtype="fp8", accounting="tensorrt-llm",
+                          free_gpu_memory_fraction=0.95)
+    assert given.kv_bytes_per_gpu == pytest.approx(0.95 * free, abs=1)
+    assert given.kv_blocks == 4_436
+
+
+def test_tensorrt_llm_terms_with_tensor_parallelism_a_reserve_and_no_room():
+    gb = get_gpu("a100").memory_gb
+    b = memory_budget("llama-3.1-70b", gb, tensor_parallel=2, accounting="tensorrt-llm",
+                      max_num_batched_tokens=4096)
+    m = get_model("llama-3.1-70b")
+    # NCCL's buffers on top with TP > 1 (llm-d's vLLM increment, TP 2 less TP 1)
+    assert -b.term("non_torch") == trtllm_non_torch_bytes(1) + round(0.55 * GiB) - round(
+        0.13 * GiB)
+    assert -b.term("activations") == forward_peak_bytes(m, 4096, 2) == 4096 * (
+        2 * 8192 + 3 * 28672 // 2) * 2                             # max_num_tokens 4,096
+    free = A100 - m.total_params() - 4096 * (2 * 8192 + 3 * 14336) * 2 - b.term("non_torch") * -1
+    assert b.kv_bytes_per_gpu == pytest.approx(0.9 * free, abs=1)
+    # the caller's reserve comes off the free memory before the fraction is taken
+    r = memory_budget("llama-3.1-70b", gb, tensor_parallel=2, accounting="tensorrt-llm",
+                      max_num_batched_tokens=4096, overhead_gb=1.0)
+    assert r.kv_bytes_per_gpu == pytest.approx(0.9 * (free - 1e9), abs=1)
+    # fp16 on one A100: nothing free, nothing held back, no KV
+    none = memory_budget("llama-3.1-70b", gb, accounting="tensorrt-llm")
+    assert not none.fits and none.kv_blocks == 0 and none.term("held_back") == 0
+    assert "TensorRT-LLM's free fraction leaves" in none.advice
+
+
+def test_free_gpu_memory_fraction_is_tensorrt_llms_knob_and_below_1():
+    for other in ("vllm", "sglang"):
+        with pytest.raises(ValueError, match=r"^free_gpu_memory_fraction is used by "
+                                             r"accounting='tensorrt-llm' only, got 0.5 with "
+                                             rf"accounting='{other}'$"):
+            memory_budget("llama-2-7b", 80, accounting=other, free_gpu_memory_fraction=0.5)
+    for bad, msg in ((1.0, "must be below 1 .TensorRT-LLM refuses 1.0., got 1.0"),
+                     (1.2, "must be at most 1"), (0, "free_gpu_memory_fraction"),
+                     ("half", "free_gpu_memory_fraction")):
+        with pytest.raises((ValueError, TypeError), match=msg):
+            memory_budget("llama-2-7b", 80, accounting="tensorrt-llm",
+                          free_gpu_memory_fraction=bad)
+    with pytest.raises(ValueError, match="mem_fraction_static is used by accounting='sglang'"):
+        memory_budget("llama-2-7b", 80, accounting="tensorrt-llm", mem_fraction_static=0.5)
+
+
+def test_sim_memory_prints_the_tensorrt_llm_terms(capsys):
+    argv = ["memory", "llama-3.1-70b", "--gpu", "h100", "--weight-dtype", "fp8", "--kv-dtype",
+            "fp8", "--accounting", "tensorrt-llm"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "tensorrt-llm accounting on each of 1 GPU(s)" in out
+    for label, value in (("+ device", "85,520,809,984"), ("- weights", "70,553,706,496"),
+                         ("- activations", "1,677,721,600"), ("- non_torch", "1,046,342,533"),
+                         ("- held_back", "free_gpu_memory_fraction 0.9 (TensorRT-LLM's "
+                                         "default)")):
+        assert any(label in ln and value in ln for ln in out.splitlines()), label
+    assert "4,203 blocks of 16 tokens" in out
+    assert main(argv + ["--free-gpu-memory-fraction", "0.95"]) == 0
+    out = capsys.readouterr().out
+    assert "0.95 (given)" in out and "4,436 blocks of 16 tokens" in out
+    assert main(argv[:2] + ["--gpu", "a100", "--accounting", "tensorrt-llm"]) == 1  # fp16
+    assert "- held_back" in capsys.readouterr().out  # a zero deduction keeps its sign
+
+
+class _TensorRTLLMPolicy:
+    """A policy object whose engine sizes its pool by TensorRT-LLM's accounting."""
+
+    memory_accounting = "tensorrt-llm"
+
+    def __init__(self, free_gpu_memory_fraction=None):
+        self.free_gpu_memory_fraction = free_gpu_memory_fraction
+
+    @staticmethod
+    def engine_defaults(config):
+        return {"gpu_memory_utilization": None}  # vLLM's knob: not TensorRT-LLM's
+
+    def schedule(self, replica, now):
+        pass
+
+
+def test_a_policy_chooses_the_tensorrt_llm_accounting_for_the_pool():
+    import sim
+    gb = get_gpu("h100").memory_gb
+    for f in (None, 0.95):
+        cfg = sim.SimConfig(scheduler=_TensorRTLLMPolicy(f), model="llama-3.1-70b", gpu="h100",
+                            weight_dtype="fp8", kv_dtype="fp8")
+        want = memory_budget("llama-3.1-70b", gb, weight_dtype="fp8", kv_dtype="fp8",
+                             accounting="tensorrt-llm", free_gpu_memory_fraction=f)
+        assert cfg.resolved_kv_blocks() == want.kv_blocks == (4_203 if f is None else 4_436)
+    cfg = sim.SimConfig(scheduler=_TensorRTLLMPolicy(), model="llama-3.1-70b", gpu="h100",
+                        weight_dtype="fp8", kv_dtype="fp8", gpu_memory_utilization=0.8)
+    with pytest.raises(ValueError, match="gpu_memory_utilization=0.8 is vLLM's setting.*"
+                                         "tensorrt-llm's accounting"):
+        cfg.resolved_kv_blocks()

@@ -109,15 +109,34 @@ def test_configs_follow_each_engines_documented_settings(vs, rows):
     assert c.cost_model.params.custom_allreduce_max_bytes == fitted_params(
         "h100").custom_allreduce_max_bytes > 0
     assert c.closed_loop is None and (c.weight_dtype, c.kv_dtype) == ("fp8", "fp8")
+    # the pool: TensorRT-LLM's accounting at the 0.95 its published runs used (0.9 behind
+    # Triton, the executor's default), max_num_tokens 8,192 sizing the activations
+    from sim.specs.gpus import get_gpu
+    from sim.specs.memory import memory_budget
+
+    def trt_blocks(r, f):
+        return memory_budget(r.model, get_gpu(r.gpu).memory_gb,
+                             tensor_parallel=int(r.tensor_parallel), weight_dtype=r.weight_dtype,
+                             kv_dtype=r.kv_dtype, accounting="tensorrt-llm",
+                             max_num_batched_tokens=8192, free_gpu_memory_fraction=f).kv_blocks
+    assert c.kv_blocks == trt_blocks(trt, 0.95) == c.resolved_kv_blocks()
+    assert vs.ENGINES["tensorrt-llm-1.0"].kv_fraction == 0.95
     old = rows[rows["engine"] == "tensorrt-llm-0.17"].iloc[0]
     c = vs.config(old)
     assert (c.max_batch_size, c.token_budget) == (4096, 8192)
     assert c.cost_model.params.cuda_graph_max_batch == vs.NO_DECODE_GAPS
+    assert c.kv_blocks == trt_blocks(old, 0.95)
+    tight = rows[(rows["engine"] == "tensorrt-llm-0.17") & (rows["gpu"] == "h100")
+                 & (rows["model"] == "llama-3.1-70b") & (rows["tensor_parallel"] == 1)].iloc[0]
+    assert vs.config(tight).kv_blocks == 4_436  # vLLM's accounting at 0.9 gave 1,753
+    triton = rows[rows["engine"] == "tensorrt-llm-0.14-triton"].iloc[0]
+    assert vs.config(triton).kv_blocks == trt_blocks(triton, 0.9)
     lmd = rows[(rows["engine"] == "lmdeploy-0.1-turbomind") & (rows["concurrency"] == 256)].iloc[0]
     c = vs.config(lmd)
     assert c.max_batch_size == 256 and c.closed_loop.num_users == 256
     assert c.cost_model.params.custom_allreduce_max_bytes == 0  # NCCL only
     assert c.tensor_parallel == 4 and c.model == "llama-2-70b" and c.gpu == "a100"
+    assert c.kv_blocks is None  # LMDeploy's pool: vLLM's accounting (SimConfig's)
 
 
 def _subset(rows):

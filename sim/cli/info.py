@@ -45,10 +45,13 @@ MEMORY_FLAGS = {"gpu": "--gpu", "gpu_memory_gb": "--gpu-memory-gb",
                 "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype",
                 "tensor_parallel": "--tp", "gpu_memory_utilization": "--utilization",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
-                "max_num_seqs": "--max-num-seqs", "mem_fraction_static": "--mem-fraction-static"}
+                "max_num_seqs": "--max-num-seqs", "mem_fraction_static": "--mem-fraction-static",
+                "free_gpu_memory_fraction": "--free-gpu-memory-fraction"}
 # the memory_budget knobs each accounting does not read (its engine has no such setting)
-NOT_USED_BY = {"vllm": ("mem_fraction_static",),
-               "sglang": ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs")}
+NOT_USED_BY = {"vllm": ("mem_fraction_static", "free_gpu_memory_fraction"),
+               "sglang": ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
+                          "free_gpu_memory_fraction"),
+               "tensorrt-llm": ("gpu_memory_utilization", "max_num_seqs", "mem_fraction_static")}
 
 
 def cmd_memory(args) -> int:
@@ -60,7 +63,8 @@ def cmd_memory(args) -> int:
     engine_knobs = {"gpu_memory_utilization": args.utilization,
                     "max_num_batched_tokens": args.max_num_batched_tokens,
                     "max_num_seqs": args.max_num_seqs,
-                    "mem_fraction_static": args.mem_fraction_static}
+                    "mem_fraction_static": args.mem_fraction_static,
+                    "free_gpu_memory_fraction": args.free_gpu_memory_fraction}
     unused = NOT_USED_BY[args.accounting]
     for key in unused:  # a flag that would change nothing is an error, never ignored
         if engine_knobs[key] is not None:
@@ -87,7 +91,7 @@ def cmd_memory(args) -> int:
     where = f"{gpu.name}: " if gpu is not None else ""
     print(f"{where}{device / 2**20:,.0f} MiB = {device / GiB:.2f} GiB as the device reports it; "
           f"{b.accounting} accounting on each of {b.tensor_parallel} GPU(s):")
-    rows = [(f"{'+' if t.bytes >= 0 else '-'} {t.name}", t.bytes, t.source) for t in b.terms]
+    rows = [(f"{'+' if t.bytes > 0 else '-'} {t.name}", t.bytes, t.source) for t in b.terms]
     rows.append(("= KV cache", b.kv_bytes_per_gpu,
                  f"{b.kv_blocks:,} blocks of {b.block_size} tokens "
                  f"({b.kv_block_bytes_per_gpu / 2**20:g} MiB each)"))
@@ -123,12 +127,16 @@ def add_parsers(sub):
     p_mem.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
     p_mem.add_argument("--utilization", type=float, default=None,
                        help="vLLM's gpu_memory_utilization (default 0.9)")
-    p_mem.add_argument("--accounting", choices=["vllm", "sglang"], default="vllm",
-                       help="whose memory accounting (default vllm)")
+    p_mem.add_argument("--accounting", choices=["vllm", "sglang", "tensorrt-llm"],
+                       default="vllm", help="whose memory accounting (default vllm)")
     p_mem.add_argument("--max-num-batched-tokens", type=int, default=None,
-                       help="vLLM: tokens of the profiling forward pass (default 8192)")
+                       help="vLLM: tokens of the profiling forward pass; TensorRT-LLM: "
+                            "max_num_tokens, which sizes its activations (default 8192)")
     p_mem.add_argument("--max-num-seqs", type=int, default=None,
                        help="vLLM: sequences sampled in the profiling run (default 256)")
     p_mem.add_argument("--mem-fraction-static", type=float, default=None,
                        help="SGLang: weights + KV fraction (default: SGLang's own for the GPU)")
+    p_mem.add_argument("--free-gpu-memory-fraction", type=float, default=None,
+                       help="TensorRT-LLM: KV fraction of the memory left free, below 1 "
+                            "(default 0.9)")
     p_mem.set_defaults(func=cmd_memory)

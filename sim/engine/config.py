@@ -144,7 +144,8 @@ class SimConfig:
         if self.kv_blocks is not None:
             return self.kv_blocks
         sched = self.scheduler  # whose memory accounting sizes the pool (vLLM's unless the
-        # policy says otherwise: the sglang preset's mem_fraction_static)
+        # policy says otherwise: the sglang preset's mem_fraction_static; a policy object with
+        # memory_accounting = "tensorrt-llm" and, optionally, its free_gpu_memory_fraction)
         policy = POLICIES.get(sched.strip().lower()) if isinstance(sched, str) else sched
         accounting = getattr(policy, "memory_accounting", "vllm")
         if self.block_size is None or (self.gpu_memory_utilization is None
@@ -170,12 +171,14 @@ class SimConfig:
                 draft = get_model(draft)
                 draft_weights = (draft.total_params() / tp
                                  * bytes_per_value("weight_dtype", self.weight_dtype) / 1e9)
-            util = self.gpu_memory_utilization  # (None: SGLang's accounting does not use it)
+            util = self.gpu_memory_utilization  # (None: SGLang's / TensorRT-LLM's do not use it)
+            trt = ({"free_gpu_memory_fraction": getattr(policy, "free_gpu_memory_fraction", None)}
+                   if accounting == "tensorrt-llm" else {})
             budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                    gpu_memory_utilization=0.9 if util is None else util,
                                    block_size=self.block_size, overhead_gb=draft_weights,
-                                   accounting=accounting)
+                                   accounting=accounting, **trt)
             if not budget.fits and draft is not None:
                 raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
                                  f"weights per GPU at {self.weight_dtype}) beside model "

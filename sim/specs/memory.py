@@ -3,8 +3,8 @@
 Units: bytes; GB = 10**9 bytes (the unit of "N billion parameters x bytes" and of the
 ``gpu_memory_gb`` argument), GiB = 2**30 bytes (what devices and serving engines report: an
 "80 GB" A100 reports 81,920 MiB = 80 GiB = 85.9 GB). Bytes per value: 2 fp16/bf16, 1 fp8/int8,
-0.5 int4. :func:`memory_budget` does a serving engine's accounting (vLLM's or SGLang's), term
-by term; the terms and their sources are in :mod:`sim.specs.memory_terms`.
+0.5 int4. :func:`memory_budget` does a serving engine's accounting (vLLM's, SGLang's or
+TensorRT-LLM's), term by term; the terms and their sources are in :mod:`sim.specs.memory_terms`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from .models import ModelConfig, get_model
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,
                "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 GB = 1e9
-ACCOUNTINGS = ("vllm", "sglang")
-_HOLDS = {"vllm": "vLLM leaves", "sglang": "SGLang's static pool leaves"}
+ACCOUNTINGS = ("vllm", "sglang", "tensorrt-llm")
+_HOLDS = {"vllm": "vLLM leaves", "sglang": "SGLang's static pool leaves",
+          "tensorrt-llm": "TensorRT-LLM's free fraction leaves"}
 
 
 def bytes_per_value(name: str, dtype) -> float:
@@ -90,7 +91,8 @@ class MemoryBudget:
 
     ``terms`` are :class:`~sim.specs.memory_terms.MemoryTerm` s on ONE GPU of the
     ``tensor_parallel`` group (vLLM: requested, weights, activations, non_torch, reserved;
-    SGLang: static_pool, weights, reserved); they add up to ``kv_bytes_per_gpu`` unless that
+    SGLang: static_pool, weights, reserved; TensorRT-LLM: device, weights, activations, non_torch,
+    reserved, held_back); they add up to ``kv_bytes_per_gpu`` unless that
     is negative, when it is 0. Every GPU holds ``kv_blocks`` blocks of ``kv_block_bytes_per_gpu``.
     The totals ``usable_bytes``, ``weights_bytes``, ``overhead_bytes`` (every other
     deduction) and ``kv_budget_bytes`` are over the ``tensor_parallel`` GPUs;
@@ -149,6 +151,8 @@ def _terms(model, device, tp, wbytes, s):
                           f"CUDA graphs and NCCL use the rest")
         return [pool, w] + extra
     tokens, seqs = s["max_num_batched_tokens"], s["max_num_seqs"]
+    if s["accounting"] == "tensorrt-llm":
+        return _trtllm_terms(model, device, tp, w, tokens, s["free_gpu_memory_fraction"], extra)
     act = terms.vllm_activation_peak_bytes(model, tokens, seqs, tp)
     which = ("forward pass" if act == terms.forward_peak_bytes(model, tokens, tp)
              else "sampler")
@@ -164,6 +168,25 @@ def _terms(model, device, tp, wbytes, s):
             ] + extra
 
 
+def _trtllm_terms(model, device, tp, w, tokens, f, extra):
+    """TensorRT-LLM's terms: what is free after the weights, the engine's activations and the
+    rest in use, of which the KV cache gets the fraction ``f`` and ``held_back`` the others."""
+    why = "given"
+    if f is None:
+        f, why = terms.TRTLLM_FREE_GPU_MEMORY_FRACTION, "TensorRT-LLM's default"
+    act = terms.forward_peak_bytes(model, tokens, tp)
+    parts = [MemoryTerm("device", device, "device memory as reported"), w,
+             MemoryTerm("activations", -act, f"engine activations for max_num_tokens "
+                        f"{tokens:,} (one decoder layer's forward pass)"),
+             MemoryTerm("non_torch", -terms.trtllm_non_torch_bytes(tp),
+                        "CUDA context, runtime and decoder buffers (TensorRT-LLM's log)"
+                        + (" + NCCL (measured by llm-d)" if tp > 1 else ""))] + extra
+    free = max(0, sum(t.bytes for t in parts))
+    return parts + [MemoryTerm("held_back", -round((1 - f) * free),
+                               f"1 - free_gpu_memory_fraction {f:g} ({why}) of the "
+                               f"{free / GiB:.2f} GiB free")]
+
+
 def _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, s):
     parts = _terms(model, device, tp, wbytes, s)
     kv = max(0, sum(t.bytes for t in parts))
@@ -177,7 +200,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                   advice_seq_len=4096, accounting="vllm",
                   max_num_batched_tokens=terms.VLLM_MAX_NUM_BATCHED_TOKENS,
                   max_num_seqs=terms.VLLM_MAX_NUM_SEQS, non_torch_gb=None,
-                  mem_fraction_static=None) -> MemoryBudget:
+                  mem_fraction_static=None, free_gpu_memory_fraction=None) -> MemoryBudget:
     """How much KV cache a model leaves on ``tensor_parallel`` GPUs of ``gpu_memory_gb`` each.
 
     ``gpu_memory_gb``: the memory each GPU reports, in GB of 10**9 bytes (a preset's
@@ -188,6 +211,10 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     ``max_num_seqs`` sequences - non-torch memory (measured figures unless ``non_torch_gb`` is
     given). ``accounting="sglang"``: ``mem_fraction_static`` (default: SGLang's own for this GPU
     and TP) x device memory - weights; ``gpu_memory_utilization`` is not used.
+    ``accounting="tensorrt-llm"``: ``free_gpu_memory_fraction`` (default TensorRT-LLM's 0.9;
+    below 1) x (device memory - weights - the activations of ``max_num_batched_tokens`` tokens,
+    its ``max_num_tokens`` - the other memory in use); ``gpu_memory_utilization`` and
+    ``max_num_seqs`` are not used.
     ``overhead_gb``: a further per-GPU reserve of the caller's. Terms and sources:
     :mod:`sim.specs.memory_terms`.
     ``fits`` is True when every GPU keeps room for at least one KV block; otherwise ``advice``
@@ -206,7 +233,9 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
     for knob, value, engine in (("mem_fraction_static", mem_fraction_static, "sglang"),
-                                ("non_torch_gb", non_torch_gb, "vllm")):
+                                ("non_torch_gb", non_torch_gb, "vllm"),
+                                ("free_gpu_memory_fraction", free_gpu_memory_fraction,
+                                 "tensorrt-llm")):
         if value is not None and accounting != engine:  # it would change nothing
             raise ValueError(f"{knob} is used by accounting={engine!r} only, got {value!r} "
                              f"with accounting={accounting!r}")
@@ -216,7 +245,12 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
          "non_torch_gb": None if non_torch_gb is None else positive_float(
              "non_torch_gb", non_torch_gb, allow_zero=True),
          "mem_fraction_static": None if mem_fraction_static is None else fraction(
-             "mem_fraction_static", mem_fraction_static)}
+             "mem_fraction_static", mem_fraction_static),
+         "free_gpu_memory_fraction": None if free_gpu_memory_fraction is None else fraction(
+             "free_gpu_memory_fraction", free_gpu_memory_fraction)}
+    if s["free_gpu_memory_fraction"] == 1:  # TensorRT-LLM refuses it: nothing would be left
+        raise ValueError("free_gpu_memory_fraction must be below 1 (TensorRT-LLM refuses 1.0), "
+                         "got 1.0")
     device = round(gpu_memory_gb * GB)  # the device reports whole bytes
 
     def numbers_for(w=wbytes, n=tp):

@@ -1,4 +1,5 @@
-"""The terms vLLM and SGLang subtract from a GPU's memory before the KV cache gets the rest.
+"""The terms vLLM, SGLang and TensorRT-LLM subtract from a GPU's memory before the KV cache gets
+the rest.
 
 Every size is bytes on ONE GPU of a tensor-parallel group (weights, activations and KV heads are
 sharded; each GPU keeps the same number of KV blocks). The servers measure these terms on the
@@ -26,6 +27,40 @@ sgl-project/sglang, Apache-2.0): the KV pool is what is left of ``mem_fraction_s
 free memory before the weights load (taken here as the device memory) once the weights are in:
 ``kv_cache = mem_fraction_static x device - weights``. Activations, CUDA graphs and NCCL live in
 the ``1 - mem_fraction_static`` that :func:`sglang_mem_fraction_static` reserves.
+
+**TensorRT-LLM** gives the KV cache a fraction of the memory still FREE once everything else is
+on the device (NVIDIA/TensorRT-LLM, Apache-2.0)::
+
+    kv_cache = free_gpu_memory_fraction x (device - weights - activations - non_torch)
+
+C++ runtime (0.14 behind Triton, 0.17 engines): ``TrtGptModelInflightBatching`` loads the engine
+(weights), creates the execution context (the engine's activation memory, fixed at build time
+for ``max_num_tokens``), the runtime and decoder buffers, then
+``BaseKVCacheManager::calculateFreeMemBytes`` takes ``cudaMemGetInfo``'s free memory x the
+fraction (``cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp`` and
+``kvCacheManager.cpp`` @ b35ac1b64368513d215c57d2ed01d62d910df8da). PyTorch backend (1.0):
+``KvCacheCreator.estimate_max_tokens`` runs a dummy forward pass of ``max_num_tokens`` tokens
+after the weights load and takes ``(total - peak) x fraction``, the peak being torch's
+(weights + activations) plus the memory used outside torch
+(``tensorrt_llm/_torch/pyexecutor/_util.py`` @ d8ae02caed59708512e5aa578a09bb09f365bfed).
+Defaults: the fraction is 0.9 when not given (``KvCacheConfig::kDefaultGpuMemFraction`` in the
+C++ executor; ``_get_free_gpu_memory_fraction`` in the PyTorch backend; ``trtllm-bench
+throughput --kv_cache_free_gpu_mem_fraction`` ``default=.90``,
+``tensorrt_llm/bench/benchmark/throughput.py`` @ 000a01de66f0eab4ab05640711f0253f50f5209c), and
+must be below 1. The published trtllm-bench runs raise it: "In majority of cases, we also use a
+higher KV cache percentage by setting ``--kv_cache_free_gpu_mem_fraction 0.95`` [...] We fall back
+to 0.90 if we hit an out of memory issue" (``docs/source/performance/perf-overview.md`` @
+258c7540c03517def55d9a5aadfa9288af474e1b, v0.17; "In many cases" and the same 0.95 @
+00f37686aa854010d68bcbd0f4ab000221541ca6, v1.0). The activation term is
+:func:`forward_peak_bytes` of ``max_num_tokens`` tokens (8,192 by default in ``trtllm-build``
+and the LLM API): TensorRT sizes the activations at build time from the largest shapes, "close to
+max number of input tokens * some constant factor", and reuses one decoder block's memory for
+all layers (``docs/source/reference/memory.md`` @ 7ff5302377eb3063d2c056746f686eebb23184bc).
+That file's example start-up log (Llama-2-7B, 8-bit weights and KV, 80 GB GPU) gives the
+execution context as 1,134 MiB, where this estimate gives 644 MiB at 8,192 tokens (its build's
+``max_num_tokens`` is not shown); :data:`TRTLLM_NON_TORCH_BYTES` is the rest of that log. The
+device term is nvidia-smi's, as for vLLM above: the ~0.5 GiB that ``cudaMemGetInfo`` does not
+report is not subtracted, so the KV cache here is that fraction of it too large.
 """
 
 from __future__ import annotations
@@ -60,6 +95,20 @@ SAMPLER_BYTES_PER_LOGIT = 38.4
 # TP 2 (Llama-3.3-70B-FP8). Larger TP groups were not measured: the TP 2 figure is used.
 VLLM_NON_TORCH_BYTES_TP1 = round(0.13 * GiB)
 VLLM_NON_TORCH_BYTES_TP = round(0.55 * GiB)
+
+# TensorRT-LLM's KV fraction when none is given (module docstring), and max_num_tokens, the
+# tokens its engine's activations are sized for (trtllm-build's and the LLM API's default)
+TRTLLM_FREE_GPU_MEMORY_FRACTION = 0.9
+TRTLLM_MAX_NUM_TOKENS = 8192
+
+# Memory in use before TensorRT-LLM sizes the KV cache besides the engine's weights and its
+# execution context (activations): the CUDA context, cuBLAS workspace, runtime and decoder
+# buffers. From the start-up log in docs/source/reference/memory.md (above): "total: 79.10 GiB,
+# available: 70.48 GiB" less "Loaded engine size: 6695 MiB" and "Allocated 1134.01 MiB for
+# execution context memory" = 0.98 GiB (of which "43.29 MB [...] runtime buffers" and
+# "180.30 MB [...] decoder"). One GPU; with tensor parallelism NCCL's and the all-reduce
+# buffers come on top: the increment llm-d measured for them with vLLM (TP 2 less TP 1, above).
+TRTLLM_NON_TORCH_BYTES = round((79.10 - 70.48) * GiB - 6695 * MiB - 1134.01 * MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +200,13 @@ def vllm_activation_peak_bytes(model: ModelConfig, max_num_batched_tokens: int,
 def vllm_non_torch_bytes(tp: int) -> int:
     """Non-torch memory vLLM's profiling adds (see :data:`VLLM_NON_TORCH_BYTES_TP1`)."""
     return VLLM_NON_TORCH_BYTES_TP1 if tp == 1 else VLLM_NON_TORCH_BYTES_TP
+
+
+def trtllm_non_torch_bytes(tp: int) -> int:
+    """Memory TensorRT-LLM has in use outside the weights and activations when it sizes the KV
+    cache (:data:`TRTLLM_NON_TORCH_BYTES`, plus NCCL's buffers when ``tp > 1``)."""
+    return TRTLLM_NON_TORCH_BYTES + (0 if tp == 1 else
+                                     VLLM_NON_TORCH_BYTES_TP - VLLM_NON_TORCH_BYTES_TP1)
 
 
 def sglang_defaults(gpu_memory_mib: float, tp: int) -> tuple[int, int]:
