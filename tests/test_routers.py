@@ -56,6 +56,8 @@ def test_least_outstanding_and_least_kv_pick_the_emptiest_lowest_index_on_ties()
 def test_prefix_affinity_follows_the_longest_cached_prefix_unless_overloaded():
     views = _views((2, 0, 0), caching=True)
     keys = np.array([11, 12, 13, 14])  # key ids
+    for view in views:
+        view._replica.blocks.lookup(keys)  # (room for them)
     views[0]._replica.blocks.register(keys[:3])  # replica 0 caches 3 leading blocks
     views[0]._replica.blocks.release(keys[:3], 0)
     views[2]._replica.blocks.register(keys[:1])

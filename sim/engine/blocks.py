@@ -103,8 +103,8 @@ class PrefixCachingBlockManager(BlockManager):
     Invariants (tests/test_prefix_caching.py): ``num_free`` = the live entries' blocks;
     ``num_free + distinct blocks held == num_blocks``; ``_freed[k] > 0`` iff ``_ref[k] == 0``;
     a lookup answers what :meth:`hits` and :meth:`pinned` from the first key answer. The arrays
-    grow to hold the ids of every lookup and registration; :meth:`hits` and :meth:`pinned` take
-    keys one of them has seen.
+    grow to hold the ids of every :meth:`lookup` (a request is looked up before it is admitted);
+    the other methods take ids a lookup has seen, or below ``num_keys``.
     """
 
     __slots__ = ("_queue", "_freed", "_ref", "_serial", "_entries", "num_evictions",
@@ -189,7 +189,6 @@ class PrefixCachingBlockManager(BlockManager):
     def register(self, keys):
         """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
         returns the keys registered (a content already cached stays in an anonymous block)."""
-        self._room(keys)
         new = keys[self._ref[keys] < 0]
         if len(new):
             self.additions += 1
