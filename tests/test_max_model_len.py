@@ -17,6 +17,7 @@ from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import SimConfig, run
 from sim.engine.disaggregation import SHARED_KNOBS, Disaggregation
 from sim.specs.models import get_model
+from sim.tools.sweep import sweep
 
 COST = LinearCost(0.005, 1e-5, 1e-4)
 BIG = 10**6  # KV blocks: no request is rejected for the pool
@@ -105,14 +106,16 @@ def test_max_model_len_overrides_the_model_and_cannot_exceed_it():
        gaps=st.lists(st.sampled_from([0.0, 0.001, 0.02, 0.3]), min_size=25, max_size=25),
        limit=st.integers(2, 600), scheduler=st.sampled_from(["continuous", "chunked", "vllm",
                                                               "sglang"]),
-       replicas=st.integers(1, 3), users=st.sampled_from([None, 1, 3]))
+       replicas=st.sampled_from([1, 2, 3, "pools"]), users=st.sampled_from([None, 1, 3]))
 def test_every_request_comes_out_once_and_exactly_the_long_ones_are_rejected(
         lengths, gaps, limit, scheduler, replicas, users):
     prompts, outputs = (np.array(x) for x in zip(*lengths))
     df = _df(prompts, outputs).assign(arrival_time=np.cumsum(gaps[:len(prompts)]))
     loop = workloads.ClosedLoop(users, 0.01) if users else None
+    layout = (dict(disaggregation=Disaggregation(2, 1, link_bandwidth_gbps=100.0))
+              if replicas == "pools" else dict(replicas=replicas))
     res = run(df, scheduler=scheduler, max_model_len=limit, cost_model=COST, kv_blocks=BIG,
-              replicas=replicas, closed_loop=loop, check=True)
+              closed_loop=loop, check=True, **layout)
     req = res.requests
     over = prompts + outputs > limit
     assert len(req) == len(df)
@@ -188,3 +191,11 @@ def test_sim_run_max_model_len_flag_and_toml_key(tmp_path, capsys):
     assert main(["run", "-w", str(wl), "--cost", "constant:0.01", "-o", str(out), "-q"]) == 0
     summary = json.loads((out / "summary.json").read_text())  # the default: the model's
     assert summary["settings"]["max_model_len"] == 131_072 and not summary["findings"]
+
+
+def test_a_sweep_varies_max_model_len_like_any_field():
+    df = _df([1000, 2000, 3000, 4000], [96, 96, 96, 96])
+    table = sweep(df, {"max_model_len": [1100, 2100, 4096]}, workers=1,
+                  base=SimConfig(model="llama-2-7b", cost_model=COST, kv_blocks=BIG))
+    assert table["num_rejected_context_length"].tolist() == [3, 2, 0]
+    assert table["num_finished"].tolist() == [1, 2, 4]
