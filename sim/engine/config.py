@@ -25,8 +25,9 @@ output tokens a request may hold; ``None`` takes the model's context length
 (``max_position_embeddings`` of ``model``, or of ``llama-3.1-8b`` when no model is given; no
 limit when the model's config does not say). A request over it is rejected at arrival
 (:mod:`sim.engine.simulation`). A limit above the model's is an error, as vLLM refuses it
-(``_get_and_verify_max_len``: only with ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``, for a rope-scaled
-model): give such a model as a config with its larger ``max_position_embeddings``.
+(vllm-project/vllm@18ec6629, vllm/config/model.py, ``_get_and_verify_max_len``: only with
+``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``, for a rope-scaled model): give such a model as a config
+with its larger ``max_position_embeddings``.
 """
 
 from __future__ import annotations
