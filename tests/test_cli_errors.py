@@ -43,6 +43,7 @@ FILES = {  # name -> contents, written into the test's folder
     "profile_cost.toml": TOML5 + 'cost = "constant:0.01"\nprofile = "p.json"\n',
     "one_row.csv": HEADER + "0,5,5\n",
     "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
+    "max_len.toml": TOML5 + "max_model_len = 1024.5\n",
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
 
@@ -84,7 +85,7 @@ CASES = [
     (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
                                    "'cost', 'decode_replicas', 'gpu', 'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
-                                   "'model', 'num_requests', 'output', 'plots', "
+                                   "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
                                    "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
                                    "'replicas', 'report', 'router', 'scheduler', 'seed', 'slo', "
                                    "'speculative', "
@@ -93,7 +94,8 @@ CASES = [
     (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'output', 'plots', "
                                      "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
                                      "'repeats', 'replicas', 'router', "),
-    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'metrics', 'model', "),
+    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'max_model_len', "
+                                     "'metrics', 'model', "),
     (["sweep", "{d}/misspelt.toml"], "'gpu', 'grid', 'kv_blocks', "),
     (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
     (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),
@@ -137,6 +139,12 @@ CASES = [
     (RUN + ["-o", "{d}/a_file"], "--output '{d}/a_file': cannot write there"),
     (RUN + ["-s", "chnked"], "argument --scheduler/-s: invalid choice: 'chnked'"),
     (RUN + ["-n", "ten"], "argument --num-requests/-n: invalid int value: 'ten'"),
+    # max_model_len: a positive integer, at most the model's context length (vLLM refuses more)
+    (RUN + ["--max-model-len", "0"], "error: --max-model-len must be > 0, got 0"),
+    (RUN + ["--max-model-len", "4k"], "argument --max-model-len: invalid int value: '4k'"),
+    (["run", "{d}/max_len.toml"], "max_len.toml: max_model_len must be an integer, got 1024.5"),
+    (RUN + ["--model", "llama-2-7b", "--max-model-len", "4097"], "error: --max-model-len 4,097 "
+     "is more than the context length of model 'llama-2-7b', 4,096 tokens"),
     (["calibrate", "--budget", "-5"], "argument --budget: must be > 0, got -5"),
     (["calibrate", "-o", "{d}/a_file/p.json"], "--output '{d}/a_file/p.json': cannot write there"),
     (["validate", "--profile", "{d}/nope.json"], "--profile '{d}/nope.json': no such file"),

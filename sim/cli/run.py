@@ -177,7 +177,8 @@ def _config(s, names=None):
     return SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
-                    block_size=s["block_size"], prefix_caching=_prefix_caching(s),
+                    block_size=s["block_size"], max_model_len=s["max_model_len"],
+                    prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],
                     weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"], speculative=spec,
                     seed=s["seed"], closed_loop=closed, replicas=s["replicas"],
@@ -199,8 +200,10 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None) -> str:
     """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
     row with the cache's hit rate."""
+    too_long = summary.get("num_rejected_context_length")
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
-                         f"rejected of {summary['num_requests']:,}")]
+                         f"rejected of {summary['num_requests']:,}"
+                         + (f" ({too_long:,} over max_model_len)" if too_long else ""))]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
         rows.append((f"{label} (s)", "  ".join(
             f"{stat} {_num(summary[f'{key}_{stat}'], '.4g')}"
@@ -339,6 +342,7 @@ def cmd_run(args) -> int:
     meta = dict(s)
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
+    meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()

@@ -43,7 +43,8 @@ def _first_line(cls) -> str:
 DEFAULTS = {
     "workload": "azure-conv", "num_requests": None, "rate": None, "scheduler": "chunked",
     "model": "llama-3.1-8b", "gpu": "h100", "tensor_parallel": 1, "max_batch_size": None,
-    "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None, "seed": 0,
+    "chunk_size": None, "token_budget": None, "kv_blocks": None, "block_size": None,
+    "max_model_len": None, "seed": 0,
     "cost": "roofline", "profile": None, "output": "sim-out", "plots": False, "slo": {},
     "closed_loop_users": None, "think_time": 0.0, "prefix_caching": None,
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
@@ -110,6 +111,11 @@ def add_run_args(p):
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
+    p.add_argument("--max-model-len", type=int, dest="max_model_len", metavar="TOKENS",
+                   help="prompt + output tokens a request may hold, >= 1 and at most the "
+                        "model's context length; a request over it is rejected at arrival, as "
+                        "vLLM's --max-model-len does (default: the model's context length, "
+                        "131,072 for llama-3.1-8b)")
     p.add_argument("--prefix-caching", type=str.lower, choices=["off", "block", "radix"],
                    dest="prefix_caching",
                    help="prefix cache: off, block (vLLM v1: full blocks keyed by the "

@@ -25,7 +25,8 @@ same way, are removed from the end times of the steps (``build_result(paused=...
 
 Invariants (tests/test_cluster.py):
 - every request is routed exactly once, at its arrival, and comes out once (finished or
-  rejected) at the replica it was routed to;
+  rejected) at the replica it was routed to (over ``max_model_len``: rejected there at once,
+  as each replica's server would);
 - a request's token runs (``segments``) index its replica's decode steps (its iterations
   unless the policy pauses decodes): the records are concatenated replica by replica and the
   runs shifted by the replica's offsets, so ITL is computed exactly as for one replica (the gap
@@ -45,6 +46,7 @@ import numpy as np
 import simpy
 from simpy.core import URGENT
 
+from ..results.metrics import CONTEXT_LENGTH
 from .clients import ClosedLoopClients
 from .invariants import check_finished
 from .records import ITERATION_COLUMNS, build_result, release
@@ -88,7 +90,7 @@ class Cluster:
     """The replicas, their processes, the router and where each request went."""
 
     def __init__(self, env, config, policy, cost, kv_blocks, requests, process, submit,
-                 stream=0, cache_unit=None):
+                 stream=0, cache_unit=None, max_model_len=None):
         self.env = env
         self._submit = submit
         self.requests = requests
@@ -96,7 +98,8 @@ class Cluster:
         self.replicas, self.processes, self.records = [], [], []
         for k in range(n):
             pol = policy if k == 0 else replica_policy(config, policy)
-            rep = new_replica(config, pol, kv_blocks, cache_unit, stream + k)  # its own draws
+            rep = new_replica(config, pol, kv_blocks, cache_unit, stream + k,  # its own draws
+                              max_model_len)
             rec = array("d")
             proc = process(env, rep, pol, cost, rec, False, 0)
             proc.check = config.check
@@ -132,9 +135,10 @@ class Cluster:
             self.bar.update(1)
         need = r.num_prompt_tokens + r.num_output_tokens + self.decode_lookahead
         if self.max_tokens is not None and need > self.max_tokens[0]:
-            self.replicas[k].reject(r, f"needs {need} tokens of KV but a decode replica's pool "
-                                       f"holds {self.max_tokens[0]} ({self.max_tokens[1]} "
-                                       f"blocks)")
+            if not reject_too_long(self.replicas[k], r):  # (the server's check comes first)
+                self.replicas[k].reject(r, f"needs {need} tokens of KV but a decode replica's "
+                                           f"pool holds {self.max_tokens[0]} "
+                                           f"({self.max_tokens[1]} blocks)")
             return False
         return self._submit(self.replicas[k], self.processes[k], r)
 
@@ -200,15 +204,31 @@ class Cluster:
                         cost_model=cost_model)
 
 
-def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0) -> Replica:
+def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
+                max_model_len=None) -> Replica:
     """A replica as ``config`` sets it up, run by ``policy`` (its victim rule; its decodes
-    paused on demand if it pauses them), drawing speculative emissions from ``stream``."""
+    paused on demand if it pauses them), drawing speculative emissions from ``stream``;
+    ``max_model_len``: the limit its arrivals are checked against (None: no check, as when no
+    request of the run exceeds it: ``simulation.context_limit``)."""
     rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
                   draw=make_drawer(config, stream))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
+    rep.max_model_len = max_model_len
     return rep
+
+
+def reject_too_long(replica, r) -> bool:
+    """Reject ``r`` at ``replica`` if its prompt + output tokens exceed the replica's
+    ``max_model_len`` (vLLM's OpenAI server: prompt + max_tokens > max_model_len, checked
+    before the request reaches the scheduler); True if rejected."""
+    limit, total = replica.max_model_len, r.num_prompt_tokens + r.num_output_tokens
+    if limit is None or total <= limit:
+        return False
+    replica.reject(r, f"{CONTEXT_LENGTH}: {total:,} tokens ({r.num_prompt_tokens:,} prompt + "
+                      f"{r.num_output_tokens:,} output) exceed max_model_len {limit:,}")
+    return True
 
 
 def replica_policy(config, policy):
@@ -283,12 +303,12 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None) -> None
 
 
 def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
-                submit, cache_unit=None, fast_forward=None) -> "Result":
+                submit, cache_unit=None, fast_forward=None, max_model_len=None) -> "Result":
     """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
     ``submit``: the single-replica engine's process class and arrival verb
     (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
     cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
-                      cache_unit=cache_unit)
+                      cache_unit=cache_unit, max_model_len=max_model_len)
     simulate(env, config, cluster, fast_forward=fast_forward)
     if config.check:
         check_finished(requests, cluster.replicas)

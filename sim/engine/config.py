@@ -19,6 +19,15 @@ weights come off the budget and each KV block also holds its KV (as vLLM allocat
 ``replicas`` > 1: a cluster of identical replicas (each of ``tensor_parallel`` GPUs, with the
 knobs above) behind ``router`` (:mod:`sim.engine.routers`, :mod:`sim.engine.cluster`). Use
 ``dataclasses.replace`` for variants; the config is validated when built.
+
+``max_model_len`` (vLLM's ``--max-model-len``, SGLang's ``context_length``): the prompt +
+output tokens a request may hold; ``None`` takes the model's context length
+(``max_position_embeddings`` of ``model``, or of ``llama-3.1-8b`` when no model is given; no
+limit when the model's config does not say). A request over it is rejected at arrival
+(:mod:`sim.engine.simulation`). A limit above the model's is an error, as vLLM refuses it
+(vllm-project/vllm@18ec6629, vllm/config/model.py, ``_get_and_verify_max_len``: only with
+``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``, for a rope-scaled model): give such a model as a config
+with its larger ``max_position_embeddings``.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ class SimConfig:
     token_budget: int | None = None
     kv_blocks: int | None = None
     block_size: int | None = None
+    max_model_len: int | None = None  # prompt + output tokens per request; None: the model's
     prefix_caching: object = None  # False ("off") | "block" (vLLM v1) | "radix" (SGLang)
     model: object = None
     gpu: object = None
@@ -82,9 +92,12 @@ class SimConfig:
                                  f"pools' sizes, Disaggregation(prefill_replicas, "
                                  f"decode_replicas)")
         object.__setattr__(self, "seed", positive_int("seed", self.seed, allow_zero=True))
-        for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks"):
+        for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks",
+                     "max_model_len"):
             if getattr(self, knob) is not None:
                 object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
+        if self.max_model_len is not None:
+            self._check_max_model_len()
         for name, allowed in (("weight_dtype", WEIGHT_DTYPES), ("kv_dtype", KV_DTYPES)):
             value = getattr(self, name)
             if not isinstance(value, str) or value.strip().lower() not in allowed:
@@ -120,8 +133,31 @@ class SimConfig:
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")
 
+    def _check_max_model_len(self):
+        context = self.model_context_length()
+        if context and self.max_model_len > context:
+            from ..specs.models import get_model
+            raise ValueError(f"max_model_len={self.max_model_len:,} is more than the context "
+                             f"length of model {get_model(self.resolved_model()).name!r}, "
+                             f"{context:,} tokens "
+                             f"(max_position_embeddings): vLLM refuses it too (unless "
+                             f"VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); for a rope-scaled variant give "
+                             f"its config with the larger max_position_embeddings as model")
+
     def resolved_model(self):
         return self.model or DEFAULT_MODEL
+
+    def resolved_max_model_len(self) -> int | None:
+        """The prompt + output tokens a request may hold: ``max_model_len``, else the model's
+        context length; None when the model's config does not give one (no limit)."""
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return self.model_context_length()
+
+    def model_context_length(self) -> int | None:
+        """The model's context length (``max_position_embeddings``; None when not given)."""
+        from ..specs.models import get_model
+        return get_model(self.resolved_model()).max_position_embeddings or None
 
     def resolved_gpu(self):
         return self.gpu or DEFAULT_GPU

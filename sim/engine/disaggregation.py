@@ -20,7 +20,8 @@ in parallel) crosses the prefill replica's link, then the request decodes there.
 - **Back-pressure**: a transfer starts only when the chosen decode replica has the blocks and a
   slot free; until then it waits in that replica's FIFO of pending transfers, retried each time
   one of its requests finishes. A request whose prompt + output could never fit a decode
-  replica's pool is rejected at arrival (as for a colocated pool). Nothing is lost.
+  replica's pool is rejected at arrival (as for a colocated pool), as is one over
+  ``max_model_len`` (that reason first: the server checks it). Nothing is lost.
 - **First token**: the decode side streams it when the KV has landed (vLLM's disaggregated
   serving), so ``first_token_time`` = landing time: TTFT = arrival -> prefill done +
   ``kv_transfer_time`` (prefill done -> landed: back-pressure wait, link queue, bytes /
@@ -53,7 +54,8 @@ from ..checks import did_you_mean, positive_float, positive_int
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel")
 # the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
-SHARED_KNOBS = ("block_size", "prefix_caching", "model", "weight_dtype", "kv_dtype",
+SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
+                "kv_dtype",
                 "speculative", "replicas", "router", "disaggregation", "closed_loop", "seed",
                 "progress", "check")
 
@@ -220,7 +222,7 @@ class Transfers:
 
 
 def run_disaggregated(env, requests, config, wall, *, process, submit, given=None,
-                      cache_unit=None):
+                      cache_unit=None, max_model_len=None):
     """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
     single-replica engine's process class and arrival verb, as for a cluster; ``config``
     resolved, ``given`` as the user gave it: each pool resolves the knobs left unset with
@@ -237,7 +239,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
         pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
                              cfg.resolved_kv_blocks(), requests, process, submit,
                              stream=sum(len(p.replicas) for p in pools),
-                             cache_unit=cache_unit))
+                             cache_unit=cache_unit, max_model_len=max_model_len))
     prefill, decode = pools
     if isinstance(config.router, str):  # its own instance (random: its own stream)
         decode.route = make_router(config.router, [config.seed, 1])

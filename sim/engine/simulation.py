@@ -20,7 +20,14 @@ iteration finishing decodes, finished by the loop at its end (the users' hooks i
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
 iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
-a reason; a request lost is a bug and raises. An empty batch raises (a policy must make
+a reason; a request lost is a bug and raises. Rejected at arrival (``_submit``), in this order:
+a request whose prompt + output tokens exceed ``max_model_len`` (the model's context length
+unless set: vLLM's OpenAI server refuses prompt + max_tokens > max_model_len before the
+scheduler sees it - vllm-project/vllm@7ded96b3, vllm/entrypoints/openai/serving_engine.py,
+``_validate_input`` - and SGLang's tokenizer manager input + max_new_tokens > context_len -
+sgl-project/sglang@001067ff, python/sglang/srt/managers/tokenizer_manager.py,
+``_validate_one_request``; the workload's output length is the request's max_tokens), then one
+that could never fit the KV pool. An empty batch raises (a policy must make
 progress), unless its forming preempted running requests: the iteration is then formed anew,
 those preemptions recorded in the one that runs, as long as each round leaves fewer running.
 """
@@ -34,13 +41,14 @@ import warnings
 from array import array
 from functools import partial
 
+import numpy as np
 import pandas as pd
 import simpy
 
 from ..results.metrics import Result
 from .batch import decode_pricer
 from .clients import ClosedLoopClients
-from .cluster import delay_until, new_replica, run_cluster
+from .cluster import delay_until, new_replica, reject_too_long, run_cluster
 from .config import SimConfig, as_config
 from .disaggregation import run_disaggregated
 from .fastforward import can_fast_forward, decode_stretch
@@ -101,6 +109,18 @@ def cache_unit(df, config):
     return unit
 
 
+def context_limit(df, config):
+    """The run's ``max_model_len`` (``config`` resolved) if some request of ``df`` exceeds
+    it, else None: one vectorised comparison over the workload, so that a run whose requests
+    all fit checks none of them again at arrival."""
+    limit = config.resolved_max_model_len()
+    if limit is None:
+        return None
+    total = (df["num_prompt_tokens"].to_numpy(np.int64)
+             + df["num_output_tokens"].to_numpy(np.int64))
+    return limit if bool((total > limit).any()) else None
+
+
 UNUSED_ACCEPTANCE = ("workload column acceptance_rate is ignored: speculative decoding is off "
                      "(give SimConfig(speculative=SpeculativeConfig(num_speculative_tokens=K, "
                      "...)) to draw each request's acceptances at its own rate, or drop the "
@@ -121,18 +141,20 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                                   config.prefix_caching,
                                   speculative=config.speculative is not None)
     unit = cache_unit(df, config)
+    limit = context_limit(df, config)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
     env = simpy.Environment()
     if config.disaggregation is not None:
         return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
-                                 submit=_submit, given=given, cache_unit=unit)
+                                 submit=_submit, given=given, cache_unit=unit,
+                                 max_model_len=limit)
     if config.replicas > 1:
         return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
                            process=_ReplicaProcess, submit=_submit, cache_unit=unit,
-                           fast_forward=can_fast_forward)
-    replica = new_replica(config, policy, kv_blocks, unit)
+                           fast_forward=can_fast_forward, max_model_len=limit)
+    replica = new_replica(config, policy, kv_blocks, unit, max_model_len=limit)
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
     process.check = config.check
@@ -157,7 +179,10 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
 
 
 def _submit(replica, process, r) -> bool:
-    """Queue an arriving request, or reject it when it could never fit; True if queued."""
+    """Queue an arriving request, or reject it when it exceeds ``max_model_len`` or could
+    never fit the pool; True if queued."""
+    if replica.max_model_len is not None and reject_too_long(replica, r):
+        return False
     need = r.num_prompt_tokens + r.num_output_tokens + replica.num_spec_tokens
     if need > replica.capacity_tokens:
         spec = (f" (with {replica.num_spec_tokens} speculative lookahead slots)"

@@ -8,6 +8,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 
 - ``overloaded`` - requests arrive faster than they are served: the queue grows while they
   arrive (not merely drains after the last one);
+- ``context_length`` - requests rejected at arrival because their prompt + output tokens
+  exceed ``max_model_len`` (the model's context length unless set), as vLLM's and SGLang's
+  servers refuse them;
 - ``rejected`` - requests that can never fit in the KV pool;
 - ``idle_slots`` - static batching leaves batch slots empty while requests wait;
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
@@ -78,13 +81,32 @@ def diagnose(result) -> list:
                     f"unfinished at the last arrival)",
                     "lower the request rate, add replicas, or raise throughput (larger batches, "
                     "a faster GPU, quantized weights)", served / offered))
-    if s["num_rejected"]:
+    too_long = s["num_rejected_context_length"]
+    if too_long:
+        over = req[result.over_max_model_len()]
+        longest = int((over["num_prompt_tokens"] + over["num_output_tokens"]).max())
+        given = getattr(cfg, "max_model_len", None)
+        model = cfg.model_context_length() if hasattr(cfg, "model_context_length") else None
+        limit = given if given is not None else model
+        whose = "" if limit is None else f" {limit:,}" + (
+            "" if given is not None else " (the model's context length)")
+        action = (f"raise max_model_len (up to the model's context length, {model:,})"
+                  if given is not None and model and given < model else
+                  "serve them with a model of a longer context, or leave them out of the "
+                  "workload (workloads.load(..., max_context=N))")
+        out.append(Finding(
+            "context_length",
+            f"{too_long:,} of {len(req):,} requests were rejected at arrival: their prompt + "
+            f"output tokens (up to {longest:,}) exceed max_model_len{whose}, as vLLM and "
+            f"SGLang refuse them", action, float(too_long)))
+    if s["num_rejected"] > too_long:
+        n = s["num_rejected"] - too_long
         out.append(Finding(
             "rejected",
-            f"{s['num_rejected']:,} of {len(req):,} requests were rejected: each needs more KV "
-            f"blocks than the whole pool ({s['kv_blocks']:,}) holds",
+            f"{n:,} of {len(req):,} requests were rejected: each needs more KV blocks than the "
+            f"whole pool ({s['kv_blocks']:,}) holds",
             "enlarge the KV pool (kv_blocks, memory, quantized KV, more GPUs) or cap the "
-            "requests' lengths", float(s["num_rejected"])))
+            "requests' lengths", float(n)))
     name = str(result.scheduler_name)
     if name == "static" and len(it):
         waiting = (it["num_waiting"] > 0).to_numpy()

@@ -4,8 +4,12 @@ A :class:`Result` is built by the engine (:mod:`sim.engine.records`); this modul
 nothing of the engine: it holds columns and computes summaries from them.
 
 ``requests``: one row per request, in workload order. ``status`` is ``"finished"`` or
-``"rejected"`` (never fits the KV pool; ``reason`` says why); a rejected request's times and
-latencies are NaN. Per request (n = ``num_output_tokens``):
+``"rejected"`` at arrival, ``reason`` saying why: its prompt + output tokens exceed the run's
+``max_model_len`` (a reason starting with :data:`CONTEXT_LENGTH`, the model's context length
+unless set; vLLM's and SGLang's servers refuse such a request), or it could never fit the KV
+pool. A rejected request's times and latencies are NaN. The summary counts both kinds in
+``num_rejected``, the first also in ``num_rejected_context_length``. Per request
+(n = ``num_output_tokens``):
 
 - TTFT = first token - arrival; E2E = finish - arrival; queueing delay = first scheduled - arrival.
 - TPOT = (E2E - TTFT) / (n - 1) (vLLM / GenAI-Perf); ``tpot_incl_ttft`` = E2E / n (LLMPerf,
@@ -73,6 +77,7 @@ from __future__ import annotations
 import numpy as np
 
 PCTS = (50, 90, 95, 99)
+CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
@@ -140,6 +145,17 @@ class Result:
         self._itl = itl_data  # (gap values per iteration, weights, extra gaps)
         self._itl_sorted = (None, None)  # (the _itl it was computed from, its weighted_cdf)
 
+    def over_max_model_len(self) -> np.ndarray:
+        """Which requests (rows of ``requests``) were rejected for exceeding ``max_model_len``:
+        their reason starts with :data:`CONTEXT_LENGTH`."""
+        req = self.requests
+        out = np.array(req["status"] == "rejected", dtype=bool)
+        if "reason" not in req:  # (a frame built by hand may lack it)
+            return np.zeros(len(req), dtype=bool)
+        reasons = req["reason"].to_numpy()[out]  # (the rejected few: no pass over every row)
+        out[out] = [str(x).startswith(CONTEXT_LENGTH) for x in reasons]
+        return out
+
     def itl(self) -> np.ndarray:
         """Every inter-token gap, pooled over requests (materialised; for plots and checks)."""
         gaps, weights, extra = self._itl
@@ -183,7 +199,8 @@ class Result:
         fin = req[req["status"] == "finished"]
         out = {"scheduler": self.scheduler_name, "cost_model": self.cost_model_name,
                "num_requests": len(req), "num_finished": len(fin),
-               "num_rejected": int((req["status"] == "rejected").sum())}
+               "num_rejected": int((req["status"] == "rejected").sum()),
+               "num_rejected_context_length": int(self.over_max_model_len().sum())}
         for key in ("ttft", "tpot", "e2e", "queueing_delay"):
             col = fin[key].dropna().to_numpy()
             out[f"{key}_mean"] = float(col.mean()) if col.size else float("nan")
