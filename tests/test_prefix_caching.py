@@ -284,25 +284,28 @@ def test_a_lookup_is_kept_while_nothing_changes_and_resumed_while_nothing_is_evi
     assert pool.refresh_pinned(look) == 2
 
 
-def test_key_ids_are_dense_and_equal_exactly_when_the_keys_are():
-    """The engine's key ids: one int64 array per prompt, ids 0.. in order of first appearance,
-    equal ids exactly where :func:`block_keys_all`'s keys are equal (integer and non-integer
-    hash ids alike); prompts without ids or without a full block get none."""
+@pytest.mark.parametrize("hash_bs, bs", [(16, 16), (64, 16), (24, 16), (16, 32), (40, 24)])
+def test_key_ids_are_equal_exactly_when_the_keys_are(hash_bs, bs):
+    """The engine's key ids: one int64 array per prompt, equal ids exactly where
+    :func:`block_keys_all`'s keys are equal (integer and non-integer hash ids alike), below
+    ``ceil(H / block_size)`` x the distinct chains; prompts without ids or without a full block
+    get none."""
     from workloads.prefix import block_key_ids, block_keys_all
-    for lists in ([[1, 2, 3], [1, 2, 4], None, [1, 2, 3, 5], [9], []],
-                  [["a", "b"], ["a", "c"], ["a", "b"]]):
-        prompts = [48, 40, 30, 64, 8, 16]
-        keys = block_keys_all(lists, 16, prompts, 16)
-        ids = block_key_ids(lists, 16, prompts, 16)
+    rng = np.random.default_rng(hash_bs + bs)
+    ints = [None, []] + [rng.integers(0, 3, size=rng.integers(1, 7)).tolist() for _ in range(40)]
+    for lists in (ints, [None if ids is None else [str(i) for i in ids] for ids in ints]):
+        prompts = [int(rng.integers(1, 8 * hash_bs)) for _ in lists]
+        keys = block_keys_all(lists, hash_bs, prompts, bs)
+        ids = block_key_ids(lists, hash_bs, prompts, bs)
         assert [len(i) for i in ids] == [len(k) for k in keys]
-        assert all(i.dtype == np.int64 for i in ids)
+        assert all(i.dtype == np.int64 for i in ids) and not len(ids[0]) and not len(ids[1])
         flat_keys = [k for ks in keys for k in ks]
         flat_ids = np.concatenate(ids).tolist()
-        assert sorted(set(flat_ids)) == list(range(len(set(flat_keys))))
-        assert all((flat_ids[x] == flat_ids[y]) == (flat_keys[x] == flat_keys[y])
-                   for x in range(len(flat_ids)) for y in range(len(flat_ids)))
-        first = [flat_ids.index(v) for v in dict.fromkeys(flat_ids)]
-        assert [flat_ids[x] for x in first] == list(range(len(first)))  # first appearance
+        assert len(set(flat_ids)) == len(set(flat_keys))
+        assert len(set(zip(flat_ids, flat_keys))) == len(set(flat_keys))  # a bijection
+        # distinct chains: distinct prefixes hash_ids[0..k]
+        distinct = len({tuple(ids[:n]) for ids in lists if ids for n in range(1, len(ids) + 1)})
+        assert 0 <= min(flat_ids) and max(flat_ids) < -(-hash_bs // bs) * distinct
     assert block_key_ids([], 16, [], 16) == []
 
 

@@ -90,8 +90,7 @@ def _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size):
     """``(keys, counts)``: every prompt's block keys concatenated (a uint64 array, or a list of
     tuples when some id is not an integer) and how many each prompt has."""
     lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
-    counts = np.array([min(int(p) // block_size, len(ids) * hash_block_size // block_size, )
-                       for ids, p in zip(lists, prompts)], dtype=np.int64).clip(min=0)
+    counts = _block_counts(lists, hash_block_size, prompts, block_size)
     flat = _chains_flat(lists)
     if flat is None:  # ids that are not integers: chained hash() of tuples, one list at a time
         keys = []
@@ -119,19 +118,42 @@ def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
 
 
 def block_key_ids(hash_id_lists, hash_block_size, prompts, block_size) -> list:
-    """:func:`block_keys_all` with each key interned as a dense id (``0, 1, ...`` in order of
-    first appearance; equal keys, equal ids): per prompt an int64 array, a view of one array
-    (empty: no keys). The engine's prefix cache indexes its per-key state by these ids."""
+    """:func:`block_keys_all`'s keys as ids: per prompt an int64 array, a view of one array
+    (empty: no keys); equal keys, equal ids. Block ``j`` whose last token lies in hash block
+    ``k`` has the id ``chain_id · M + j - j0(k)``: ``chain_id`` numbers the distinct chains
+    ``hash_ids[0..k]`` (``0, 1, ...`` in order of first appearance), ``j0(k)`` is the first
+    block ending in hash block ``k`` and ``M = ceil(H / block_size)`` bounds how many do, so ids
+    are below ``M ×`` the distinct chains. Numbering chains, not keys, interns one value per
+    hash id instead of one per block (measured: pandas' factorize of Mooncake's 9M block keys
+    took 2.5 s). The engine's prefix cache indexes its per-key state by these ids."""
     import pandas as pd
-    keys, counts = _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size)
-    if isinstance(keys, np.ndarray):
-        ids = pd.factorize(keys)[0].astype(np.int64)
-    else:
-        seen = {}
-        ids = np.array([seen.setdefault(k, len(seen)) for k in keys], dtype=np.int64)
+    lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+    counts = _block_counts(lists, hash_block_size, prompts, block_size)
     if not len(counts):
         return []
+    flat = _chains_flat(lists)
+    if flat is None:  # ids that are not integers: chained hash() of tuples, interned by a dict
+        seen = {}
+        chain_ids = np.array([seen.setdefault(c, len(seen)) for ids in lists
+                              for c in itertools.accumulate(ids, _chain)], dtype=np.int64)
+        lengths = np.array([len(ids) for ids in lists], dtype=np.int64)
+        starts = np.cumsum(lengths) - lengths
+    else:
+        chains, starts = flat
+        chain_ids = pd.factorize(chains)[0].astype(np.int64)
+    h, bs = hash_block_size, block_size
+    j = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
+                                                                 counts)
+    k = ((j + 1) * bs - 1) // h
+    first = -(-(k * h + 1) // bs) - 1
+    ids = chain_ids[np.repeat(starts, counts) + k] * -(-h // bs) + (j - first)
     return np.split(ids, np.cumsum(counts)[:-1])
+
+
+def _block_counts(lists, hash_block_size, prompts, block_size):
+    """Full blocks per prompt that its ids name: ``min(prompt, ids · H) // block_size``."""
+    return np.array([min(int(p) // block_size, len(ids) * hash_block_size // block_size, )
+                     for ids, p in zip(lists, prompts)], dtype=np.int64).clip(min=0)
 
 
 def _split(keys, ends, counts) -> list:
