@@ -167,6 +167,12 @@ def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     assert (tmp_path / "o" / "ttft_p99.png").stat().st_size > 5_000
     assert main(["sweep", str(cfg), "--workers", "1"]) == 0  # the 2 good points are kept
     assert "(2 run now, 2 failed)" in capsys.readouterr().out
+    cfg.write_text(cfg.read_text().replace("rate = [1.0, 4.0]", "rate = [4.0]"))
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0  # other grid values: rows kept
+    out = capsys.readouterr().out
+    assert "(1 run now, 1 failed)" in out and "also keeps 2 rows of grid points not in" in out
+    assert len(pd.read_parquet(tmp_path / "o" / "sweep.parquet")) == 4
+    assert len(pd.read_csv(tmp_path / "o" / "sweep.csv")) == 2  # this grid's points
     cfg.write_text('workload = "azure-code"\n')
     assert main(["sweep", str(cfg)]) == 2
     assert "needs a [grid] table" in capsys.readouterr().err

@@ -349,3 +349,24 @@ def test_resume_refuses_rows_of_a_grid_with_other_fields(tmp_path):
         sweep(df, {"scheduler": ["chunked", "vllm"], "kv_blocks": [4000]}, out=out2, workers=1,
               progress=False)
     assert len(pd.read_parquet(out2)) == 1  # kept, not rewritten
+
+
+def test_resume_with_other_grid_values_keeps_the_other_points_rows(tmp_path):
+    """A re-run whose grid holds other values of the same fields (newcomer review: the first
+    run's rows disappeared from the file) resumes the points they share and keeps the others'
+    rows in the file, after the grid's own; the table returned is the grid's points only."""
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    out = tmp_path / "s.parquet"
+    first = sweep(df, {"max_batch_size": [1, 4]}, out=out, workers=1, progress=False)
+    second = sweep(df, {"max_batch_size": [4, 8]}, out=out, workers=1, progress=False)
+    assert second.attrs["computed"] == 1 and second.attrs["kept"] == 1
+    assert second["max_batch_size"].tolist() == [4, 8]
+    kept = pd.read_parquet(out)
+    assert kept["max_batch_size"].tolist() == [4, 8, 1]
+    cols = ["max_batch_size", "ttft_p50", "e2e_mean"]
+    pd.testing.assert_frame_equal(kept[cols].iloc[[2, 0]].reset_index(drop=True), first[cols])
+    third = sweep(df, {"max_batch_size": [1, 4, 8]}, out=out, workers=1, progress=False)
+    assert third.attrs["computed"] == 0 and third.attrs["kept"] == 0  # all three resumed
+    assert third["max_batch_size"].tolist() == [1, 4, 8]
+    assert sorted(pd.read_parquet(out)["max_batch_size"]) == [1, 4, 8]  # nothing lost

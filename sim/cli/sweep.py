@@ -8,7 +8,8 @@ optional ``metrics`` list (default TTFT/ITL P99 and throughput) and an optional 
 drawn again with each (Poisson arrivals at ``rate``, resampled lengths; a replayed trace's own
 timing does not change with the seed). A progress bar on a terminal (``--no-progress``: none).
 Writes ``sweep.parquet``
-(rewritten as points finish; a re-run resumes), ``sweep.csv`` and ``<metric>.png`` (the metric
+(rewritten as points finish; a re-run resumes, and keeps the rows of points not in its grid:
+an earlier run's other values), ``sweep.csv`` and ``<metric>.png`` (the metric
 against the grid's first field, one line per combination of the others).
 """
 
@@ -22,6 +23,7 @@ from .arguments import number, output_folder
 from .settings import Names, settings_from
 
 METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
+REFERENCE_RATE = 1.0  # req/s: the base workload's rate when only the grid gives rates
 
 
 def in_file(check, config, *args):
@@ -53,11 +55,11 @@ def cmd_sweep(args) -> int:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"{args.config}: repeats must be an integer >= 1, got {repeats!r}")
     out = output_folder(s["output"], names("output"))
-    rates = grid.get("rate") if isinstance(grid, dict) else None
-    if s["rate"] is None and isinstance(rates, list) and rates and isinstance(
-            rates[0], (int, float)) and not isinstance(rates[0], bool) and rates[0] > 0:
-        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own
-        s = dict(s, rate=float(rates[0]))
+    if s["rate"] is None and "rate" in grid:
+        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own.
+        # A fixed reference, not the grid's first rate: the base workload (which the resume
+        # fingerprint hashes) must not change when the grid's rates do
+        s = dict(s, rate=REFERENCE_RATE)
     df, cfg = build(s, names)
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads
@@ -95,6 +97,9 @@ def cmd_sweep(args) -> int:
     what = "runs" if repeats > 1 else "points"
     print(f"\n{len(table)} {what} ({table.attrs['computed']} run now, {failed} failed); wrote "
           f"sweep.parquet, sweep.csv and {len(metrics)} plots to {out}/")
+    if table.attrs.get("kept"):  # a re-run with other grid values: their rows stay in the file
+        print(f"sweep.parquet also keeps {table.attrs['kept']} rows of grid points not in this "
+              f"grid (an earlier run's values)")
     return 0
 
 
