@@ -84,6 +84,26 @@ def test_no_prefix_hits_when_the_shared_prompt_differs(unshared):
                                                   cost_model=COST))  # caching off: no finding
 
 
+def test_no_prefix_hits_is_silent_when_the_workload_names_no_prefix_block():
+    """A workload without hash_ids (or whose ids cover no full block) cannot hit by
+    construction: no finding (newcomer review: vllm on azure-conv said "no prefix hits"). The
+    Result counts the requests naming a cacheable block: in block mode those whose hash ids
+    cover one full block, ``min(prompt, ids x 16) >= block_size``."""
+    plain = _df(40, 2.0, 600, 4)
+    for mode in ("block", "radix"):
+        res = sim.run(plain, scheduler="vllm", cost_model=COST, prefix_caching=mode)
+        assert res.num_prefix_keyed == 0 and res.summary()["prefix_hit_rate"] == 0
+        assert "no_prefix_hits" not in _codes(res)
+    short = plain.assign(num_prompt_tokens=[600] * 20 + [20] * 20,
+                         hash_ids=[[1000 + i] for i in range(20)] + [[i] for i in range(20)])
+    short.attrs["block_size"] = 16  # one id of 16 tokens each: a full block of 16 ...
+    res = sim.run(short, scheduler="vllm", cost_model=COST, block_size=32)  # ... not of 32
+    assert res.num_prefix_keyed == 0 and "no_prefix_hits" not in _codes(res)
+    res = sim.run(short, scheduler="vllm", cost_model=COST, block_size=16)
+    assert res.num_prefix_keyed == 40 and "no_prefix_hits" in _codes(res)  # unique ids: no hit
+    assert sim.run(short, scheduler="continuous", cost_model=COST).num_prefix_keyed == 0
+
+
 def test_a_healthy_run_has_no_findings_and_findings_read_as_text():
     res = sim.run(_df(300, 2.0, 100, 50), scheduler="chunked", cost_model=COST)
     assert res.diagnose() == []

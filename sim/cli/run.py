@@ -195,10 +195,12 @@ def _num(value, spec) -> str:
     return "n/a" if value is None or value != value else format(value, spec)
 
 
-def format_summary(summary, max_batch_size=None, prefix_caching=None) -> str:
+def format_summary(summary, max_batch_size=None, prefix_caching=None,
+                   names_prefixes=True) -> str:
     """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
-    row with the cache's hit rate."""
+    row with the cache's hit rate, saying so when the workload names no prefix block
+    (``names_prefixes`` False: nothing can hit)."""
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}")]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
@@ -223,7 +225,9 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None) -> str:
                                      f"{_num(summary['prefix_hit_rate'], '.1%')} of prompt "
                                      f"tokens served from the cache; prefill computed "
                                      f"{_num(summary['prefill_compute_ratio'], '.3g')}x the "
-                                     f"prompt tokens"))
+                                     f"prompt tokens" + ("" if names_prefixes else
+                                     " (the workload names no prefix block: no hash_ids "
+                                     "covering one, so nothing can hit)")))
     if "spec_acceptance_rate" in summary:
         rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
                                     f"tokens accepted; "
@@ -367,7 +371,8 @@ def cmd_run(args) -> int:
                   f"requests sample them with replacement")
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size,
-                             prefix_caching=res.config.prefix_caching))
+                             prefix_caching=res.config.prefix_caching,
+                             names_prefixes=res.num_prefix_keyed > 0))
         if findings:
             print("\nfindings:")
             for f in findings:

@@ -149,9 +149,12 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
                                + _numbers(requests, "spec_overshoot"))
     for name, values in (columns or {}).items():
         df[name] = values
-    return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
-                  getattr(policy, "name", type(policy).__name__),
-                  getattr(cost_model, "name", type(cost_model).__name__))
+    res = Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
+                 getattr(policy, "name", type(policy).__name__),
+                 getattr(cost_model, "name", type(cost_model).__name__))
+    if config.prefix_caching:  # diagnose: a workload naming no prefix block cannot hit
+        res.num_prefix_keyed = sum(map(bool, map(attrgetter("block_keys"), requests)))
+    return res
 
 
 def _numbers(requests, name, dtype=np.int64) -> np.ndarray:

@@ -13,7 +13,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes;
 - ``kv_pool_too_small`` - preemptions recompute a share of the prefill work;
-- ``no_prefix_hits`` - prefix caching is on but no prompt token came from the cache;
+- ``no_prefix_hits`` - prefix caching is on and the workload names prefix blocks (hash_ids
+  covering a full block: ``Result.num_prefix_keyed``) but no prompt token came from the cache;
+  a workload naming none cannot hit by construction, which is no finding;
 - ``speculation_slower`` - speculative decoding with the acceptance it measured and its draft's
   cost ratio ``c`` gives ``speculative_speedup = E / (k c + 1)`` below 1 (the cheat sheet's
   "speculation got slower: measure the acceptance rate first"). ``c``: the configured
@@ -121,7 +123,8 @@ def diagnose(result) -> list:
             "compare KV memory with the budget before raising the batch size: fewer running "
             "requests, more KV blocks (memory, quantized KV, more GPUs) or shorter outputs",
             ratio))
-    if getattr(cfg, "prefix_caching", False) and len(fin) and s.get("prefix_hit_rate") == 0:
+    if getattr(cfg, "prefix_caching", False) and len(fin) and s.get("prefix_hit_rate") == 0 \
+            and result.num_prefix_keyed:  # a workload naming no prefix block cannot hit
         out.append(Finding(
             "no_prefix_hits",
             "no prefix hits: prefix caching is on but no prompt token came from the cache",
