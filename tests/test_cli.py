@@ -256,3 +256,23 @@ def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob):
             assert "not used" in str(e), e
             uses = False
         assert bool(re.search(rf"\b{name}\b", head)) == uses, (name, head)
+
+
+def test_hash_block_tokens_lets_a_csv_with_hash_ids_use_the_prefix_cache(tmp_path, capsys):
+    """A CSV file's hash_ids need their tokens per id (newcomer review: no way to say it from
+    the CLI): --hash-block-tokens 512 or the TOML key; the hit rate is the closed form of
+    tests/test_workload_files.py, (1024 - 16 + 512) / 3072."""
+    wl = tmp_path / "w.csv"
+    wl.write_text('request_id,arrival_time,num_prompt_tokens,num_output_tokens,hash_ids\n'
+                  'a,0.0,1024,10,"[1, 2]"\nb,0.5,1024,10,"[1, 2]"\nc,1.0,1024,10,"[1, 3]"\n')
+    argv = ["run", "-w", str(wl), "-s", "vllm", "--cost", "constant:0.01", "-q"]
+    assert main(argv + ["-o", str(tmp_path / "a")]) == 2
+    assert "--hash-block-tokens N" in capsys.readouterr().err
+    assert main(argv + ["--hash-block-tokens", "512", "-o", str(tmp_path / "b")]) == 0
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'workload = "{wl}"\nhash_block_tokens = 512\nscheduler = "vllm"\n'
+                   f'cost = "constant:0.01"\noutput = "{tmp_path / "c"}"\n')
+    assert main(["run", str(cfg), "-q"]) == 0
+    for out in ("b", "c"):
+        summary = json.loads((tmp_path / out / "summary.json").read_text())["summary"]
+        assert summary["prefix_hit_rate"] == (1024 - 16 + 512) / 3072

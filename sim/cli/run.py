@@ -106,11 +106,12 @@ def build(s, names=None):
     try:
         try:
             df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"],
-                                seed=s["seed"])
+                                seed=s["seed"], hash_block_tokens=s["hash_block_tokens"])
         except ValueError as e:  # a closed loop issues requests itself: no arrivals needed
             if s["closed_loop_users"] is None or "no arrival times" not in str(e):
                 raise
-            df = workloads.load(s["workload"], n=s["num_requests"], rate=1.0, seed=s["seed"])
+            df = workloads.load(s["workload"], n=s["num_requests"], rate=1.0, seed=s["seed"],
+                                hash_block_tokens=s["hash_block_tokens"])
         cfg = _config(s, names)
         cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         cfg.resolved_cost_model()

@@ -64,7 +64,7 @@ def cmd_sweep(args) -> int:
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads
         df = functools.partial(workloads.load, s["workload"], n=s["num_requests"],
-                               rate=s["rate"])
+                               rate=s["rate"], hash_block_tokens=s["hash_block_tokens"])
         if cfg.speculative is None and df(seed=s["seed"]).equals(df(seed=s["seed"] + 1)):
             raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
                              f"for every seed (a replayed trace), so {repeats} repeats would "
