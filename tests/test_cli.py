@@ -276,3 +276,19 @@ def test_hash_block_tokens_lets_a_csv_with_hash_ids_use_the_prefix_cache(tmp_pat
     for out in ("b", "c"):
         summary = json.loads((tmp_path / out / "summary.json").read_text())["summary"]
         assert summary["prefix_hit_rate"] == (1024 - 16 + 512) / 3072
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path, capsys):
+    """ "1 request", "1 point", "1 plot" (newcomer review: "1 requests" ...)."""
+    assert main(["run", "-w", "azure-code", "-n", "1", "--cost", "constant:0.01", "--kv-blocks",
+                 "1", "-o", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "workload azure-code: 1 request; " in out and "KV cache    1 block: " in out
+    assert "1 of 1 request was rejected: it needs more KV blocks" in out
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('workload = "azure-code"\nnum_requests = 20\ncost = "constant:0.01"\n'
+                   f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99"]\n'
+                   '[grid]\nmax_batch_size = [8]\n')
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    assert "\n1 point (1 run now, 0 failed); wrote sweep.parquet, sweep.csv and 1 plot to " in \
+        capsys.readouterr().out

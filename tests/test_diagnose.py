@@ -110,3 +110,23 @@ def test_a_healthy_run_has_no_findings_and_findings_read_as_text():
     over = sim.run(_df(400, 200.0, 100, 50), scheduler="continuous", cost_model=COST,
                    max_batch_size=8)
     assert all(" — " in str(f) for f in over.diagnose())
+
+
+def test_counts_and_their_words_agree():
+    """"1 of 2 requests was rejected", not "1 of 2 requests were" (newcomer review: "1
+    requests", "1 replicas"); :func:`sim.checks.plural` gives the word its count."""
+    from sim.checks import plural
+    assert [plural(n, "request") for n in (0, 1, 2, 1024)] == [
+        "0 requests", "1 request", "2 requests", "1,024 requests"]
+    assert plural(np.int64(1), "pass", "passes") == "1 pass" and plural(3, "pass",
+                                                                       "passes") == "3 passes"
+    assert plural(1.0, "token") == "1.0 token" and plural(2.5, "token") == "2.5 tokens"
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [10, 5000],
+                       "num_output_tokens": [5, 5]})
+    f = next(f for f in sim.run(df, cost_model=COST, kv_blocks=20).diagnose()
+             if f.code == "rejected")
+    assert f.message.startswith("1 of 2 requests was rejected: it needs ")
+    f = next(f for f in sim.run(pd.concat([df] * 2, ignore_index=True).assign(
+        arrival_time=[0.0, 1.0, 2.0, 3.0]), cost_model=COST, kv_blocks=20).diagnose()
+        if f.code == "rejected")
+    assert f.message.startswith("2 of 4 requests were rejected: each needs ")

@@ -3,6 +3,7 @@ fit on a GPU, and how much KV cache is left)."""
 
 from __future__ import annotations
 
+from ..checks import plural
 from .arguments import number, output_file
 from .run import as_written
 from .settings import HASH_BLOCK_TOKENS_HELP, Names
@@ -91,7 +92,7 @@ def cmd_memory(args) -> int:
           f"{b.accounting} accounting on each of {b.tensor_parallel} GPU(s):")
     rows = [(f"{'+' if t.bytes >= 0 else '-'} {t.name}", t.bytes, t.source) for t in b.terms]
     rows.append(("= KV cache", b.kv_bytes_per_gpu,
-                 f"{b.kv_blocks:,} blocks of {b.block_size} tokens "
+                 f"{plural(b.kv_blocks, 'block')} of {plural(b.block_size, 'token')} "
                  f"({b.kv_block_bytes_per_gpu / 2**20:g} MiB each)"))
     width = max(len(r[0]) for r in rows)
     for label, n, source in rows:

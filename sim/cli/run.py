@@ -23,6 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ..checks import plural
 from ..results import FIGURES
 from .arguments import output_file, output_folder, read_profile
 from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_router_used,
@@ -217,9 +218,10 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                   f"({summary['slot_utilization']:.0%} of the batch slots)"),
         ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
                  f"(first arrival to last finish)"),
-        ("KV cache", f"{summary['kv_blocks']:,} blocks: {summary['kv_usage_mean']:.0%} in use "
+        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}: "
+                     f"{summary['kv_usage_mean']:.0%} in use "
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
-                     f"{summary['num_preemptions']:,} preemptions"),
+                     f"{plural(summary['num_preemptions'], 'preemption')}"),
     ]
     if prefix_caching:
         rows.append(("prefix cache", f"{prefix_caching}: "
@@ -365,7 +367,7 @@ def cmd_run(args) -> int:
     if not args.quiet:
         if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")
-        print(f"workload {s['workload']}: {len(df):,} requests; scheduler {policy!r}; "
+        print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {policy!r}; "
               f"cost {meta['cost_model']}")
         if resampled:
             print(f"note: {s['workload']} holds {resampled:,} length pairs; the {len(df):,} "

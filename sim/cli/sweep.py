@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from ..checks import plural
 from .run import build
 from .arguments import number, output_folder
 from .settings import Names, settings_from
@@ -94,12 +95,12 @@ def cmd_sweep(args) -> int:
             + [m for m in metrics if m in table.columns] + ["error"])
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
         print(table[cols].to_string(index=False))
-    what = "runs" if repeats > 1 else "points"
-    print(f"\n{len(table)} {what} ({table.attrs['computed']} run now, {failed} failed); wrote "
-          f"sweep.parquet, sweep.csv and {len(metrics)} plots to {out}/")
+    what = "run" if repeats > 1 else "point"
+    print(f"\n{plural(len(table), what)} ({table.attrs['computed']} run now, {failed} failed); "
+          f"wrote sweep.parquet, sweep.csv and {plural(len(metrics), 'plot')} to {out}/")
     if table.attrs.get("kept"):  # a re-run with other grid values: their rows stay in the file
-        print(f"sweep.parquet also keeps {table.attrs['kept']} rows of grid points not in this "
-              f"grid (an earlier run's values)")
+        print(f"sweep.parquet also keeps {plural(table.attrs['kept'], 'row')} of grid points "
+              f"not in this grid (an earlier run's values)")
     return 0
 
 

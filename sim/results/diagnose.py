@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import plural
+
 BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
 IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
 STALL_RATIO = 5.0  # ITL P99 / P50 above this, with prefills of STALL_PREFILL_TOKENS or more
@@ -76,14 +78,16 @@ def diagnose(result) -> list:
                     "overloaded",
                     f"overloaded: requests arrive at {offered:.3g}/s but are served at "
                     f"{served:.3g}/s while they arrive; the queue grows (from {first.mean():.3g} "
-                    f"to {second.mean():.3g} waiting on average, {backlog:,} requests still "
-                    f"unfinished at the last arrival)",
+                    f"to {second.mean():.3g} waiting on average, "
+                    f"{plural(backlog, 'request')} still unfinished at the last arrival)",
                     "lower the request rate, add replicas, or raise throughput (larger batches, "
                     "a faster GPU, quantized weights)", served / offered))
     if s["num_rejected"]:
         out.append(Finding(
             "rejected",
-            f"{s['num_rejected']:,} of {len(req):,} requests were rejected: each needs more KV "
+            f"{s['num_rejected']:,} of {plural(len(req), 'request')} "
+            f"{'was rejected: it' if s['num_rejected'] == 1 else 'were rejected: each'} "
+            f"needs more KV "
             f"blocks than the whole pool ({s['kv_blocks']:,}) holds",
             "enlarge the KV pool (kv_blocks, memory, quantized KV, more GPUs) or cap the "
             "requests' lengths", float(s["num_rejected"])))
@@ -117,7 +121,7 @@ def diagnose(result) -> list:
     if ratio == ratio and ratio > RECOMPUTE and s["num_preemptions"]:
         out.append(Finding(
             "kv_pool_too_small",
-            f"KV pool too small: {s['num_preemptions']:,} preemptions (up to "
+            f"KV pool too small: {plural(s['num_preemptions'], 'preemption')} (up to "
             f"{s['max_preemptions']} of one request) recomputed {ratio - 1:.0%} more prefill "
             f"than the prompts",
             "compare KV memory with the budget before raising the batch size: fewer running "
