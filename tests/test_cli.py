@@ -292,3 +292,22 @@ def test_counts_of_one_read_in_the_singular(tmp_path, capsys):
     assert main(["sweep", str(cfg), "--workers", "1"]) == 0
     assert "\n1 point (1 run now, 0 failed); wrote sweep.parquet, sweep.csv and 1 plot to " in \
         capsys.readouterr().out
+
+
+def test_a_length_only_sweep_resumes_when_its_rates_change(tmp_path, capsys):
+    """sharegpt draws its arrivals at a fixed reference rate, each point re-scaled to its own:
+    before, the base workload was drawn at the grid's first rate, so changing the rates made
+    the file "another sweep" and the run was refused."""
+    cfg = tmp_path / "sweep.toml"
+    text = ('workload = "sharegpt"\nnum_requests = 30\ncost = "constant:0.01"\n'
+            f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99"]\n[grid]\nrate = RATES\n')
+    cfg.write_text(text.replace("RATES", "[2.0, 4.0]"))
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    first = pd.read_parquet(tmp_path / "o" / "sweep.parquet")
+    cfg.write_text(text.replace("RATES", "[4.0, 8.0]"))
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    assert "(1 run now, 0 failed)" in capsys.readouterr().out
+    rows = pd.read_parquet(tmp_path / "o" / "sweep.parquet")
+    assert rows["rate"].tolist() == [4.0, 8.0, 2.0]
+    assert rows.set_index("rate").loc[[2.0, 4.0], "ttft_p99"].tolist() == first[
+        "ttft_p99"].tolist()
