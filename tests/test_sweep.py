@@ -6,6 +6,7 @@ import functools
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads
@@ -370,3 +371,22 @@ def test_resume_with_other_grid_values_keeps_the_other_points_rows(tmp_path):
     assert third.attrs["computed"] == 0 and third.attrs["kept"] == 0  # all three resumed
     assert third["max_batch_size"].tolist() == [1, 4, 8]
     assert sorted(pd.read_parquet(out)["max_batch_size"]) == [1, 4, 8]  # nothing lost
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=st.lists(st.sets(st.sampled_from([1, 2, 4, 8]), min_size=1), min_size=1, max_size=3))
+def test_successive_grids_lose_no_row_and_repeat_none(tmp_path_factory, runs):
+    """Any sequence of grids over one field into one file: the file holds one row per value
+    ever run (nothing lost, nothing twice) and each table its own grid's points, in order."""
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    out = tmp_path_factory.mktemp("runs") / "s.parquet"
+    seen = set()
+    for values in runs:
+        grid = sorted(values)
+        table = sweep(df, {"max_batch_size": grid}, out=out, workers=1, progress=False)
+        assert table["max_batch_size"].tolist() == grid
+        assert table.attrs["computed"] == len(set(grid) - seen)
+        seen |= set(grid)
+        assert table.attrs["kept"] == len(seen - set(grid))
+        assert sorted(pd.read_parquet(out)["max_batch_size"]) == sorted(seen)
