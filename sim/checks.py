@@ -1,4 +1,5 @@
-"""Small argument checks shared by the library: each raises ValueError/TypeError naming the field."""
+"""Small argument checks shared by the library: each raises ValueError/TypeError naming the field;
+and the words of messages (:func:`did_you_mean`, :func:`plural`)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,13 @@ def did_you_mean(value, choices) -> str:
     close = difflib.get_close_matches(str(value).strip().lower(), [str(c) for c in choices], 1,
                                       0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def plural(count, word: str, words: str | None = None) -> str:
+    """``count`` and ``word`` agreeing: ``1 request``, ``2 requests``, ``1,024 blocks`` (an
+    integer gets thousands separators); ``words``: an irregular plural (``passes``)."""
+    shown = f"{count:,}" if isinstance(count, numbers.Integral) else f"{count}"
+    return f"{shown} {word if count == 1 else (words or word + 's')}"
 
 
 def declared_with(obj, name: str, method: str) -> bool:

@@ -9,16 +9,34 @@ from sim.cli import main
 from sim.costs.calibrated import (PROFILE_FORMAT, TERMS, CalibratedCost, _bilinear,
                                   _loglog_interp, shipped_cpu_profile)
 from sim.costs.timing import QUICK_GRID, _fit_and_holdout, save_profile
-from sim.tools.calibration import (MAX_HELDOUT_MEDIAN_PCT, MAX_ITERATION_MEDIAN_PCT, calibrate,
-                                   fit_weights, quality_gate)
+from sim.tools.calibration import (MAX_HELDOUT_MEDIAN_PCT, MAX_ITERATION_MEDIAN_PCT,
+                                   CalibrationProgress, calibrate, fit_weights, quality_gate)
 from sim.tools.validation import METRICS, validate_profile
 
 SMALL_GRID = QUICK_GRID
 
 
+EVENTS = []  # small_profile's progress reports
+
+
 @pytest.fixture(scope="module")
 def small_profile():
-    return calibrate(budget_s=1.0, device="cpu", grid=SMALL_GRID, engine_requests=60)
+    return calibrate(budget_s=1.0, device="cpu", grid=SMALL_GRID, engine_requests=60,
+                     on_progress=EVENTS.append)
+
+
+def test_calibrate_reports_each_pass_then_the_engine_fit(small_profile):
+    """One report per timing pass (numbered, the ops timed, the timer's seconds so far, the
+    budget), then one as the engine fit begins; checked against the profile, not a clock."""
+    timing = [e for e in EVENTS if e.stage == "timing"]
+    num_ops = sum(len(points) for points in SMALL_GRID.values())
+    assert [e.passes for e in timing] == list(range(1, small_profile["passes"] + 1))
+    assert {(e.num_ops, e.budget_s) for e in timing} == {(num_ops, 1.0)}
+    assert all(a.elapsed_s < b.elapsed_s for a, b in zip(timing, timing[1:]))
+    assert timing[-1].elapsed_s <= small_profile["seconds"] + 0.05  # rounded to 0.1 s
+    assert EVENTS[-1] == CalibrationProgress("engine", small_profile["passes"], num_ops,
+                                             small_profile["seconds"], 1.0, 60)
+    assert len(EVENTS) == len(timing) + 1
 
 
 def test_profile_has_device_versions_grid_fit_and_heldout_error(small_profile):
@@ -206,3 +224,29 @@ def test_sim_calibrate_exits_nonzero_on_a_failed_gate_unless_accepted(
     assert saved["accepted"] == (accept and not saved["passed"])
     err = capsys.readouterr().err
     assert ("FAILED" in err) == (not saved["passed"])
+
+
+def test_sim_calibrate_prints_a_progress_line_per_pass_on_stderr(monkeypatch, tmp_path, capsys):
+    """``sim calibrate`` printed nothing until it ended (minutes; newcomer review): a line per
+    pass and one as the engine fit begins, on stderr, from the reports calibrate makes (a fake
+    here: no timing, no clock)."""
+    def fake_calibrate(model, *, on_progress, budget_s, **kwargs):
+        for k in (1, 2, 3):
+            on_progress(CalibrationProgress("timing", k, 42, 12.5 * k, budget_s))
+        on_progress(CalibrationProgress("engine", 3, 42, 37.5, budget_s, 300))
+        p = dict(gate_profile(iteration=2.0), device="fake", array_library="numpy",
+                 model={"name": "toy"}, passes=3, seconds=37.5,
+                 weights={k: 0.0 for k in TERMS})
+        p["quality"] = quality_gate(p)
+        return p
+    monkeypatch.setattr("sim.tools.calibration.calibrate", fake_calibrate)
+    assert main(["calibrate", "--budget", "40", "-o", str(tmp_path / "p.json")]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "calibrating: pass 1: 42 ops timed, 12.5 s of the 40 s budget",
+        "calibrating: pass 2: 42 ops timed, 25.0 s of the 40 s budget",
+        "calibrating: pass 3: 42 ops timed, 37.5 s of the 40 s budget",
+        "calibrating: 3 passes timed in 37.5 s; fitting the weights on an executed engine run "
+        "of 300 requests ...",
+    ]
+    assert "calibrating:" not in captured.out

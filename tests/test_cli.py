@@ -171,6 +171,12 @@ def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     assert (tmp_path / "o" / "ttft_p99.png").stat().st_size > 5_000
     assert main(["sweep", str(cfg), "--workers", "1"]) == 0  # the 2 good points are kept
     assert "(2 run now, 2 failed)" in capsys.readouterr().out
+    cfg.write_text(cfg.read_text().replace("rate = [1.0, 4.0]", "rate = [4.0]"))
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0  # other grid values: rows kept
+    out = capsys.readouterr().out
+    assert "(1 run now, 1 failed)" in out and "also keeps 2 rows of grid points not in" in out
+    assert len(pd.read_parquet(tmp_path / "o" / "sweep.parquet")) == 4
+    assert len(pd.read_csv(tmp_path / "o" / "sweep.csv")) == 2  # this grid's points
     cfg.write_text('workload = "azure-code"\n')
     assert main(["sweep", str(cfg)]) == 2
     assert "needs a [grid] table" in capsys.readouterr().err
@@ -254,3 +260,58 @@ def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob):
             assert "not used" in str(e), e
             uses = False
         assert bool(re.search(rf"\b{name}\b", head)) == uses, (name, head)
+
+
+def test_hash_block_tokens_lets_a_csv_with_hash_ids_use_the_prefix_cache(tmp_path, capsys):
+    """A CSV file's hash_ids need their tokens per id (newcomer review: no way to say it from
+    the CLI): --hash-block-tokens 512 or the TOML key; the hit rate is the closed form of
+    tests/test_workload_files.py, (1024 - 16 + 512) / 3072."""
+    wl = tmp_path / "w.csv"
+    wl.write_text('request_id,arrival_time,num_prompt_tokens,num_output_tokens,hash_ids\n'
+                  'a,0.0,1024,10,"[1, 2]"\nb,0.5,1024,10,"[1, 2]"\nc,1.0,1024,10,"[1, 3]"\n')
+    argv = ["run", "-w", str(wl), "-s", "vllm", "--cost", "constant:0.01", "-q"]
+    assert main(argv + ["-o", str(tmp_path / "a")]) == 2
+    assert "--hash-block-tokens N" in capsys.readouterr().err
+    assert main(argv + ["--hash-block-tokens", "512", "-o", str(tmp_path / "b")]) == 0
+    cfg = tmp_path / "run.toml"
+    cfg.write_text(f'workload = "{wl}"\nhash_block_tokens = 512\nscheduler = "vllm"\n'
+                   f'cost = "constant:0.01"\noutput = "{tmp_path / "c"}"\n')
+    assert main(["run", str(cfg), "-q"]) == 0
+    for out in ("b", "c"):
+        summary = json.loads((tmp_path / out / "summary.json").read_text())["summary"]
+        assert summary["prefix_hit_rate"] == (1024 - 16 + 512) / 3072
+
+
+def test_counts_of_one_read_in_the_singular(tmp_path, capsys):
+    """ "1 request", "1 point", "1 plot" (newcomer review: "1 requests" ...)."""
+    assert main(["run", "-w", "azure-code", "-n", "1", "--cost", "constant:0.01", "--kv-blocks",
+                 "1", "-o", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "workload azure-code: 1 request; " in out and "KV cache    1 block: " in out
+    assert "1 of 1 request was rejected: it needs more KV blocks" in out
+    cfg = tmp_path / "sweep.toml"
+    cfg.write_text('workload = "azure-code"\nnum_requests = 20\ncost = "constant:0.01"\n'
+                   f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99"]\n'
+                   '[grid]\nmax_batch_size = [8]\n')
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    assert "\n1 point (1 run now, 0 failed); wrote sweep.parquet, sweep.csv and 1 plot to " in \
+        capsys.readouterr().out
+
+
+def test_a_length_only_sweep_resumes_when_its_rates_change(tmp_path, capsys):
+    """sharegpt draws its arrivals at a fixed reference rate, each point re-scaled to its own:
+    before, the base workload was drawn at the grid's first rate, so changing the rates made
+    the file "another sweep" and the run was refused."""
+    cfg = tmp_path / "sweep.toml"
+    text = ('workload = "sharegpt"\nnum_requests = 30\ncost = "constant:0.01"\n'
+            f'output = "{tmp_path / "o"}"\nmetrics = ["ttft_p99"]\n[grid]\nrate = RATES\n')
+    cfg.write_text(text.replace("RATES", "[2.0, 4.0]"))
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    first = pd.read_parquet(tmp_path / "o" / "sweep.parquet")
+    cfg.write_text(text.replace("RATES", "[4.0, 8.0]"))
+    assert main(["sweep", str(cfg), "--workers", "1"]) == 0
+    assert "(1 run now, 0 failed)" in capsys.readouterr().out
+    rows = pd.read_parquet(tmp_path / "o" / "sweep.parquet")
+    assert rows["rate"].tolist() == [4.0, 8.0, 2.0]
+    assert rows.set_index("rate").loc[[2.0, 4.0], "ttft_p99"].tolist() == first[
+        "ttft_p99"].tolist()

@@ -42,6 +42,7 @@ FILES = {  # name -> contents, written into the test's folder
     "router.toml": TOML5 + 'router = "random"\n',
     "profile_cost.toml": TOML5 + 'cost = "constant:0.01"\nprofile = "p.json"\n',
     "one_row.csv": HEADER + "0,5,5\n",
+    "hash_tokens.toml": TOML5 + 'hash_block_tokens = "512"\n',
     "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
     "max_len.toml": TOML5 + "max_model_len = 1024.5\n",
 }
@@ -58,8 +59,18 @@ CASES = [
     (RUN + ["-w", "mooncake-conversation", "-s", "sglang", "--block-size", "7"],
      "--block-size 7 does not divide the workload's 512 tokens per hash id"),
     (RUN + ["-w", "{d}/hashes.csv", "-n", "1", "-s", "vllm"], "the workload has hash_ids but no "
-     "attrs['block_size'] (tokens per hash id): set df.attrs['block_size'] or save the "
-     "workload as parquet"),
+     "attrs['block_size'] (tokens per hash id): load it with hash_block_tokens=N (sim run "
+     "--hash-block-tokens N; Mooncake's ids are 512 tokens)"),
+    (RUN + ["-w", "{d}/hashes.csv", "--hash-block-tokens", "0"],
+     "--hash-block-tokens must be > 0, got 0"),
+    (RUN + ["--hash-block-tokens", "16"], "--hash-block-tokens 16 applies to a workload with "
+     "hash_ids: the 'azure-code' trace has no hash_ids column"),
+    (RUN + ["-w", "mooncake-conversation", "--hash-block-tokens", "16"], "--hash-block-tokens 16 "
+     "contradicts the 'mooncake-conversation' trace's own 512 tokens per hash id"),
+    (["run", "{d}/hash_tokens.toml"], "hash_tokens.toml: hash_block_tokens must be an integer, "
+     "got '512'"),
+    (["workload", "describe", "{d}/one_row.csv", "--hash-block-tokens", "512"],
+     "--hash-block-tokens 512 applies to a workload with hash_ids: {d}/one_row.csv has no"),
     (["run", "{d}/broken.toml"], "broken.toml: not a valid TOML file"),
     (["run", "{d}/missing.toml"], "config file '{d}/missing.toml' does not exist"),
     (["run", "{d}/misspelt.toml"], "unknown setting(s) ['shceduler'] (did you mean 'scheduler'?)"),
@@ -83,7 +94,8 @@ CASES = [
     (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
     (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
-                                   "'cost', 'decode_replicas', 'gpu', 'kv_blocks', 'kv_dtype', "
+                                   "'cost', 'decode_replicas', 'gpu', 'hash_block_tokens', "
+                                   "'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
                                    "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
@@ -96,7 +108,7 @@ CASES = [
                                      "'repeats', 'replicas', 'router', "),
     (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'max_model_len', "
                                      "'metrics', 'model', "),
-    (["sweep", "{d}/misspelt.toml"], "'gpu', 'grid', 'kv_blocks', "),
+    (["sweep", "{d}/misspelt.toml"], "'gpu', 'grid', 'hash_block_tokens', 'kv_blocks', "),
     (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
     (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),
     # a setting is named as the user wrote it: the file's key, or the flag

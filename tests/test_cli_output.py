@@ -230,5 +230,13 @@ def test_the_printed_summary_shows_the_prefix_cache_when_it_is_on(tmp_path, caps
     row = next(line for line in out.splitlines() if line.startswith("prefix cache"))
     assert f"radix: {s['prefix_hit_rate']:.1%} of prompt tokens served from the cache" in row
     assert s["prefix_hit_rate"] > 0
+    assert "names no prefix block" not in row
     assert main(base + ["-o", str(tmp_path / "b")]) == 0
     assert "prefix cache" not in capsys.readouterr().out
+    # a workload without hash_ids: said once, on the row, and no "no prefix hits" finding
+    assert main(["run", "-w", "azure-code", "-n", "30", "--cost", "constant:0.01", "-s", "vllm",
+                 "-o", str(tmp_path / "c")]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("prefix cache"))
+    assert row.endswith("(the workload names no prefix block: no hash_ids covering one, so "
+                        "nothing can hit)") and "no prefix hits" not in out

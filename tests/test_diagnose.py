@@ -84,9 +84,49 @@ def test_no_prefix_hits_when_the_shared_prompt_differs(unshared):
                                                   cost_model=COST))  # caching off: no finding
 
 
+def test_no_prefix_hits_is_silent_when_the_workload_names_no_prefix_block():
+    """A workload without hash_ids (or whose ids cover no full block) cannot hit by
+    construction: no finding (newcomer review: vllm on azure-conv said "no prefix hits"). The
+    Result counts the requests naming a cacheable block: in block mode those whose hash ids
+    cover one full block, ``min(prompt, ids x 16) >= block_size``."""
+    plain = _df(40, 2.0, 600, 4)
+    for mode in ("block", "radix"):
+        res = sim.run(plain, scheduler="vllm", cost_model=COST, prefix_caching=mode)
+        assert res.num_prefix_keyed == 0 and res.summary()["prefix_hit_rate"] == 0
+        assert "no_prefix_hits" not in _codes(res)
+    short = plain.assign(num_prompt_tokens=[600] * 20 + [20] * 20,
+                         hash_ids=[[1000 + i] for i in range(20)] + [[i] for i in range(20)])
+    short.attrs["block_size"] = 16  # one id of 16 tokens each: a full block of 16 ...
+    res = sim.run(short, scheduler="vllm", cost_model=COST, block_size=32)  # ... not of 32
+    assert res.num_prefix_keyed == 0 and "no_prefix_hits" not in _codes(res)
+    res = sim.run(short, scheduler="vllm", cost_model=COST, block_size=16)
+    assert res.num_prefix_keyed == 40 and "no_prefix_hits" in _codes(res)  # unique ids: no hit
+    assert sim.run(short, scheduler="continuous", cost_model=COST).num_prefix_keyed == 0
+
+
 def test_a_healthy_run_has_no_findings_and_findings_read_as_text():
     res = sim.run(_df(300, 2.0, 100, 50), scheduler="chunked", cost_model=COST)
     assert res.diagnose() == []
     over = sim.run(_df(400, 200.0, 100, 50), scheduler="continuous", cost_model=COST,
                    max_batch_size=8)
     assert all(" — " in str(f) for f in over.diagnose())
+
+
+def test_counts_and_their_words_agree():
+    """"1 of 2 requests was rejected", not "1 of 2 requests were" (newcomer review: "1
+    requests", "1 replicas"); :func:`sim.checks.plural` gives the word its count."""
+    from sim.checks import plural
+    assert [plural(n, "request") for n in (0, 1, 2, 1024)] == [
+        "0 requests", "1 request", "2 requests", "1,024 requests"]
+    assert plural(np.int64(1), "pass", "passes") == "1 pass" and plural(3, "pass",
+                                                                       "passes") == "3 passes"
+    assert plural(1.0, "token") == "1.0 token" and plural(2.5, "token") == "2.5 tokens"
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [10, 5000],
+                       "num_output_tokens": [5, 5]})
+    f = next(f for f in sim.run(df, cost_model=COST, kv_blocks=20).diagnose()
+             if f.code == "rejected")
+    assert f.message.startswith("1 of 2 requests was rejected: it needs ")
+    f = next(f for f in sim.run(pd.concat([df] * 2, ignore_index=True).assign(
+        arrival_time=[0.0, 1.0, 2.0, 3.0]), cost_model=COST, kv_blocks=20).diagnose()
+        if f.code == "rejected")
+    assert f.message.startswith("2 of 4 requests were rejected: each needs ")

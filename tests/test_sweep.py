@@ -6,6 +6,7 @@ import functools
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads
@@ -349,3 +350,43 @@ def test_resume_refuses_rows_of_a_grid_with_other_fields(tmp_path):
         sweep(df, {"scheduler": ["chunked", "vllm"], "kv_blocks": [4000]}, out=out2, workers=1,
               progress=False)
     assert len(pd.read_parquet(out2)) == 1  # kept, not rewritten
+
+
+def test_resume_with_other_grid_values_keeps_the_other_points_rows(tmp_path):
+    """A re-run whose grid holds other values of the same fields (newcomer review: the first
+    run's rows disappeared from the file) resumes the points they share and keeps the others'
+    rows in the file, after the grid's own; the table returned is the grid's points only."""
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    out = tmp_path / "s.parquet"
+    first = sweep(df, {"max_batch_size": [1, 4]}, out=out, workers=1, progress=False)
+    second = sweep(df, {"max_batch_size": [4, 8]}, out=out, workers=1, progress=False)
+    assert second.attrs["computed"] == 1 and second.attrs["kept"] == 1
+    assert second["max_batch_size"].tolist() == [4, 8]
+    kept = pd.read_parquet(out)
+    assert kept["max_batch_size"].tolist() == [4, 8, 1]
+    cols = ["max_batch_size", "ttft_p50", "e2e_mean"]
+    pd.testing.assert_frame_equal(kept[cols].iloc[[2, 0]].reset_index(drop=True), first[cols])
+    third = sweep(df, {"max_batch_size": [1, 4, 8]}, out=out, workers=1, progress=False)
+    assert third.attrs["computed"] == 0 and third.attrs["kept"] == 0  # all three resumed
+    assert third["max_batch_size"].tolist() == [1, 4, 8]
+    assert sorted(pd.read_parquet(out)["max_batch_size"]) == [1, 4, 8]  # nothing lost
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(runs=st.lists(st.sets(st.sampled_from([1, 2, 4, 8]), min_size=1), min_size=1, max_size=3))
+def test_successive_grids_lose_no_row_and_repeat_none(tmp_path_factory, runs):
+    """Any sequence of grids over one field into one file: the file holds one row per value
+    ever run (nothing lost, nothing twice) and each table its own grid's points, in order."""
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    out = tmp_path_factory.mktemp("runs") / "s.parquet"
+    seen = set()
+    for values in runs:
+        grid = sorted(values)
+        table = sweep(df, {"max_batch_size": grid}, out=out, workers=1, progress=False)
+        assert table["max_batch_size"].tolist() == grid
+        assert table.attrs["computed"] == len(set(grid) - seen)
+        seen |= set(grid)
+        assert table.attrs["kept"] == len(seen - set(grid))
+        assert sorted(pd.read_parquet(out)["max_batch_size"]) == sorted(seen)

@@ -63,6 +63,16 @@ def test_time_ops_reads_the_injected_clock_exactly():
     assert seconds == passes * per_pass
 
 
+def test_time_ops_reports_each_pass_with_the_clocks_elapsed_seconds():
+    clock, reports = FakeClock(), []
+    a = 2.0 ** -10
+    _, passes, seconds = time_ops([clock.op([a])], budget_s=0.1, timer=clock,
+                                  on_pass=lambda n, elapsed: reports.append((n, elapsed)))
+    per_pass = (WARMUP + REPEATS) * a
+    assert reports == [(k, k * per_pass) for k in range(1, passes + 1)]
+    assert reports[-1][1] == seconds
+
+
 def test_time_ops_runs_three_passes_even_over_budget_and_syncs_around_each_sample():
     clock, synced = FakeClock(), []
     medians, passes, _ = time_ops([clock.op([1.0])], budget_s=0.5, timer=clock,

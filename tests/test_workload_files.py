@@ -204,3 +204,41 @@ def test_timestamps_become_seconds_since_the_first(tmp_path):
     stamps.loc[1, "arrival_time"] = pd.NaT
     with pytest.raises(ValueError, match=r"arrival_time: row 1 has NaT \(must be a finite"):
         wl.validate(stamps)
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_hash_block_tokens_says_what_a_csv_or_jsonl_file_cannot(tmp_path, suffix):
+    """A CSV/JSONL file's hash_ids carry no block size (newcomer review: such a file could not
+    be simulated with prefix caching from the CLI). ``hash_block_tokens`` gives it; the prefix
+    cache then hits as the ids say. Closed form (block mode, 16-token pages, 512 tokens an id):
+    b repeats a's two ids and hits all but its last page (a prompt keeps one token to compute),
+    c shares the first id: (1024 - 16 + 512) / 3072 of the prompt tokens."""
+    import sim
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [1024] * 3,
+                       "num_output_tokens": [10] * 3, "hash_ids": [[1, 2], [1, 2], [1, 3]]})
+    path = wl.save(df, tmp_path / f"w{suffix}")
+    with pytest.raises(ValueError, match=r"no attrs\['block_size'\].*hash_block_tokens=N"):
+        sim.run(wl.load(path), scheduler="vllm", cost_model=sim.ConstantCost(0.01))
+    loaded = wl.load(path, hash_block_tokens=512)
+    assert loaded.attrs["block_size"] == 512 and wl.load_file(path).attrs.get("block_size") is None
+    res = sim.run(loaded, scheduler="vllm", cost_model=sim.ConstantCost(0.01))
+    assert res.summary()["prefix_hit_rate"] == (1024 - 16 + 512) / 3072
+    for bad, error in ((0, ValueError), (-512, ValueError), (True, ValueError), ("512", ValueError),
+                       (1.5, ValueError)):
+        with pytest.raises(error, match="hash_block_tokens must be a positive integer"):
+            wl.load(path, hash_block_tokens=bad)
+
+
+def test_hash_block_tokens_must_agree_with_the_workloads_own(tmp_path):
+    df = wl.shared_prefix(4, n_groups=1, system_prompt_tokens=64, user_tokens=16, output=2,
+                          rate=1.0, block_size=16)
+    path = tmp_path / "w.parquet"
+    df.to_parquet(path, index=False)  # keeps attrs["block_size"] = 16
+    assert wl.load(path, hash_block_tokens=16).attrs["block_size"] == 16
+    with pytest.raises(ValueError, match=r"^hash_block_tokens 32 contradicts .*w.parquet's own 16 "
+                                         r"tokens per hash id"):
+        wl.load(path, hash_block_tokens=32)
+    with pytest.raises(ValueError, match="^hash_block_tokens 512 applies to a workload with "
+                                         "hash_ids: the 'azure-code' trace has no hash_ids"):
+        wl.load("azure-code", n=5, hash_block_tokens=512)
+    assert wl.load("mooncake-synthetic", n=5, hash_block_tokens=512).attrs["block_size"] == 512

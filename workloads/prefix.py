@@ -40,8 +40,10 @@ def tokens_per_id(df) -> int:
     value = df.attrs.get("block_size")
     if value is None:
         raise ValueError("the workload has hash_ids but no attrs['block_size'] (tokens per "
-                         "hash id): set df.attrs['block_size'] or save the workload as parquet, "
-                         "which keeps it (CSV and JSONL do not); or turn prefix caching off")
+                         "hash id): load it with hash_block_tokens=N (sim run "
+                         "--hash-block-tokens N; Mooncake's ids are 512 tokens), set "
+                         "df.attrs['block_size'] or save the workload as parquet, which keeps "
+                         "it (CSV and JSONL do not); or turn prefix caching off")
     return _positive_int("attrs['block_size'] (tokens per hash id)", value)
 
 

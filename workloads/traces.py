@@ -118,7 +118,7 @@ def _unknown_name(name) -> ValueError:
 
 
 def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=None,
-         max_context=None, seed=0) -> pd.DataFrame:
+         max_context=None, seed=0, hash_block_tokens=None) -> pd.DataFrame:
     """Load a bundled trace (see :data:`TRACES`) or a workload file, in the request schema.
 
     - ``n``: keep the first ``n`` requests (an integer >= 1). A replayed trace or a file with
@@ -129,6 +129,9 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``).
     - ``arrival_times``: explicit arrival times for a length-only set.
     - ``max_context``: drop requests whose prompt + output exceed it (a model's context window).
+    - ``hash_block_tokens``: the tokens each ``hash_ids`` entry stands for (the block size the
+      ids were made with: Mooncake's 512), set as ``attrs["block_size"]``; CSV and JSONL files
+      cannot carry it (see :func:`with_hash_block_tokens`).
 
     An empty result (``n`` < 1, everything dropped, a file without rows) is a ``ValueError``.
     """
@@ -139,7 +142,8 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
     if name not in TRACES:
         path = Path(name)
         if path.suffix or path.exists():
-            return load_file(path, n=n, rate=rate, max_context=max_context)
+            return load_file(path, n=n, rate=rate, max_context=max_context,
+                             hash_block_tokens=hash_block_tokens)
         raise _unknown_name(name)
     df = _within_context(_read(name), max_context, repr(name))
     if "arrival_time" not in df.columns:
@@ -168,7 +172,27 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
         if rate is not None:
             df = scale_to_rate(df, rate)
     df.attrs["name"] = name
-    return validate(df)
+    return with_hash_block_tokens(validate(df), hash_block_tokens, f"the {name!r} trace")
+
+
+def with_hash_block_tokens(df, value, where="the workload") -> pd.DataFrame:
+    """``df`` with ``attrs["block_size"]`` (tokens per ``hash_ids`` entry) set to ``value``, a
+    positive integer (None: ``df`` unchanged). A workload without ``hash_ids``, or whose own
+    ``attrs["block_size"]`` (a bundled trace, a parquet file) says otherwise, is a
+    ``ValueError`` naming ``where``: the ids were made with one block size."""
+    if value is None:
+        return df
+    from .prefix import _positive_int
+    value = _positive_int("hash_block_tokens", value)
+    if "hash_ids" not in df.columns:
+        raise ValueError(f"hash_block_tokens {value} applies to a workload with hash_ids: "
+                         f"{where} has no hash_ids column")
+    own = df.attrs.get("block_size")
+    if own is not None and own != value:
+        raise ValueError(f"hash_block_tokens {value} contradicts {where}'s own {own} tokens "
+                         f"per hash id (attrs['block_size']): give {own}, or none")
+    df.attrs["block_size"] = value
+    return df
 
 
 # what a reader may raise on a file that is not what its suffix says (truncated, corrupt,
@@ -211,8 +235,11 @@ def _hash_id_lists(df, where) -> pd.DataFrame:
     return df
 
 
-def load_file(path, *, n=None, rate=None, max_context=None) -> pd.DataFrame:
-    """A CSV, JSONL or parquet file in the request schema (``.gz`` allowed for CSV and JSONL).
+def load_file(path, *, n=None, rate=None, max_context=None,
+              hash_block_tokens=None) -> pd.DataFrame:
+    """A CSV, JSONL or parquet file in the request schema (``.gz`` allowed for CSV and JSONL);
+    ``hash_block_tokens``: the tokens per ``hash_ids`` entry (:func:`with_hash_block_tokens`),
+    which a CSV or JSONL file cannot hold.
 
     Every row is checked; errors name the file and the row (0-based, header not counted). A file
     that cannot be read in its format, or has no rows, is a ``ValueError`` naming the file;
@@ -248,7 +275,7 @@ def load_file(path, *, n=None, rate=None, max_context=None) -> pd.DataFrame:
     if rate is not None:
         df = scale_to_rate(df, rate)
     df.attrs.setdefault("name", path.name)
-    return df
+    return with_hash_block_tokens(df, hash_block_tokens, str(path))
 
 
 def save(df: pd.DataFrame, path) -> Path:

@@ -7,6 +7,7 @@ rates tried (:func:`sim.tools.capacity.max_rate`).
 
 from __future__ import annotations
 
+from ..checks import plural
 from .run import build
 from .arguments import number
 from .settings import Names, add_run_args, check_router_used, settings_from
@@ -23,14 +24,14 @@ def cmd_capacity(args) -> int:
     df, cfg = build(s, names)
     cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
-    print(f"workload {s['workload']}: {len(df):,} requests; scheduler {cfg.policy()!r}; "
+    print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {cfg.policy()!r}; "
           f"SLOs {limits} for {args.attainment:.0%} of requests")
     if cap.rate != cap.rate:
         print("no rate tried meets the SLOs")
         return 1
     print(f"max rate {cap.rate:.4g} req/s (within {args.tol:.1%}); goodput "
           f"{cap.summary['goodput']:.4g} req/s, {cap.goodput_per_gpu:.4g} per GPU "
-          f"({cap.num_gpus} GPU{'s' if cap.num_gpus > 1 else ''})")
+          f"({plural(cap.num_gpus, 'GPU')})")
     print("rates tried:")
     for row in cap.points.itertuples():
         print(f"  {row.rate:10.4g} req/s  attainment {row.slo_attainment:6.1%}  "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..checks import plural
 from .arguments import number, output_file, output_folder, read_profile
 
 
@@ -25,6 +26,22 @@ def check_device(device) -> None:
                          "--device cpu or auto)") from None
 
 
+def progress_line(p) -> str:
+    """The line ``sim calibrate`` (and ``sim validate``, calibrating) prints on stderr for a
+    :class:`~sim.tools.calibration.CalibrationProgress`: after each timing pass, and as the
+    in-engine fit begins."""
+    if p.stage == "engine":
+        return (f"calibrating: {plural(p.passes, 'pass', 'passes')} timed in "
+                f"{p.elapsed_s:.1f} s; fitting the weights on an executed engine run of "
+                f"{plural(p.num_requests, 'request')} ...")
+    return (f"calibrating: pass {p.passes}: {plural(p.num_ops, 'op')} timed, "
+            f"{p.elapsed_s:.1f} s of the {p.budget_s:g} s budget")
+
+
+def print_progress(p) -> None:
+    print(progress_line(p), file=sys.stderr, flush=True)
+
+
 def cmd_calibrate(args) -> int:
     """``sim calibrate``: time, fit, check the quality gate, write the profile (with the gate's
     verdict). Exit status 1 when the gate fails, unless ``--accept`` (then recorded as
@@ -34,15 +51,16 @@ def cmd_calibrate(args) -> int:
     check_device(args.device)
     output_file(args.output, "--output")
     profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
-                        progress=sys.stderr.isatty())
+                        on_progress=print_progress)
     q = profile["quality"]
     q["accepted"] = bool(args.accept and not q["passed"])
     save_profile(profile, args.output)
     print(f"device {profile['device']} ({profile['array_library']}), model "
-          f"{profile['model']['name']}, {profile['passes']} passes in {profile['seconds']} s")
+          f"{profile['model']['name']}, {plural(profile['passes'], 'pass', 'passes')} in "
+          f"{profile['seconds']} s")
     for op, e in profile["heldout_error"].items():
         print(f"  {op:<18} held-out error: median {e['median_ape_pct']:.1f}%  "
-              f"P90 {e['p90_ape_pct']:.1f}%  ({e['points']} points)")
+              f"P90 {e['p90_ape_pct']:.1f}%  ({plural(e['points'], 'point')})")
     e, w = profile["iteration_error"], profile["weights"]
     print(f"  {'engine iterations':<18} error: median {e['median_ape_pct']:.1f}%  P90 "
           f"{e['p90_ape_pct']:.1f}%")
@@ -75,12 +93,13 @@ def cmd_validate(args) -> int:
     else:  # calibrate now: the machine's speed drifts, so compare against a fresh profile
         from ..tools.calibration import calibrate
         print(f"calibrating on this device for {args.budget:g} s ...")
-        profile = calibrate(budget_s=args.budget, device=args.device)
+        profile = calibrate(budget_s=args.budget, device=args.device,
+                            on_progress=print_progress)
     out = validate_profile(profile, n=args.requests, rate=args.rate, repeats=args.repeats,
                            device=args.device)
     print(f"device {out['device']} (profile from {out['profile_device']}); {out['requests']} "
-          f"requests at {out['rate']:.3g} req/s, executed {out['repeats']} times "
-          f"({out['iterations_executed']} iterations each), replica busy "
+          f"requests at {out['rate']:.3g} req/s, executed {plural(out['repeats'], 'time')} "
+          f"({plural(out['iterations_executed'], 'iteration')} each), replica busy "
           f"{out['busy_fraction_executed']:.0%}")
     e = out["iteration_error"]
     print(f"per-iteration error: median {e['median_ape_pct']:.1f}%, P90 {e['p90_ape_pct']:.1f}%, "

@@ -3,9 +3,10 @@ fit on a GPU, and how much KV cache is left)."""
 
 from __future__ import annotations
 
+from ..checks import plural
 from .arguments import number, output_file
 from .run import as_written
-from .settings import Names
+from .settings import HASH_BLOCK_TOKENS_HELP, Names
 
 
 def cmd_workload(args) -> int:
@@ -24,10 +25,12 @@ def cmd_workload(args) -> int:
         if plot.suffix.lower() != ".png":
             raise ValueError(f"--plot {args.plot!r} must be a file name ending in .png")
     try:
-        df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed)
+        df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed,
+                            hash_block_tokens=args.hash_block_tokens)
     except ValueError as e:  # the loader names its arguments (n=, rate=): name the flags
         raise ValueError(as_written(str(e), {"num_requests": args.num_requests,
-                                             "rate": args.rate, "speculative": {}},
+                                             "rate": args.rate, "speculative": {},
+                                             "hash_block_tokens": args.hash_block_tokens},
                                     Names(None))) from None
     d = workloads.describe(df)
     width = max(len(k) for k in d)
@@ -93,7 +96,7 @@ def cmd_memory(args) -> int:
           f"{b.accounting} accounting on each of {b.tensor_parallel} GPU(s):")
     rows = [(f"{'+' if t.bytes > 0 else '-'} {t.name}", t.bytes, t.source) for t in b.terms]
     rows.append(("= KV cache", b.kv_bytes_per_gpu,
-                 f"{b.kv_blocks:,} blocks of {b.block_size} tokens "
+                 f"{plural(b.kv_blocks, 'block')} of {plural(b.block_size, 'token')} "
                  f"({b.kv_block_bytes_per_gpu / 2**20:g} MiB each)"))
     width = max(len(r[0]) for r in rows)
     for label, n, source in rows:
@@ -114,6 +117,8 @@ def add_parsers(sub):
                            "(default: the trace's own timing)")
     p_wl.add_argument("--seed", type=number(int, allow_zero=True), default=0,
                       help="seed of sampled arrivals, >= 0 (default 0)")
+    p_wl.add_argument("--hash-block-tokens", type=number(int), metavar="TOKENS",
+                      help=HASH_BLOCK_TOKENS_HELP)
     p_wl.add_argument("--plot", metavar="PNG", help="write a PNG of the workload (default none)")
     p_wl.set_defaults(func=cmd_workload)
     p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")

@@ -23,6 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from ..checks import plural
 from ..results import FIGURES
 from .arguments import output_file, output_folder, read_profile
 from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_router_used,
@@ -106,11 +107,12 @@ def build(s, names=None):
     try:
         try:
             df = workloads.load(s["workload"], n=s["num_requests"], rate=s["rate"],
-                                seed=s["seed"])
+                                seed=s["seed"], hash_block_tokens=s["hash_block_tokens"])
         except ValueError as e:  # a closed loop issues requests itself: no arrivals needed
             if s["closed_loop_users"] is None or "no arrival times" not in str(e):
                 raise
-            df = workloads.load(s["workload"], n=s["num_requests"], rate=1.0, seed=s["seed"])
+            df = workloads.load(s["workload"], n=s["num_requests"], rate=1.0, seed=s["seed"],
+                                hash_block_tokens=s["hash_block_tokens"])
         cfg = _config(s, names)
         cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         cfg.resolved_cost_model()
@@ -196,10 +198,12 @@ def _num(value, spec) -> str:
     return "n/a" if value is None or value != value else format(value, spec)
 
 
-def format_summary(summary, max_batch_size=None, prefix_caching=None) -> str:
+def format_summary(summary, max_batch_size=None, prefix_caching=None,
+                   names_prefixes=True) -> str:
     """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
-    row with the cache's hit rate."""
+    row with the cache's hit rate, saying so when the workload names no prefix block
+    (``names_prefixes`` False: nothing can hit)."""
     too_long = summary.get("num_rejected_context_length")
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}"
@@ -217,16 +221,19 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None) -> str:
                   f"({summary['slot_utilization']:.0%} of the batch slots)"),
         ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
                  f"(first arrival to last finish)"),
-        ("KV cache", f"{summary['kv_blocks']:,} blocks: {summary['kv_usage_mean']:.0%} in use "
+        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}: "
+                     f"{summary['kv_usage_mean']:.0%} in use "
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
-                     f"{summary['num_preemptions']:,} preemptions"),
+                     f"{plural(summary['num_preemptions'], 'preemption')}"),
     ]
     if prefix_caching:
         rows.append(("prefix cache", f"{prefix_caching}: "
                                      f"{_num(summary['prefix_hit_rate'], '.1%')} of prompt "
                                      f"tokens served from the cache; prefill computed "
                                      f"{_num(summary['prefill_compute_ratio'], '.3g')}x the "
-                                     f"prompt tokens"))
+                                     f"prompt tokens" + ("" if names_prefixes else
+                                     " (the workload names no prefix block: no hash_ids "
+                                     "covering one, so nothing can hit)")))
     if "spec_acceptance_rate" in summary:
         rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
                                     f"tokens accepted; "
@@ -364,14 +371,15 @@ def cmd_run(args) -> int:
     if not args.quiet:
         if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")
-        print(f"workload {s['workload']}: {len(df):,} requests; scheduler {policy!r}; "
+        print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {policy!r}; "
               f"cost {meta['cost_model']}")
         if resampled:
             print(f"note: {s['workload']} holds {resampled:,} length pairs; the {len(df):,} "
                   f"requests sample them with replacement")
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size,
-                             prefix_caching=res.config.prefix_caching))
+                             prefix_caching=res.config.prefix_caching,
+                             names_prefixes=res.num_prefix_keyed > 0))
         if findings:
             print("\nfindings:")
             for f in findings:

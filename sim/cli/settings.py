@@ -50,6 +50,7 @@ DEFAULTS = {
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
     "link_bandwidth_gbps": None, "link_latency_s": 0.0,
+    "hash_block_tokens": None,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
 SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
@@ -65,6 +66,10 @@ FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "
          "closed_loop_users": "--closed-loop", "link_bandwidth_gbps": "--link-bandwidth",
          "link_latency_s": "--link-latency"}  # the others: ``--`` + key with dashes
 NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
+HASH_BLOCK_TOKENS_HELP = ("tokens each hash_ids entry of a CSV/JSONL workload file stands for "
+                          "(the block size the ids were made with: 512 for Mooncake), >= 1; "
+                          "parquet files and bundled traces carry it (default: the workload's "
+                          "own)")
 
 
 def add_run_args(p):
@@ -74,6 +79,8 @@ def add_run_args(p):
     p.add_argument("--workload", "-w", metavar="NAME|FILE",
                    help="bundled trace (see 'sim workload list') or a CSV/JSONL/parquet file "
                         "(default azure-conv)")
+    p.add_argument("--hash-block-tokens", type=int, dest="hash_block_tokens", metavar="TOKENS",
+                   help=HASH_BLOCK_TOKENS_HELP)
     p.add_argument("--num-requests", "-n", type=int, dest="num_requests", metavar="N",
                    help="the first N requests, N >= 1; more than a replayed trace holds is an "
                         "error, a length-only set is resampled (default: all)")
@@ -320,6 +327,8 @@ def check_settings(s, names=None, given=()) -> dict:
     if s["rate"] is not None:
         s["rate"] = positive_float(names("rate"), s["rate"])
     s["seed"] = positive_int(names("seed"), s["seed"], allow_zero=True)
+    if s["hash_block_tokens"] is not None:
+        s["hash_block_tokens"] = positive_int(names("hash_block_tokens"), s["hash_block_tokens"])
     s["replicas"] = positive_int(names("replicas"), s["replicas"])
     typed("router", str, f"a router name ({', '.join(ROUTERS)})")
     if s["router"].strip().lower() not in ROUTERS:

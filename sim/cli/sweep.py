@@ -8,7 +8,8 @@ optional ``metrics`` list (default TTFT/ITL P99 and throughput) and an optional 
 drawn again with each (Poisson arrivals at ``rate``, resampled lengths; a replayed trace's own
 timing does not change with the seed). A progress bar on a terminal (``--no-progress``: none).
 Writes ``sweep.parquet``
-(rewritten as points finish; a re-run resumes), ``sweep.csv`` and ``<metric>.png`` (the metric
+(rewritten as points finish; a re-run resumes, and keeps the rows of points not in its grid:
+an earlier run's other values), ``sweep.csv`` and ``<metric>.png`` (the metric
 against the grid's first field, one line per combination of the others).
 """
 
@@ -17,11 +18,13 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from ..checks import plural
 from .run import build
 from .arguments import number, output_folder
 from .settings import Names, settings_from
 
 METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
+REFERENCE_RATE = 1.0  # req/s: the base workload's rate when only the grid gives rates
 
 
 def in_file(check, config, *args):
@@ -53,16 +56,20 @@ def cmd_sweep(args) -> int:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"{args.config}: repeats must be an integer >= 1, got {repeats!r}")
     out = output_folder(s["output"], names("output"))
-    rates = grid.get("rate") if isinstance(grid, dict) else None
-    if s["rate"] is None and isinstance(rates, list) and rates and isinstance(
-            rates[0], (int, float)) and not isinstance(rates[0], bool) and rates[0] > 0:
-        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own
-        s = dict(s, rate=float(rates[0]))
-    df, cfg = build(s, names)
+    try:
+        df, cfg = build(s, names)  # a trace's own timing: each grid rate re-scales it
+    except ValueError as e:
+        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own.
+        # A fixed reference, not the grid's first rate: the base workload (which the resume
+        # fingerprint hashes) must not change when the grid's rates do
+        if s["rate"] is not None or "rate" not in grid or "no arrival times" not in str(e):
+            raise
+        s = dict(s, rate=REFERENCE_RATE)
+        df, cfg = build(s, names)
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads
         df = functools.partial(workloads.load, s["workload"], n=s["num_requests"],
-                               rate=s["rate"])
+                               rate=s["rate"], hash_block_tokens=s["hash_block_tokens"])
         if cfg.speculative is None and df(seed=s["seed"]).equals(df(seed=s["seed"] + 1)):
             raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
                              f"for every seed (a replayed trace), so {repeats} repeats would "
@@ -92,9 +99,12 @@ def cmd_sweep(args) -> int:
             + [m for m in metrics if m in table.columns] + ["error"])
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
         print(table[cols].to_string(index=False))
-    what = "runs" if repeats > 1 else "points"
-    print(f"\n{len(table)} {what} ({table.attrs['computed']} run now, {failed} failed); wrote "
-          f"sweep.parquet, sweep.csv and {len(metrics)} plots to {out}/")
+    what = "run" if repeats > 1 else "point"
+    print(f"\n{plural(len(table), what)} ({table.attrs['computed']} run now, {failed} failed); "
+          f"wrote sweep.parquet, sweep.csv and {plural(len(metrics), 'plot')} to {out}/")
+    if table.attrs.get("kept"):  # a re-run with other grid values: their rows stay in the file
+        print(f"sweep.parquet also keeps {plural(table.attrs['kept'], 'row')} of grid points "
+              f"not in this grid (an earlier run's values)")
     return 0
 
 

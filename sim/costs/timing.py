@@ -172,12 +172,15 @@ def pool_blocks(grid, block_size) -> int:
     return need + max(-(-(c + p) // block_size) for c, p in grid["prefill_attention"]) + 64
 
 
-def time_ops(ops, *, budget_s, timer=time.perf_counter, sync=lambda: None, progress=False):
+def time_ops(ops, *, budget_s, timer=time.perf_counter, sync=lambda: None, progress=False,
+             on_pass=None):
     """Median seconds of each zero-argument callable in ``ops``, timed in passes over all of
     them until about ``budget_s`` seconds of ``timer`` have gone (at least 3 passes, at most
     100); in each pass every op runs :data:`WARMUP` times untimed, then :data:`REPEATS` times
     timed between ``sync()`` calls. Returns ``(medians, passes, seconds)``. ``timer`` is any
-    clock in seconds (tests inject one that the ops advance)."""
+    clock in seconds (tests inject one that the ops advance). ``on_pass(passes, elapsed)``, if
+    given, is called after each pass with the passes done and the seconds of ``timer`` since
+    the start (the CLI prints a line; this module prints nothing)."""
     samples = [[] for _ in ops]
     start = timer()
     bar = None
@@ -194,6 +197,8 @@ def time_ops(ops, *, budget_s, timer=time.perf_counter, sync=lambda: None, progr
                 _time_once(fn, sync, got, timer)
         passes += 1
         elapsed = timer() - start
+        if on_pass is not None:
+            on_pass(passes, elapsed)
         if bar is not None:
             bar.n = min(elapsed, budget_s)
             bar.refresh()
@@ -215,10 +220,11 @@ def fit_tables(grid, times, seed=0):
 
 
 def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, grid=None,
-                    progress=False, timer=time.perf_counter) -> dict:
+                    progress=False, timer=time.perf_counter, on_pass=None) -> dict:
     """Time every op of ``grid`` on executor ``ex`` within about ``budget_s`` seconds (at least
     3 passes), fit the tables and their held-out errors; return the profile without the
-    in-engine weights (:func:`sim.tools.calibration.calibrate` adds them)."""
+    in-engine weights (:func:`sim.tools.calibration.calibrate` adds them). ``on_pass``: see
+    :func:`time_ops`."""
     xp = ex.xp
     on_gpu = xp is not np
     grid = grid or GRID
@@ -232,7 +238,7 @@ def measure_kernels(ex: Executor, device_name: str, *, budget_s=120.0, seed=0, g
             ops.append((op, pt, fn, keys))
     medians, passes, seconds = time_ops([fn for _, _, fn, _ in ops], budget_s=budget_s,
                                         timer=timer, sync=lambda: synchronize(xp),
-                                        progress=progress)
+                                        progress=progress, on_pass=on_pass)
     points = {op: [] for op in grid}
     times = {op: [] for op in grid}
     for (op, pt, _fn, keys), median in zip(ops, medians):

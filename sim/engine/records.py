@@ -11,7 +11,8 @@ from __future__ import annotations
 import gc
 import struct
 from contextlib import contextmanager
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 
 import numpy as np
 import pandas as pd
@@ -149,9 +150,14 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
                                + _numbers(requests, "spec_overshoot"))
     for name, values in (columns or {}).items():
         df[name] = values
-    return Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
-                  getattr(policy, "name", type(policy).__name__),
-                  getattr(cost_model, "name", type(cost_model).__name__))
+    res = Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
+                 getattr(policy, "name", type(policy).__name__),
+                 getattr(cost_model, "name", type(cost_model).__name__))
+    if config.prefix_caching:  # diagnose: a workload naming no prefix block cannot hit
+        # (a request's keys: None, or a non-empty list or id array)
+        res.num_prefix_keyed = sum(map(is_not, map(attrgetter("block_keys"), requests),
+                                       repeat(None)))
+    return res
 
 
 def _numbers(requests, name, dtype=np.int64) -> np.ndarray:

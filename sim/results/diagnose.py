@@ -16,7 +16,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes;
 - ``kv_pool_too_small`` - preemptions recompute a share of the prefill work;
-- ``no_prefix_hits`` - prefix caching is on but no prompt token came from the cache;
+- ``no_prefix_hits`` - prefix caching is on and the workload names prefix blocks (hash_ids
+  covering a full block: ``Result.num_prefix_keyed``) but no prompt token came from the cache;
+  a workload naming none cannot hit by construction, which is no finding;
 - ``speculation_slower`` - speculative decoding with the acceptance it measured and its draft's
   cost ratio ``c`` gives ``speculative_speedup = E / (k c + 1)`` below 1 (the cheat sheet's
   "speculation got slower: measure the acceptance rate first"). ``c``: the configured
@@ -27,6 +29,8 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from ..checks import plural
 
 BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
 IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
@@ -77,8 +81,8 @@ def diagnose(result) -> list:
                     "overloaded",
                     f"overloaded: requests arrive at {offered:.3g}/s but are served at "
                     f"{served:.3g}/s while they arrive; the queue grows (from {first.mean():.3g} "
-                    f"to {second.mean():.3g} waiting on average, {backlog:,} requests still "
-                    f"unfinished at the last arrival)",
+                    f"to {second.mean():.3g} waiting on average, "
+                    f"{plural(backlog, 'request')} still unfinished at the last arrival)",
                     "lower the request rate, add replicas, or raise throughput (larger batches, "
                     "a faster GPU, quantized weights)", served / offered))
     too_long = s["num_rejected_context_length"]
@@ -103,8 +107,9 @@ def diagnose(result) -> list:
         n = s["num_rejected"] - too_long
         out.append(Finding(
             "rejected",
-            f"{n:,} of {len(req):,} requests were rejected: each needs more KV blocks than the "
-            f"whole pool ({s['kv_blocks']:,}) holds",
+            f"{n:,} of {plural(len(req), 'request')} "
+            f"{'was rejected: it' if n == 1 else 'were rejected: each'} needs more KV "
+            f"blocks than the whole pool ({s['kv_blocks']:,}) holds",
             "enlarge the KV pool (kv_blocks, memory, quantized KV, more GPUs) or cap the "
             "requests' lengths", float(n)))
     name = str(result.scheduler_name)
@@ -137,13 +142,14 @@ def diagnose(result) -> list:
     if ratio == ratio and ratio > RECOMPUTE and s["num_preemptions"]:
         out.append(Finding(
             "kv_pool_too_small",
-            f"KV pool too small: {s['num_preemptions']:,} preemptions (up to "
+            f"KV pool too small: {plural(s['num_preemptions'], 'preemption')} (up to "
             f"{s['max_preemptions']} of one request) recomputed {ratio - 1:.0%} more prefill "
             f"than the prompts",
             "compare KV memory with the budget before raising the batch size: fewer running "
             "requests, more KV blocks (memory, quantized KV, more GPUs) or shorter outputs",
             ratio))
-    if getattr(cfg, "prefix_caching", False) and len(fin) and s.get("prefix_hit_rate") == 0:
+    if getattr(cfg, "prefix_caching", False) and len(fin) and s.get("prefix_hit_rate") == 0 \
+            and result.num_prefix_keyed:  # a workload naming no prefix block cannot hit
         out.append(Finding(
             "no_prefix_hits",
             "no prefix hits: prefix caching is on but no prompt token came from the cache",

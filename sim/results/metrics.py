@@ -142,6 +142,9 @@ class Result:
         self.seed = config.seed
         self.scheduler_name = scheduler_name
         self.cost_model_name = cost_model_name
+        # requests whose prompt names at least one cacheable prefix block (their hash_ids cover
+        # a full block); 0 without prefix caching. Set by the engine (sim.engine.records)
+        self.num_prefix_keyed = 0
         self._itl = itl_data  # (gap values per iteration, weights, extra gaps)
         self._itl_sorted = (None, None)  # (the _itl it was computed from, its weighted_cdf)
 

@@ -17,6 +17,9 @@ This module runs the engine, so it lives above it (tools), not among the cost mo
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..costs.calibrated import TERMS, CalibratedCost
@@ -34,10 +37,29 @@ MAX_HELDOUT_MEDIAN_PCT = 20.0
 MAX_ITERATION_MEDIAN_PCT = 10.0
 
 
+@dataclass(frozen=True, slots=True)
+class CalibrationProgress:
+    """What :func:`calibrate` tells its ``on_progress`` callback: ``stage`` ``"timing"`` after
+    each pass over the kernels (``passes`` done, ``num_ops`` timed in each, ``elapsed_s`` of
+    the timer since timing began, of ``budget_s``), then ``"engine"`` once, as the in-engine fit
+    begins (``num_requests`` executed requests; the timing fields keep their last values)."""
+
+    stage: str
+    passes: int
+    num_ops: int
+    elapsed_s: float
+    budget_s: float
+    num_requests: int = 0
+
+
 def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_size=16,
-              seed=0, progress=False, grid=None, engine_requests=300) -> dict:
+              seed=0, progress=False, grid=None, engine_requests=300, on_progress=None,
+              timer=time.perf_counter) -> dict:
     """Time the grid within about ``budget_s`` seconds, then fit the op weights on an engine
-    run of ``engine_requests`` executed requests; return the profile (a dict)."""
+    run of ``engine_requests`` executed requests; return the profile (a dict).
+    ``on_progress``: a callable given a :class:`CalibrationProgress` after each timing pass and
+    once before the engine fit (this module prints nothing; ``sim calibrate`` prints a line
+    each). ``timer``: the clock of the kernel timing (tests inject one)."""
     if isinstance(budget_s, bool) or not isinstance(budget_s, (int, float)) or not budget_s > 0:
         raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
     xp, device_name = array_module(device)
@@ -46,8 +68,14 @@ def calibrate(model=None, *, budget_s=120.0, device="auto", dtype=None, block_si
     need = max(pool_blocks(grid, block_size), ENGINE["kv_blocks"] + 64)  # + fit_in_engine
     ex = Executor(model, num_blocks=need, block_size=block_size, xp=xp,
                   dtype=dtype or "float32", seed=seed)
+    num_ops = sum(len(points) for points in grid.values())
+    on_pass = None if on_progress is None else (lambda passes, elapsed: on_progress(
+        CalibrationProgress("timing", passes, num_ops, elapsed, budget_s)))
     profile = measure_kernels(ex, device_name, budget_s=budget_s, seed=seed, grid=grid,
-                              progress=progress)
+                              progress=progress, timer=timer, on_pass=on_pass)
+    if on_progress is not None:
+        on_progress(CalibrationProgress("engine", profile["passes"], num_ops,
+                                        profile["seconds"], budget_s, engine_requests))
     profile["weights"], profile["iteration_error"] = fit_in_engine(ex, profile, seed,
                                                                     n=engine_requests)
     profile["quality"] = quality_gate(profile)

@@ -13,7 +13,9 @@ a point failing at run time never stops the others). Every point's config is bui
 (:func:`check_grid`): a bad grid value is an error before anything runs. With ``out=`` (a
 parquet path) the table is rewritten as points finish, and a later call with the same ``out``
 skips the (point, repeat) pairs already there without an error (resume);
-``table.attrs["computed"]`` says how many ran. Each row carries ``sweep_context``, a fingerprint
+``table.attrs["computed"]`` says how many ran. The file keeps the rows of points not in this
+grid (another run's values of the same fields) after the grid's own, never drops them; the
+table returned holds the grid's points only, ``table.attrs["kept"]`` counts the others. Each row carries ``sweep_context``, a fingerprint
 of the workload, base config, SLOs and the grid's fields: a file written by another sweep is
 refused rather than mixed in (a row is found again by its grid fields' values alone, so with a
 field dropped from the grid a row of another value of it would pass for the base config's).
@@ -251,11 +253,12 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
                              f"workload, base config, SLOs or grid fields): resuming would mix "
                              f"them; write to another file or delete it")
         for row in old.to_dict("records"):
-            if not row.get("error"):
-                done[_key({k: row[k] for k in names}, row.get("repeat", 0))] = row
+            done[_key({k: row[k] for k in names}, row.get("repeat", 0))] = row
     keys = [_key(p, r) for p, r in points]
-    todo = [(p, r) for (p, r), k in zip(points, keys) if k not in done]
-    rows = {k: done[k] for k in keys if k in done}
+    todo = [(p, r) for (p, r), k in zip(points, keys) if k not in done or done[k].get("error")]
+    rows = {k: done[k] for k in keys if k in done and not done[k].get("error")}
+    grid_keys = set(keys)
+    others = [row for k, row in done.items() if k not in grid_keys]  # kept in the file
     bar = _bar(len(points), len(rows), progress)
 
     def finished(row):
@@ -263,7 +266,7 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
         rows[_key({k: row[k] for k in names}, row["repeat"])] = row
         bar.update(1)
         if out is not None:
-            ordered = [rows[k] for k in keys if k in rows]
+            ordered = [rows[k] for k in keys if k in rows] + others
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             pd.DataFrame(ordered).to_parquet(out, index=False)
 
@@ -289,6 +292,7 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
                         finished(fut.result())
     table = pd.DataFrame([rows[k] for k in keys])
     table.attrs["computed"] = len(todo)
+    table.attrs["kept"] = len(others)
     return table
 
 
