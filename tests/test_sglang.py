@@ -163,3 +163,73 @@ def test_vllms_gpu_memory_utilization_is_refused_not_ignored():
                       gpu_memory_utilization=0.5).resolved_kv_blocks()
     assert sim.SimConfig(scheduler="sglang", gpu_memory_utilization=0.5,
                          kv_blocks=1000).resolved_kv_blocks() == 1000
+
+
+class _Counted(SGLang):
+    """SGLang counting its reads of decoding requests' tokens left, one by one."""
+
+    decode_reads = 0
+    clip_left = 50  # (SGLang's is 4,096: short outputs cross it)
+
+    def _left(self, replica, r):
+        _Counted.decode_reads += r.status == sim.engine.request.DECODE
+        return super()._left(replica, r)
+
+
+class _Checked(_Counted):
+    """...that checks, at every admission's reservation, the replica's kept sum against the
+    running requests read one by one (what SGLang's own loop reads)."""
+
+    checks = 0
+
+    def _reserved(self, replica):
+        kept = super()._reserved(replica)
+        assert kept == sum(self._left(replica, x) for x in replica.running.values())
+        _Checked.checks += 1
+        return kept
+
+
+@pytest.mark.parametrize("kv_blocks, outputs, retracts", [(900, (1, 200), True),
+                                                          (100_000, (1, 200), False),
+                                                          (700, (1, 40), True)])
+def test_the_kept_reservation_is_the_running_requests_sum(kv_blocks, outputs, retracts):
+    """Rule 3's sum kept by the replica (ClippedDecodes: phase A at the clip, 50 here, phase B
+    counting down) equals the sum read request by request at every admission: outputs above and
+    below the clip, a pool tight enough to retract, one roomy enough never to; and with the
+    kept sum, no decoding request is read one by one (O(prefilling) per iteration)."""
+    rng = np.random.default_rng(kv_blocks)
+    n = 300
+    df = _df(np.column_stack([np.sort(rng.uniform(0, 20, n)), rng.integers(1, 300, n),
+                              rng.integers(*outputs, n)]).tolist())
+    df = df.astype({"num_prompt_tokens": int, "num_output_tokens": int})
+    _Checked.checks = _Counted.decode_reads = 0
+    res = run(df, scheduler=_Checked(512), cost_model=ConstantCost(0.01), kv_blocks=kv_blocks,
+              block_size=1, max_batch_size=1024)
+    assert (res.requests.status == "finished").all()
+    assert (res.requests.num_preemptions.sum() > 0) == retracts and _Checked.checks > 50
+    reads = _Counted.decode_reads
+    _Counted.decode_reads = 0
+    again = run(df, scheduler=_Counted(512), cost_model=ConstantCost(0.01), kv_blocks=kv_blocks,
+                block_size=1, max_batch_size=1024)
+    assert _Counted.decode_reads == 0 and reads > 0  # (the check itself read them)
+    pd.testing.assert_frame_equal(res.requests, again.requests)
+
+
+def test_clipped_decodes_sum_by_hand():
+    """ClippedDecodes by hand: tokens left after decode step ``last`` are ``finish_iteration -
+    last``, each clipped at ``clip``; a stop takes the request out of either phase."""
+    from sim.engine.decoding import ClippedDecodes
+    from sim.engine.request import Request
+    d = ClippedDecodes(16, clip=10)
+    a, b = Request(0, 0, 0.0, 5, 30), Request(1, 1, 0.0, 5, 8)
+    for r in (a, b):
+        r.num_computed, r.num_generated = 5, 1
+    d.start(a, 0)  # finishes at 29: 29 - last left
+    d.start(b, 2)  # finishes at 9
+    assert d.clipped_left(2) == 10 + 7
+    assert d.clipped_left(19) == 10 + (9 - 19)  # (b past its end is not asked in the engine)
+    assert d.clipped_left(25) == 4 + (9 - 25)
+    d.stop(b, 8)
+    assert d.clipped_left(25) == 4
+    d.stop(a, 25)
+    assert d.clipped_left(26) == 0 and d.count == 0

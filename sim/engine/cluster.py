@@ -213,7 +213,7 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
-                  draw=make_drawer(config, stream))
+                  draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     rep.max_model_len = max_model_len
     return rep

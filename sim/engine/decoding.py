@@ -31,6 +31,7 @@ value per token.
 
 from __future__ import annotations
 
+from heapq import heappop, heappush
 from itertools import chain
 from operator import attrgetter
 
@@ -108,6 +109,60 @@ class Decodes:
         held = -(-(r.decode_base_tokens + i - r.decode_start) // self.block_size)
         self.stop(r, i)
         return held
+
+
+class ClippedDecodes(Decodes):
+    """:class:`Decodes` that also keep ``sum over DECODE requests of min(tokens left, clip)``
+    (SGLang's admission reservation, ``sim.engine.sglang`` rule 3), where a scan of the running
+    set every iteration cost O(running) (measured: 1.8 ms per iteration at 790 running).
+
+    A request that started decoding at ``f`` has ``finish_iteration - last`` tokens left after
+    decode step ``last``: ``clip`` while ``last < finish_iteration - clip`` (phase A), then one
+    fewer each step (phase B). So the sum is ``clip x |A| + sum over B of finish_iteration -
+    last x |B|``; a request moves from A to B at a known step, kept in a heap and applied when
+    the sum is asked (``last`` never decreases). O(log n) per start, O(1) per stop, amortised
+    O(1) per ask. Invariant (tests/test_sglang.py): :meth:`clipped_left` equals the sum over
+    the DECODE requests, computed one by one."""
+
+    __slots__ = ("clip", "_moves", "_phase", "_serial", "_num_a", "_num_b", "_fin_b")
+
+    def __init__(self, block_size: int, clip: int):
+        super().__init__(block_size)
+        self.clip = clip
+        self._moves = []  # (step it enters phase B, serial, request index, finish_iteration)
+        self._phase = {}  # request index -> its serial while in phase A, 0 in phase B
+        self._serial = 0
+        self._num_a = self._num_b = self._fin_b = 0
+
+    def start(self, r, i: int) -> None:
+        super().start(r, i)
+        self._serial += 1
+        self._phase[r.index] = self._serial
+        self._num_a += 1
+        heappush(self._moves, (r.finish_iteration - self.clip, self._serial, r.index,
+                               r.finish_iteration))
+
+    def stop(self, r, last: int) -> None:
+        fin = r.finish_iteration
+        super().stop(r, last)
+        if self._phase.pop(r.index):
+            self._num_a -= 1
+        else:
+            self._num_b -= 1
+            self._fin_b -= fin
+
+    def clipped_left(self, last: int) -> int:
+        """``sum(min(finish_iteration - last, clip))`` over the DECODE requests: their output
+        tokens left after decode step ``last``, each at most ``clip``."""
+        moves, phase = self._moves, self._phase
+        while moves and moves[0][0] <= last:
+            _, serial, index, fin = heappop(moves)
+            if phase.get(index) == serial:  # (else it stopped, or started again since)
+                phase[index] = 0
+                self._num_a -= 1
+                self._num_b += 1
+                self._fin_b += fin
+        return self.clip * self._num_a + self._fin_b - last * self._num_b
 
 
 class SpecDecodes:

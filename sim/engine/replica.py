@@ -43,7 +43,7 @@ import numpy as np
 
 from .batch import Batch, make_batch
 from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
-from .decoding import Decodes, SpecDecodes, emits_single_token
+from .decoding import ClippedDecodes, Decodes, SpecDecodes, emits_single_token
 from .radix import RadixBlockManager
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
 
@@ -85,9 +85,11 @@ class Replica:
     """State of one replica; see the module docstring for the verbs and invariants."""
 
     def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
-                 prefix_caching=False, speculative=None, draw=None, cache_unit=None):
+                 prefix_caching=False, speculative=None, draw=None, cache_unit=None,
+                 clip_left=None):
         # prefix_caching: False, "block" (True) or "radix"; cache_unit: the workload's tokens
-        # per hash id (radix mode's node span)
+        # per hash id (radix mode's node span); clip_left: keep the decodes' tokens left, each
+        # clipped to it, summed (decoding.ClippedDecodes; a policy's clip_left, SGLang's)
         self.caching = bool(prefix_caching)
         self.radix = prefix_caching == "radix"
         # waiting request -> its lookup memo (_hit): block mode a blocks.PrefixLookup, radix
@@ -103,8 +105,12 @@ class Replica:
         self.max_batch_size = max_batch_size
         # speculative decoding: k draft tokens verified per decode, emissions from draw(r, n)
         self.num_spec_tokens = speculative.num_speculative_tokens if speculative else 0
-        self.decodes = (SpecDecodes(self.block_size, self.num_spec_tokens, draw)
-                        if speculative else Decodes(self.block_size))
+        if speculative:
+            self.decodes = SpecDecodes(self.block_size, self.num_spec_tokens, draw)
+        elif clip_left:
+            self.decodes = ClippedDecodes(self.block_size, clip_left)
+        else:
+            self.decodes = Decodes(self.block_size)
         self.waiting = WaitingQueue()
         self.running = RunningSet()  # index -> Request, admission order
         self.prefilling = ()  # PREFILL requests in admission order (a tuple: read-only)

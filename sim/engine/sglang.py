@@ -31,8 +31,10 @@ Rules:
    of rule 3 include the evictable ones, less those the request's own hit references.
 
 Deviations: ``max_running_requests`` is derived from the pool by SGLang (1,024 here); the
-admission and retraction read every running request (as SGLang's own loops do), unlike the
-engine's O(1) rules elsewhere. In clusters and disaggregated pools every replica runs its own
+admission's reservation is kept by the replica's decode tracker (``clip_left``:
+:class:`~sim.engine.decoding.ClippedDecodes`), not read request by request as SGLang's loop
+does (same sum; under speculation it is read request by request), and a retraction reads every
+running request (as SGLang's does). In clusters and disaggregated pools every replica runs its own
 copy of the policy (sim.engine.cluster).
 """
 
@@ -61,6 +63,7 @@ class SGLang:
     pauses_decodes = True
     quiet_when_decoding = True  # nothing waiting or prefilling: the decodes run (rule 1)
     memory_accounting = "sglang"  # the KV pool: mem_fraction_static x device - weights
+    clip_left = CLIP_MAX_NEW_TOKENS  # the replica keeps rule 3's sum (decoding.ClippedDecodes)
 
     def __init__(self, chunked_prefill_size=8192, max_prefill_tokens=MAX_PREFILL_TOKENS):
         self.chunked_prefill_size = chunked_prefill_size
@@ -85,9 +88,18 @@ class SGLang:
     def knobs(self) -> dict:
         return {"chunk_size": self.chunked_prefill_size, "token_budget": self.max_prefill_tokens}
 
-    @staticmethod
-    def _left(replica, r) -> int:
-        return min(r.num_output_tokens - replica.num_generated(r), CLIP_MAX_NEW_TOKENS)
+    def _left(self, replica, r) -> int:
+        return min(r.num_output_tokens - replica.num_generated(r), self.clip_left)
+
+    def _reserved(self, replica) -> int:
+        """Rule 3's tokens to reserve before ``new_token_ratio``: the running requests' output
+        tokens left, each clipped; the decodes' sum kept by the replica when it can
+        (``clip_left``: O(prefilling) here), else read request by request (speculation)."""
+        clipped = getattr(replica.decodes, "clipped_left", None)
+        if clipped is None:
+            return sum(self._left(replica, x) for x in replica.running.values())
+        return clipped(replica.clock - 1) + sum(self._left(replica, x)
+                                                for x in replica.prefilling)
 
     def schedule(self, replica, now):
         if self._prefill(replica):  # rule 1: a prefill batch runs alone
@@ -139,8 +151,7 @@ class SGLang:
         if not waiting or budget <= 0:
             return progressed
         free = replica.blocks.num_free * replica.block_size
-        reserved = self.new_token_ratio * sum(self._left(replica, x)
-                                              for x in replica.running.values())
+        reserved = self.new_token_ratio * self._reserved(replica)
         rem_total = free - reserved
         while waiting and budget > 0 and inputs > 0:
             if len(replica.running) >= replica.max_batch_size:
