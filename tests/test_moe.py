@@ -181,3 +181,20 @@ def test_moe_kernels_script_prints_without_writing(load_script, capsys):
     assert mk.main([]) == 0
     assert "moe_gemm_compute_scale fitted on the fit rows" in capsys.readouterr().out
     assert mk.SHIPPED.read_text() == before
+
+
+def test_array_tokens_match_scalars_and_dense_first_layers_have_no_routing():
+    cost = RooflineCost("mixtral-8x7b", "h100", tensor_parallel=2)
+    tokens = np.array([1, 7, 256, 8192])
+    arrays = cost.op_times(tokens)
+    for j, t in enumerate(tokens):
+        scalars = cost.op_times(int(t))
+        assert {op: float(v[j]) for op, v in arrays.items()} == pytest.approx(scalars,
+                                                                               rel=1e-12)
+    # DeepSeek-V3: 3 dense layers of 61 have no router, so the mean over the layers carries
+    # 58 / 61 of a MoE layer's routing ops
+    ds = RooflineCost("deepseek-v3", "h100", tensor_parallel=8)
+    moe_layer = ds._times(ds.op_work(64))
+    mean = ds.op_times(64)
+    for op in MOE_GEMM_OPS + MOE_STREAM_OPS:
+        assert mean[op] == pytest.approx(58 / 61 * moe_layer[op], rel=1e-12)
