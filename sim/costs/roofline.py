@@ -3,9 +3,32 @@
 Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), bytes /
 (bandwidth x memory_eff), kernel_floor)``:
 
-- GEMMs (fused QKV, O, gate+up, down; a non-gated MLP's fc1 and fc2; MoE: the top-k experts'
-  FLOPs and the weights of the experts touched, plus the shared experts; MLA: the low-rank Q
+- GEMMs (fused QKV, O, gate+up, down; a non-gated MLP's fc1 and fc2; MLA: the low-rank Q
   and KV projections and the latent up-projections), reading their weights once per iteration;
+- a MoE layer (:mod:`sim.costs.moe`, uniform routing): the router GEMM (``hidden x E``,
+  replicated on every GPU), the top-k softmax over its fp32 logits, the permutation of the
+  tokens into expert order and the un-permutation that sums each token's ``k`` outputs (memory-
+  bound copies of ``tokens x (k + 1) x hidden`` activations each, at the residual add's
+  fitted efficiency), and the expert GEMMs: the FLOPs of ``tokens x k`` rows, the weights of
+  the expected touched experts ``E (1 - (1 - k/E)^tokens)``, plus the shared experts' dense
+  FLOPs and weights, computing at ``moe_gemm_compute_scale`` (0.74) of the dense GEMM rate.
+  That scale is the one fitted MoE term: least squares over vLLM's published Triton fused-MoE
+  timings of Mixtral-8x7B (BF16, TP 2, H100, batch 1-1,536, vLLM PR #24700;
+  ``sim/data/moe_kernels.csv``, ``experiments/moe_kernels.py``); at batch >= 1,024 the grouped
+  GEMM reaches ~0.5 of the peak where a dense one reaches 0.7. The routing terms have no
+  parameter (at batch 1 they are kernel floors: the measured kernel is 11 us above the
+  weights' read time). Per-expert GEMM efficiency: the roofline's GEMM efficiency does not
+  depend on the rows multiplied (a flat fraction of peak under ``max(compute, memory)``), so
+  pricing each touched expert's ~``tokens x k / touched`` rows separately gives the same time
+  as the aggregate; with uniform loads nothing changes. Load imbalance (the busiest expert,
+  :func:`sim.costs.moe.expected_busiest`) is not priced: under tensor parallelism every GPU
+  holds a slice of every expert and the grouped GEMM spreads every expert's tiles over the
+  SMs, and the kernel rows cannot tell it from the aggregate; nor is the padding of each
+  expert's rows to the kernel's M tile (its tile size is a per-batch tuning choice the
+  TensorRT-LLM serving rows do not publish). Held out (38 rows: H200 / A100 BF16 and H100
+  FP8, other shapes): ``experiments/moe_kernels.py`` reports their error; the transition
+  between the memory- and compute-bound regimes (Mixtral batch 512: -20 %) is where
+  ``max(compute, memory)`` is most optimistic;
 - prefill attention of each chunk of ``c`` new tokens over ``p`` cached ones (causal:
   ``4 c (p + c/2) d_q`` FLOPs, at an efficiency that saturates with the context ``L = p + c``:
   ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``; over an fp8 KV cache on a
@@ -67,11 +90,12 @@ from ..specs.gpus import get_gpu
 from ..specs.memory import bytes_per_value
 from ..specs.memory_terms import check_tensor_parallel
 from ..specs.models import get_model
-from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, RooflineParams, compute_peak,
-                              fitted_params)
+from .moe import moe_work
+from .roofline_params import (ELEMENTWISE_OPS, EXPERT_OPS, GEMM_OPS, MOE_GEMM_OPS,
+                              MOE_STREAM_OPS, RooflineParams, compute_peak, fitted_params)
 
-__all__ = ["ACT_BYTES", "ELEMENTWISE_OPS", "GEMM_OPS", "RooflineCost", "RooflineParams",
-           "fitted_params"]
+__all__ = ["ACT_BYTES", "ELEMENTWISE_OPS", "GEMM_OPS", "MOE_GEMM_OPS", "MOE_STREAM_OPS",
+           "RooflineCost", "RooflineParams", "fitted_params"]
 
 ACT_BYTES = 2  # activations in fp16/bf16
 
@@ -211,14 +235,15 @@ class RooflineCost:
 
         gate = 2 if m.gated_mlp else 1  # gate+up (SwiGLU) or fc1 alone
         act_io = 3 if m.gated_mlp else 2  # activation: read 2 I write I, or read I write I
+        moe = None
         if m.is_moe and not dense_layer:
-            k, e = m.num_experts_per_tok, m.num_local_experts
-            touched = e * (1.0 - (1.0 - k / e) ** tokens)  # expected distinct experts
-            up = gemm(tokens * k, h, gate * inter / tp, touched)
-            down = gemm(tokens * k, inter / tp, h, touched)
+            k = m.num_experts_per_tok
+            moe = moe_work(tokens, hidden=h, width=inter / tp, num_experts=m.num_local_experts,
+                           k=k, gate=gate, weight_bytes=wb)
+            up, down = moe.pop("mlp_up_proj"), moe.pop("mlp_down_proj")
             act_tokens = tokens * k
-            if m.n_shared_experts:  # always-on experts: a dense MLP of their total width
-                shared = m.n_shared_experts * inter
+            if m.n_shared_experts:  # always-on experts: a dense MLP of their total width, in
+                shared = m.n_shared_experts * inter  # the grouped GEMM (SGLang fuses them so)
                 up = fused(up, gemm(tokens, h, gate * shared / tp))
                 down = fused(down, gemm(tokens, shared / tp, h))
                 act_tokens = tokens * (k + m.n_shared_experts)
@@ -260,23 +285,32 @@ class RooflineCost:
         ops["attn_rope"] = rope
         ops["mlp_act"] = (0.0, act_tokens * act_io * inter / tp * ACT_BYTES)
         ops["add"] = (0.0, tokens * 3 * h * ACT_BYTES)
+        if moe:
+            ops.update(moe)
         return ops
 
     def _times(self, work) -> dict:
         """Seconds per op of ``work`` (:meth:`op_work`'s scalars or arrays): the larger of the
         compute and memory times, at least the kernel floor. Scalars use Python's ``max``
-        (the same value as ``np.maximum``, 10x faster: a cache miss of the hot path)."""
+        (the same value as ``np.maximum``, 10x faster: a cache miss of the hot path). A MoE
+        layer's work (it has a ``moe_router``): the experts' GEMMs compute at
+        ``moe_gemm_compute_scale`` of the GEMM rate and the routing's memory-bound ops stream
+        at the residual add's efficiency."""
         p = self.params
+        moe = "moe_router" in work
         scalar = isinstance(work["add"][1], float)
         top = max if scalar else _maximum
         gemm_rate, bw, floor = self.peak * self._gemm_ce, self.bw, p.kernel_floor_s
         out = {}
         for op, (flops, nbytes) in work.items():
-            if op in GEMM_OPS:
-                t = top(flops / gemm_rate, nbytes / (bw * p.gemm_memory_eff),
+            if op in GEMM_OPS or moe and op in MOE_GEMM_OPS:
+                rate = gemm_rate * p.moe_gemm_compute_scale if moe and op in EXPERT_OPS \
+                    else gemm_rate
+                t = top(flops / rate, nbytes / (bw * p.gemm_memory_eff),
                         floor) + p.gemm_latency_s
             else:
-                t = top(nbytes / (bw * p.elementwise_eff[op]), floor)
+                eff = p.elementwise_eff["add" if moe and op in MOE_STREAM_OPS else op]
+                t = top(nbytes / (bw * eff), floor)
             out[op] = t if scalar or np.ndim(t) else float(t)
         return out
 
@@ -288,7 +322,8 @@ class RooflineCost:
         if dense:
             layers = self.model.num_hidden_layers
             d = self._times(self.op_work(tokens, dense_layer=True))
-            out = {op: (dense * d[op] + (layers - dense) * t) / layers for op, t in out.items()}
+            out = {op: (dense * d.get(op, 0.0) + (layers - dense) * t) / layers
+                   for op, t in out.items()}
         return out
 
     def allreduce_time(self, nbytes) -> float:

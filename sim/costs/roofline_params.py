@@ -31,6 +31,11 @@ from ..checks import positive_float
 
 ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# a MoE layer's extra ops (sim.costs.moe): GEMMs, memory-bound routing ops (priced at the
+# residual add's streaming efficiency), and the routed experts' GEMMs among GEMM_OPS
+MOE_GEMM_OPS = ("moe_router",)
+MOE_STREAM_OPS = ("moe_topk", "moe_permute", "moe_unpermute")
+EXPERT_OPS = ("mlp_up_proj", "mlp_down_proj")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +68,14 @@ class RooflineParams:
     custom_allreduce_bytes_per_s: float = 0.0
     # int4 weights: one fp16 scale and one fp16 zero per group of this many weights (AWQ/GPTQ: 128)
     int4_group_size: int = 128
+    # a MoE layer's routed-expert GEMMs (grouped GEMMs over the touched experts) compute at this
+    # fraction of the dense GEMM rate; 1.0: the dense rate (fitted to sim/data/moe_kernels.csv)
+    moe_gemm_compute_scale: float = 1.0
 
     def __post_init__(self):
         for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
                   "attn_decode_memory_eff", "allreduce_eff", "fp8_gemm_compute_eff",
-                  "attn_prefill_fp8_compute_eff"):
+                  "attn_prefill_fp8_compute_eff", "moe_gemm_compute_scale"):
             if getattr(self, f) is None and f in ("fp8_gemm_compute_eff",
                                                   "attn_prefill_fp8_compute_eff"):
                 continue
@@ -93,9 +101,9 @@ class RooflineParams:
                              f"got {self.cuda_graph_max_batch!r}")
 
 
-@lru_cache(maxsize=1)
-def _fitted() -> dict:
-    path = resources.files("sim").joinpath("data/roofline_fit.json")
+@lru_cache(maxsize=2)
+def _fitted(name="roofline_fit.json") -> dict:
+    path = resources.files("sim").joinpath("data", name)
     if not path.is_file():
         return {}
     return json.loads(path.read_text())
@@ -103,9 +111,11 @@ def _fitted() -> dict:
 
 def fitted_params(gpu_key: str) -> RooflineParams:
     """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
-    GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads)."""
+    GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads, and
+    ``moe_fit.json``'s MoE expert-GEMM scale, written by ``experiments/moe_kernels.py``)."""
     data = _fitted()
-    fits, shared = data.get("params", {}), data.get("shared", {})
+    fits = data.get("params", {})
+    shared = {**data.get("shared", {}), **_fitted("moe_fit.json").get("shared", {})}
     if not fits:
         return RooflineParams(**shared)
     p = fits[gpu_key] if gpu_key in fits else mean_terms(list(fits.values()))
