@@ -306,6 +306,7 @@ def test_key_ids_are_equal_exactly_when_the_keys_are(hash_bs, bs):
         # distinct chains: distinct prefixes hash_ids[0..k]
         distinct = len({tuple(ids[:n]) for ids in lists if ids for n in range(1, len(ids) + 1)})
         assert 0 <= min(flat_ids) and max(flat_ids) < -(-hash_bs // bs) * distinct
+        assert max(flat_ids) < 2 * len(flat_ids)  # (renumbered where most would go unused)
     assert block_key_ids([], 16, [], 16) == []
 
 

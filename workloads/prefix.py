@@ -125,9 +125,11 @@ def block_key_ids(hash_id_lists, hash_block_size, prompts, block_size) -> list:
     ``k`` has the id ``chain_id · M + j - j0(k)``: ``chain_id`` numbers the distinct chains
     ``hash_ids[0..k]`` (``0, 1, ...`` in order of first appearance), ``j0(k)`` is the first
     block ending in hash block ``k`` and ``M = ceil(H / block_size)`` bounds how many do, so ids
-    are below ``M ×`` the distinct chains. Numbering chains, not keys, interns one value per
-    hash id instead of one per block (measured: pandas' factorize of Mooncake's 9M block keys
-    took 2.5 s). The engine's prefix cache indexes its per-key state by these ids."""
+    are below ``M ×`` the distinct chains (renumbered densely, sorted, where that leaves most
+    unused: the engine's per-key arrays are as long as the largest id). Numbering chains, not
+    keys, interns one value per hash id instead of one per block (measured: pandas' factorize
+    of Mooncake's 9M block keys took 2.5 s). The engine's prefix cache indexes its per-key
+    state by these ids."""
     import pandas as pd
     lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
     counts = _block_counts(lists, hash_block_size, prompts, block_size)
@@ -149,6 +151,8 @@ def block_key_ids(hash_id_lists, hash_block_size, prompts, block_size) -> list:
     k = ((j + 1) * bs - 1) // h
     first = -(-(k * h + 1) // bs) - 1
     ids = chain_ids[np.repeat(starts, counts) + k] * -(-h // bs) + (j - first)
+    if len(ids) and int(ids.max()) >= 2 * len(ids):  # short prompts leave most ids unused:
+        ids = np.unique(ids, return_inverse=True)[1].astype(np.int64)  # numbered densely
     return np.split(ids, np.cumsum(counts)[:-1])
 
 
