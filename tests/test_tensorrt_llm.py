@@ -155,6 +155,43 @@ def test_prefix_caching_and_clusters_keep_the_reservation():
     assert cached.requests["num_cached_tokens"].sum() > 0
 
 
+class _PerReplica:
+    """Each replica schedules with its own copy of the policy (as a named scheduler's would);
+    after each call, TensorRT-LLM's no-evict invariant on a prefill pool's replica: its free
+    blocks cover what every running request still needs to finish."""
+
+    quiet_when_decoding = True
+    name = "tensorrt-llm"
+    memory_accounting = "tensorrt-llm"
+
+    def __init__(self):
+        self.copies, self.prefill = {}, set()
+
+    def schedule(self, replica, now):
+        if id(replica) not in self.copies:
+            self.copies[id(replica)] = (replica, TensorRTLLM())
+        policy = self.copies[id(replica)][1]
+        policy.schedule(replica, now)
+        if replica.on_prefilled is not None:
+            self.prefill.add(id(replica))
+            assert policy._exact  # requests leave without finishing: the sum, not the total
+            need = sum(TensorRTLLM.to_completion(replica, r) - replica.held_blocks(r)
+                       for r in replica.running.values())
+            assert replica.blocks.num_free >= need
+
+
+def test_disaggregated_pools_read_the_running_set():
+    """A prefill pool hands requests off without finishing them, while their KV is still in
+    flight: its replicas read TensorRT-LLM's sum over the running set and keep the no-evict
+    invariant; every request finishes."""
+    df = _df([(0.002 * i, 100 + 37 * (i % 9), 20 + i % 13) for i in range(80)])
+    policy = _PerReplica()
+    res = run(df, scheduler=policy, cost_model=COST, kv_blocks=40, block_size=16, check=True,
+              disaggregation=sim.Disaggregation(2, 1, link_bandwidth_gbps=50.0))
+    assert res.summary()["num_finished"] == 80
+    assert len(policy.prefill) == 2  # both prefill replicas were checked
+
+
 def test_a_policy_object_reused_for_another_run_starts_afresh():
     df = _df([(0.0, 300, 50)] * 6 + [(0.2, 30, 10)] * 4)
     policy = TensorRTLLM()
