@@ -31,10 +31,11 @@ Each engine's settings (:data:`ENGINES`) are its documented defaults for the run
 describes, not fits; what the simulator cannot express is said there. The KV pool comes from
 the memory budget: TensorRT-LLM's accounting for its rows (``free_gpu_memory_fraction`` of the
 memory left free after the weights, the engine's activations and the rest in use; the fraction
-its published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's.
-
-``--no-evict`` is a what-if, never stored: the TensorRT-LLM rows admit a request only when its
-whole KV fits (:func:`no_evict`), as their GUARANTEED_NO_EVICT scheduler does.
+its published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's. The
+TensorRT-LLM rows run the ``"tensorrt-llm"`` preset (:mod:`sim.engine.tensorrt_llm`): its default
+GUARANTEED_NO_EVICT scheduler, which admits a request only when the KV of its whole run fits
+beside what every running request still needs, so nothing is preempted; 0.14 behind Triton
+too, whose backend defaults to that policy when ``batch_scheduler_policy`` is not set.
 
 Every row runs the number of requests its source ran (30,000 at most; the engine fast-forwards
 pure-decode stretches). ``--max-requests`` cuts them for a quick look (the report says how many
@@ -97,10 +98,11 @@ class EngineSettings:
 # TensorRT-LLM's engines (0.14, 0.17): decode steps priced without launch gaps, prefills with
 # them, the convention experiments/fit_roofline.py prices TensorRT-LLM's static batches with
 NO_DECODE_GAPS = 1 << 30
-_TRT_POOL = ("TensorRT-LLM reserves each request's whole KV at admission (GUARANTEED_NO_EVICT); "
-             "here blocks are taken as tokens are written (the newest request preempted under "
-             "pressure) from TensorRT-LLM's accounting, whose activation and other terms are "
-             "estimates (sim memory --accounting tensorrt-llm)")
+_TRT_POOL = ("GUARANTEED_NO_EVICT reserves each request's prompt + output tokens (the client's "
+             "max_tokens taken as the length it gets); the pool is TensorRT-LLM's accounting, "
+             "whose activation and other terms are estimates (sim memory --accounting "
+             "tensorrt-llm); the dataset heuristics trtllm-bench may apply to max_batch_size "
+             "and max_num_tokens are not published")
 # trtllm-bench's published runs: "In majority of cases, we also use a higher KV cache percentage
 # by setting --kv_cache_free_gpu_mem_fraction 0.95 [...] We fall back to 0.90 if we hit an out of
 # memory issue" (perf-overview.md @ 258c7540, v0.17; "In many cases" @ 00f37686, v1.0); which
@@ -112,17 +114,18 @@ ENGINES = {
     # default), the LLM API's default max_batch_size 2048 and max_num_tokens 8192 (trtllm-bench
     # may choose others from the dataset's statistics; not published), CUDA graphs for batches
     # 1-8,192 (its llm_options.yml), TensorRT-LLM's own custom all-reduce.
-    "tensorrt-llm-1.0": EngineSettings("continuous", 2048, 8192, 8192, False, _TRT_POOL,
+    "tensorrt-llm-1.0": EngineSettings("tensorrt-llm", 2048, 8192, 8192, False, _TRT_POOL,
                                        TRT_BENCH_FRACTION),
     # v0.17 engines built by trtllm-bench (perf-overview.md @ 258c7540): its example run prints
     # "Max Runtime Batch Size: 4096, Max Runtime Tokens: 8192, Scheduling Policy: Guaranteed No
     # Evict"; the build's dataset heuristics may choose other limits per row (not published).
-    "tensorrt-llm-0.17": EngineSettings("continuous", 4096, 8192, NO_DECODE_GAPS, False,
+    "tensorrt-llm-0.17": EngineSettings("tensorrt-llm", 4096, 8192, NO_DECODE_GAPS, False,
                                         _TRT_POOL, TRT_BENCH_FRACTION),
     # v0.14 behind Triton's TensorRT-LLM backend (same file): trtllm-build's defaults
-    # (max_batch_size 2048, max_num_tokens 8192); the client's and server's own time per
-    # request (HTTP, tokenisation) is not modelled.
-    "tensorrt-llm-0.14-triton": EngineSettings("continuous", 2048, 8192, NO_DECODE_GAPS, False,
+    # (max_batch_size 2048, max_num_tokens 8192); the backend's batch_scheduler_policy
+    # defaults to GUARANTEED_NO_EVICT (model_instance_state.cc, sim.engine.tensorrt_llm); the
+    # client's and server's own time per request (HTTP, tokenisation) is not modelled.
+    "tensorrt-llm-0.14-triton": EngineSettings("tensorrt-llm", 2048, 8192, NO_DECODE_GAPS, False,
                                                _TRT_POOL + "; Triton's request path is not "
                                                "modelled", TRTLLM_FREE_GPU_MEMORY_FRACTION),
     # LMDeploy 0.1 TurboMind: continuous batching of whole prompts, its batch set to the
@@ -220,18 +223,6 @@ def config(row) -> SimConfig:
     return dataclasses.replace(cfg, kv_blocks=budget.kv_blocks)
 
 
-def no_evict(row, cfg: SimConfig) -> SimConfig:
-    """What-if (``--no-evict``): TensorRT-LLM's GUARANTEED_NO_EVICT admits a request only when
-    its whole KV (prompt + every output token) is reserved, so nothing is ever preempted. With
-    fixed lengths that is exactly a batch cap of the pool's blocks over one request's; other
-    rows are left as they are."""
-    if row.lengths != "fixed":
-        return cfg
-    per_request = -(-(int(row.input_tokens) + int(row.output_tokens)) // cfg.resolved().block_size)
-    cap = max(1, min(cfg.max_batch_size, cfg.resolved_kv_blocks() // per_request))
-    return dataclasses.replace(cfg, max_batch_size=cap)
-
-
 RUN_KEY = ("scenario", "engine", "gpu", "model", "tensor_parallel", "weight_dtype", "kv_dtype",
            "input_tokens", "output_tokens", "lengths", "num_requests", "concurrency",
            "request_rate")
@@ -241,12 +232,10 @@ def _plain(x):
     return None if pd.isna(x) else x
 
 
-def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
-             what_if_no_evict=False) -> pd.DataFrame:
+def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1) -> pd.DataFrame:
     """Predicted vs measured for each row. Rows of one run (same workload and settings, another
     metric) share it; the runs go through :func:`sim.sweep` (``workers`` local processes; each
-    run is deterministic, so the table does not depend on them). ``what_if_no_evict``: the
-    TensorRT-LLM rows with :func:`no_evict`'s admission instead (a diagnosis, never stored)."""
+    run is deterministic, so the table does not depend on them)."""
     shape = _sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
     keys, jobs = {}, []
     for r in rows.itertuples():
@@ -254,9 +243,7 @@ def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
         if key not in keys:
             keys[key] = len(jobs)
             jobs.append({"workload": workload(r, max_requests, shape),
-                         "config": {"config": no_evict(r, config(r)) if (
-                             what_if_no_evict and r.engine.startswith("tensorrt-llm"))
-                             else config(r)}})
+                         "config": {"config": config(r)}})
     summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
     out = []
     for r in rows.itertuples():
@@ -292,19 +279,16 @@ def main(argv=None):
                     help="requests per run at most (default: as many as the source ran)")
     ap.add_argument("--workers", type=int, default=2,
                     help="local processes running the simulations (default 2)")
-    ap.add_argument("--no-evict", action="store_true",
-                    help="what-if: TensorRT-LLM rows admit only requests whose whole KV fits")
     ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
     args = ap.parse_args(argv)
     if args.max_requests is not None and args.max_requests < 1:
         ap.error(f"--max-requests must be >= 1, got {args.max_requests}")
-    if args.write and (args.max_requests is not None or args.no_evict):
-        ap.error("--write stores the full runs as configured: drop --max-requests and "
-                 "--no-evict")
+    if args.write and args.max_requests is not None:
+        ap.error("--write stores the full runs as configured: drop --max-requests")
     t = time.perf_counter()
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    table = validate(load_rows(), args.max_requests, args.workers, args.no_evict)
+    table = validate(load_rows(), args.max_requests, args.workers)
     summary = report(table)
     with pd.option_context("display.width", 220, "display.max_rows", 1000):
         print(table.round({"predicted": 4, "error": 4}).to_string(

@@ -61,7 +61,7 @@ def _same_results(a, b):
 @given(rows=st.lists(st.tuples(st.floats(0, 3), st.integers(1, 300), st.integers(1, 200),
                                st.integers(0, 3)), min_size=1, max_size=30),
        scheduler=st.sampled_from(["static", "continuous", "chunked", "vllm", "sarathi", "orca",
-                                  "sglang"]),
+                                  "sglang", "tensorrt-llm"]),
        caching=st.sampled_from([False, "block", "radix"]),
        kv_blocks=st.sampled_from([40, 90, 400]),
        cost=st.sampled_from(["roofline", "linear", "constant"]),

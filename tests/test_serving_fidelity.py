@@ -2,6 +2,7 @@
 its workloads are what the sources describe, and a rerun of part of it reproduces the stored
 report (sim/data/serving_check.json) exactly - whatever the errors are."""
 
+import dataclasses
 import json
 from importlib import resources
 
@@ -104,7 +105,8 @@ def test_workloads_are_what_the_sources_describe(vs, rows):
 def test_configs_follow_each_engines_documented_settings(vs, rows):
     trt = rows[(rows["engine"] == "tensorrt-llm-1.0") & (rows["tensor_parallel"] == 2)].iloc[0]
     c = vs.config(trt)
-    assert (c.scheduler, c.max_batch_size, c.token_budget) == ("continuous", 2048, 8192)
+    assert (c.scheduler, c.max_batch_size, c.token_budget) == ("tensorrt-llm", 2048, 8192)
+    assert c.resolved().block_size == 32  # TensorRT-LLM's tokens_per_block
     assert c.cost_model.params.cuda_graph_max_batch == 8192
     assert c.cost_model.params.custom_allreduce_max_bytes == fitted_params(
         "h100").custom_allreduce_max_bytes > 0
@@ -117,26 +119,29 @@ def test_configs_follow_each_engines_documented_settings(vs, rows):
     def trt_blocks(r, f):
         return memory_budget(r.model, get_gpu(r.gpu).memory_gb,
                              tensor_parallel=int(r.tensor_parallel), weight_dtype=r.weight_dtype,
-                             kv_dtype=r.kv_dtype, accounting="tensorrt-llm",
+                             kv_dtype=r.kv_dtype, accounting="tensorrt-llm", block_size=32,
                              max_num_batched_tokens=8192, free_gpu_memory_fraction=f).kv_blocks
     assert c.kv_blocks == trt_blocks(trt, 0.95) == c.resolved_kv_blocks()
     assert vs.ENGINES["tensorrt-llm-1.0"].kv_fraction == 0.95
     old = rows[rows["engine"] == "tensorrt-llm-0.17"].iloc[0]
     c = vs.config(old)
-    assert (c.max_batch_size, c.token_budget) == (4096, 8192)
+    assert (c.scheduler, c.max_batch_size, c.token_budget) == ("tensorrt-llm", 4096, 8192)
     assert c.cost_model.params.cuda_graph_max_batch == vs.NO_DECODE_GAPS
     assert c.kv_blocks == trt_blocks(old, 0.95)
     tight = rows[(rows["engine"] == "tensorrt-llm-0.17") & (rows["gpu"] == "h100")
                  & (rows["model"] == "llama-3.1-70b") & (rows["tensor_parallel"] == 1)].iloc[0]
-    assert vs.config(tight).kv_blocks == 4_436  # vLLM's accounting at 0.9 gave 1,753
+    # 2,218 blocks of 32 tokens (4,436 of 16); vLLM's accounting at 0.9 gave 1,753 of 16
+    assert vs.config(tight).kv_blocks == 2_218
     triton = rows[rows["engine"] == "tensorrt-llm-0.14-triton"].iloc[0]
     assert vs.config(triton).kv_blocks == trt_blocks(triton, 0.9)
+    assert vs.config(triton).scheduler == "tensorrt-llm"  # Triton's default policy too
     lmd = rows[(rows["engine"] == "lmdeploy-0.1-turbomind") & (rows["concurrency"] == 256)].iloc[0]
     c = vs.config(lmd)
     assert c.max_batch_size == 256 and c.closed_loop.num_users == 256
     assert c.cost_model.params.custom_allreduce_max_bytes == 0  # NCCL only
     assert c.tensor_parallel == 4 and c.model == "llama-2-70b" and c.gpu == "a100"
     assert c.kv_blocks is None  # LMDeploy's pool: vLLM's accounting (SimConfig's)
+    assert c.scheduler == "continuous"
 
 
 def _subset(rows):
@@ -190,22 +195,24 @@ def test_the_stored_summary_is_the_medians_of_the_stored_rows(vs, stored):
         zip(table["engine"], table["metric"]))
 
 
-def test_no_evict_what_if_reserves_whole_requests_and_never_preempts(vs, rows):
+def test_tensorrt_llm_rows_reserve_whole_requests_and_never_preempt(vs, rows):
+    """The memory-tight row (Llama-3.1-70B FP8 on one H100, 2,048 + 128 tokens): the preset's
+    GUARANTEED_NO_EVICT admission preempts nothing and, with fixed lengths, runs at most the
+    pool's blocks over one request's blocks to completion at once; the preempting
+    ``continuous`` scheduler on the same pool preempts."""
     import sim
     r = rows[(rows["engine"] == "tensorrt-llm-0.17") & (rows["gpu"] == "h100")
              & (rows["model"] == "llama-3.1-70b") & (rows["tensor_parallel"] == 1)
              & (rows["input_tokens"] == 2048) & (rows["output_tokens"] == 128)].iloc[0]
-    base = vs.config(r)
-    cfg = vs.no_evict(r, base)
-    blocks = base.resolved_kv_blocks()
-    per_request = -(-(2048 + 128) // base.resolved().block_size)
-    assert cfg.max_batch_size == blocks // per_request < base.max_batch_size
+    cfg = vs.config(r)
+    blocks = cfg.resolved_kv_blocks()
+    per_request = -(-(2048 + 128) // 32)
     df = vs.workload(r, max_requests=300)
-    assert sim.run(df, base).summary()["num_preemptions"] > 0  # the pool is tight here
-    assert sim.run(df, cfg).summary()["num_preemptions"] == 0
-    lmd = rows[rows["lengths"] == "sharegpt-scaled"].iloc[0]
-    cfg = vs.config(lmd)
-    assert vs.no_evict(lmd, cfg) is cfg  # not exact there: left as it is
+    res = sim.run(df, cfg)
+    assert res.summary()["num_preemptions"] == 0
+    assert res.iterations["num_running"].max() == blocks // per_request < cfg.max_batch_size
+    old = dataclasses.replace(cfg, scheduler="continuous", block_size=32)
+    assert sim.run(df, old).summary()["num_preemptions"] > 0  # the pool is tight here
 
 
 def test_every_request_comes_out(vs, rows):
@@ -233,5 +240,3 @@ def test_main_prints_and_refuses_bad_arguments(vs, rows, capsys, monkeypatch):
         vs.main(["--write", "--max-requests", "20"])
     with pytest.raises(SystemExit):
         vs.main(["--workers", "0"])
-    with pytest.raises(SystemExit):
-        vs.main(["--write", "--no-evict"])

@@ -114,7 +114,9 @@ def add_run_args(p):
                         f"A100, H100 or H200)")
     p.add_argument("--token-budget", type=int, dest="token_budget", metavar="TOKENS",
                    help="continuous, orca: cap on prompt tokens admitted per iteration; sglang: its "
-                        "max_prefill_tokens, >= 1 (default: none; sglang 16,384)")
+                        "max_prefill_tokens; tensorrt-llm: its max_num_tokens (decodes and "
+                        "prompts per iteration), >= 1 (default: none; sglang 16,384; "
+                        "tensorrt-llm 8,192)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")

@@ -208,8 +208,13 @@ class SimConfig:
                 draft_weights = (draft.total_params() / tp
                                  * bytes_per_value("weight_dtype", self.weight_dtype) / 1e9)
             util = self.gpu_memory_utilization  # (None: SGLang's / TensorRT-LLM's do not use it)
-            trt = ({"free_gpu_memory_fraction": getattr(policy, "free_gpu_memory_fraction", None)}
-                   if accounting == "tensorrt-llm" else {})
+            trt = {}  # TensorRT-LLM's: its fraction, activations sized for its max_num_tokens
+            if accounting == "tensorrt-llm":
+                tokens = (self.token_budget if isinstance(sched, str)
+                          else getattr(policy, "max_num_tokens", None))
+                trt = {"free_gpu_memory_fraction": getattr(policy, "free_gpu_memory_fraction",
+                                                           None),
+                       **({"max_num_batched_tokens": tokens} if tokens else {})}
             budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                    gpu_memory_utilization=0.9 if util is None else util,

@@ -21,7 +21,9 @@ index -> request, admission order), ``replica.prefilling`` (tuple of PREFILL req
 first), ``replica.blocks.num_free``, ``replica.decodes.count`` (decoding requests; each runs
 ``1 + replica.num_spec_tokens`` query tokens),
 ``replica.max_batch_size``, ``replica.block_size``, ``replica.iteration``,
-``replica.num_preempted_now`` (preemptions so far this iteration), ``replica.num_generated(r)``;
+``replica.num_preempted_now`` (preemptions so far this iteration), ``replica.num_generated(r)``,
+``replica.held_blocks(r)``, ``replica.finished`` (finished and rejected requests, in order,
+append-only: a policy may keep a cursor into it, as :mod:`sim.engine.tensorrt_llm` does);
 and per request ``index``, ``arrival_time``, ``num_prompt_tokens``, ``num_output_tokens``,
 ``prefill_target``, ``num_computed``, ``status`` (:mod:`sim.engine.request`). Partial prefills
 advance only when the policy schedules their chunks, and the engine refuses an iteration with

@@ -1,7 +1,8 @@
 """The scheduler table: one line per name, and how a config's scheduler becomes a policy.
 
 :data:`POLICIES` is the one table of named schedulers: our simple policies
-(:mod:`sim.engine.policies`) and the engine presets (:mod:`sim.engine.presets`). The CLI's
+(:mod:`sim.engine.policies`) and the engine presets (:mod:`sim.engine.presets`,
+:mod:`sim.engine.sglang`, :mod:`sim.engine.tensorrt_llm`). The CLI's
 ``--scheduler`` choices and help come from it. :func:`resolve` fills the knobs a config leaves
 ``None`` with the scheduler's defaults and builds the policy.
 """
@@ -14,6 +15,7 @@ from .policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatchin
                        StaticBatching)
 from .presets import VLLM, Orca, Sarathi
 from .sglang import SGLang
+from .tensorrt_llm import TensorRTLLM
 
 POLICIES = {
     "static": StaticBatching,
@@ -23,6 +25,7 @@ POLICIES = {
     "sarathi": Sarathi,
     "orca": Orca,
     "sglang": SGLang,
+    "tensorrt-llm": TensorRTLLM,
 }
 
 
