@@ -57,6 +57,11 @@ def plural(count, word: str, words: str | None = None) -> str:
     return f"{shown} {word if count == 1 else (words or word + 's')}"
 
 
+def each_gpu(n: int) -> str:
+    """``one GPU`` or ``each of N GPUs`` (a per-GPU figure's scope)."""
+    return "one GPU" if n == 1 else f"each of {n:,} GPUs"
+
+
 def declared_with(obj, name: str, method: str) -> bool:
     """Whether attribute ``name`` of ``obj`` (a promise about its ``method``) was set on the
     instance, or declared by the class that defines ``method`` or a subclass of it: a subclass

@@ -238,7 +238,7 @@ def test_sim_memory_prints_the_tensorrt_llm_terms(capsys):
             "fp8", "--accounting", "tensorrt-llm"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "tensorrt-llm accounting on each of 1 GPU(s)" in out
+    assert "tensorrt-llm accounting on one GPU:" in out
     for label, value in (("+ device", "85,520,809,984"), ("- weights", "70,553,706,496"),
                          ("- activations", "1,677,721,600"), ("- non_torch", "1,046,342,533"),
                          ("- held_back", "free_gpu_memory_fraction 0.9 (TensorRT-LLM's "

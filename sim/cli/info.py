@@ -3,7 +3,7 @@ fit on a GPU, and how much KV cache is left)."""
 
 from __future__ import annotations
 
-from ..checks import plural
+from ..checks import each_gpu, plural
 from .arguments import number, output_file
 from .run import as_written
 from .settings import HASH_BLOCK_TOKENS_HELP, Names
@@ -93,7 +93,7 @@ def cmd_memory(args) -> int:
     device = b.device_memory_bytes
     where = f"{gpu.name}: " if gpu is not None else ""
     print(f"{where}{device / 2**20:,.0f} MiB = {device / GiB:.2f} GiB as the device reports it; "
-          f"{b.accounting} accounting on each of {b.tensor_parallel} GPU(s):")
+          f"{b.accounting} accounting on {each_gpu(b.tensor_parallel)}:")
     rows = [(f"{'+' if t.bytes > 0 else '-'} {t.name}", t.bytes, t.source) for t in b.terms]
     rows.append(("= KV cache", b.kv_bytes_per_gpu,
                  f"{plural(b.kv_blocks, 'block')} of {plural(b.block_size, 'token')} "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import fraction, positive_float, positive_int
+from ..checks import each_gpu, fraction, plural, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE
 from . import memory_terms as terms
 from .memory_terms import GiB, MemoryTerm
@@ -136,7 +136,7 @@ def _terms(model, device, tp, wbytes, s):
     """The per-GPU terms of accounting ``s["accounting"]`` (see :mod:`.memory_terms`)."""
     weights = round(model.total_params() * wbytes / tp)
     w = MemoryTerm("weights", -weights, f"{model.total_params() / 1e9:.2f} B parameters x "
-                   f"{wbytes:g} B / {tp} GPU(s)")  # (the replicated norms: < 0.01%)
+                   f"{wbytes:g} B / {plural(tp, 'GPU')}")  # (the replicated norms: < 0.01%)
     reserved = round(s["overhead_gb"] * GB)
     extra = [MemoryTerm("reserved", -reserved, "overhead_gb, reserved by the caller")] \
         if reserved else []
@@ -263,15 +263,15 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     if fits:
         seqs = blocks // blocks_needed(advice_seq_len, block_size)
         advice = (f"fits: weights take {weights / GiB:.2f} GiB of {budget / GiB:.2f} GiB "
-                  f"{parts[0].name} on each of {tp} GPU(s); the KV cache gets "
+                  f"{parts[0].name} on {each_gpu(tp)}; the KV cache gets "
                   f"{kv / GiB:.2f} GiB per GPU = {tokens:,} tokens ({blocks:,} blocks of "
                   f"{block_size}), room for {seqs:,} sequences of {advice_seq_len:,} tokens.")
     else:
         short = per_token * block_size - sum(t.bytes for t in parts)
         room = sum(t.bytes for t in parts) + weights
         parts_ = [f"does not fit: the weights need {weights / GiB:.2f} GiB per GPU but "
-                  f"{_HOLDS[accounting]} {room / GiB:.2f} GiB for weights and KV cache on each "
-                  f"of {tp} GPU(s) of {device / GiB:.2f} GiB; short by {short / GiB:.2f} GiB "
+                  f"{_HOLDS[accounting]} {room / GiB:.2f} GiB for weights and KV cache on "
+                  f"{each_gpu(tp)} of {device / GiB:.2f} GiB; short by {short / GiB:.2f} GiB "
                   f"per GPU."]
         for bits, w in ((8, 1.0), (4, 0.5)):
             if w < wbytes and numbers_for(w=w)[-1] >= 1:
