@@ -62,6 +62,14 @@ def test_decode_stalls_under_whole_prompt_prefill_not_chunked():
     chunked = sim.run(df, scheduler="chunked", cost_model=cost, max_batch_size=16,
                       kv_blocks=10**5, chunk_size=512)
     assert "decode_stalls" in _codes(cont) and "decode_stalls" not in _codes(chunked)
+    # the advice names what the run's scheduler can do: chunk_size is refused by the
+    # tensorrt-llm preset, whose whole prompts are TensorRT-LLM's chunked context left off
+    advice = {f.code: f.action for f in cont.diagnose()}["decode_stalls"]
+    assert "scheduler='chunked'" in advice and "chunk_size" in advice
+    trt = sim.run(df, scheduler="tensorrt-llm", cost_model=cost, max_batch_size=16,
+                  kv_blocks=10**5, token_budget=4096)  # (prompts above it run beside decodes)
+    advice = {f.code: f.action for f in trt.diagnose()}["decode_stalls"]
+    assert "chunked context" in advice and "chunk_size" not in advice
 
 
 def test_kv_pool_too_small_when_preemptions_recompute_prefill():

@@ -131,8 +131,13 @@ def diagnose(result) -> list:
         if len(mixed):
             largest = int(mixed["num_prefill_tokens"].max())
             chunk = getattr(cfg, "chunk_size", None)
-            action = (f"lower the token budget (chunk_size, now {chunk:,})" if chunk else
-                      "use chunked prefill (scheduler='chunked') or a smaller chunk_size")
+            if chunk:
+                action = f"lower the token budget (chunk_size, now {chunk:,})"
+            elif str(result.scheduler_name) == "tensorrt-llm":  # (chunk_size: not its knob)
+                action = ("use chunked prefill (scheduler='chunked': TensorRT-LLM's chunked "
+                          "context, which the tensorrt-llm preset leaves off)")
+            else:
+                action = "use chunked prefill (scheduler='chunked') or a smaller chunk_size"
             out.append(Finding(
                 "decode_stalls",
                 f"decode stalls: P99 inter-token latency {p99 * 1e3:.3g} ms is "
