@@ -189,28 +189,33 @@ class _Checked(_Counted):
         return kept
 
 
+@pytest.mark.parametrize("spec", [None, 3], ids=["plain", "speculative"])
 @pytest.mark.parametrize("kv_blocks, outputs, retracts", [(900, (1, 200), True),
                                                           (100_000, (1, 200), False),
-                                                          (700, (1, 40), True)])
-def test_the_kept_reservation_is_the_running_requests_sum(kv_blocks, outputs, retracts):
+                                                          (700, (1, 40), True),
+                                                          (10**6, (1500, 3000), False)])
+def test_the_kept_reservation_is_the_running_requests_sum(kv_blocks, outputs, retracts, spec):
     """Rule 3's sum kept by the replica (ClippedDecodes: phase A at the clip, 50 here, phase B
-    counting down) equals the sum read request by request at every admission: outputs above and
-    below the clip, a pool tight enough to retract, one roomy enough never to; and with the
-    kept sum, no decoding request is read one by one (O(prefilling) per iteration)."""
+    counting down; under speculation SpecDecodes' ring of each request's drawn tokens left)
+    equals the sum read request by request at every admission: outputs above and below the
+    clip, a pool tight enough to retract, one roomy enough never to, outputs longer than the
+    rings' first 1,024 steps (they grow); and with the kept sum, no decoding request is read
+    one by one (O(prefilling) per iteration)."""
     rng = np.random.default_rng(kv_blocks)
     n = 300
     df = _df(np.column_stack([np.sort(rng.uniform(0, 20, n)), rng.integers(1, 300, n),
                               rng.integers(*outputs, n)]).tolist())
     df = df.astype({"num_prompt_tokens": int, "num_output_tokens": int})
     _Checked.checks = _Counted.decode_reads = 0
-    res = run(df, scheduler=_Checked(512), cost_model=ConstantCost(0.01), kv_blocks=kv_blocks,
-              block_size=1, max_batch_size=1024)
+    kw = dict(cost_model=ConstantCost(0.01), kv_blocks=kv_blocks, block_size=1,
+              max_batch_size=1024, speculative=spec and sim.SpeculativeConfig(
+                  num_speculative_tokens=spec, acceptance_rate=0.6, draft_cost_ratio=0.05))
+    res = run(df, scheduler=_Checked(512), **kw)
     assert (res.requests.status == "finished").all()
     assert (res.requests.num_preemptions.sum() > 0) == retracts and _Checked.checks > 50
     reads = _Counted.decode_reads
     _Counted.decode_reads = 0
-    again = run(df, scheduler=_Counted(512), cost_model=ConstantCost(0.01), kv_blocks=kv_blocks,
-                block_size=1, max_batch_size=1024)
+    again = run(df, scheduler=_Counted(512), **kw)
     assert _Counted.decode_reads == 0 and reads > 0  # (the check itself read them)
     pd.testing.assert_frame_equal(res.requests, again.requests)
 

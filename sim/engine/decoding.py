@@ -182,9 +182,10 @@ class SpecDecodes:
     ``f + m`` having emitted exactly its tokens.
     """
 
-    __slots__ = ("block_size", "k", "count", "finish_at", "draw", "ctx", "need", "mask")
+    __slots__ = ("block_size", "k", "count", "finish_at", "draw", "ctx", "need", "mask", "clip",
+                 "left")
 
-    def __init__(self, block_size: int, k: int, draw):
+    def __init__(self, block_size: int, k: int, draw, clip=None):
         self.block_size = block_size
         self.k = k
         self.draw = draw  # (r, tokens_left) -> (running sums of emissions, last == left; over)
@@ -193,6 +194,12 @@ class SpecDecodes:
         self.ctx = np.zeros(1024, dtype=np.int64)  # iteration & mask -> context slots
         self.need = np.zeros(1024, dtype=np.int64)  # iteration & mask -> new blocks
         self.mask = 1023
+        # clip (a policy's clip_left, SGLang's): step & mask -> the decodes' output tokens left
+        # after that step, each at most clip (ClippedDecodes' sum, from a third ring: a
+        # request's vector is known when it starts); its entry for step s is read while the
+        # decode clock is s + 1 and cleared by the replica when the clock passes s + 2
+        self.clip = clip
+        self.left = np.zeros(1024, dtype=np.int64) if clip else None
 
     def _add(self, lo: int, slots, need) -> None:
         """Add ``slots`` and ``need`` into the rings at iterations ``lo, lo + 1, ...``."""
@@ -208,11 +215,27 @@ class SpecDecodes:
         self.ctx[:end - self.mask - 1] += slots[first:]
         self.need[:end - self.mask - 1] += need[first:]
 
+    def _ring_add(self, ring, lo: int, values) -> None:
+        """Add ``values`` into ``ring`` at steps ``lo, lo + 1, ...``."""
+        start = lo & self.mask
+        end = start + len(values)
+        if end <= self.mask + 1:
+            ring[start:end] += values
+        else:
+            first = self.mask + 1 - start
+            ring[start:] += values[:first]
+            ring[:end - self.mask - 1] += values[first:]
+
+    def clipped_left(self, last: int) -> int:
+        """The decodes' output tokens left after step ``last``, each at most ``clip``
+        (:meth:`ClippedDecodes.clipped_left`'s sum, from the ring)."""
+        return int(self.left[last & self.mask])
+
     def _grow(self, now: int, span: int) -> None:
         size = self.mask + 1
         new = 1 << (span + 1).bit_length()
         live = np.arange(now, now + size)
-        for name in ("ctx", "need"):
+        for name in ("ctx", "need", "left") if self.clip else ("ctx", "need"):
             old, ring = getattr(self, name), np.zeros(new, dtype=np.int64)
             ring[live & (new - 1)] = old[live & self.mask]
             setattr(self, name, ring)
@@ -232,6 +255,11 @@ class SpecDecodes:
         if m + 1 > self.mask:
             self._grow(i, m + 1)
         self._add(i + 1, slots, blocks[1:] - blocks[:-1])
+        if self.clip:  # tokens left after steps i .. i + m - 1, each at most clip
+            left = np.empty(m, dtype=np.int64)
+            left[0] = r.num_output_tokens - g
+            np.subtract(r.num_output_tokens - g, cum[:-1], out=left[1:])
+            self._ring_add(self.left, i, np.minimum(left, self.clip, out=left))
         r.status = DECODE
         r.decode_base_tokens = c
         r.decode_base_generated = g
@@ -253,6 +281,12 @@ class SpecDecodes:
             r.spec_overshoot += over
         else:  # preempted: take back its future iterations
             self._add(last + 1, -slots[steps:], blocks[steps:-1] - blocks[steps + 1:])
+            if self.clip:  # (and its tokens left from step last on: it no longer runs)
+                left = np.empty(len(cum) - steps, dtype=np.int64)
+                left[0] = -min(r.num_output_tokens - r.num_generated, self.clip)
+                np.subtract(cum[steps:-1], r.num_output_tokens - r.decode_base_generated,
+                            out=left[1:])
+                self._ring_add(self.left, last, np.maximum(left, -self.clip, out=left))
         self.count -= 1
         r.finish_iteration = -1
         r.spec_plan = None

@@ -106,7 +106,7 @@ class Replica:
         # speculative decoding: k draft tokens verified per decode, emissions from draw(r, n)
         self.num_spec_tokens = speculative.num_speculative_tokens if speculative else 0
         if speculative:
-            self.decodes = SpecDecodes(self.block_size, self.num_spec_tokens, draw)
+            self.decodes = SpecDecodes(self.block_size, self.num_spec_tokens, draw, clip_left)
         elif clip_left:
             self.decodes = ClippedDecodes(self.block_size, clip_left)
         else:
@@ -534,6 +534,8 @@ class Replica:
             steps = np.arange(self.clock, self.clock + n) & d.mask
             d.ctx[steps] = 0
             d.need[steps] = 0
+            if d.clip:  # (tokens left: read at the clock after their step)
+                d.left[(steps - 1) & d.mask] = 0
         self.now = last_start
         self.num_preempted_now = 0
         self.decoding = True  # (a policy that pauses decodes ran them: run_decodes)
@@ -586,6 +588,8 @@ class Replica:
                 j = c & decodes.mask
                 decodes.ctx[j] = 0
                 decodes.need[j] = 0
+                if decodes.clip:  # (tokens left: read at the clock after their step)
+                    decodes.left[(c - 1) & decodes.mask] = 0
             self.clock = c + 1
         else:
             self.paused.append(i)

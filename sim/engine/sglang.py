@@ -32,9 +32,9 @@ Rules:
 
 Deviations: ``max_running_requests`` is derived from the pool by SGLang (1,024 here); the
 admission's reservation is kept by the replica's decode tracker (``clip_left``:
-:class:`~sim.engine.decoding.ClippedDecodes`), not read request by request as SGLang's loop
-does (same sum; under speculation it is read request by request), and a retraction reads every
-running request (as SGLang's does). In clusters and disaggregated pools every replica runs its own
+:class:`~sim.engine.decoding.ClippedDecodes`, or under speculation a ring of
+:class:`~sim.engine.decoding.SpecDecodes`), not read request by request as SGLang's loop does
+(same sum), and a retraction reads every running request (as SGLang's does). In clusters and disaggregated pools every replica runs its own
 copy of the policy (sim.engine.cluster).
 """
 
@@ -93,8 +93,8 @@ class SGLang:
 
     def _reserved(self, replica) -> int:
         """Rule 3's tokens to reserve before ``new_token_ratio``: the running requests' output
-        tokens left, each clipped; the decodes' sum kept by the replica when it can
-        (``clip_left``: O(prefilling) here), else read request by request (speculation)."""
+        tokens left, each clipped; the decodes' sum kept by the replica (``clip_left``:
+        O(prefilling) here), else - a replica built without it - read request by request."""
         clipped = getattr(replica.decodes, "clipped_left", None)
         if clipped is None:
             return sum(self._left(replica, x) for x in replica.running.values())
