@@ -353,3 +353,12 @@ def test_hash_ids_that_are_not_lists_are_errors_not_silently_no_ids(ids):
         wl.validate(df)
     ok = df.assign(hash_ids=[(1, 2), np.array([1, 2])]), df.assign(hash_ids=[None, np.nan])
     assert all(len(wl.validate(d)) == 2 for d in ok)
+
+
+def test_ideal_hit_ratio_skips_rows_without_ids_as_the_hit_rate_does():
+    """A row whose hash_ids is None or NaN (validate accepts both) was a TypeError ('NoneType'
+    object is not iterable) in ideal_prefix_hit_ratio; ideal_prefix_hit_rate skips it."""
+    df = pd.DataFrame({"arrival_time": [0.0, 1, 2, 3, 4], "num_prompt_tokens": 48,
+                       "num_output_tokens": 1,
+                       "hash_ids": [[1, 2, 3], (1, 2, 4), None, np.nan, np.array([1, 2, 3])]})
+    assert wl.ideal_prefix_hit_ratio(df) == pytest.approx(5 / 9)  # 0 + 2 + 3 hits of 9 blocks
