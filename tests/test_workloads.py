@@ -341,6 +341,8 @@ def test_ids_read_from_parquet_and_rows_without_ids_save_in_every_format(tmp_pat
     assert again["hash_ids"][2] is None
     assert [None if h is None else [int(i) for i in h] for h in again["hash_ids"]] == \
         [None if h is None else list(h) for h in df["hash_ids"]]
+    holes = df.assign(hash_ids=[pd.NA, np.nan] + list(df["hash_ids"][2:]))
+    assert wl.load_file(wl.save(holes, tmp_path / f"holes{suffix}"))["hash_ids"][:3].isna().all()
 
 
 @pytest.mark.parametrize("ids", ["[1, 2, 3]", 7, {1, 2}])

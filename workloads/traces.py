@@ -271,7 +271,7 @@ def save(df: pd.DataFrame, path) -> Path:
 def _json_ids(ids) -> str:
     """One row's ``hash_ids`` as CSV text: a JSON list (NumPy integers, as a parquet file's
     arrays hold, written as plain ints), or empty for a row without ids (read back as none)."""
-    if ids is None or isinstance(ids, float) and ids != ids:
+    if ids is None or ids is pd.NA or isinstance(ids, float) and ids != ids:
         return ""
     return json.dumps(np.asarray(ids).tolist() if isinstance(ids, np.ndarray) else
                       [h.item() if isinstance(h, np.generic) else h for h in ids])
