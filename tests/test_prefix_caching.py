@@ -401,15 +401,18 @@ def test_a_prompt_after_id_minus_one_does_not_hit_the_same_id_at_the_start(mode)
     assert res.requests["num_cached_tokens"].tolist() == [0, 0, 16]
 
 
-def test_repeated_id_minus_one_keeps_the_pool_exact():
-    """Prompts of ids [-1, -1, ...] got one key id for all their blocks: the pool counted a
-    request's keyed blocks once and check=True raised InvariantError at iteration 0 (27 free
-    + 2 held KV blocks != 30). Now every request finishes with the pool checked throughout."""
+@pytest.mark.parametrize("mode", ["block", "radix"])
+def test_repeated_id_minus_one_keeps_the_pool_exact(mode):
+    """Prompts of ids [-1, -1, ...] got one key for all their blocks (radix: one node): the pool
+    counted a request's cached blocks once and check=True raised InvariantError (block: at
+    iteration 0, 27 free + 2 held KV blocks != 30; radix: at iteration 397, 29 free + 0 held).
+    Now every request finishes with the pool checked throughout."""
     rng = np.random.default_rng(3)
     n = 200
     df = _df([(float(t), int(p), int(o), [-1] * int(k)) for t, p, o, k in zip(
         np.sort(rng.uniform(0, 2, n)), rng.integers(17, 100, n), rng.integers(1, 40, n),
         rng.integers(1, 7, n))])
-    res = _run(df, kv_blocks=30, check=True)
+    res = sim.run(df, prefix_caching=mode, kv_blocks=30, check=True, scheduler="continuous",
+                  cost_model=sim.ConstantCost(0.01))
     assert (res.requests["status"] == "finished").all()
     assert res.summary()["prefix_hit_rate"] > 0.5
