@@ -91,3 +91,18 @@ def test_a_limit_no_rate_can_meet_gives_nan_not_a_vanishing_rate():
     cap = max_rate(_poisson(200), {"e2e_mean": 0.005}, config=cfg)  # below one step of 10 ms
     assert cap.rate != cap.rate and not cap.points["passed"].any()
     assert cap.points["rate"].min() >= cap.points["rate"].max() / 2 ** 20
+
+
+def test_requests_rejected_at_any_rate_that_cap_the_attainment_are_a_clear_error():
+    """15 of 100 requests over max_model_len (and 5 more than the KV pool holds) fail at every
+    rate: an attainment of 0.9 was searched for over 21 rates, then 'no rate tried meets'."""
+    df = _poisson(100).assign(num_prompt_tokens=[8] * 80 + [200] * 15 + [90] * 5)
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_model_len=100, kv_blocks=5, block_size=16, max_batch_size=1)
+    with pytest.raises(ValueError, match=r"20 of 100 requests are rejected at any rate \(15 over "
+                       r"max_model_len, 5 larger than the KV pool\) .* at most 80\.0%, below "
+                       r"the 90\.0% asked"):
+        max_rate(df, {"ttft": 0.2}, attainment=0.9, config=cfg)
+    cap = max_rate(df, {"ttft": 0.2}, attainment=0.8, config=cfg)  # reachable: searched
+    assert cap.rate > 0 and cap.summary["slo_attainment"] >= 0.8
+    assert max_rate(df, {"e2e_mean": 0.2}, config=cfg).rate > 0  # a summary limit: no cap

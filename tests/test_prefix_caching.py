@@ -365,3 +365,55 @@ def test_the_free_blocks_a_hit_pins_are_counted_only_when_they_can_decide(monkey
     rep.preempt(again)
     rep.blocks.allocate(5)  # 3 free, all cached: 1 new + 3 pinned do not fit, counted
     assert not rep.admit(again, 16) and len(counted) == 1
+
+
+_ODD_IDS = [[-1], [-1, -1], [-1, 5], [5], [-1, -1, 5], [0, -1], [0], [-2, -1, 5], [2**62, -1]]
+
+
+@pytest.mark.parametrize("kind", [list, tuple, np.array])
+@pytest.mark.parametrize("hash_bs, bs", [(16, 16), (32, 16), (16, 32)])
+def test_keys_are_equal_exactly_where_the_content_is_with_negative_ids(kind, hash_bs, bs):
+    """Block keys, key ids and radix unit keys are equal exactly where the tokens they name are
+    (the chain of ids up to the one covering the block's last token, and the block's index):
+    the id -1 once added nothing to a chain, so [-1, 5] was named as [5] and [-1, -1] as [-1]."""
+    from workloads.prefix import block_key_ids, block_keys_all
+    lists = [kind(ids) for ids in _ODD_IDS]
+    prompts = [len(ids) * hash_bs for ids in _ODD_IDS]
+    content = [[(tuple(ids[:((j + 1) * bs - 1) // hash_bs + 1]), j)
+                for j in range(len(ids) * hash_bs // bs)] for ids in _ODD_IDS]
+    flat = [c for cs in content for c in cs]
+    for keys in (block_keys_all(lists, hash_bs, prompts, bs),
+                 [i.tolist() for i in block_key_ids(lists, hash_bs, prompts, bs)]):
+        pairs = set(zip([k for ks in keys for k in ks], flat))
+        assert len(pairs) == len({k for k, _ in pairs}) == len(set(flat))
+    units = [k for ks in workloads.unit_keys_all(lists) for k in ks]
+    chains = [tuple(ids[:k + 1]) for ids in _ODD_IDS for k in range(len(ids))]
+    assert len(set(zip(units, chains))) == len(set(units)) == len(set(chains))
+
+
+@pytest.mark.parametrize("mode", ["block", "radix"])
+def test_a_prompt_after_id_minus_one_does_not_hit_the_same_id_at_the_start(mode):
+    """[-1, 5, 8] shares its first block with [-1] only: 16 of 66 prompt tokens, in the ideal
+    and in the engine (block and radix); both said 32 when -1 vanished from the chain."""
+    df = _df([(0.0, 17, 2, [5, 7]), (1.0, 16, 2, [-1]), (2.0, 33, 2, [-1, 5, 8])])
+    assert workloads.ideal_prefix_hit_rate(df, 16, mode=mode) == pytest.approx(16 / 66)
+    res = sim.run(df, prefix_caching=mode, kv_blocks=100, cost_model=sim.ConstantCost(0.01))
+    assert res.summary()["prefix_hit_rate"] == pytest.approx(16 / 66)
+    assert res.requests["num_cached_tokens"].tolist() == [0, 0, 16]
+
+
+@pytest.mark.parametrize("mode", ["block", "radix"])
+def test_repeated_id_minus_one_keeps_the_pool_exact(mode):
+    """Prompts of ids [-1, -1, ...] got one key for all their blocks (radix: one node): the pool
+    counted a request's cached blocks once and check=True raised InvariantError (block: at
+    iteration 0, 27 free + 2 held KV blocks != 30; radix: at iteration 397, 29 free + 0 held).
+    Now every request finishes with the pool checked throughout."""
+    rng = np.random.default_rng(3)
+    n = 200
+    df = _df([(float(t), int(p), int(o), [-1] * int(k)) for t, p, o, k in zip(
+        np.sort(rng.uniform(0, 2, n)), rng.integers(17, 100, n), rng.integers(1, 40, n),
+        rng.integers(1, 7, n))])
+    res = sim.run(df, prefix_caching=mode, kv_blocks=30, check=True, scheduler="continuous",
+                  cost_model=sim.ConstantCost(0.01))
+    assert (res.requests["status"] == "finished").all()
+    assert res.summary()["prefix_hit_rate"] > 0.5

@@ -328,3 +328,39 @@ def test_shared_prefix_ids_are_numbered_as_block_by_block_lookups_number_them(
     slow = [_hash_ids(ids, ("req", i), p, bs, (("sys", k), sys_tokens))
             for i, (p, k) in enumerate(zip(prompts, g))]
     assert _shared_prefix_ids(prompts, g, sys_tokens, bs) == slow
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_ids_read_from_parquet_and_rows_without_ids_save_in_every_format(tmp_path, suffix):
+    """A parquet file's hash_ids come back holding NumPy integers, which json.dumps refused
+    (saving them as CSV was a TypeError), and a row without ids (None) was a TypeError too."""
+    df = wl.load("mooncake-synthetic", n=6)
+    df.loc[2, "hash_ids"] = None
+    back = wl.load_file(wl.save(df, tmp_path / "w.parquet"))
+    again = wl.load_file(wl.save(back, tmp_path / f"again{suffix}"))
+    assert again["hash_ids"][2] is None
+    assert [None if h is None else [int(i) for i in h] for h in again["hash_ids"]] == \
+        [None if h is None else list(h) for h in df["hash_ids"]]
+    holes = df.assign(hash_ids=[pd.NA, np.nan] + list(df["hash_ids"][2:]))
+    assert wl.load_file(wl.save(holes, tmp_path / f"holes{suffix}"))["hash_ids"][:3].isna().all()
+
+
+@pytest.mark.parametrize("ids", ["[1, 2, 3]", 7, {1, 2}])
+def test_hash_ids_that_are_not_lists_are_errors_not_silently_no_ids(ids):
+    """A DataFrame read with pd.read_csv holds each row's hash_ids as JSON text: prefix caching
+    found no keys in it and hit nothing, silently."""
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [32, 32],
+                       "num_output_tokens": [1, 1], "hash_ids": [[1, 2], ids]})
+    with pytest.raises(ValueError, match=r"hash_ids: row 1 has .*not a list of ids or empty"):
+        wl.validate(df)
+    ok = df.assign(hash_ids=[(1, 2), np.array([1, 2])]), df.assign(hash_ids=[None, np.nan])
+    assert all(len(wl.validate(d)) == 2 for d in ok)
+
+
+def test_ideal_hit_ratio_skips_rows_without_ids_as_the_hit_rate_does():
+    """A row whose hash_ids is None or NaN (validate accepts both) was a TypeError ('NoneType'
+    object is not iterable) in ideal_prefix_hit_ratio; ideal_prefix_hit_rate skips it."""
+    df = pd.DataFrame({"arrival_time": [0.0, 1, 2, 3, 4], "num_prompt_tokens": 48,
+                       "num_output_tokens": 1,
+                       "hash_ids": [[1, 2, 3], (1, 2, 4), None, np.nan, np.array([1, 2, 3])]})
+    assert wl.ideal_prefix_hit_ratio(df) == pytest.approx(5 / 9)  # 0 + 2 + 3 hits of 9 blocks

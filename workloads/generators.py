@@ -170,13 +170,16 @@ def multi_turn(n_conversations, *, turns, user_tokens, output, rate, think_time=
 
 def ideal_prefix_hit_ratio(df: pd.DataFrame) -> float:
     """Fraction of prompt blocks an infinite prefix cache would hit, in arrival order: block ``k``
-    of a request hits when an earlier request had the same ids in blocks ``0..k``."""
+    of a request hits when an earlier request had the same ids in blocks ``0..k``. Rows without
+    ids (None, NaN) have no blocks, as in :func:`ideal_prefix_hit_rate`."""
     if "hash_ids" not in df.columns:
         raise ValueError("workload has no hash_ids column")
     children = {}  # (parent node, block id) -> node
     next_node = itertools.count(1)
     hits = total = 0
     for ids in df["hash_ids"]:
+        if not isinstance(ids, (list, tuple, np.ndarray)):
+            continue
         node, matching = 0, True
         for h in ids:
             key = (node, h)

@@ -64,10 +64,12 @@ _P_INV = np.uint64(pow(int(_P), -1, 1 << 64))
 
 def _chains_flat(id_lists):
     """``(chains, starts)``: per list of ids ``h``, ``c[k]`` naming ``h[0..k]`` in order,
-    ``c[k] = c[k-1]·P + h[k] + 1 (mod 2**64)``, all lists concatenated in one uint64 array
-    (list ``i`` at ``starts[i]``). One vectorised pass: ``c[i] = P**i · (S[i] - S[start - 1])``
-    with ``S = cumsum((h + 1)·P**-i)`` (exact: a ring mod 2**64). ``None`` when some id is not a
-    64-bit integer."""
+    ``c[k] = c[k-1]·P + h[k] + 1 (mod 2**64)`` from ``c[-1] = 1``, all lists concatenated in one
+    uint64 array (list ``i`` at ``starts[i]``). One vectorised pass: ``c[i] = P**i · (S[i] -
+    S[start - 1] + P**(1 - start))`` with ``S = cumsum((h + 1)·P**-i)`` (exact: a ring mod
+    2**64). The leading ``P**(k + 1)`` names the chain's length: the id -1 adds 0, so from
+    ``c[-1] = 0`` the chains ``[-1, 5]`` and ``[5]`` were equal (and ``[-1]``, ``[-1, -1]``).
+    ``None`` when some id is not a 64-bit integer."""
     lengths = np.array([len(ids) for ids in id_lists], dtype=np.int64)
     total = int(lengths.sum())
     starts = np.cumsum(lengths) - lengths
@@ -84,8 +86,9 @@ def _chains_flat(id_lists):
         inv = np.cumprod(np.full(total, _P_INV, dtype=np.uint64)) * _P  # P**-i
         pw = np.cumprod(np.full(total, _P, dtype=np.uint64)) * _P_INV  # P**i
         s = np.cumsum(h * inv)
-        before = np.concatenate([[np.uint64(0)], s])[np.repeat(starts, lengths)]
-        return pw * (s - before), starts
+        first = np.repeat(starts, lengths)
+        before = np.concatenate([[np.uint64(0)], s])[first]
+        return pw * (s - before + inv[first] * _P), starts
 
 
 def _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size):

@@ -103,6 +103,14 @@ def validate(df, *, source=None) -> pd.DataFrame:
             raise ValueError(f"{where}acceptance_rate: row {i} has {_plain(raw.iloc[i])!r} "
                              f"(must be a probability from 0 to 1, or empty for the run's)")
         out["acceptance_rate"] = vals
+    if "hash_ids" in out.columns:
+        for i, ids in enumerate(out["hash_ids"].tolist()):
+            if not (ids is None or ids is pd.NA or isinstance(ids, (list, tuple, np.ndarray))
+                    or isinstance(ids, float) and ids != ids):
+                hint = " (JSON text: json.loads it, or read the file with workloads.load_file)" \
+                    if isinstance(ids, str) else ""
+                raise ValueError(f"{where}hash_ids: row {i} has {_plain(ids)!r:.60}, not a list "
+                                 f"of ids or empty{hint}")
     if "request_id" not in out.columns:
         out.insert(0, "request_id", np.arange(len(out), dtype=np.int64))
     elif out["request_id"].duplicated().any():

@@ -288,8 +288,17 @@ def save(df: pd.DataFrame, path) -> Path:
     elif path.suffix == ".csv":
         out = df.copy()
         if "hash_ids" in out.columns:
-            out["hash_ids"] = [json.dumps(list(x)) for x in out["hash_ids"]]
+            out["hash_ids"] = [_json_ids(x) for x in out["hash_ids"]]
         out.to_csv(path, index=False)
     else:
         raise ValueError(f"unknown workload format {path.suffix!r} (use .csv, .jsonl or .parquet)")
     return path
+
+
+def _json_ids(ids) -> str:
+    """One row's ``hash_ids`` as CSV text: a JSON list (NumPy integers, as a parquet file's
+    arrays hold, written as plain ints), or empty for a row without ids (read back as none)."""
+    if ids is None or ids is pd.NA or isinstance(ids, float) and ids != ids:
+        return ""
+    return json.dumps(np.asarray(ids).tolist() if isinstance(ids, np.ndarray) else
+                      [h.item() if isinstance(h, np.generic) else h for h in ids])

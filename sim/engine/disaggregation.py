@@ -31,7 +31,6 @@ in parallel) crosses the prefill replica's link, then the request decodes there.
   ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``); the model, block
   size and prefix caching are the run's (the KV and its block keys mean the same on both
   sides).
-- The KV is counted at 2 bytes per value (fp16/bf16), the engine's KV precision today.
 
 Invariants (tests/test_disaggregation.py): every request comes out once; with infinite
 bandwidth and zero latency a request alone has exactly the colocated timings' TTFT; a

@@ -8,7 +8,10 @@ The workload keeps its shape (arrival pattern, lengths) and is time-scaled to ea
 rate *passes* when every limit holds at once:
 
 - per-request SLOs (``ttft``, ``itl``, ``tpot``, ``e2e``, seconds): the fraction of requests
-  meeting all of them (rejected requests fail) is at least ``attainment``;
+  meeting all of them (rejected requests fail) is at least ``attainment``. Rejections at
+  arrival (over ``max_model_len``, or more KV than the pool) are the same at every rate: when
+  they alone leave fewer than ``attainment`` of the requests, no rate passes and the first
+  trial raises ``ValueError`` saying so;
 - summary limits (any numeric key of :meth:`Result.summary`, e.g. ``"e2e_mean"``,
   ``"ttft_p99"``): the metric is at most the limit.
 
@@ -43,6 +46,18 @@ class Capacity:
     num_gpus: int
     goodput_per_gpu: float
     points: pd.DataFrame = field(repr=False)
+
+
+def _rejected_at_any_rate(summary, n, attainment) -> str:
+    """Why no rate can pass: the requests rejected at arrival (over ``max_model_len``, or more
+    KV than the pool) are the same at every rate, and each fails the SLOs."""
+    rejected, context = summary["num_rejected"], summary["num_rejected_context_length"]
+    why = ", ".join(f"{count:,} {what}" for count, what in (
+        (context, "over max_model_len"), (rejected - context, "larger than the KV pool")) if count)
+    return (f"{rejected:,} of {n:,} requests are rejected at any rate ({why}) and fail the "
+            f"SLOs: attainment is at most {(n - rejected) / n:.1%}, below the {attainment:.1%} "
+            f"asked (raise max_model_len or the KV pool, lower the attainment, or leave those "
+            f"requests out)")
 
 
 def _check(summary, slo, attainment):
@@ -91,6 +106,8 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
         if unknown:
             raise ValueError(f"slo keys {unknown} are neither per-request SLOs {SLO_KEYS} nor "
                              f"summary metrics")
+        if per_request and (len(df) - s["num_rejected"]) / len(df) < attainment:
+            raise ValueError(_rejected_at_any_rate(s, len(df), attainment))
         passed = _check(s, slo, attainment)
         rows.append({"rate": rate, "passed": passed,
                      **{k: s[k] for k in slo if k not in SLO_KEYS},
