@@ -137,11 +137,12 @@ class _PoolCheck:
             keyed.update(r.kv_keys)
             anonymous += replica.held_blocks(r) - len(r.kv_keys)
         queued = sum(item[0] if len(item) == 1 else  # anonymous runs and live cached entries
-                     int((pool._freed[item[1][item[2]:]] == item[0]).sum())
+                     int((pool._state[item[1][item[2]:]] == -item[0]).sum())
                      for item in pool._queue)
         assert queued == pool.num_free
         assert pool.num_free + anonymous + len(keyed) == pool.num_blocks
-        assert np.array_equal(pool._ref == 0, pool._freed > 0)  # free cached <=> a live entry
+        free_cached = int(np.count_nonzero(pool._state < 0))  # each with one live entry:
+        assert free_cached == queued - sum(item[0] for item in pool._queue if len(item) == 1)
         self.checks += 1
 
 

@@ -76,45 +76,45 @@ class PrefixCachingBlockManager(BlockManager):
     """The pool with vLLM v1's block-hash prefix caching (``prefix_caching="block"``).
 
     Only full blocks are cached. A block's key chains its parent's key and its tokens
-    (:func:`workloads.prefix_block_keys`), interned as a dense id (:func:`workloads.prefix.
-    block_key_ids`): a request's keys are an integer array, and the per-key state lives in two
-    arrays indexed by id, so every operation on a request's keys is one vectorised pass, not a
-    Python call per key (Mooncake's prompts hold ~750 keys each). ``_ref[k]`` is the reference
-    count of cached key ``k`` (requests holding it), -1 when ``k`` is not cached. Free blocks
-    form one LRU queue (head = next reused): cached blocks with no reference keep their key
-    there until the head reaches them (eviction), so a later request - or a preempted one coming
-    back - can still hit them; anonymous free blocks (never cached, or freed without a key) sit
-    in runs of counts. A request frees its blocks tail first: anonymous blocks, then its keyed
-    blocks in reverse order, so a sequence's last blocks are evicted before its first (vLLM's
-    free order).
+    (:func:`workloads.prefix_block_keys`), interned as an id (:func:`workloads.prefix.
+    block_key_ids`): a request's keys are an integer array, and the per-key state lives in one
+    array indexed by id, so every operation on a request's keys is a few vectorised passes, not
+    a Python call per key (Mooncake's prompts hold ~750 keys each). ``_state[k]`` is the
+    reference count of cached key ``k`` (requests holding it) when positive, ``-serial`` when it
+    is cached with no reference (free, in the run of the queue with that serial), 0 when it is
+    not cached. Free blocks form one LRU queue (head = next reused): cached blocks with no
+    reference keep their key there until the head reaches them (eviction), so a later request -
+    or a preempted one coming back - can still hit them; anonymous free blocks (never cached, or
+    freed without a key) sit in runs of counts. A request frees its blocks tail first:
+    anonymous blocks, then its keyed blocks in reverse order, so a sequence's last blocks are
+    evicted before its first (vLLM's free order).
 
     The queue is a deque of runs: ``[count]`` anonymous blocks, or ``[serial, keys, pos]`` the
     cached blocks one release freed (an id array, in eviction order), the first ``pos`` already
-    gone. ``_freed[k]`` is the serial of the run holding free cached key ``k``'s live entry (0:
-    none), so a hit that takes a key out of the queue only clears it and the stale entry is
-    skipped when the head reaches it (O(1) per key, where an ordered dict's deletions and
-    resizes cost O(queue)).
+    gone. A hit that takes a free key out of the queue only sets its state to a count, and the
+    entry, whose key no longer holds ``-serial``, is skipped when the head reaches it (O(1) per
+    key, where an ordered dict's deletions and resizes cost O(queue)).
 
     A key leaves the cache only by an eviction and enters it only by a registration, so a
     waiting request's :class:`PrefixLookup` keeps its hit while neither happened
     (``num_evictions``, ``additions``) and resumes the walk from it while no eviction did; the
     free blocks among the hit change only with references (``ref_changes``) and evictions.
 
-    Invariants (tests/test_prefix_caching.py): ``num_free`` = the live entries' blocks;
-    ``num_free + distinct blocks held == num_blocks``; ``_freed[k] > 0`` iff ``_ref[k] == 0``;
-    a lookup answers what :meth:`hits` and :meth:`pinned` from the first key answer. The arrays
-    grow to hold the ids of every :meth:`lookup` (a request is looked up before it is admitted);
-    the other methods take ids a lookup has seen, or below ``num_keys``.
+    Invariants (tests/test_prefix_caching.py): ``num_free`` = the live entries' blocks, and
+    each key whose state is negative has exactly one live entry; ``num_free + distinct blocks
+    held == num_blocks``; a lookup answers what :meth:`hits` and :meth:`pinned` from the first
+    key answer. The array grows to hold the ids of every :meth:`lookup` (a request is looked up
+    before it is admitted); the other methods take ids a lookup has seen, or below
+    ``num_keys``. It costs 4 bytes per id up to the largest seen, per replica.
     """
 
-    __slots__ = ("_queue", "_freed", "_ref", "_serial", "_entries", "num_evictions",
-                 "ref_changes", "additions")
+    __slots__ = ("_queue", "_state", "_serial", "_entries", "num_evictions", "ref_changes",
+                 "additions")
 
     def __init__(self, num_blocks: int, block_size: int, num_keys: int = 0):
         super().__init__(num_blocks, block_size)
         self._queue = deque([[self.num_blocks]])
-        self._ref = np.full(num_keys, -1, dtype=np.int32)
-        self._freed = np.zeros(num_keys, dtype=np.int32)
+        self._state = np.zeros(num_keys, dtype=np.int32)
         self._serial = 0
         self._entries = 0  # keyed entries in the queue, stale ones included
         self.num_evictions = 0  # a cached prefix only shrinks by evictions
@@ -123,22 +123,17 @@ class PrefixCachingBlockManager(BlockManager):
 
     def lookup(self, keys) -> PrefixLookup:
         """A lookup of the id array ``keys`` (room made for its ids)."""
-        self._room(keys)
-        return PrefixLookup(keys)
-
-    def _room(self, keys) -> None:
-        """Make the per-key arrays long enough for the ids ``keys``."""
         top = int(keys.max()) + 1 if len(keys) else 0
-        size = len(self._ref)
+        size = len(self._state)
         if top > size:  # grow geometrically: ids arrive in first-appearance order
             grow = max(top, 2 * size) - size
-            self._ref = np.concatenate((self._ref, np.full(grow, -1, dtype=np.int32)))
-            self._freed = np.concatenate((self._freed, np.zeros(grow, dtype=np.int32)))
+            self._state = np.concatenate((self._state, np.zeros(grow, dtype=np.int32)))
+        return PrefixLookup(keys)
 
     def hits(self, keys, start: int, limit: int) -> int:
         """How many of ``keys[:limit]`` are cached from the first on, given that the first
         ``start`` are."""
-        missing = self._ref[keys[start:limit]] < 0
+        missing = self._state[keys[start:limit]] == 0
         if not len(missing):
             return start
         i = int(missing.argmax())
@@ -147,7 +142,7 @@ class PrefixCachingBlockManager(BlockManager):
     def pinned(self, keys, hit: int) -> int:
         """How many of the cached ``keys[:hit]`` are free (taking them uses free blocks; the
         radix pool's method of the same name answers the same question)."""
-        return int(np.count_nonzero(self._ref[keys[:hit]] == 0)) if hit else 0
+        return int(np.count_nonzero(self._state[keys[:hit]] < 0)) if hit else 0
 
     def refresh(self, look, limit: int) -> int:
         """``look``'s hit (:meth:`hits` of its keys from 0 up to ``limit``): kept while nothing
@@ -174,32 +169,34 @@ class PrefixCachingBlockManager(BlockManager):
         return look.pinned
 
     def acquire(self, keys) -> None:
-        """Take a reference on each cached block of ``keys`` (a hit)."""
+        """Take a reference on each cached block of ``keys`` (a hit): a free one leaves the
+        queue (its entry goes stale)."""
         self.ref_changes += 1
         if not len(keys):
             return
-        ref = self._ref
-        counts = ref[keys]
-        free = keys[counts == 0]
-        if len(free):  # they leave the queue: their entries go stale
-            self._freed[free] = 0
-            self.num_free -= len(free)
-        ref[keys] = counts + 1
+        counts = self._state[keys]
+        free = counts < 0
+        taken = int(np.count_nonzero(free))
+        if taken:
+            self.num_free -= taken
+            counts[free] = 0
+        counts += 1
+        self._state[keys] = counts
 
     def register(self, keys):
         """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
         returns the keys registered (a content already cached stays in an anonymous block)."""
-        new = keys[self._ref[keys] < 0]
+        new = keys[self._state[keys] == 0]
         if len(new):
             self.additions += 1
-            self._ref[new] = 1
+            self._state[new] = 1
         return new
 
     def allocate(self, n: int) -> None:
         """Take ``n`` free blocks from the head of the LRU queue, evicting cached ones."""
         if n > self.num_free or n < 0:
             raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
-        queue, freed = self._queue, self._freed
+        queue, state = self._queue, self._state
         self.num_free -= n
         while n:
             item = queue[0]
@@ -217,10 +214,9 @@ class PrefixCachingBlockManager(BlockManager):
             if pos == len(keys):
                 queue.popleft()
             self._entries -= len(chunk)
-            live = chunk[freed[chunk] == serial]
+            live = chunk[state[chunk] == -serial]
             if len(live):  # they reach the head: evicted
-                freed[live] = 0
-                self._ref[live] = -1
+                state[live] = 0
                 self.num_evictions += len(live)
                 n -= len(live)
 
@@ -244,29 +240,29 @@ class PrefixCachingBlockManager(BlockManager):
         self.ref_changes += 1
         self.free(num_anonymous)
         if len(keys):
-            ref = self._ref
+            state = self._state
             rev = keys[::-1]
-            counts = ref[rev] - 1
-            ref[rev] = counts
+            counts = state[rev] - 1
             unused = rev[counts == 0]
             if len(unused):
                 self._serial += 1
-                self._freed[unused] = self._serial
+                counts[counts == 0] = -self._serial
                 self._queue.append([self._serial, unused, 0])
                 self._entries += len(unused)
                 self.num_free += len(unused)
-                if self._entries > 2 * self.num_blocks + 64:
-                    self._compact()
+            state[rev] = counts
+            if len(unused) and self._entries > 2 * self.num_blocks + 64:
+                self._compact()
 
     def _compact(self):
         """Drop stale entries (keys taken by hits since they were freed)."""
-        freed = self._freed
+        state = self._state
         queue = deque()
         for item in self._queue:
             if len(item) == 3:
                 serial, keys, pos = item
                 keys = keys[pos:]
-                item = [serial, keys[freed[keys] == serial], 0]
+                item = [serial, keys[state[keys] == -serial], 0]
                 if not len(item[1]):
                     continue
             queue.append(item)
@@ -275,7 +271,7 @@ class PrefixCachingBlockManager(BlockManager):
 
     @property
     def num_cached(self) -> int:
-        return int(np.count_nonzero(self._ref >= 0))
+        return int(np.count_nonzero(self._state))
 
 
 class PrefixLookup:
