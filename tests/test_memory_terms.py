@@ -233,6 +233,21 @@ def test_free_gpu_memory_fraction_is_tensorrt_llms_knob_and_below_1():
         memory_budget("llama-2-7b", 80, accounting="tensorrt-llm", mem_fraction_static=0.5)
 
 
+@pytest.mark.parametrize("other", ["sglang", "tensorrt-llm"])
+def test_vllms_utilization_is_refused_by_the_other_accountings_not_ignored(other):
+    """gpu_memory_utilization is vLLM's: given with another accounting it changed nothing
+    (its default of 0.9 could not be told from a value given); now None by default, 0.9 under
+    vLLM's accounting, an error under the others, and not recorded where unused."""
+    with pytest.raises(ValueError, match=rf"^gpu_memory_utilization is used by "
+                                         rf"accounting='vllm' only, got 0.8 with "
+                                         rf"accounting='{other}'$"):
+        memory_budget("llama-2-7b", 80, accounting=other, gpu_memory_utilization=0.8)
+    assert memory_budget("llama-2-7b", 80, accounting=other).gpu_memory_utilization is None
+    default = memory_budget("llama-2-7b", 80)
+    assert default.gpu_memory_utilization == 0.9
+    assert default == memory_budget("llama-2-7b", 80, gpu_memory_utilization=0.9)
+
+
 def test_sim_memory_prints_the_tensorrt_llm_terms(capsys):
     argv = ["memory", "llama-3.1-70b", "--gpu", "h100", "--weight-dtype", "fp8", "--kv-dtype",
             "fp8", "--accounting", "tensorrt-llm"]

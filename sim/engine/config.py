@@ -217,7 +217,7 @@ class SimConfig:
                        **({"max_num_batched_tokens": tokens} if tokens else {})}
             budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                   gpu_memory_utilization=0.9 if util is None else util,
+                                   gpu_memory_utilization=util,
                                    block_size=self.block_size, overhead_gb=draft_weights,
                                    accounting=accounting, **trt)
             if not budget.fits and draft is not None:

@@ -103,7 +103,7 @@ class MemoryBudget:
     model: ModelConfig
     gpu_memory_gb: float
     tensor_parallel: int
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None  # vLLM's accounting only
     weight_bytes_per_value: float
     kv_bytes_per_value: float
     block_size: int
@@ -196,7 +196,7 @@ def _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, s):
 
 
 def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_parallel=1,
-                  gpu_memory_utilization=0.9, overhead_gb=0.0, block_size=KV_BLOCK_SIZE,
+                  gpu_memory_utilization=None, overhead_gb=0.0, block_size=KV_BLOCK_SIZE,
                   advice_seq_len=4096, accounting="vllm",
                   max_num_batched_tokens=terms.VLLM_MAX_NUM_BATCHED_TOKENS,
                   max_num_seqs=terms.VLLM_MAX_NUM_SEQS, non_torch_gb=None,
@@ -206,7 +206,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     ``gpu_memory_gb``: the memory each GPU reports, in GB of 10**9 bytes (a preset's
     ``get_gpu(name).memory_gb`` is nvidia-smi's total, e.g. 85.9 for an A100 "80GB").
     ``weight_dtype``/``kv_dtype``: bytes per value or a dtype name (quantization).
-    ``accounting="vllm"`` (default): ``gpu_memory_utilization`` (vLLM's default 0.9) x device
+    ``accounting="vllm"`` (default): ``gpu_memory_utilization`` (None: vLLM's default 0.9) x device
     memory - weights - the activation peak of ``max_num_batched_tokens`` tokens over
     ``max_num_seqs`` sequences - non-torch memory (measured figures unless ``non_torch_gb`` is
     given). ``accounting="sglang"``: ``mem_fraction_static`` (default: SGLang's own for this GPU
@@ -224,7 +224,6 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     model = get_model(config)
     gpu_memory_gb = positive_float("gpu_memory_gb", gpu_memory_gb)
     tp = terms.check_tensor_parallel(model, positive_int("tensor_parallel", tensor_parallel))
-    util = fraction("gpu_memory_utilization", gpu_memory_utilization)
     wbytes = bytes_per_value("weight_dtype", weight_dtype)
     kvbytes = bytes_per_value("kv_dtype", kv_dtype)
     overhead_gb = positive_float("overhead_gb", overhead_gb, allow_zero=True)
@@ -232,13 +231,16 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     advice_seq_len = positive_int("advice_seq_len", advice_seq_len)
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
-    for knob, value, engine in (("mem_fraction_static", mem_fraction_static, "sglang"),
+    for knob, value, engine in (("gpu_memory_utilization", gpu_memory_utilization, "vllm"),
+                                ("mem_fraction_static", mem_fraction_static, "sglang"),
                                 ("non_torch_gb", non_torch_gb, "vllm"),
                                 ("free_gpu_memory_fraction", free_gpu_memory_fraction,
                                  "tensorrt-llm")):
         if value is not None and accounting != engine:  # it would change nothing
             raise ValueError(f"{knob} is used by accounting={engine!r} only, got {value!r} "
                              f"with accounting={accounting!r}")
+    util = 0.9 if gpu_memory_utilization is None else fraction("gpu_memory_utilization",
+                                                                gpu_memory_utilization)
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
          "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
          "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),
@@ -288,7 +290,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
         advice = " ".join(parts_)
     return MemoryBudget(
         model=model, gpu_memory_gb=gpu_memory_gb, tensor_parallel=tp,
-        gpu_memory_utilization=util, weight_bytes_per_value=wbytes, kv_bytes_per_value=kvbytes,
+        gpu_memory_utilization=util if accounting == "vllm" else None,
+        weight_bytes_per_value=wbytes, kv_bytes_per_value=kvbytes,
         block_size=block_size, usable_bytes=budget * tp, weights_bytes=weights * tp,
         overhead_bytes=(budget - weights - sum(t.bytes for t in parts)) * tp,
         kv_bytes_per_token=kv_cache_bytes(1, model=model, dtype=kvbytes),
