@@ -83,6 +83,7 @@ def test_workload_describe_and_memory(tmp_path, capsys):
     assert main(["workload", "describe", "azure-conv", "--plot", str(tmp_path / "w.png")]) == 0
     out = capsys.readouterr().out
     assert "19366" in out.replace(",", "") and (tmp_path / "w.png").exists()
+    assert "num_requests     19,366" in out and "prompt_max       14,050" in out  # separators
     # a figure in a folder not made yet: made, as --output and --report make theirs
     new = tmp_path / "new" / "sub" / "w.png"
     assert main(["workload", "describe", "azure-conv", "-n", "50", "--plot", str(new)]) == 0

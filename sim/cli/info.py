@@ -3,6 +3,8 @@ fit on a GPU, and how much KV cache is left)."""
 
 from __future__ import annotations
 
+import numbers
+
 from ..checks import each_gpu, plural
 from .arguments import number, output_file
 from .run import as_written
@@ -35,7 +37,9 @@ def cmd_workload(args) -> int:
     d = workloads.describe(df)
     width = max(len(k) for k in d)
     for k, v in d.items():
-        print(f"{k:<{width}}  {v:,.4g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
+        shown = (f"{v:,.4g}" if isinstance(v, float) else  # counts and maxima: 14,050
+                 f"{v:,}" if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v)
+        print(f"{k:<{width}}  {shown}")
     if args.plot:
         plot.parent.mkdir(parents=True, exist_ok=True)
         workloads.plot_workload(df, plot)
