@@ -297,3 +297,19 @@ def test_a_policy_chooses_the_tensorrt_llm_accounting_for_the_pool():
     with pytest.raises(ValueError, match="gpu_memory_utilization=0.8 is vLLM's setting.*"
                                          "tensorrt-llm's accounting"):
         cfg.resolved_kv_blocks()
+
+
+@pytest.mark.parametrize("accounting, knob, value", [
+    ("vllm", "gpu_memory_utilization", 0.1), ("sglang", "mem_fraction_static", 0.1),
+    ("tensorrt-llm", "free_gpu_memory_fraction", 1e-9)])
+def test_a_memory_fraction_that_leaves_no_room_is_named_in_the_advice(accounting, knob, value):
+    """A fraction given so small that the KV cache gets nothing: the advice says it is the
+    knob, with the blocks the engine's default gives (it blamed the weights: 'Even 4-bit
+    weights do not fit' for an 8B model on an H100). A model too big for the GPU is not told
+    about a knob it did not set."""
+    b = memory_budget("llama-3.1-8b", 85.52, accounting=accounting, **{knob: value})
+    default = memory_budget("llama-3.1-8b", 85.52, accounting=accounting)
+    assert not b.fits and default.fits
+    assert f"The {knob} given ({value:g}) is what leaves no room: the engine's default gives " \
+           f"{default.kv_blocks:,} blocks." in b.advice
+    assert "is what leaves no room" not in memory_budget("llama-3.1-70b", 85.52).advice

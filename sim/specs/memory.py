@@ -275,6 +275,16 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                   f"{_HOLDS[accounting]} {room / GiB:.2f} GiB for weights and KV cache on "
                   f"{each_gpu(tp)} of {device / GiB:.2f} GiB; short by {short / GiB:.2f} GiB "
                   f"per GPU."]
+        knob, given = {"vllm": ("gpu_memory_utilization", gpu_memory_utilization),
+                       "sglang": ("mem_fraction_static", mem_fraction_static),
+                       "tensorrt-llm": ("free_gpu_memory_fraction",
+                                        free_gpu_memory_fraction)}[accounting]
+        if given is not None:  # the memory fraction given, not the model, may be what is short
+            default = dict(s, util=0.9, mem_fraction_static=None, free_gpu_memory_fraction=None)
+            room_blocks = _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, default)[-1]
+            if room_blocks >= 1:
+                parts_.append(f"The {knob} given ({given:g}) is what leaves no room: the "
+                              f"engine's default gives {room_blocks:,} blocks.")
         for bits, w in ((8, 1.0), (4, 0.5)):
             if w < wbytes and numbers_for(w=w)[-1] >= 1:
                 parts_.append(f"Quantize the weights to {bits} bits "
