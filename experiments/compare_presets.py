@@ -3,7 +3,7 @@
     python experiments/compare_presets.py [--workload mooncake-conversation] [--rate 0.5]
                                           [-n 1000] [-o DIR]
 
-Runs the presets (``vllm``, ``sarathi``, ``orca``, ``sglang``) and our simple ``chunked`` and
+Runs the presets (``vllm``, ``sarathi``, ``orca``, ``sglang``, ``tensorrt-llm``) and our simple ``chunked`` and
 ``continuous`` policies on the same requests (Mooncake's multi-turn conversation trace, whose
 ``hash_ids`` say which prompt blocks repeat), plus ``vllm`` with its prefix cache turned off.
 Each preset brings its engine's defaults (batch size, token budget, block size, prefix caching);
@@ -29,6 +29,7 @@ RUNS = {  # label -> SimConfig overrides
     "sarathi": {"scheduler": "sarathi"},
     "orca": {"scheduler": "orca"},
     "sglang": {"scheduler": "sglang"},
+    "tensorrt-llm": {"scheduler": "tensorrt-llm"},
     "chunked": {"scheduler": "chunked"},
     "continuous": {"scheduler": "continuous"},
 }

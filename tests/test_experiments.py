@@ -55,6 +55,8 @@ def test_compare_presets(tmp_path, load_script):
     assert table.loc["vllm", "ttft_p50"] < table.loc["vllm (no prefix cache)", "ttft_p50"]
     # chunked prefill (sarathi) keeps the P99 inter-token latency far below vllm's 8k budget
     assert table.loc["sarathi", "itl_p99"] < 0.5 * table.loc["vllm", "itl_p99"]
+    # TensorRT-LLM's GUARANTEED_NO_EVICT reserves every request's KV: nothing is preempted
+    assert table.loc["tensorrt-llm", "num_preemptions"] == 0
     assert (tmp_path / "presets.csv").exists() and (tmp_path / "presets_latency_cdfs.png").exists()
 
 
