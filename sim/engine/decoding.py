@@ -203,17 +203,8 @@ class SpecDecodes:
 
     def _add(self, lo: int, slots, need) -> None:
         """Add ``slots`` and ``need`` into the rings at iterations ``lo, lo + 1, ...``."""
-        start = lo & self.mask
-        end = start + len(slots)
-        if end <= self.mask + 1:
-            self.ctx[start:end] += slots
-            self.need[start:end] += need
-            return
-        first = self.mask + 1 - start
-        self.ctx[start:] += slots[:first]
-        self.need[start:] += need[:first]
-        self.ctx[:end - self.mask - 1] += slots[first:]
-        self.need[:end - self.mask - 1] += need[first:]
+        self._ring_add(self.ctx, lo, slots)
+        self._ring_add(self.need, lo, need)
 
     def _ring_add(self, ring, lo: int, values) -> None:
         """Add ``values`` into ``ring`` at steps ``lo, lo + 1, ...``."""
