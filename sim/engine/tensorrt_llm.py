@@ -61,13 +61,15 @@ from __future__ import annotations
 
 import weakref
 
-from ..checks import fraction, positive_int
+from ..checks import positive_int
+from ..specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NUM_TOKENS,
+                                  check_free_gpu_memory_fraction)
 from .policies import refuse_unused_knobs
 
-MAX_NUM_TOKENS = 8192  # BuildConfig.max_num_tokens
+MAX_NUM_TOKENS = TRTLLM_MAX_NUM_TOKENS  # BuildConfig.max_num_tokens
 MAX_BATCH_SIZE = 2048  # BuildConfig.max_batch_size
 TOKENS_PER_BLOCK = 32  # PluginConfig.tokens_per_block / KvCacheConfig.tokens_per_block
-FREE_GPU_MEMORY_FRACTION = 0.9  # KvCacheConfig.free_gpu_memory_fraction
+FREE_GPU_MEMORY_FRACTION = TRTLLM_FREE_GPU_MEMORY_FRACTION  # KvCacheConfig's default
 
 
 class TensorRTLLM:
@@ -82,11 +84,8 @@ class TensorRTLLM:
     def __init__(self, max_num_tokens=MAX_NUM_TOKENS, free_gpu_memory_fraction=None):
         self.max_num_tokens = positive_int("max_num_tokens", max_num_tokens)
         if free_gpu_memory_fraction is not None:
-            f = fraction("free_gpu_memory_fraction", free_gpu_memory_fraction)
-            if f == 1:
-                raise ValueError("free_gpu_memory_fraction must be below 1 (TensorRT-LLM "
-                                 "refuses 1.0), got 1.0")
-            self.free_gpu_memory_fraction = f
+            self.free_gpu_memory_fraction = check_free_gpu_memory_fraction(
+                free_gpu_memory_fraction)
         self._replica = None  # weak reference to the replica the state below belongs to
         self._reserved = {}  # index -> blocks to completion, of the requests it admitted
         self._total = 0  # sum(self._reserved.values())

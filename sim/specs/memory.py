@@ -239,8 +239,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
         if value is not None and accounting != engine:  # it would change nothing
             raise ValueError(f"{knob} is used by accounting={engine!r} only, got {value!r} "
                              f"with accounting={accounting!r}")
-    util = 0.9 if gpu_memory_utilization is None else fraction("gpu_memory_utilization",
-                                                                gpu_memory_utilization)
+    util = (terms.VLLM_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
+            else fraction("gpu_memory_utilization", gpu_memory_utilization))
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
          "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
          "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),
@@ -248,11 +248,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
              "non_torch_gb", non_torch_gb, allow_zero=True),
          "mem_fraction_static": None if mem_fraction_static is None else fraction(
              "mem_fraction_static", mem_fraction_static),
-         "free_gpu_memory_fraction": None if free_gpu_memory_fraction is None else fraction(
-             "free_gpu_memory_fraction", free_gpu_memory_fraction)}
-    if s["free_gpu_memory_fraction"] == 1:  # TensorRT-LLM refuses it: nothing would be left
-        raise ValueError("free_gpu_memory_fraction must be below 1 (TensorRT-LLM refuses 1.0), "
-                         "got 1.0")
+         "free_gpu_memory_fraction": None if free_gpu_memory_fraction is None else
+         terms.check_free_gpu_memory_fraction(free_gpu_memory_fraction)}
     device = round(gpu_memory_gb * GB)  # the device reports whole bytes
 
     def numbers_for(w=wbytes, n=tp):
@@ -280,7 +277,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                        "tensorrt-llm": ("free_gpu_memory_fraction",
                                         free_gpu_memory_fraction)}[accounting]
         if given is not None:  # the memory fraction given, not the model, may be what is short
-            default = dict(s, util=0.9, mem_fraction_static=None, free_gpu_memory_fraction=None)
+            default = dict(s, util=terms.VLLM_GPU_MEMORY_UTILIZATION, mem_fraction_static=None,
+                           free_gpu_memory_fraction=None)
             room_blocks = _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, default)[-1]
             if room_blocks >= 1:
                 parts_.append(f"The {knob} given ({given:g}) is what leaves no room: the "

@@ -67,6 +67,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import fraction
 from .models import ModelConfig
 
 GiB = 1 << 30
@@ -95,6 +96,9 @@ SAMPLER_BYTES_PER_LOGIT = 38.4
 # TP 2 (Llama-3.3-70B-FP8). Larger TP groups were not measured: the TP 2 figure is used.
 VLLM_NON_TORCH_BYTES_TP1 = round(0.13 * GiB)
 VLLM_NON_TORCH_BYTES_TP = round(0.55 * GiB)
+
+# vLLM's gpu_memory_utilization when none is given (its EngineArgs default)
+VLLM_GPU_MEMORY_UTILIZATION = 0.9
 
 # TensorRT-LLM's KV fraction when none is given (module docstring), and max_num_tokens, the
 # tokens its engine's activations are sized for (trtllm-build's and the LLM API's default)
@@ -200,6 +204,16 @@ def vllm_activation_peak_bytes(model: ModelConfig, max_num_batched_tokens: int,
 def vllm_non_torch_bytes(tp: int) -> int:
     """Non-torch memory vLLM's profiling adds (see :data:`VLLM_NON_TORCH_BYTES_TP1`)."""
     return VLLM_NON_TORCH_BYTES_TP1 if tp == 1 else VLLM_NON_TORCH_BYTES_TP
+
+
+def check_free_gpu_memory_fraction(value) -> float:
+    """TensorRT-LLM's ``free_gpu_memory_fraction``, checked: in (0, 1), as TensorRT-LLM refuses
+    1.0 (nothing would be left for anything else)."""
+    f = fraction("free_gpu_memory_fraction", value)
+    if f == 1:
+        raise ValueError("free_gpu_memory_fraction must be below 1 (TensorRT-LLM refuses 1.0), "
+                         "got 1.0")
+    return f
 
 
 def trtllm_non_torch_bytes(tp: int) -> int:
