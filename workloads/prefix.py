@@ -101,21 +101,19 @@ def _chains_flat(id_lists):
 def _block_keys_flat(hash_id_lists, hash_block_size, prompts, block_size):
     """``(keys, counts)``: every prompt's block keys concatenated (a uint64 array, or a list of
     tuples when some id is not an integer) and how many each prompt has."""
-    lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+    lists = _id_lists(hash_id_lists)
     counts = _block_counts(lists, hash_block_size, prompts, block_size)
     flat = _chains_flat(lists)
     if flat is None:  # ids that are not integers: chained hash() of tuples, one list at a time
         keys = []
         for ids, n in zip(lists, counts.tolist()):
-            c = list(itertools.accumulate(ids, _chain, initial=0))[1:]
+            c = _chains(ids)
             keys += [(c[((j + 1) * block_size - 1) // hash_block_size], j) for j in range(n)]
         return keys, counts
     chains, starts = flat
-    total = int(counts.sum())
-    j = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    last = np.repeat(starts, counts) + ((j + 1) * block_size - 1) // hash_block_size
+    j, k = _blocks(counts, hash_block_size, block_size)
     with np.errstate(over="ignore"):
-        return chains[last] * _P + (j + 1).astype(np.uint64), counts
+        return chains[np.repeat(starts, counts) + k] * _P + (j + 1).astype(np.uint64), counts
 
 
 def block_keys_all(hash_id_lists, hash_block_size, prompts, block_size) -> list:
@@ -141,7 +139,7 @@ def block_key_ids(hash_id_lists, hash_block_size, prompts, block_size) -> list:
     of Mooncake's 9M block keys took 2.5 s). The engine's prefix cache indexes its per-key
     state by these ids."""
     import pandas as pd
-    lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+    lists = _id_lists(hash_id_lists)
     counts = _block_counts(lists, hash_block_size, prompts, block_size)
     if not len(counts):
         return []
@@ -149,21 +147,38 @@ def block_key_ids(hash_id_lists, hash_block_size, prompts, block_size) -> list:
     if flat is None:  # ids that are not integers: chained hash() of tuples, interned by a dict
         seen = {}
         chain_ids = np.array([seen.setdefault(c, len(seen)) for ids in lists
-                              for c in itertools.accumulate(ids, _chain)], dtype=np.int64)
+                              for c in _chains(ids)], dtype=np.int64)
         lengths = np.array([len(ids) for ids in lists], dtype=np.int64)
         starts = np.cumsum(lengths) - lengths
     else:
         chains, starts = flat
         chain_ids = pd.factorize(chains)[0].astype(np.int64)
     h, bs = hash_block_size, block_size
-    j = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
-                                                                 counts)
-    k = ((j + 1) * bs - 1) // h
+    j, k = _blocks(counts, h, bs)
     first = -(-(k * h + 1) // bs) - 1
     ids = chain_ids[np.repeat(starts, counts) + k] * -(-h // bs) + (j - first)
     if len(ids) and int(ids.max()) >= 2 * len(ids):  # short prompts leave most ids unused:
         ids = np.unique(ids, return_inverse=True)[1].astype(np.int64)  # numbered densely
     return np.split(ids, np.cumsum(counts)[:-1])
+
+
+def _id_lists(hash_id_lists) -> list:
+    """Each prompt's ids; an entry that is not a sequence of ids (None, NaN): none."""
+    return [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+
+
+def _chains(ids) -> list:
+    """``c[k]`` naming ``ids[0..k]`` by chained ``hash()`` (ids that are not 64-bit integers,
+    where :func:`_chains_flat` gives None)."""
+    return list(itertools.accumulate(ids, _chain, initial=0))[1:]
+
+
+def _blocks(counts, hash_block_size, block_size) -> tuple:
+    """``(j, k)`` of every key, prompts concatenated (``counts`` keys each): its block's index
+    in its prompt and the hash block its last token lies in."""
+    j = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
+                                                                 counts)
+    return j, ((j + 1) * block_size - 1) // hash_block_size
 
 
 def _block_counts(lists, hash_block_size, prompts, block_size):
@@ -189,10 +204,10 @@ def unit_keys_all(hash_id_lists) -> list:
     """Per prompt, the chain key naming each of its ``hash_ids``' prefix (``c[k]`` names
     ``hash_ids[0..k]``): the radix cache's node keys. Entries that are not lists of ids: no
     keys."""
-    lists = [ids if isinstance(ids, (list, tuple, np.ndarray)) else () for ids in hash_id_lists]
+    lists = _id_lists(hash_id_lists)
     flat = _chains_flat(lists)
     if flat is None:  # ids that are not integers: chained hash() of tuples
-        return [list(itertools.accumulate(ids, _chain, initial=0))[1:] for ids in lists]
+        return [_chains(ids) for ids in lists]
     chains, starts = flat
     lengths = [len(ids) for ids in lists]
     return _split(chains.tolist(), (starts + lengths).tolist(), lengths)
