@@ -54,11 +54,6 @@ MEMORY_FLAGS = {"gpu": "--gpu", "gpu_memory_gb": "--gpu-memory-gb",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
                 "max_num_seqs": "--max-num-seqs", "mem_fraction_static": "--mem-fraction-static",
                 "free_gpu_memory_fraction": "--free-gpu-memory-fraction"}
-# the memory_budget knobs each accounting does not read (its engine has no such setting)
-NOT_USED_BY = {"vllm": ("mem_fraction_static", "free_gpu_memory_fraction"),
-               "sglang": ("gpu_memory_utilization", "max_num_batched_tokens", "max_num_seqs",
-                          "free_gpu_memory_fraction"),
-               "tensorrt-llm": ("gpu_memory_utilization", "max_num_seqs", "mem_fraction_static")}
 
 
 def cmd_memory(args) -> int:
@@ -66,13 +61,13 @@ def cmd_memory(args) -> int:
     accounting on one GPU term by term, and whether it fits with room for KV cache (exit status 1
     when it does not, with the advice to quantize or add GPUs)."""
     from ..specs.gpus import get_gpu
-    from ..specs.memory import GiB, memory_budget
+    from ..specs.memory import READ_BY, GiB, memory_budget
     engine_knobs = {"gpu_memory_utilization": args.utilization,
                     "max_num_batched_tokens": args.max_num_batched_tokens,
                     "max_num_seqs": args.max_num_seqs,
                     "mem_fraction_static": args.mem_fraction_static,
                     "free_gpu_memory_fraction": args.free_gpu_memory_fraction}
-    unused = NOT_USED_BY[args.accounting]
+    unused = [k for k in engine_knobs if args.accounting not in READ_BY[k]]
     for key in unused:  # a flag that would change nothing is an error, never ignored
         if engine_knobs[key] is not None:
             used = ", ".join(MEMORY_FLAGS[k] for k in engine_knobs if k not in unused)

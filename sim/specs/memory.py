@@ -21,6 +21,11 @@ DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16":
                "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
 GB = 1e9
 ACCOUNTINGS = ("vllm", "sglang", "tensorrt-llm")
+# memory_budget's engine knobs -> the accountings that read them (each engine's own settings;
+# a knob given to another accounting would change nothing and is refused)
+READ_BY = {"gpu_memory_utilization": ("vllm",), "non_torch_gb": ("vllm",),
+           "max_num_seqs": ("vllm",), "max_num_batched_tokens": ("vllm", "tensorrt-llm"),
+           "mem_fraction_static": ("sglang",), "free_gpu_memory_fraction": ("tensorrt-llm",)}
 _HOLDS = {"vllm": "vLLM leaves", "sglang": "SGLang's static pool leaves",
           "tensorrt-llm": "TensorRT-LLM's free fraction leaves"}
 
@@ -231,14 +236,13 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     advice_seq_len = positive_int("advice_seq_len", advice_seq_len)
     if accounting not in ACCOUNTINGS:
         raise ValueError(f"accounting must be one of {ACCOUNTINGS}, got {accounting!r}")
-    for knob, value, engine in (("gpu_memory_utilization", gpu_memory_utilization, "vllm"),
-                                ("mem_fraction_static", mem_fraction_static, "sglang"),
-                                ("non_torch_gb", non_torch_gb, "vllm"),
-                                ("free_gpu_memory_fraction", free_gpu_memory_fraction,
-                                 "tensorrt-llm")):
-        if value is not None and accounting != engine:  # it would change nothing
-            raise ValueError(f"{knob} is used by accounting={engine!r} only, got {value!r} "
-                             f"with accounting={accounting!r}")
+    for knob, value in (("gpu_memory_utilization", gpu_memory_utilization),
+                        ("mem_fraction_static", mem_fraction_static),
+                        ("non_torch_gb", non_torch_gb),
+                        ("free_gpu_memory_fraction", free_gpu_memory_fraction)):
+        if value is not None and accounting not in READ_BY[knob]:  # it would change nothing
+            raise ValueError(f"{knob} is used by accounting={READ_BY[knob][0]!r} only, got "
+                             f"{value!r} with accounting={accounting!r}")
     util = (terms.VLLM_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
             else fraction("gpu_memory_utilization", gpu_memory_utilization))
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
