@@ -5,6 +5,7 @@ import simpy
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
+from workloads import ClosedLoop
 from sim import simulate_continuous_batching, simulate_static_batching
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import ChunkedPrefill, ContinuousBatching, SimConfig, StaticBatching, run
@@ -221,7 +222,8 @@ def test_same_seed_same_result_bit_for_bit():
     assert sa == sb
 
 
-def test_one_simpy_event_per_iteration(monkeypatch):
+def _count_events(monkeypatch) -> dict:
+    """SimPy's scheduled events, counted in the returned ``{"n": ...}``."""
     count = {"n": 0}
     original = simpy.Environment.schedule
 
@@ -230,12 +232,65 @@ def test_one_simpy_event_per_iteration(monkeypatch):
         return original(self, event, priority, delay)
 
     monkeypatch.setattr(simpy.Environment, "schedule", counting)
+    return count
+
+
+def test_one_simpy_event_per_iteration(monkeypatch):
+    count = _count_events(monkeypatch)
     df = _df(np.arange(50) * 0.5, np.full(50, 100), np.full(50, 400))
     res = run(df, cost_model=ConstantCost(0.01))
     tokens = int(df.num_output_tokens.sum())
     # iterations + arrivals + process start/stop and wake-ups; never one per token
     assert count["n"] <= len(res.iterations) + 3 * len(df) + 10
     assert len(res.iterations) < tokens / 5
+
+
+def _frames(res):
+    return res.requests, res.iterations
+
+
+@pytest.mark.parametrize("kw", [
+    dict(scheduler="chunked", cost_model=LinearCost(0.004, 2e-5, 1e-4)),
+    dict(scheduler="vllm", prefix_caching="block"),
+    dict(scheduler="sglang"),
+    dict(scheduler="chunked", replicas=3, router="least_outstanding"),
+    dict(scheduler="chunked", disaggregation=sim.Disaggregation(prefill_replicas=1,
+                                                                decode_replicas=1)),
+    dict(scheduler="continuous", closed_loop=ClosedLoop(num_users=4, think_time=0.05)),
+])
+def test_alone_in_the_environment_the_clock_is_set_not_scheduled(monkeypatch, kw):
+    # A replica alone in the environment sets the clock itself (what SimPy's step would do
+    # with its timeout the only event): the same results, bit for bit, as yielding every
+    # timeout, and in a saturated open loop no event per iteration.
+    rng = np.random.default_rng(5)
+    n = 300
+    df = _df(np.sort(rng.uniform(0, 3.0, n)), rng.integers(20, 900, n), rng.integers(1, 120, n))
+    groups = rng.integers(0, 4, n)  # 4 shared first 512-token blocks, then each its own
+    df["hash_ids"] = [[int(g)] + [100 + 2 * i + j for j in range(-(-int(p) // 512) - 1)]
+                      for i, (g, p) in enumerate(zip(groups, df.num_prompt_tokens))]
+    df.attrs["block_size"] = 512
+    kw = dict(model="llama-3.1-8b", gpu="h100", kv_blocks=400, **kw)
+    count = _count_events(monkeypatch)
+    fast = run(df, **kw)
+    skipped = count["n"]
+    from sim.engine import simulation
+    monkeypatch.setattr(simulation._Environment, "skip_to", lambda self, t: False)
+    count["n"] = 0
+    slow = run(df, **kw)
+    for a, b in zip(_frames(fast), _frames(slow)):
+        pd.testing.assert_frame_equal(a, b)
+    assert skipped <= count["n"]
+    if "replicas" not in kw and "disaggregation" not in kw and "closed_loop" not in kw:
+        assert count["n"] >= len(slow.iterations) // 2  # (stretches: one event for many)
+        assert skipped <= 5  # its start, its end: nothing per iteration
+
+
+def test_saturated_replica_runs_without_an_event_per_iteration(monkeypatch):
+    count = _count_events(monkeypatch)
+    df = _df(np.zeros(200), np.full(200, 700), np.full(200, 30))  # all at once: always waiting
+    res = run(df, scheduler="chunked", cost_model=ConstantCost(0.01))
+    assert len(res.iterations) > 200
+    assert count["n"] <= 3
 
 
 def test_bad_config_and_workload_errors():

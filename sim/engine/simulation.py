@@ -1,6 +1,7 @@
 """The SimPy serving engine and ``run(workload, config) -> Result``.
 
-One SimPy environment; one replica process running **one SimPy event per engine iteration**::
+One SimPy environment; one replica process running **one SimPy event per engine iteration**,
+at most::
 
     batch = replica.form_batch(policy.schedule, now)
         # reserve the decodes' KV blocks (preempting if short), let the policy add prefill
@@ -8,6 +9,13 @@ One SimPy environment; one replica process running **one SimPy event per engine 
     dt = cost_model(batch)               # price it
     yield env.timeout(dt)                # the iteration runs
     replica.postprocess(env.now)         # emit tokens, finish, free blocks
+
+When no other event is scheduled (one replica in an open loop pulls its arrivals, so it is
+alone in the environment), the process does not yield its timeout: it sets the clock to
+``now + dt`` itself (:meth:`_Environment.skip_to`) and goes on, which is what SimPy's ``step``
+would do next with that timeout the only event - no other process could act before it, and
+the clock reads the same float. The same for its sleep until the next arrival and a
+fast-forwarded stretch's end. Measured: 12-14 % of a saturated replica's run time.
 
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
@@ -145,7 +153,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     wall = time.perf_counter()
-    env = simpy.Environment()
+    env = _Environment()
     if config.disaggregation is not None:
         return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
                                  submit=_submit, given=given, cache_unit=unit,
@@ -176,6 +184,20 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     return build_result(requests, records, config, kv_blocks,
                         wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost,
                         paused=replica.paused)
+
+
+class _Environment(simpy.Environment):
+    """SimPy's environment and one shortcut for a process alone in it (:meth:`skip_to`)."""
+
+    def skip_to(self, t: float) -> bool:
+        """With no event scheduled, set the clock to ``t`` and return True: what ``step``
+        would do next were the caller to yield its timeout ending at ``t`` (``now + delay``,
+        the same float), the only event, so that no other process acts before it. Else
+        False: the caller yields its timeout."""
+        if self._queue:
+            return False
+        self._now = t
+        return True
 
 
 def _submit(replica, process, r) -> bool:
@@ -241,7 +263,7 @@ class _ReplicaProcess:
         # one flat row of ITERATION_COLUMNS per iteration, packed (records.ROW: 3x faster than
         # array.extend of a tuple, which parses each value alone; the same bytes)
         write, pack = self.records.frombytes, ROW.pack
-        timeout = env.timeout
+        timeout, skip_to = env.timeout, env.skip_to
         schedule = policy.schedule
         form_batch, postprocess = replica.form_batch, replica.postprocess
         detail = bool(getattr(cost, "needs_decode_lengths", False))
@@ -263,7 +285,9 @@ class _ReplicaProcess:
                 nxt += 1
             if not running and not waiting:
                 if nxt < n_arrivals:
-                    yield timeout(delay_until(now, arrivals[nxt].arrival_time))
+                    delay = delay_until(now, arrivals[nxt].arrival_time)
+                    if not skip_to(now + delay):
+                        yield timeout(delay)
                 else:
                     self.idle = env.event()
                     yield self.idle
@@ -278,8 +302,9 @@ class _ReplicaProcess:
                     until = arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf
                 first = replica.iteration
                 delay = decode_stretch(self, now, until)
-                if delay is not None:
-                    yield timeout(delay)  # one event for the stretch: env.now is its end
+                if delay is not None:  # one event for the stretch: env.now is its end
+                    if not skip_to(now + delay):
+                        yield timeout(delay)
                     if self.pending_finish is not None:  # (closed loop: its hooks issue now)
                         replica.finish_decodes(self.pending_finish, env.now)
                         self.pending_finish = None
@@ -320,7 +345,8 @@ class _ReplicaProcess:
                        batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
                        replica.num_preempted_now + dropped))
             dropped = 0
-            yield timeout(dt)
+            if not skip_to(now + dt):  # (alone: the clock set as SimPy's step would)
+                yield timeout(dt)
             postprocess(env.now)
             if bar is not None and not replica.iteration & 1023:
                 bar.n = len(replica.finished)
