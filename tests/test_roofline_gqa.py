@@ -4,6 +4,8 @@ to TensorRT-LLM's XQA blog pair (Llama-2-70B, one H200: 1,227 tok/s/GPU without 
 it) and nothing else. The per-row errors it gives are asserted in test_roofline_attention.py."""
 
 import dataclasses
+import json
+from importlib import resources
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -80,6 +82,52 @@ def test_more_rereads_never_make_a_decode_step_faster(f, df, batch, context):
     assert hi.pure_decode_cost(batch)(batch * context) == _decode(hi, batch, batch * context)
 
 
+def test_fit_reproduces_the_xqa_blog_ratio(load_script):
+    fr = load_script("experiments/fit_roofline.py")
+    params = {g: fitted_params(g) for g in ("a100", "h100")}
+    f, rep = fr.fit_per_head_decode(params)
+    shipped = json.loads(resources.files("sim").joinpath("data/roofline_fit.json").read_text())
+    assert shipped["per_head_decode"]["params"] == {"attn_decode_reread_fraction": f}
+    assert fitted_params("h200", group_aware_decode=False).attn_decode_reread_fraction == f
+    # 2,941 / 1,227 tok/s/GPU: the same static batch (192 x 128/2,048, FP8) takes 2.397x as
+    # long without XQA; the fitted fraction reproduces it within its 3-decimal rounding
+    assert rep["measured_ratio"] == pytest.approx(2941 / 1227, abs=1e-4)
+    assert rep["predicted_ratio"] == pytest.approx(2941 / 1227, rel=2e-3)
+    # physical: most of Llama-2-70B's 7 re-reads per KV head come from HBM (the per-head
+    # kernel's working set at batch 192 is far beyond the H200's 50 MB L2), but not more
+    assert 0.5 < f < 1 and rep["query_group_size"] == 8
+    assert rep["decode_kv_reads"] == pytest.approx(1 + 7 * f, abs=1e-4)
+    # the same ratio from the cost model directly: the pair's two static batches
+    lat = fr.load_latency()
+    pair = lat[lat["engine"].isin(fr.XQA_PAIR) & (lat["batch_size"] == 192)]
+    assert len(pair) == 2 and pair["value"].max() == 2941 and pair["value"].min() == 1227
+    h200 = fitted_params("h200")
+    without = fr.predict_published(pair[pair["engine"] == fr.XQA_PAIR[0]], h200, reread=f)[0]
+    with_ = fr.predict_published(pair[pair["engine"] == fr.XQA_PAIR[1]], h200, reread=f)[0]
+    assert with_ / without == pytest.approx(rep["predicted_ratio"], abs=1e-4)
+    # the engine marks: the run with XQA is group-aware whatever the fraction
+    assert fr.XQA_PAIR[0] in fr.PER_HEAD_DECODE_ENGINES
+    assert fr.XQA_PAIR[1] not in fr.PER_HEAD_DECODE_ENGINES
+    assert with_ == fr.predict_published(pair[pair["engine"] == fr.XQA_PAIR[1]], h200)[0]
+
+
+def test_fit_refuses_a_ratio_no_fraction_reaches(load_script, monkeypatch):
+    fr = load_script("experiments/fit_roofline.py")
+    lat = fr.load_latency()
+    doctored = lat.copy()
+    doctored.loc[doctored["engine"] == fr.XQA_PAIR[0], "value"] = 100.0  # a 29x slowdown
+    monkeypatch.setattr(fr, "load_latency", lambda: doctored)
+    params = {g: fitted_params(g) for g in ("a100", "h100")}
+    with pytest.raises(ValueError, match="even attn_decode_reread_fraction 1 predicts"):
+        fr.fit_per_head_decode(params)
+    # ... and a pair that is not the same run is refused
+    other = lat.copy()
+    other.loc[other["engine"] == fr.XQA_PAIR[0], "batch_size"] = 96
+    monkeypatch.setattr(fr, "load_latency", lambda: other)
+    with pytest.raises(ValueError, match="of the same setting"):
+        fr.fit_per_head_decode(params)
+
+
 @pytest.mark.parametrize("value,exc,message", [
     (-0.1, ValueError, "attn_decode_reread_fraction must be a finite number >= 0, got -0.1"),
     (1.5, ValueError, "attn_decode_reread_fraction must be at most 1, got 1.5"),
@@ -97,3 +145,20 @@ def test_bad_group_aware_flag_is_refused():
     with pytest.raises(TypeError, match="group_aware_decode must be True or False, got 'no'"):
         fitted_params("h100", group_aware_decode="no")
     assert fitted_params("h100", group_aware_decode=True) == fitted_params("h100")
+
+
+def test_reports_of_the_rows_the_kernel_moved(load_script):
+    fr = load_script("experiments/fit_roofline.py")
+    params = {g: fitted_params(g) for g in ("a100", "h100")}
+    after, before = fr.decode_report(params), fr.decode_report(params, 0.0)
+    moved = fr.moved_rows(before, after)
+    # every grouped-query row of TensorRT-LLM 0.5, 0.6a and 0.6.1, and nothing else
+    assert len(moved) == 18 and set(moved["engine"]) == set(fr.PER_HEAD_DECODE_ENGINES)
+    assert set(moved["model"]) == {"llama-2-70b", "falcon-180b"}
+    assert (moved["error_pct"] > moved["error_before_pct"]).all()  # each step got slower
+    assert fr.moved_rows(before, before).empty
+    split = fr.head_split_report(before, after).set_index(["attention", "split"])
+    gqa, mha = split.loc[("grouped-query", "held-out")], split.loc[("multi-head", "held-out")]
+    assert gqa["points"] == 9 and gqa["median_abs_before_pct"] >= 47
+    assert gqa["median_abs_error_pct"] <= 9 and gqa["max_error_pct"] <= 29
+    assert mha["median_abs_before_pct"] == mha["median_abs_error_pct"]  # multi-head: unmoved
