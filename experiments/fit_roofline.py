@@ -32,6 +32,12 @@ Then the fixed costs and the FP8 efficiency, from published end-to-end measureme
   published static-batch throughputs (TP 1; Llama-2-7B fit, GPT-J-6B and the TP 2-8 rows held
   out) and, on the A100, LMDeploy's median decode steps (Llama-2-7B fit; -13B and -70B held
   out), at most ``MAX_BANDWIDTH_EFF`` of the peak bandwidth;
+- then the fraction of a grouped-query KV head's re-reads that a decode kernel which is not
+  group-aware (one thread block per query head: TensorRT-LLM before XQA) takes from HBM,
+  ``attn_decode_reread_fraction``, fitted to one published ratio only (TensorRT-LLM's XQA blog:
+  Llama-2-70B on one H200, the same static batch without and with XQA, :data:`XQA_PAIR`) and
+  applied to the rows of the engines that had no group-aware kernel
+  (:data:`PER_HEAD_DECODE_ENGINES`, each with its source);
 - a cross-check of that per-layer term: what a CUDA graph saved per decode step and layer in
   vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph);
 - the custom all-reduce's stage latency and rate (``custom_allreduce.csv``: vLLM's kernel on
@@ -39,7 +45,8 @@ Then the fixed costs and the FP8 efficiency, from published end-to-end measureme
 - a report of every decode-dominated row (:func:`decode_report`): batch-1 decode steps (gpt-fast
   on an A100), static batches of 1-8 (NeMo's Llama-2 table), LMDeploy's median decode steps at
   batches 1-64 (A100) and the throughput tables, with the median |error| per batch band and
-  split (:func:`band_report`).
+  split (:func:`band_report`), the rows the per-query-head kernel moved (:func:`moved_rows`)
+  and the grouped-query / multi-head split of the long-output rows (:func:`head_split_report`).
 """
 
 from __future__ import annotations
@@ -321,12 +328,34 @@ NCCL_ONLY_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6.1", "nemo-tensorrt-ll
 # engines whose prefill attention over an fp8 KV cache runs in fp16: TensorRT-LLM 0.5/0.6.1's
 # documented FP8 builds (docs/source/performance.md) pass --use_gpt_attention_plugin float16
 # --enable_context_fmha with --fp8_kv_cache and no FP8 context attention; 0.7a's H200 blog
-# gives no build command, taken to be the same
-FP16_ATTENTION_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6.1", "tensorrt-llm-0.7a")
+# gives no build command, taken to be the same (and 0.6a's, the XQA blog's run without XQA)
+FP16_ATTENTION_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6a", "tensorrt-llm-0.6.1",
+                          "tensorrt-llm-0.7a")
+# engines whose published decode ran on a generation attention kernel that is not group-aware
+# (TensorRT-LLM's masked MHA, one thread block per query head, before XQA): priced with the
+# fitted attn_decode_reread_fraction. From the sources only:
+# - 0.6a: the XQA blog's "w/o XQA" run (docs/source/blogs/XQA-kernel.md @ 585c7565: Llama-70B,
+#   one H200, 128/2,048, 1,227 tok/s/GPU against 2,941 with XQA); Falcon180B-H200.md @ 3c44cb97
+#   shows the same 2.4x as "v0.7a vs v0.6a ... 1xH200 TP1, FP8, BS 192";
+# - 0.5: Falcon180B-H200.md: "TensorRT-LLM has improved its Group Query Attention (GQA) kernels,
+#   in the generation phase, providing up to 2.4x improvement on Llama-70B over TensorRT-LLM v0.5";
+# - 0.6.1 (performance.md @ 138f96d4 and 77d24b5f): the release notes (release-notes.md @
+#   001eaece) first list "MMHA optimization for MQA and GQA" and "FP8 KV cache support for XQA
+#   kernel" under 0.7.1, the first release after 0.6.1.
+# Not marked: 0.7a (its Llama-70B 128/2,048 row, 2,941, is the XQA blog's "w/ XQA" figure); NeMo
+# and gpt-fast's multi-head or batch-1 rows (nothing to re-read, or a ~200-token context);
+# LMDeploy 0.1's TurboMind, whose decoder attention takes 4 query heads of a group per thread
+# block (lmdeploy @ 08ecad80 decoder_multihead_attention.cu: HeadPerCta = 4 when G % 4 == 0), so
+# Llama-2-70B's KV heads are read twice, not 8 times (that it is the kernel of v0.1.0a1 is not
+# established from the stored sources)
+PER_HEAD_DECODE_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6a", "tensorrt-llm-0.6.1")
+# the fit of attn_decode_reread_fraction: the same run without and with XQA (one ratio)
+XQA_PAIR = ("tensorrt-llm-0.6a", "tensorrt-llm-0.7a")
 DECODE_METRICS = ("step", "latency")
 
 
-def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
+def predict_published(rows: pd.DataFrame, params: RooflineParams, *,
+                      reread: float = 0.0) -> np.ndarray:
     """Each row's metric in its unit: ``ttft`` (ms) is one prefill iteration of a batch-1
     prompt; ``throughput`` (output tok/s) is a static batch as TensorRT-LLM's benchmark runs
     it: one prefill iteration of the whole batch, then ``output_tokens - 1`` decode steps over
@@ -335,7 +364,9 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
     the same static batch's duration; ``step`` (ms) its mean decode step. A bare-loop engine
     (:data:`BARE_LOOP_ENGINES`) pays no per-iteration CPU cost; an engine of
     :data:`NCCL_ONLY_ENGINES` no custom all-reduce, one of :data:`FP16_ATTENTION_ENGINES` no FP8
-    prefill attention; an ``int4`` row with a
+    prefill attention, one of :data:`PER_HEAD_DECODE_ENGINES` decode attention that re-reads
+    a KV head per query head, ``reread`` of the re-reads from HBM
+    (``attn_decode_reread_fraction``); an ``int4`` row with a
     ``weight_group_size`` reads that group size's scales and zeros. ``tok/s/gpu`` is the
     throughput over the tensor-parallel GPUs."""
     from sim.engine.batch import Batch
@@ -348,6 +379,8 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams) -> np.ndarray:
             p = dataclasses.replace(p, custom_allreduce_max_bytes=0)
         if r.engine in FP16_ATTENTION_ENGINES:
             p = dataclasses.replace(p, attn_prefill_fp8_compute_eff=None)
+        if r.engine in PER_HEAD_DECODE_ENGINES and reread:
+            p = dataclasses.replace(p, attn_decode_reread_fraction=reread)
         if r.metric == "ttft":
             out.append(_cost(r, p)(Batch(0, [(n, 0)] * b, b * n, 0, 0)) * 1e3)
             continue
@@ -377,13 +410,59 @@ def _fitted_terms(p: RooflineParams) -> dict:
     return terms
 
 
-def decode_report(params: dict) -> pd.DataFrame:
+def fit_per_head_decode(params: dict) -> tuple:
+    """``(attn_decode_reread_fraction, report)``: the fraction of a grouped-query KV head's
+    re-reads that a per-query-head decode kernel takes from HBM, fitted to one published ratio,
+    :data:`XQA_PAIR`: the same static batch (Llama-2-70B, one H200, batch 192, 128/2,048, FP8)
+    without and with XQA. The fraction ``f`` (bisection on [0, 1], rounded to 3 decimals) makes
+    the predicted time of the run without XQA over the one with it the published throughput
+    ratio; both are priced alike (``params`` per GPU, the H200 with :func:`unfitted_params`)
+    except the kernel. Raises ``ValueError`` if even ``f = 1`` (every query head from HBM)
+    falls short of the ratio."""
+    lat = load_latency()
+    setting = ["metric", "gpu", "model", "tensor_parallel", "weight_dtype", "kv_dtype",
+               "batch_size", "input_tokens", "output_tokens", "unit"]
+    without = lat[lat["engine"] == XQA_PAIR[0]]
+    with_ = lat[lat["engine"] == XQA_PAIR[1]].merge(without[setting], on=setting)
+    if len(without) != 1 or len(with_) != 1:
+        raise ValueError(f"published_latency.csv: expected one {XQA_PAIR[0]} row and one "
+                         f"{XQA_PAIR[1]} row of the same setting ({setting})")
+    gpu = without["gpu"].iloc[0]
+    p = params.get(gpu) or unfitted_params(params)
+    target = float(with_["value"].iloc[0] / without["value"].iloc[0])  # time without / with
+    base = float(predict_published(with_, p)[0])  # throughput: the time's inverse
+
+    def ratio(f):
+        return base / float(predict_published(without, p, reread=f)[0])
+    if ratio(1.0) < target:
+        raise ValueError(f"even attn_decode_reread_fraction 1 predicts a ratio of {ratio(1.0):.3f} "
+                         f"where {XQA_PAIR} measured {target:.3f}")
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if ratio(mid) < target else (lo, mid)
+    f = round(0.5 * (lo + hi), 3)
+    cost = RooflineCost(without["model"].iloc[0], gpu,
+                        tensor_parallel=int(without["tensor_parallel"].iloc[0]),
+                        params=dataclasses.replace(p, attn_decode_reread_fraction=f))
+    return f, {"engines": list(PER_HEAD_DECODE_ENGINES), "pair": list(XQA_PAIR),
+               "measured_ratio": round(target, 4), "predicted_ratio": round(ratio(f), 4),
+               "query_group_size": cost.query_group_size,
+               "decode_kv_reads": round(cost.decode_kv_reads, 4)}
+
+
+def decode_report(params: dict, reread: float | None = None) -> pd.DataFrame:
     """Every decode-dominated row of ``published_latency.csv`` (``step``, ``latency``,
     ``throughput``) with its split, predicted with the fitted ``params`` per GPU (a GPU without
-    them, the H200, with :func:`unfitted_params`: its rows are all held out)."""
+    them, the H200, with :func:`unfitted_params`: its rows are held out, but for the XQA pair's
+    run without XQA, the fit of :func:`fit_per_head_decode`) and the engines of
+    :data:`PER_HEAD_DECODE_ENGINES` with ``reread`` (None: that fit's value)."""
+    if reread is None:
+        reread = fit_per_head_decode(params)[0]
     lat = load_latency()
     rows = lat[lat["metric"].isin(DECODE_METRICS + ("throughput",))]
-    parts = [g.assign(predicted=predict_published(g, params.get(gpu) or unfitted_params(params)))
+    parts = [g.assign(predicted=predict_published(g, params.get(gpu) or unfitted_params(params),
+                                                  reread=reread))
              for gpu, g in rows.groupby("gpu", sort=False)]
     d = pd.concat(parts)
     d["error_pct"] = (d["predicted"] / d["value"] - 1) * 100
@@ -415,6 +494,38 @@ def band_report(decode: pd.DataFrame) -> pd.DataFrame:
                                       "worst_error_pct"])
 
 
+def moved_rows(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """The rows of two :func:`decode_report` s whose prediction differs, with both errors."""
+    keys = ["engine", "gpu", "model", "tensor_parallel", "batch_size", "input_tokens",
+            "output_tokens", "split", "value"]
+    moved = before["predicted"].to_numpy() != after["predicted"].to_numpy()
+    return before.loc[moved, keys].assign(
+        error_before_pct=before.loc[moved, "error_pct"],
+        error_pct=after.loc[moved, "error_pct"]).reset_index(drop=True)
+
+
+def head_split_report(before: pd.DataFrame, after: pd.DataFrame,
+                      min_output_tokens: int = 2048) -> pd.DataFrame:
+    """Throughput rows of :func:`decode_report` with at least ``min_output_tokens`` outputs, by
+    attention (grouped-query or multi-head) and split: rows, median |error| and the signed
+    error range, before and after (two reports of the same rows)."""
+    from sim.specs.models import get_model
+    thr = (before["metric"] == "throughput") & (before["output_tokens"] >= min_output_tokens)
+    gqa = np.array([get_model(m).num_key_value_heads < get_model(m).num_attention_heads
+                    for m in before["model"]])
+    out = []
+    for name, sel in (("grouped-query", gqa), ("multi-head", ~gqa)):
+        for split in ("fit", "held-out"):
+            m = thr.to_numpy() & sel & (before["split"] == split).to_numpy()
+            if not m.any():
+                continue
+            b, a = before["error_pct"].to_numpy()[m], after["error_pct"].to_numpy()[m]
+            out.append((name, split, int(m.sum()), float(np.median(np.abs(b))),
+                        float(np.median(np.abs(a))), float(a.min()), float(a.max())))
+    return pd.DataFrame(out, columns=["attention", "split", "points", "median_abs_before_pct",
+                                      "median_abs_error_pct", "min_error_pct", "max_error_pct"])
+
+
 def _log_err(rows, params):
     return float(np.sum(np.log(predict_published(rows, params) / rows["value"].to_numpy()) ** 2))
 
@@ -422,12 +533,15 @@ def _log_err(rows, params):
 def fit_latency(params: dict, shared: dict):
     """Per GPU, fitted on the *fit* rows: ``eager_layer_overhead_s`` (and where the rows run
     fp8 GEMMs ``fp8_gemm_compute_eff``) to the first-token latencies, then
-    ``attn_decode_memory_eff`` to the decode-heavy throughputs and decode steps; and the report
-    of every first-token and throughput row."""
+    ``attn_decode_memory_eff`` to the decode-heavy throughputs and decode steps; then, with
+    those, the per-query-head decode kernel's re-read fraction (:func:`fit_per_head_decode`);
+    and the report of every first-token and throughput row. Returns ``(fitted, report,
+    (reread, per_head_report))``."""
     lat = load_latency()
     rows = lat[lat["metric"].isin(["ttft", "throughput"]) & lat["gpu"].isin(list(params))]
     fitted, reports = {}, []
-    for gpu, g in rows.groupby("gpu"):
+    groups = list(rows.groupby("gpu"))
+    for gpu, g in groups:
         base = dataclasses.replace(params[gpu], **shared)
         fit = g[(g["split"] == "fit") & (g["metric"] == "ttft")]
         meas = fit["value"].to_numpy()
@@ -452,16 +566,18 @@ def fit_latency(params: dict, shared: dict):
         _, dec = min((_log_err(thr, dataclasses.replace(p, attn_decode_memory_eff=e)), e)
                      for e in np.round(np.arange(0.50, MAX_BANDWIDTH_EFF + 1e-9, 0.01), 2))
         fitted[gpu]["attn_decode_memory_eff"] = float(dec)
-        final = dataclasses.replace(base, **fitted[gpu])
-        g = g.assign(predicted=predict_published(g, final),
-                     before=predict_published(g, params[gpu]))
+    final = {gpu: dataclasses.replace(params[gpu], **shared, **fitted[gpu]) for gpu in fitted}
+    reread, per_head = fit_per_head_decode(final)
+    for gpu, g in groups:
+        g = g.assign(predicted=predict_published(g, final[gpu], reread=reread),
+                     before=predict_published(g, params[gpu], reread=reread))
         g["error_pct"] = (g["predicted"] / g["value"] - 1) * 100
         g["error_before_pct"] = (g["before"] / g["value"] - 1) * 100
         reports.append(g)
     cols = ["metric", "unit", "gpu", "model", "tensor_parallel", "weight_dtype", "batch_size",
             "input_tokens", "output_tokens", "split", "value", "predicted", "error_pct",
             "error_before_pct"]
-    return fitted, pd.concat(reports)[cols].reset_index(drop=True)
+    return fitted, pd.concat(reports)[cols].reset_index(drop=True), (reread, per_head)
 
 
 # vLLM's CustomAllreduce serves messages up to its max_size, 8 MiB by default
@@ -507,15 +623,18 @@ def fit_custom_allreduce():
 
 def fit_fixed_costs(params: dict):
     """Everything after the kernel fit: ``(shared, per_gpu, synchronous_cpu, cpu_report,
-    latency_report, cross_checks)`` (see the module docstring)."""
+    latency_report, cross_checks, per_head_decode)`` (see the module docstring;
+    ``per_head_decode``: ``(attn_decode_reread_fraction, report)`` of a decode kernel that is
+    not group-aware, :func:`fit_per_head_decode`)."""
     intercept, slope, cpu_rep = fit_cpu_overheads()
     custom_ar, _ = fit_custom_allreduce()
     shared = {"overhead_s": round(intercept, 7), **custom_ar}
-    per_gpu, lat_rep = fit_latency(params, shared)
+    per_gpu, lat_rep, per_head = fit_latency(params, shared)
     checks = {"graph_saving_per_layer_s (vLLM #1440)": round(
         measured_graph_saving(load_latency()), 7)}
     return shared, per_gpu, {"overhead_s": round(intercept, 7),
-                             "overhead_per_seq_s": round(slope, 8)}, cpu_rep, lat_rep, checks
+                             "overhead_per_seq_s": round(slope, 8)}, cpu_rep, lat_rep, checks, \
+        per_head
 
 
 SHIPPED = Path(__file__).resolve().parents[1] / "sim" / "data" / "roofline_fit.json"
@@ -524,8 +643,8 @@ SHIPPED = Path(__file__).resolve().parents[1] / "sim" / "data" / "roofline_fit.j
 def document(params, rep, fixed) -> dict:
     """The JSON document of a fit: ``params`` and ``rep`` from :func:`fit_all`, ``fixed`` from
     :func:`fit_fixed_costs`."""
-    shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks = fixed
-    decode = decode_report(final_params(params, fixed))
+    shared, per_gpu, sync_cpu, cpu_rep, lat_rep, checks, (reread, per_head) = fixed
+    decode = decode_report(final_params(params, fixed), reread)
     return {"source": "experiments/fit_roofline.py on sim/data/profiles (Vidur, MIT), "
                       "sim/data/attention_kernels.csv, sim/data/cpu_overheads.csv, "
                       "sim/data/custom_allreduce.csv and sim/data/published_latency.csv",
@@ -540,6 +659,7 @@ def document(params, rep, fixed) -> dict:
                            **per_gpu.get(g, {})}
                        for g, p in params.items()},
             "shared": shared, "synchronous_cpu": sync_cpu, "cross_checks": checks,
+            "per_head_decode": {"params": {"attn_decode_reread_fraction": reread}, **per_head},
             "report": rep.round(2).to_dict(orient="records"),
             "attention_report": attention_report(params).round(2).to_dict(orient="records"),
             "cpu_overhead_report": cpu_rep.round(2).to_dict(orient="records"),
@@ -572,15 +692,22 @@ def main(argv=None):
     target = a.output or (SHIPPED if a.write else None)
     if target is not None:
         Path(target).write_text(json.dumps(document(params, rep, fixed), indent=1) + "\n")
-    _, _, _, cpu_rep, lat_rep, _ = fixed
+    _, _, _, cpu_rep, lat_rep, _, (reread, per_head) = fixed
     with pd.option_context("display.width", 160, "display.float_format", "{:.2f}".format):
         print(rep.to_string(index=False))
         print(cpu_rep.to_string(index=False))
         print(lat_rep.to_string(index=False))
         print(attention_report(params).to_string(index=False))
-        dec = decode_report(final_params(params, fixed))
+        dec = decode_report(final_params(params, fixed), reread)
         print(dec.to_string(index=False))
         print(band_report(dec).to_string(index=False))
+        print(f"per-query-head decode (not group-aware): attn_decode_reread_fraction {reread}",
+              per_head)
+        group_aware = decode_report(final_params(params, fixed), 0.0)
+        print("rows priced with it (error before: every kernel group-aware):")
+        print(moved_rows(group_aware, dec).to_string(index=False))
+        print("before:", band_report(group_aware).dropna().to_string(index=False))
+        print(head_split_report(group_aware, dec).to_string(index=False))
         print(fit_custom_allreduce()[1].to_string(index=False))
     for g, p in params.items():
         print(g, p)

@@ -29,8 +29,9 @@ def test_shipped_fit_reproduces_and_meets_10_percent_on_held_out_model(load_scri
         assert stored["params"][gpu]["elementwise_eff"] == p.elementwise_eff
     # the fixed costs and the FP8 efficiency fitted after the kernels reproduce too
     fixed = fit_roofline.fit_fixed_costs(params)
-    shared, per_gpu, sync_cpu, _, lat, _ = fixed
+    shared, per_gpu, sync_cpu, _, lat, _, (reread, _) = fixed
     assert stored["shared"] == shared and stored["synchronous_cpu"] == sync_cpu
+    assert stored["per_head_decode"]["params"] == {"attn_decode_reread_fraction": reread}
     for gpu, terms in per_gpu.items():
         assert {k: stored["params"][gpu][k] for k in terms} == terms
     # every first-token and throughput row of the fitted GPUs (the H200: decode_report only)

@@ -34,7 +34,11 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
   ``attn_prefill_compute_eff x L / (L + attn_prefill_half_tokens)``; over an fp8 KV cache on a
   GPU with FP8 tensor cores, ``attention_dtype`` "fp8": the FP8 peak on its own fitted curve,
   ``attn_prefill_fp8_compute_eff`` and ``attn_prefill_fp8_half_tokens``) and decode attention
-  (each sequence reads its whole KV context; its compute bound stays at the fp16 peak);
+  (each sequence reads its whole KV context; its compute bound stays at the fp16 peak; on a
+  kernel that is not group-aware, one thread block per query head as TensorRT-LLM's masked MHA
+  before XQA, a grouped-query model's ``G`` query heads per KV head each read it, and the KV
+  bytes cross HBM ``decode_kv_reads = 1 + attn_decode_reread_fraction x (G - 1)`` times: the
+  fraction of re-reads L2 does not serve, 0 by default, fitted to TensorRT-LLM's XQA blog pair);
 - elementwise ops (two norms, or one for a parallel block that shares it, RoPE, the
   activation, two residual adds), memory-bound;
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
@@ -176,6 +180,7 @@ class RooflineCost:
             self._attn_half = float(p.attn_prefill_half_tokens)  # prefill attention's saturation
         self._allreduces_per_layer = 1 if m.parallel_attn else 2
         self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
+        self.query_group_size = 1.0  # query heads per KV head and GPU (MLA: one latent)
         if m.is_mla:
             # per layer and context token: the latent (read once for all heads); FLOPs: scores
             # over kv_lora + rope, values over kv_lora, per head (the absorbed form)
@@ -200,9 +205,16 @@ class RooflineCost:
             self._kv_bytes_per_ctx = 2 * kv_heads * m.head_dim * self.kvb
             self._q_per_gpu = m.q_size / tp
             decode_flops = 4 * self._q_per_gpu
+            # a kernel that is not group-aware reads each KV head once per query head of its
+            # group (G per GPU), all but the first from L2 except attn_decode_reread_fraction
+            self.query_group_size = m.num_attention_heads / tp / kv_heads
+        # times each KV byte crosses HBM per decode step (1.0: once; MLA reads its latent once)
+        self.decode_kv_reads = 1.0 + p.attn_decode_reread_fraction * (
+            self.query_group_size - 1.0)
         self._decode_flops_s_per_ctx = (m.num_hidden_layers * decode_flops
                                         / (self.peak_fp16 * p.attn_prefill_compute_eff))
-        self._decode_bytes_s_per_ctx = (m.num_hidden_layers * self._kv_bytes_per_ctx
+        self._decode_bytes_s_per_ctx = (m.num_hidden_layers * (self._kv_bytes_per_ctx
+                                                               * self.decode_kv_reads)
                                         / (self.bw * p.attn_decode_memory_eff))
         self._decode_s_per_ctx = max(self._decode_flops_s_per_ctx, self._decode_bytes_s_per_ctx)
         self._attn_floor = layers * p.kernel_floor_s

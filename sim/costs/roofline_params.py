@@ -4,7 +4,8 @@ values per GPU (:func:`fitted_params`, from ``sim/data/roofline_fit.json``, writ
 (:func:`compute_peak`).
 
 Invariants: every efficiency is in (0, 1]; every fixed cost and ``attn_prefill_half_tokens``
-is >= 0; ``cuda_graph_max_batch`` and ``custom_allreduce_max_bytes`` are integers >= 0 (0: every
+is >= 0; ``attn_decode_reread_fraction`` is in [0, 1] (0, the default: a decode attention
+kernel that reads each KV head once for its whole query-head group); ``cuda_graph_max_batch`` and ``custom_allreduce_max_bytes`` are integers >= 0 (0: every
 iteration runs eagerly; every all-reduce goes through NCCL), ``int4_group_size`` one >= 1. Prefill
 attention over a context of ``L`` tokens (cached + new) runs at ``attn_prefill_compute_eff x L /
 (L + attn_prefill_half_tokens)`` of the fp16 peak: short sequences give a FlashAttention kernel
@@ -27,7 +28,7 @@ from importlib import resources
 
 import numpy as np
 
-from ..checks import positive_float
+from ..checks import fraction, positive_float
 
 ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -71,6 +72,13 @@ class RooflineParams:
     # a MoE layer's routed-expert GEMMs (grouped GEMMs over the touched experts) compute at this
     # fraction of the dense GEMM rate; 1.0: the dense rate (fitted to sim/data/moe_kernels.csv)
     moe_gemm_compute_scale: float = 1.0
+    # decode attention on a kernel that is not group-aware (one query head per thread block:
+    # TensorRT-LLM's masked MHA before XQA, vLLM's paged_attention v1/v2): every query head of a
+    # KV head's group of G reads that KV head again, and this fraction of the G - 1 re-reads
+    # misses L2 and goes to HBM, so decode reads its KV bytes 1 + f (G - 1) times. 0: a
+    # group-aware kernel (XQA, FlashAttention, FlashInfer) reads them once; 1: every query head
+    # from HBM. Fitted to TensorRT-LLM's XQA blog pair (fitted_params(..., group_aware_decode=False))
+    attn_decode_reread_fraction: float = 0.0
 
     def __post_init__(self):
         for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
@@ -87,6 +95,8 @@ class RooflineParams:
                   "attn_prefill_fp8_half_tokens",
                   "custom_allreduce_latency_s", "custom_allreduce_bytes_per_s"):
             positive_float(f, getattr(self, f), allow_zero=True)
+        fraction("attn_decode_reread_fraction", self.attn_decode_reread_fraction,
+                 allow_zero=True)
         for f in ("custom_allreduce_max_bytes", "int4_group_size"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < (f == "int4_group_size"):
@@ -109,13 +119,23 @@ def _fitted(name="roofline_fit.json") -> dict:
     return json.loads(path.read_text())
 
 
-def fitted_params(gpu_key: str) -> RooflineParams:
+def fitted_params(gpu_key: str, *, group_aware_decode: bool = True) -> RooflineParams:
     """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
     GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads, and
-    ``moe_fit.json``'s MoE expert-GEMM scale, written by ``experiments/moe_kernels.py``)."""
+    ``moe_fit.json``'s MoE expert-GEMM scale, written by ``experiments/moe_kernels.py``).
+    ``group_aware_decode=False``: decode attention on a kernel with one query head per thread
+    block, its L2-miss fraction of re-reads (``per_head_decode``) fitted to TensorRT-LLM's XQA
+    blog pair (Llama-2-70B, one H200: 1,227 tok/s/GPU without XQA, 2,941 with it)."""
+    if not isinstance(group_aware_decode, bool):
+        raise TypeError(f"group_aware_decode must be True or False, got {group_aware_decode!r}")
     data = _fitted()
     fits = data.get("params", {})
     shared = {**data.get("shared", {}), **_fitted("moe_fit.json").get("shared", {})}
+    if not group_aware_decode:
+        if "per_head_decode" not in data:
+            raise ValueError("group_aware_decode=False needs the per_head_decode fit in "
+                             "roofline_fit.json (experiments/fit_roofline.py --write)")
+        shared.update(data["per_head_decode"]["params"])
     if not fits:
         return RooflineParams(**shared)
     p = fits[gpu_key] if gpu_key in fits else mean_terms(list(fits.values()))
