@@ -13,6 +13,7 @@ import workloads as wl
 from sim.cli import main
 from sim.engine.request_path import (RequestPath, engine_arrivals, held_out_errors, overheads,
                                      triton_path)
+from test_serving_fidelity import vs  # noqa: F401 (the serving check's module, a fixture)
 
 GPU = dict(model="llama-3.1-8b", gpu="h100")
 PATH = RequestPath(in_s=0.002, per_prompt_token_s=5e-6, out_s=0.003)
@@ -185,3 +186,21 @@ def test_cli_flag(tmp_path, capsys):
         assert main(base + [f"--request-path={spec}", "--output", str(out / "bad")]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and words in err and "Traceback" not in err
+
+
+def test_serving_check_option_adds_tritons_path_to_tritons_rows_only(vs):
+    """``validate_serving.py --request-path``: Triton's rows get ``triton_path``, LMDeploy's
+    (an in-process client, prompts tokenised beforehand) none; off by default. At 2 req/s
+    (50 requests) a Triton row's mean TTFT grows by at least the path's fixed part."""
+    rows = vs.load_rows()
+    tri = rows[(rows.engine == "tensorrt-llm-0.14-triton") & (rows.metric == "ttft_mean")
+               & (rows.request_rate == 2)].iloc[:1]
+    lmd = rows[rows.engine == "lmdeploy-0.1-turbomind"].iloc[0]
+    assert vs.config(tri.iloc[0]).request_path is None
+    assert vs.config(tri.iloc[0], request_path=True).request_path == triton_path()
+    assert vs.config(lmd, request_path=True).request_path is None
+    before = vs.validate(tri, max_requests=50)["predicted"].iloc[0]
+    after = vs.validate(tri, max_requests=50, request_path=True)["predicted"].iloc[0]
+    path = triton_path()
+    fixed_ms = (path.in_s + path.out_s + path.per_prompt_token_s * tri.iloc[0].input_tokens) * 1e3
+    assert after - before == pytest.approx(fixed_ms, rel=0.02)
