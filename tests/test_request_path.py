@@ -181,6 +181,11 @@ def test_cli_flag(tmp_path, capsys):
     extra = on["engine_arrival_time"] - on["arrival_time"] + 0.003
     assert (extra >= 0.002 + 5e-6 * on["num_prompt_tokens"] + 0.003 - 1e-12).all()
     np.testing.assert_array_equal(on["arrival_time"], off["arrival_time"])
+    import json
+    settings_on = json.loads((out / "on" / "summary.json").read_text())["settings"]
+    assert settings_on["request_path"] == pytest.approx(
+        {"in_s": 0.002, "per_prompt_token_s": 5e-6, "out_s": 0.003}, rel=1e-12)
+    assert "request_path" not in json.loads((out / "off" / "summary.json").read_text())["settings"]
     for spec, words in (("1,x,2", "--request-path must be triton, off or IN_MS,US_PER_TOKEN,"
                                   "OUT_MS"), ("-1,1,2", "--request-path IN_MS must be a finite")):
         assert main(base + [f"--request-path={spec}", "--output", str(out / "bad")]) == 2

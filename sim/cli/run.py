@@ -374,6 +374,9 @@ def cmd_run(args) -> int:
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
     meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
+    if args.request_path is not None:  # the seconds used (off: None)
+        path = cfg.request_path
+        meta["request_path"] = None if path is None else dataclasses.asdict(path)
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()

@@ -9,9 +9,9 @@ workload order (prompt ``p_i``):
 - **in**: a pure delay ``in_s`` (transport and framing: no queue, every request the same);
 - **tokeniser**: one first-come-first-served server taking ``per_prompt_token_s * p_i``: the
   engine receives the request at ``e_i = max(a_i + in_s, e_{i-1}) + per_prompt_token_s * p_i``
-  (one tokeniser: vLLM's API server process, SGLang's tokenizer manager, Triton's preprocessing
-  model at its one instance); at the sources' rates (about 1 us a token) it queues only when
-  requests come a millisecond apart or closer;
+  (one tokeniser, as in vLLM's API server process, SGLang's tokenizer manager by default or a
+  Triton preprocessing model with one instance); at the sources' rates (about 1 us a token) it
+  queues only when requests come a millisecond apart or closer;
 - **out**: a pure delay ``out_s`` on every token and on the end of the request as the client
   receives them.
 
