@@ -45,8 +45,8 @@ reruns in part and compares exactly.
 ``--request-path`` (off by default, never written): the rows whose client reached the engine
 through a front end with published timings also get its request path
 (:mod:`sim.engine.request_path`; :data:`REQUEST_PATHS`): Triton's for the TensorRT-LLM 0.14
-rows, as if their client sent text (the source does not say). LMDeploy 0.1's client ran in the
-engine's process with its prompts tokenised beforehand: no path.
+rows, as if their client sent text (the source does not say). LMDeploy 0.1's client is a
+Python thread in the engine's process calling TurboMind, no HTTP or gRPC front end: no path.
 """
 
 from __future__ import annotations

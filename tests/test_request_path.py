@@ -195,7 +195,7 @@ def test_cli_flag(tmp_path, capsys):
 
 def test_serving_check_option_adds_tritons_path_to_tritons_rows_only(vs):
     """``validate_serving.py --request-path``: Triton's rows get ``triton_path``, LMDeploy's
-    (an in-process client, prompts tokenised beforehand) none; off by default. At 2 req/s
+    (a client in the engine's process, no HTTP or gRPC front end) none; off by default. At 2 req/s
     (50 requests) a Triton row's mean TTFT grows by at least the path's fixed part."""
     rows = vs.load_rows()
     tri = rows[(rows.engine == "tensorrt-llm-0.14-triton") & (rows.metric == "ttft_mean")
