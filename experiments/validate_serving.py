@@ -41,6 +41,12 @@ Every row runs the number of requests its source ran (30,000 at most; the engine
 pure-decode stretches). ``--max-requests`` cuts them for a quick look (the report says how many
 rows were cut); ``--write`` stores the full runs, which ``tests/test_serving_fidelity.py``
 reruns in part and compares exactly.
+
+``--request-path`` (off by default, never written): the rows whose client reached the engine
+through a front end with published timings also get its request path
+(:mod:`sim.engine.request_path`; :data:`REQUEST_PATHS`): Triton's for the TensorRT-LLM 0.14
+rows, as if their client sent text (the source does not say). LMDeploy 0.1's client is a
+Python thread in the engine's process calling TurboMind, no HTTP or gRPC front end: no path.
 """
 
 from __future__ import annotations
@@ -137,6 +143,11 @@ ENGINES = {
 }
 
 
+# engine -> the request path of the front end its published runs went through (by name in
+# sim.engine.request_path), for --request-path
+REQUEST_PATHS = {"tensorrt-llm-0.14-triton": "triton_path"}
+
+
 def load_rows() -> pd.DataFrame:
     """The published rows, checked: every column present, every row sourced, split and
     complete for its scenario."""
@@ -193,10 +204,19 @@ def workload(row, max_requests=MAX_REQUESTS, shape=None) -> pd.DataFrame:
     return pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p, "num_output_tokens": o})
 
 
-def config(row) -> SimConfig:
+def config(row, request_path=False) -> SimConfig:
     """The simulator's settings for ``row``: its engine's (:data:`ENGINES`), model, GPU,
     tensor parallelism and precisions; the roofline with the engine's graph and all-reduce
-    rules; the KV pool by the engine's memory accounting."""
+    rules; the KV pool by the engine's memory accounting; ``request_path``: its front end's
+    (:data:`REQUEST_PATHS`), where it has one."""
+    cfg = _config(row)
+    if request_path and row.engine in REQUEST_PATHS:
+        from sim.engine import request_path as paths
+        cfg = dataclasses.replace(cfg, request_path=getattr(paths, REQUEST_PATHS[row.engine])())
+    return cfg
+
+
+def _config(row) -> SimConfig:
     e = ENGINES[row.engine]
     params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
     params = dataclasses.replace(params, cuda_graph_max_batch=e.cuda_graph_max_batch)
@@ -232,10 +252,12 @@ def _plain(x):
     return None if pd.isna(x) else x
 
 
-def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1) -> pd.DataFrame:
+def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
+             request_path=False) -> pd.DataFrame:
     """Predicted vs measured for each row. Rows of one run (same workload and settings, another
     metric) share it; the runs go through :func:`sim.sweep` (``workers`` local processes; each
-    run is deterministic, so the table does not depend on them)."""
+    run is deterministic, so the table does not depend on them). ``request_path``: see the
+    module docstring."""
     shape = _sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
     keys, jobs = {}, []
     for r in rows.itertuples():
@@ -243,7 +265,7 @@ def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1) -> pd.Dat
         if key not in keys:
             keys[key] = len(jobs)
             jobs.append({"workload": workload(r, max_requests, shape),
-                         "config": {"config": config(r)}})
+                         "config": {"config": config(r, request_path)}})
     summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
     out = []
     for r in rows.itertuples():
@@ -280,15 +302,20 @@ def main(argv=None):
     ap.add_argument("--workers", type=int, default=2,
                     help="local processes running the simulations (default 2)")
     ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
+    ap.add_argument("--request-path", action="store_true",
+                    help="add the published front end's request path to the rows that have "
+                         "one (Triton's; see sim.engine.request_path); not with --write")
     args = ap.parse_args(argv)
     if args.max_requests is not None and args.max_requests < 1:
         ap.error(f"--max-requests must be >= 1, got {args.max_requests}")
+    if args.write and args.request_path:
+        ap.error("--write stores the check as configured: drop --request-path")
     if args.write and args.max_requests is not None:
         ap.error("--write stores the full runs as configured: drop --max-requests")
     t = time.perf_counter()
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    table = validate(load_rows(), args.max_requests, args.workers)
+    table = validate(load_rows(), args.max_requests, args.workers, args.request_path)
     summary = report(table)
     with pd.option_context("display.width", 220, "display.max_rows", 1000):
         print(table.round({"predicted": 4, "error": 4}).to_string(

@@ -187,6 +187,28 @@ def _config(s, names=None):
                     router=s["router"], disaggregation=disaggregation_from(s))
 
 
+def request_path_from(spec):
+    """``--request-path``: ``triton`` (the sourced front end, ``sim.engine.request_path``),
+    ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off``."""
+    from ..engine.request_path import RequestPath, triton_path
+    text = spec.strip().lower()
+    if text == "off":
+        return None
+    if text == "triton":
+        return triton_path()
+    parts = text.split(",")
+    try:
+        in_ms, us, out_ms = (float(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"--request-path must be triton, off or IN_MS,US_PER_TOKEN,OUT_MS "
+                         f"(three numbers), got {spec!r}") from None
+    for name, value in (("IN_MS", in_ms), ("US_PER_TOKEN", us), ("OUT_MS", out_ms)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"--request-path {name} must be a finite number >= 0, got "
+                             f"{value!r} in {spec!r}")
+    return RequestPath(in_s=in_ms * 1e-3, per_prompt_token_s=us * 1e-6, out_s=out_ms * 1e-3)
+
+
 def unused_acceptance(df, cfg) -> bool:
     """Whether the workload's per-request ``acceptance_rate`` goes unused (no speculation)."""
     return (cfg.speculative is None and "acceptance_rate" in df.columns
@@ -336,6 +358,8 @@ def cmd_run(args) -> int:
             raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
         report = output_file(report, shown)
     df, cfg = build(s, names)
+    if args.request_path is not None:
+        cfg = dataclasses.replace(cfg, request_path=request_path_from(args.request_path))
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     with warnings.catch_warnings():
         if unused_acceptance(df, cfg):  # said once, in the CLI's words
@@ -350,6 +374,9 @@ def cmd_run(args) -> int:
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
     meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
+    if args.request_path is not None:  # the seconds used (off: None)
+        path = cfg.request_path
+        meta["request_path"] = None if path is None else dataclasses.asdict(path)
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()
@@ -396,4 +423,8 @@ def add_parser(sub):
     p.add_argument("--report", metavar="FILE.html", default=None,
                    help="also write one self-contained HTML page: settings, summary, findings "
                         "and figures (default: none)")
+    p.add_argument("--request-path", metavar="SPEC", default=None,
+                   help="time outside the engine, added to what the client sees: 'triton' "
+                        "(sourced: sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' "
+                        "or 'off' (default: off)")
     p.set_defaults(func=cmd_run)

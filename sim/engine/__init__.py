@@ -11,6 +11,7 @@ settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``rec
 columns), ``routers`` (which replica serves a request), ``clients`` (closed-loop users),
 ``cluster`` (replicas behind a router),
 ``disaggregation`` (prefill and decode pools joined by KV-transfer links),
+``request_path`` (the client's time outside the engine: front end, tokeniser),
 ``simulation`` (``run``).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
@@ -26,7 +27,8 @@ _PUBLIC = {"Batch": "batch", "SimConfig": "config", "Disaggregation": "disaggreg
            "ChunkedPrefill": "policies", "ContinuousBatching": "policies",
            "StaticBatching": "policies", "VLLM": "presets", "Orca": "presets",
            "Sarathi": "presets", "SGLang": "sglang", "POLICIES": "schedulers",
-           "run": "simulation", "SpeculativeConfig": "speculation"}
+           "run": "simulation", "SpeculativeConfig": "speculation",
+           "RequestPath": "request_path"}
 
 
 def __getattr__(name):
@@ -39,4 +41,4 @@ def __getattr__(name):
 
 __all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
            "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca", "SGLang",
-           "SpeculativeConfig"]
+           "SpeculativeConfig", "RequestPath"]

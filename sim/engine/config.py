@@ -72,6 +72,7 @@ class SimConfig:
     router: object = "round_robin"  # a name in sim.engine.routers.ROUTERS or a callable
     disaggregation: object = None  # sim.engine.disaggregation.Disaggregation: two pools
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
+    request_path: object = None  # sim.RequestPath: time outside the engine (request_path.py)
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
     check: bool = False  # check the engine's invariants every iteration (sim.engine.invariants)
@@ -129,6 +130,9 @@ class SimConfig:
         if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
                                                  and hasattr(self.closed_loop, "think_time")):
             raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
+        if self.request_path is not None:  # (the module loads numpy: not for the CLI's parser)
+            from .request_path import check_request_path
+            check_request_path(self.request_path, self.closed_loop)
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")

@@ -55,8 +55,8 @@ POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_
 # the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
                 "kv_dtype",
-                "speculative", "replicas", "router", "disaggregation", "closed_loop", "seed",
-                "progress", "check")
+                "speculative", "replicas", "router", "disaggregation", "closed_loop",
+                "request_path", "seed", "progress", "check")
 
 
 @dataclass(frozen=True, slots=True)

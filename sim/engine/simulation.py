@@ -64,6 +64,7 @@ from .invariants import check_finished, check_replica
 from .schedulers import resolve
 from .records import ROW, build_result, gc_paused
 from .request import Request
+from .request_path import as_client_sees, enter
 
 
 def _requests_from(workload, block_size=None, mode="block", speculative=True):
@@ -152,16 +153,18 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     limit = context_limit(df, config)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
+    client = enter(requests, config.request_path)  # None: no time outside the engine
     wall = time.perf_counter()
     env = _Environment()
     if config.disaggregation is not None:
-        return run_disaggregated(env, requests, config, wall, process=_ReplicaProcess,
-                                 submit=_submit, given=given, cache_unit=unit,
-                                 max_model_len=limit)
+        return as_client_sees(run_disaggregated(
+            env, requests, config, wall, process=_ReplicaProcess, submit=_submit, given=given,
+            cache_unit=unit, max_model_len=limit), client, config.request_path)
     if config.replicas > 1:
-        return run_cluster(env, requests, config, policy, cost, kv_blocks, wall,
-                           process=_ReplicaProcess, submit=_submit, cache_unit=unit,
-                           fast_forward=can_fast_forward, max_model_len=limit)
+        return as_client_sees(run_cluster(
+            env, requests, config, policy, cost, kv_blocks, wall, process=_ReplicaProcess,
+            submit=_submit, cache_unit=unit, fast_forward=can_fast_forward,
+            max_model_len=limit), client, config.request_path)
     replica = new_replica(config, policy, kv_blocks, unit, max_model_len=limit)
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
@@ -181,9 +184,10 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                            f"nor rejected")
     if config.check:
         check_finished(requests, [replica])
-    return build_result(requests, records, config, kv_blocks,
-                        wall_seconds=time.perf_counter() - wall, policy=policy, cost_model=cost,
-                        paused=replica.paused)
+    return as_client_sees(build_result(requests, records, config, kv_blocks,
+                                       wall_seconds=time.perf_counter() - wall, policy=policy,
+                                       cost_model=cost, paused=replica.paused),
+                          client, config.request_path)
 
 
 class _Environment(simpy.Environment):
