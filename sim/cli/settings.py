@@ -50,7 +50,7 @@ DEFAULTS = {
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
     "link_bandwidth_gbps": None, "link_latency_s": 0.0,
-    "hash_block_tokens": None,
+    "hash_block_tokens": None, "free_gpu_memory_fraction": None, "enable_chunked_context": None,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
 SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
@@ -66,6 +66,8 @@ FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "
          "closed_loop_users": "--closed-loop", "link_bandwidth_gbps": "--link-bandwidth",
          "link_latency_s": "--link-latency"}  # the others: ``--`` + key with dashes
 NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
+FREE_GPU_MEMORY_FRACTION_HELP = ("TensorRT-LLM's free_gpu_memory_fraction: the KV cache's share of "
+                                 "the memory left free, in (0, 1) (default 0.9)")
 HASH_BLOCK_TOKENS_HELP = ("tokens each hash_ids entry of a CSV/JSONL workload file stands for "
                           "(the block size the ids were made with: 512 for Mooncake), >= 1; "
                           "parquet files and bundled traces carry it (default: the workload's "
@@ -117,6 +119,15 @@ def add_run_args(p):
                         "max_prefill_tokens; tensorrt-llm: its max_num_tokens (decodes and "
                         "prompts per iteration), >= 1 (default: none; sglang 16,384; "
                         "tensorrt-llm 8,192)")
+    p.add_argument("--free-gpu-memory-fraction", type=float, dest="free_gpu_memory_fraction",
+                   metavar="FRACTION", help="tensorrt-llm: " + FREE_GPU_MEMORY_FRACTION_HELP
+                   + "; sizes the KV pool unless --kv-blocks does")
+    p.add_argument("--enable-chunked-context", action="store_true", default=None,
+                   dest="enable_chunked_context",
+                   help="tensorrt-llm: TensorRT-LLM's enable_chunked_context: a prompt longer "
+                        "than what is left of max_num_tokens (--token-budget) runs in chunks "
+                        "(default: off, as in TensorRT-LLM's LLM API: a prompt over "
+                        "max_num_tokens is rejected)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
