@@ -243,7 +243,8 @@ def test_sweep_repeats_from_the_file_and_the_flag(tmp_path, capsys):
 
 @pytest.mark.parametrize("knob, value", [("chunk_size", 4096), ("token_budget", 4096),
                                          ("free_gpu_memory_fraction", 0.8),
-                                         ("enable_chunked_context", True)])
+                                         ("enable_chunked_context", True),
+                                         ("capacity_scheduler_policy", "max_utilization")])
 def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob, value):
     """The sglang preset uses both knobs; the help once named only chunked/sarathi/vllm and
     continuous."""
@@ -268,7 +269,8 @@ def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob, value
 def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, capsys):
     """--free-gpu-memory-fraction sizes the tensorrt-llm preset's pool (as sim memory's flag
     does: the same check); --enable-chunked-context runs a prompt over max_num_tokens in
-    chunks where without it the request is rejected; summary.json records both."""
+    chunks where without it the request is rejected; --capacity-scheduler-policy (any case);
+    summary.json records them."""
     wl = tmp_path / "w.csv"
     pd.DataFrame({"arrival_time": [0.0, 0.1, 0.2], "num_prompt_tokens": [100, 3000, 200],
                   "num_output_tokens": [10, 20, 30]}).to_csv(wl, index=False)
@@ -276,13 +278,16 @@ def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, ca
             "-q"]
     settings = {}
     for name, extra in (("default", []), ("fraction", ["--free-gpu-memory-fraction", "0.5"]),
-                        ("chunked", ["--enable-chunked-context"])):
+                        ("chunked", ["--enable-chunked-context"]),
+                        ("max_util", ["--capacity-scheduler-policy", "MAX_UTILIZATION"])):
         assert main(base + extra + ["-o", str(tmp_path / name)]) == 0
         doc = json.loads((tmp_path / name / "summary.json").read_text())
         settings[name] = doc["settings"]
         req = pd.read_parquet(tmp_path / name / "requests.parquet")
         assert req["status"].tolist() == (["finished"] * 3 if name == "chunked" else
                                           ["finished", "rejected", "finished"])
+        assert doc["settings"]["capacity_scheduler_policy"] == (
+            "max_utilization" if name == "max_util" else "guaranteed_no_evict")
     assert settings["fraction"]["free_gpu_memory_fraction"] == 0.5
     assert settings["default"]["free_gpu_memory_fraction"] is None  # TensorRT-LLM's 0.9
     assert settings["fraction"]["kv_blocks"] < settings["default"]["kv_blocks"] * 0.6

@@ -47,6 +47,7 @@ FILES = {  # name -> contents, written into the test's folder
     "max_len.toml": TOML5 + "max_model_len = 1024.5\n",
     "trt_fraction.toml": TOML5 + 'scheduler = "tensorrt-llm"\nfree_gpu_memory_fraction = "0.8"\n',
     "trt_chunked.toml": TOML5 + 'scheduler = "tensorrt-llm"\nenable_chunked_context = "yes"\n',
+    "trt_policy.toml": TOML5 + 'scheduler = "tensorrt-llm"\ncapacity_scheduler_policy = "FCFS"\n',
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
 
@@ -95,7 +96,8 @@ CASES = [
                                    "token; write 0 for a term not wanted), got 1"),
     (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
-    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
+    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'capacity_scheduler_policy', "
+                                   "'chunk_size', 'closed_loop_users', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
                                    "'free_gpu_memory_fraction', 'gpu', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', "
@@ -239,6 +241,13 @@ CASES = [
      "--enable-chunked-context True is not used by the 'sglang' scheduler"),
     (["run", "{d}/trt_chunked.toml"],
      "trt_chunked.toml: enable_chunked_context must be True or False, got 'yes'"),
+    (RUN + ["-s", "vllm", "--capacity-scheduler-policy", "max_utilization"],
+     "--capacity-scheduler-policy 'max_utilization' is not used by the 'vllm' scheduler"),
+    (RUN + ["-s", "tensorrt-llm", "--capacity-scheduler-policy", "fcfs"],
+     "argument --capacity-scheduler-policy: invalid choice: 'fcfs'"),
+    (["run", "{d}/trt_policy.toml"],
+     "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
+     "'max_utilization'), got 'fcfs'"),
 ]
 
 

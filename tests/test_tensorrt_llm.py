@@ -4,6 +4,7 @@ chunking, no preemption ever (hypothesis), the running total equal to TensorRT-L
 the running requests, the preset's defaults and memory accounting, and bad input."""
 
 import dataclasses
+import re
 
 import pandas as pd
 import pytest
@@ -147,6 +148,9 @@ class _Audit:
 
     quiet_when_decoding = True
 
+    check_reservation = True  # GUARANTEED_NO_EVICT's
+    check_order = False  # every running request arrived before every waiting one
+
     def __init__(self, policy):
         self.policy, self.calls, self.cuts = policy, 0, 0
 
@@ -156,8 +160,12 @@ class _Audit:
     def schedule(self, replica, now):
         self.policy.schedule(replica, now)
         self.calls += 1
-        reserved = sum(TensorRTLLM.to_completion(replica, r) for r in replica.running.values())
-        assert reserved <= replica.blocks.num_blocks
+        if self.check_reservation:
+            reserved = sum(TensorRTLLM.to_completion(replica, r)
+                           for r in replica.running.values())
+            assert reserved <= replica.blocks.num_blocks
+        if self.check_order and replica.running and replica.waiting:
+            assert max(replica.running) < min(r.index for r in replica.waiting)
         decode_tokens = replica.decodes.count * (1 + replica.num_spec_tokens)
         prompt_tokens = sum(new for new, _ in replica._prefills)
         limit = self.policy.max_num_tokens
@@ -169,14 +177,18 @@ class _Audit:
                 self.cuts += 1
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 400), st.integers(1, 120)),
-                     min_size=1, max_size=40),
-       kv_blocks=st.integers(4, 80), block_size=st.sampled_from([1, 16, 32]),
-       max_batch=st.sampled_from([1, 4, 64]), budget=st.sampled_from([None, 20, 64, 512]),
-       spec=st.sampled_from([None, 2]), chunked=st.booleans())
-def test_nothing_is_ever_preempted_and_every_request_comes_out(rows, kv_blocks, block_size,
-                                                               max_batch, budget, spec, chunked):
+_CASES = dict(rows=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 400), st.integers(1, 120)),
+                            min_size=1, max_size=40),
+              kv_blocks=st.integers(4, 80), block_size=st.sampled_from([1, 16, 32]),
+              max_batch=st.sampled_from([1, 4, 64]), budget=st.sampled_from([None, 20, 64, 512]),
+              spec=st.sampled_from([None, 2]), chunked=st.booleans())
+
+
+def _audited_run(rows, kv_blocks, block_size, max_batch, budget, spec, chunked,
+                 policy="guaranteed_no_evict"):
+    """A random run behind the audit: every request finishes, or is rejected at arrival with
+    its reason when it could never fit the pool or (without chunked context) max_num_tokens.
+    Returns (workload, run keywords, the audit, the result)."""
     df = _df(sorted(rows))
     speculative = (sim.SpeculativeConfig(num_speculative_tokens=spec, acceptance_rate=0.6,
                                          draft_cost_ratio=0.05)
@@ -184,7 +196,10 @@ def test_nothing_is_ever_preempted_and_every_request_comes_out(rows, kv_blocks, 
     kw = dict(cost_model=sim.LinearCost(0.01, 1e-4, 2e-4, 1e-6), kv_blocks=kv_blocks,
               block_size=block_size, max_batch_size=max_batch, speculative=speculative,
               check=True)
-    audit = _Audit(TensorRTLLM(budget or 8192, enable_chunked_context=chunked))
+    audit = _Audit(TensorRTLLM(budget or 8192, enable_chunked_context=chunked,
+                               capacity_scheduler_policy=policy))
+    audit.check_reservation = policy == "guaranteed_no_evict"
+    audit.check_order = not audit.check_reservation
     res = run(df, scheduler=audit, **kw)
     req = res.requests
     k = spec or 0
@@ -193,6 +208,16 @@ def test_nothing_is_ever_preempted_and_every_request_comes_out(rows, kv_blocks, 
     assert (req["status"] == "finished").tolist() == runs.tolist()
     assert (req.loc[~runs, "reason"].str.len() > 0).all()
     assert req.loc[fits & ~runs, "reason"].str.startswith("max_num_tokens: ").all()
+    return df, kw, audit, res
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_CASES)
+def test_nothing_is_ever_preempted_and_every_request_comes_out(rows, kv_blocks, block_size,
+                                                               max_batch, budget, spec, chunked):
+    df, kw, audit, res = _audited_run(rows, kv_blocks, block_size, max_batch, budget, spec,
+                                      chunked)
+    req = res.requests
     assert res.summary()["num_preemptions"] == 0
     assert (req["num_preemptions"] == 0).all()
     assert not audit.policy._exact  # the running total held all along (O(1) per request)
@@ -380,14 +405,68 @@ class _Stepped:
         self.policy.schedule(replica, now)
 
 
-def test_chunked_context_fast_forwards_bit_identically():
+@pytest.mark.parametrize("policy", ["guaranteed_no_evict", "max_utilization"])
+def test_chunked_context_fast_forwards_bit_identically(policy):
     """Pure-decode stretches between chunked prompts are fast-forwarded: the same run, bit for
     bit, as forming every iteration (and a prompt over max_num_tokens still goes in chunks)."""
     df = _df([(0.003 * i, 50 + 97 * (i % 7), 5 + 11 * (i % 5)) for i in range(40)])
     kw = dict(cost_model=sim.LinearCost(0.002, 1e-5, 2e-5, 1e-8), kv_blocks=120, block_size=16)
-    fast = run(df, scheduler=TensorRTLLM(256, enable_chunked_context=True), **kw)
-    stepped = run(df, scheduler=_Stepped(TensorRTLLM(256, enable_chunked_context=True)), **kw)
+
+    def make():
+        return TensorRTLLM(256, enable_chunked_context=True, capacity_scheduler_policy=policy)
+    fast = run(df, scheduler=make(), **kw)
+    stepped = run(df, scheduler=_Stepped(make()), **kw)
     pd.testing.assert_frame_equal(fast.requests, stepped.requests, check_exact=True)
     pd.testing.assert_frame_equal(fast.iterations, stepped.iterations, check_exact=True)
     assert (fast.requests["status"] == "finished").all()
     assert fast.iterations["num_prefill_tokens"].max() <= 256
+
+
+def test_max_utilization_admits_what_fits_now_and_pauses_the_newest():
+    """Pool of 10 blocks of 16. A (32 + 48 tokens: 5 blocks to completion) and B (48 + 48: 6)
+    cannot both be reserved, so GUARANTEED_NO_EVICT starts B when A has finished (iteration
+    48; B done at 96). MAX_UTILIZATION needs only this step's blocks: both prompts (2 + 3
+    blocks) start at iteration 0; at iteration 33 both decodes cross into a new block with one
+    free, so B, the most recently started, is paused (its 48 + 33 tokens recomputed when A has
+    finished, at 48) and ends at 63: the same work a third sooner, at the price of 81 tokens
+    prefilled again."""
+    df = _df([(0.0, 32, 48), (0.0, 48, 48)])
+    kw = dict(scheduler="tensorrt-llm", cost_model=COST, kv_blocks=10, block_size=16,
+              check=True)
+    gne = run(df, **kw)
+    assert _starts(gne) == [0, 48] and (gne.requests["finish_time"] / DT).tolist() == [48, 96]
+    assert gne.summary()["num_preemptions"] == 0
+    mu = run(df, capacity_scheduler_policy="max_utilization", **kw)
+    req = mu.requests
+    assert _starts(mu) == [0, 0] and (req["finish_time"] / DT).tolist() == [48, 63]
+    assert req["num_preemptions"].tolist() == [0, 1]
+    it = mu.iterations
+    assert it.index[it["num_preemptions"] > 0].tolist() == [33]
+    assert it.loc[it["num_prefill_tokens"] > 0, "num_prefill_tokens"].tolist() == [80, 81]
+    assert it["kv_blocks_used"].max() <= 10
+    assert mu.config.capacity_scheduler_policy == "max_utilization"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**_CASES)
+def test_max_utilization_loses_nothing(rows, kv_blocks, block_size, max_batch, budget, spec,
+                                       chunked):
+    """Every request finishes or is rejected at arrival with its reason; the budget and the
+    chunk rule hold, and every running request arrived before every waiting one (the audit:
+    why a waiting request never has a younger started one to pause); the engine's invariants
+    hold every iteration (check=True)."""
+    _, _, _, res = _audited_run(rows, kv_blocks, block_size, max_batch, budget, spec, chunked,
+                                "max_utilization")
+    assert res.iterations["num_preemptions"].sum() == res.requests["num_preemptions"].sum()
+
+
+@pytest.mark.parametrize("value", ["fcfs", None, 3])
+def test_capacity_scheduler_policy_is_one_of_tensorrt_llms(value):
+    with pytest.raises(ValueError, match=r"capacity_scheduler_policy must be one of \("
+                                   r"'guaranteed_no_evict', 'max_utilization'\), got "
+                                   + re.escape(repr(value))):
+        TensorRTLLM(capacity_scheduler_policy=value)
+    assert TensorRTLLM(capacity_scheduler_policy=" MAX_Utilization ").max_utilization
+    with pytest.raises(ValueError, match="capacity_scheduler_policy='max_utilization' is not "
+                                         "used by the 'vllm' scheduler"):
+        SimConfig(scheduler="vllm", capacity_scheduler_policy="max_utilization")

@@ -141,5 +141,5 @@ def add_parsers(sub):
     p_mem.add_argument("--mem-fraction-static", type=float, default=None,
                        help="SGLang: weights + KV fraction (default: SGLang's own for the GPU)")
     p_mem.add_argument("--free-gpu-memory-fraction", type=float, default=None,
-                       help="TensorRT-LLM: " + FREE_GPU_MEMORY_FRACTION_HELP)
+                       help=FREE_GPU_MEMORY_FRACTION_HELP + " (default 0.9)")
     p_mem.set_defaults(func=cmd_memory)

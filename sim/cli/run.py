@@ -182,6 +182,7 @@ def _config(s, names=None):
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
                     free_gpu_memory_fraction=s["free_gpu_memory_fraction"],
                     enable_chunked_context=s["enable_chunked_context"],
+                    capacity_scheduler_policy=s["capacity_scheduler_policy"],
                     block_size=s["block_size"], max_model_len=s["max_model_len"],
                     prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],

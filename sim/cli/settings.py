@@ -51,6 +51,7 @@ DEFAULTS = {
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
     "link_bandwidth_gbps": None, "link_latency_s": 0.0,
     "hash_block_tokens": None, "free_gpu_memory_fraction": None, "enable_chunked_context": None,
+    "capacity_scheduler_policy": None,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
 SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
@@ -67,7 +68,7 @@ FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "
          "link_latency_s": "--link-latency"}  # the others: ``--`` + key with dashes
 NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
 FREE_GPU_MEMORY_FRACTION_HELP = ("TensorRT-LLM's free_gpu_memory_fraction: the KV cache's share of "
-                                 "the memory left free, in (0, 1) (default 0.9)")
+                                 "the memory left free, in (0, 1)")
 HASH_BLOCK_TOKENS_HELP = ("tokens each hash_ids entry of a CSV/JSONL workload file stands for "
                           "(the block size the ids were made with: 512 for Mooncake), >= 1; "
                           "parquet files and bundled traces carry it (default: the workload's "
@@ -121,13 +122,21 @@ def add_run_args(p):
                         "tensorrt-llm 8,192)")
     p.add_argument("--free-gpu-memory-fraction", type=float, dest="free_gpu_memory_fraction",
                    metavar="FRACTION", help="tensorrt-llm: " + FREE_GPU_MEMORY_FRACTION_HELP
-                   + "; sizes the KV pool unless --kv-blocks does")
+                   + "; sizes the KV pool unless --kv-blocks does (default 0.9)")
     p.add_argument("--enable-chunked-context", action="store_true", default=None,
                    dest="enable_chunked_context",
                    help="tensorrt-llm: TensorRT-LLM's enable_chunked_context: a prompt longer "
                         "than what is left of max_num_tokens (--token-budget) runs in chunks "
                         "(default: off, as in TensorRT-LLM's LLM API: a prompt over "
                         "max_num_tokens is rejected)")
+    p.add_argument("--capacity-scheduler-policy", type=str.lower,
+                   choices=["guaranteed_no_evict", "max_utilization"],
+                   dest="capacity_scheduler_policy",
+                   help="tensorrt-llm: TensorRT-LLM's capacity scheduler: guaranteed_no_evict "
+                        "(each request's KV to completion reserved, never preempts) or "
+                        "max_utilization (admits while this step's blocks fit, pauses the most "
+                        "recently started requests when the pool runs out) (default "
+                        "guaranteed_no_evict)")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
@@ -327,7 +336,8 @@ def check_settings(s, names=None, given=()) -> dict:
     typed("profile", (str, Path), "a profile file path")
     typed("output", (str, Path), "a folder path")
     typed("plots", bool, "true or false")
-    for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching"):
+    for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching",
+                "capacity_scheduler_policy"):
         if isinstance(s[key], str):  # names take any case, as the flags do
             s[key] = s[key].strip().lower()
     if isinstance(s["speculative"], dict) and isinstance(s["speculative"].get("method"), str):

@@ -3,8 +3,8 @@
 Flat knobs (what users sweep and write in TOML). A knob left ``None`` takes the scheduler's
 default (:mod:`sim.engine.policies`: a preset brings its engine's defaults; the simple policies
 bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_size``,
-``token_budget``; the tensorrt-llm preset's ``free_gpu_memory_fraction`` and
-``enable_chunked_context``) are validated by the policy, and one set for a policy that does not
+``token_budget``; the tensorrt-llm preset's ``free_gpu_memory_fraction``,
+``enable_chunked_context`` and ``capacity_scheduler_policy``) are validated by the policy, and one set for a policy that does not
 use it is an error, never silently ignored (``free_gpu_memory_fraction`` with a scheduler whose
 memory accounting does not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
@@ -62,6 +62,7 @@ class SimConfig:
     token_budget: int | None = None
     free_gpu_memory_fraction: float | None = None  # TensorRT-LLM's KV share (its accounting)
     enable_chunked_context: bool | None = None  # TensorRT-LLM's chunked context (tensorrt-llm)
+    capacity_scheduler_policy: str | None = None  # TensorRT-LLM's: "guaranteed_no_evict" ...
     kv_blocks: int | None = None
     block_size: int | None = None
     max_model_len: int | None = None  # prompt + output tokens per request; None: the model's

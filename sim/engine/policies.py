@@ -75,7 +75,8 @@ from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
 from .request import PREFILL
 
 # SimConfig fields that belong to a policy
-KNOBS = ("chunk_size", "token_budget", "free_gpu_memory_fraction", "enable_chunked_context")
+KNOBS = ("chunk_size", "token_budget", "free_gpu_memory_fraction", "enable_chunked_context",
+         "capacity_scheduler_policy")
 PREFIX_CACHING_MODES = (False, "block", "radix")  # off, vLLM v1's block hashes, SGLang's tree
 # engine knobs a scheduler may default (a preset brings its engine's); these are the simple
 # policies' (and a policy object's unless it has its own ``engine_defaults``)

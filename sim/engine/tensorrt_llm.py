@@ -1,10 +1,13 @@
-"""The TensorRT-LLM preset: its default GUARANTEED_NO_EVICT capacity scheduler and its micro-batch
-scheduler, with or without chunked context (NVIDIA/TensorRT-LLM, Apache-2.0).
+"""The TensorRT-LLM preset: its capacity schedulers (GUARANTEED_NO_EVICT, the default, and
+MAX_UTILIZATION) and its micro-batch scheduler, with or without chunked context
+(NVIDIA/TensorRT-LLM, Apache-2.0).
 
 Rules (sources: ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``
-``GuaranteedNoEvictScheduler::impl`` @ 02a10fed0dbf5db74c7da035be9c5fbef6d2df7a;
-``scheduledBlocksManager.h`` ``NoEvictScheduledBlocksManager``;
-``kvCacheManager.cpp`` ``getRemainingBlocksToCompletion`` and
+``GuaranteedNoEvictScheduler::impl`` and ``MaxUtilizationScheduler::operator()`` @
+02a10fed0dbf5db74c7da035be9c5fbef6d2df7a; ``scheduledBlocksManager.h``
+``NoEvictScheduledBlocksManager`` and ``MaxUtilizationScheduledBlocksManager`` @
+1ce9149bf3c290610ec8091806d68f6226ce3328; ``kvCacheManager.cpp``
+``getRemainingBlocksToCompletion``, ``getNeededBlocksOneStep`` and
 ``trtGptModelInflightBatching.cpp`` (constructor) @ b35ac1b64368513d215c57d2ed01d62d910df8da;
 ``microBatchScheduler.cpp`` ``operator()`` and ``setCtxRequestsChunkSize`` @
 0a949d3128bfaf4ddedefb0259125622a9ec830f; ``tensorrt_llm/llmapi/llm.py``
@@ -34,9 +37,11 @@ Rules (sources: ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``
    is left of ``max_num_tokens``, FIRST_COME_FIRST_SERVED (the context chunking policy
    TensorRT-LLM uses when none is set: ``value_or(kFIRST_COME_FIRST_SERVED)``): each in turn
    gets ``min(rest of its prompt, capacity left)``, rounded down to a multiple of the chunk
-   unit ``tokens_per_block`` (at most ``max_num_tokens``) when that cuts it (so a later, shorter prompt may still fit whole
-   in the remainder); a request given 0 tokens waits (a new one is not admitted and reserves
-   nothing). No prompt is too long: one above ``max_num_tokens`` runs over several iterations;
+   unit ``tokens_per_block`` (at most ``max_num_tokens``) when that cuts it (so a later,
+   shorter prompt may still fit whole in the remainder); a request given 0 tokens waits (a new
+   one is not admitted and reserves nothing, but takes a batch slot in that iteration, as
+   TensorRT-LLM counts it). No prompt is too long: one above ``max_num_tokens`` runs over
+   several iterations;
 5. defaults: ``max_batch_size`` 2,048 and ``max_num_tokens`` 8,192 (the LLM API's and
    ``trtllm-build``'s ``BuildConfig``); chunked context off (``enable_chunked_prefill=False`` in
    the 1.0 LLM API, ``tensorrt_llm/llmapi/llm_args.py`` @ fcd3f31682808ae56118ae43c1d7864a3a945e6f;
@@ -53,7 +58,22 @@ Rules (sources: ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``
    (``CapacitySchedulerPolicy.GUARANTEED_NO_EVICT``) and the Triton backend
    (``getSchedulerConfigFromParams`` in ``inflight_batcher_llm/src/model_instance_state.cc``,
    triton-inference-server/tensorrtllm_backend @ 90b204cc3cd2b9fc1467205fbe6b270b3e119092, when
-   ``batch_scheduler_policy`` is not set).
+   ``batch_scheduler_policy`` is not set);
+6. **MAX_UTILIZATION** (``capacity_scheduler_policy="max_utilization"``; the LLM API's
+   ``SchedulerConfig``, ``trtllm-bench --scheduler_policy max_utilization``): no reservation;
+   requests are taken in arrival order, each needing only this step's blocks
+   (``getNeededBlocksOneStep``: a decode the block its next token crosses into, a new prompt
+   all of its prompt's blocks); one that does not fit pauses the most recently started
+   request younger than it ("we need to start freeing started requests from the end"), which
+   frees its blocks and is recomputed later (``pause``: prompt plus generated tokens), until it
+   fits or no such request is left, when the scheduling stops. In the simulator the decodes'
+   blocks are taken first, pausing the newest (the replica's victim rule: the same request,
+   admission being first come first served), then waiting requests are admitted in order
+   while their prompt's blocks are free. Every running request started before every waiting
+   one (a paused request is the newest when paused and waits at the head of the queue), so a
+   waiting request has no younger started request to pause: TensorRT-LLM's walk reduces to
+   these two steps (tests/test_tensorrt_llm.py checks the order every iteration). Rules 3-4
+   (the token budget, chunked context) apply as under GUARANTEED_NO_EVICT.
 
 The reservation is kept as a running total (O(admitted + finished) per iteration): blocks to
 completion are added at admission and taken off as ``replica.finished`` grows, and with no
@@ -63,17 +83,20 @@ prefix caching (shared blocks), a prefill pool handing requests off, a decode po
 them (its waiting requests are preempted ones), anything preempted - is read TensorRT-LLM's way,
 summing over the running requests (O(running) per iteration with requests waiting).
 
-Deviations: decodes above ``max_num_tokens`` still all run; a request preempted in a
-disaggregated decode pool (below) whose prompt plus generated tokens exceed ``max_num_tokens``
-re-prefills whole, first in its iteration, without chunked context; a new request given no
-chunk (rule 4) still takes a batch slot in that iteration, as in TensorRT-LLM's count; the
+Deviations: decodes above ``max_num_tokens`` still all run; a request preempted (in a
+disaggregated decode pool, below, or paused under MAX_UTILIZATION) whose prompt plus generated
+tokens exceed ``max_num_tokens`` re-prefills whole, first in its iteration, without chunked
+context (TensorRT-LLM's ``pause`` keeps at most ``max_input_len`` of them); the
 reservation includes the ``k`` lookahead slots of speculative decoding (the
 simulator's draft slots hold blocks), and draft tokens take no chunk tokens
 (``fitDraftTokens`` is not modelled); the EQUAL_PROGRESS chunking policy is not modelled;
 block reuse (on by default in the LLM API) is off by default here (``prefix_caching`` may turn
 the simulator's on); in disaggregated pools the decode side's KV transfers take blocks outside
 the reservation, so preemption is possible there; ``beneficialToSkip`` (waiting for a prefix
-another context is computing) is not modelled.
+another context is computing) is not modelled. Under MAX_UTILIZATION: the admission stops at
+the first waiting request given no chunk (TensorRT-LLM's micro-batch may still fit a later,
+shorter one), and a continuing chunk takes its blocks as it runs (TensorRT-LLM holds the whole
+prompt's from its first chunk).
 """
 
 from __future__ import annotations
@@ -84,12 +107,15 @@ from ..checks import positive_int
 from ..specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NUM_TOKENS,
                                   check_free_gpu_memory_fraction)
 from .policies import refuse_unused_knobs
+from .request import PREFILL
 
 MAX_NUM_TOKENS = TRTLLM_MAX_NUM_TOKENS  # BuildConfig.max_num_tokens
 MAX_BATCH_SIZE = 2048  # BuildConfig.max_batch_size
 TOKENS_PER_BLOCK = 32  # PluginConfig.tokens_per_block / KvCacheConfig.tokens_per_block
 FREE_GPU_MEMORY_FRACTION = TRTLLM_FREE_GPU_MEMORY_FRACTION  # KvCacheConfig's default
 MAX_NUM_TOKENS_REASON = "max_num_tokens"  # how the reason of rule 3's rejection starts
+# CapacitySchedulerPolicy's values (the LLM API's SchedulerConfig), the first the default
+CAPACITY_SCHEDULER_POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
 def fcfs_chunk(rest: int, capacity: int, unit: int) -> int:
@@ -112,7 +138,7 @@ class TensorRTLLM:
     free_gpu_memory_fraction = FREE_GPU_MEMORY_FRACTION
 
     def __init__(self, max_num_tokens=MAX_NUM_TOKENS, free_gpu_memory_fraction=None,
-                 enable_chunked_context=False):
+                 enable_chunked_context=False, capacity_scheduler_policy="guaranteed_no_evict"):
         self.max_num_tokens = positive_int("max_num_tokens", max_num_tokens)
         if free_gpu_memory_fraction is not None:
             self.free_gpu_memory_fraction = check_free_gpu_memory_fraction(
@@ -121,6 +147,13 @@ class TensorRTLLM:
             raise TypeError(f"enable_chunked_context must be True or False, got "
                             f"{enable_chunked_context!r}")
         self.enable_chunked_context = enable_chunked_context
+        given = capacity_scheduler_policy
+        policy = given.strip().lower() if isinstance(given, str) else given
+        if policy not in CAPACITY_SCHEDULER_POLICIES:
+            raise ValueError(f"capacity_scheduler_policy must be one of "
+                             f"{CAPACITY_SCHEDULER_POLICIES}, got {given!r}")
+        self.capacity_scheduler_policy = policy
+        self.max_utilization = policy == "max_utilization"
         self._replica = None  # weak reference to the replica the state below belongs to
         self._reserved = {}  # index -> blocks to completion, of the requests it admitted
         self._total = 0  # sum(self._reserved.values())
@@ -137,21 +170,24 @@ class TensorRTLLM:
     @classmethod
     def from_config(cls, config):
         refuse_unused_knobs(config, cls.name, ("token_budget", "free_gpu_memory_fraction",
-                                               "enable_chunked_context"))
+                                               "enable_chunked_context",
+                                               "capacity_scheduler_policy"))
         fraction = config.free_gpu_memory_fraction
         if fraction is not None and config.kv_blocks is not None:  # it would size nothing
             raise ValueError(f"free_gpu_memory_fraction={fraction!r} sizes the KV pool, which "
                              f"kv_blocks={config.kv_blocks} gives: set one of them")
-        chunked = config.enable_chunked_context
+        chunked, policy = config.enable_chunked_context, config.capacity_scheduler_policy
         return cls(config.token_budget or MAX_NUM_TOKENS, fraction,
-                   False if chunked is None else chunked)
+                   False if chunked is None else chunked,
+                   CAPACITY_SCHEDULER_POLICIES[0] if policy is None else policy)
 
     def knobs(self) -> dict:
         """The knobs it uses, as ``SimConfig`` fields (the fraction only when given: with
         ``kv_blocks`` none sizes the pool)."""
         return {"token_budget": self.max_num_tokens,
                 "free_gpu_memory_fraction": vars(self).get("free_gpu_memory_fraction"),
-                "enable_chunked_context": self.enable_chunked_context}
+                "enable_chunked_context": self.enable_chunked_context,
+                "capacity_scheduler_policy": self.capacity_scheduler_policy}
 
     def reject_reason(self, r):
         """Rule 3: why an arriving request can never run (None: it can)."""
@@ -200,6 +236,8 @@ class TensorRTLLM:
 
     def schedule(self, replica, now):
         budget = self.max_num_tokens - replica.decodes.count * (1 + replica.num_spec_tokens)
+        if self.max_utilization:
+            return self._schedule_max_utilization(replica, budget)
         if self.enable_chunked_context:
             return self._schedule_chunks(replica, budget)
         waiting = replica.waiting
@@ -252,7 +290,42 @@ class TensorRTLLM:
             if not self._admit(replica, r, chunk, blocks):
                 break
 
+    def _schedule_max_utilization(self, replica, capacity):
+        """Rule 6: this step's blocks, not those to completion; the pool short, the most
+        recently started requests younger than the one waiting are paused (recomputed)."""
+        unit = min(replica.block_size, self.max_num_tokens)
+        chunked = self.enable_chunked_context
+        if chunked:
+            for r in replica.prefilling:  # (their blocks were taken at their first chunk)
+                if capacity <= 0:
+                    return
+                if r.status != PREFILL:  # paused for an older request's blocks
+                    continue
+                chunk = fcfs_chunk(r.prefill_target - r.num_computed, capacity, unit)
+                if chunk and replica.schedule_chunk(r, chunk):
+                    capacity -= chunk
+        waiting, blocks = replica.waiting, replica.blocks
+        first = True
+        while waiting and capacity > 0:
+            r = waiting[0]
+            rest = r.prefill_target - replica.prefix_hit(r)
+            if chunked:
+                tokens = fcfs_chunk(rest, capacity, unit)
+                if not tokens:
+                    break
+            elif rest > capacity and not (first and rest > self.max_num_tokens):
+                break  # rule 3 (a re-prefill over max_num_tokens goes first: a deviation)
+            else:
+                tokens = rest
+            # the whole prompt's blocks, at its first chunk; none to pause for it: every running
+            # request started before it (the module docstring, rule 6)
+            if -(-rest // replica.block_size) > blocks.num_free or not replica.admit(r, tokens):
+                break
+            capacity -= tokens
+            first = False
+
     def __repr__(self):
         return (f"TensorRTLLM(max_num_tokens={self.max_num_tokens}, "
                 f"free_gpu_memory_fraction={self.free_gpu_memory_fraction}, "
-                f"enable_chunked_context={self.enable_chunked_context})")
+                f"enable_chunked_context={self.enable_chunked_context}, "
+                f"capacity_scheduler_policy={self.capacity_scheduler_policy!r})")
