@@ -279,12 +279,14 @@ def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, ca
     settings = {}
     for name, extra in (("default", []), ("fraction", ["--free-gpu-memory-fraction", "0.5"]),
                         ("chunked", ["--enable-chunked-context"]),
-                        ("max_util", ["--capacity-scheduler-policy", "MAX_UTILIZATION"])):
+                        ("max_util", ["--capacity-scheduler-policy", "MAX_UTILIZATION"]),
+                        ("equal", ["--enable-chunked-context", "--context-chunking-policy",
+                                   "equal_progress"])):
         assert main(base + extra + ["-o", str(tmp_path / name)]) == 0
         doc = json.loads((tmp_path / name / "summary.json").read_text())
         settings[name] = doc["settings"]
         req = pd.read_parquet(tmp_path / name / "requests.parquet")
-        assert req["status"].tolist() == (["finished"] * 3 if name == "chunked" else
+        assert req["status"].tolist() == (["finished"] * 3 if name in ("chunked", "equal") else
                                           ["finished", "rejected", "finished"])
         assert doc["settings"]["capacity_scheduler_policy"] == (
             "max_utilization" if name == "max_util" else "guaranteed_no_evict")
@@ -292,6 +294,8 @@ def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, ca
     assert settings["default"]["free_gpu_memory_fraction"] is None  # TensorRT-LLM's 0.9
     assert settings["fraction"]["kv_blocks"] < settings["default"]["kv_blocks"] * 0.6
     assert settings["chunked"]["enable_chunked_context"] is True
+    assert settings["chunked"]["context_chunking_policy"] == "first_come_first_served"
+    assert settings["equal"]["context_chunking_policy"] == "equal_progress"
     assert settings["default"]["enable_chunked_context"] is False
     assert capsys.readouterr().err == ""
 

@@ -98,6 +98,7 @@ CASES = [
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
     (["run", "{d}/misspelt.toml"], "known: ['block_size', 'capacity_scheduler_policy', "
                                    "'chunk_size', 'closed_loop_users', "
+                                   "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
                                    "'free_gpu_memory_fraction', 'gpu', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', "
@@ -241,6 +242,9 @@ CASES = [
      "--enable-chunked-context True is not used by the 'sglang' scheduler"),
     (["run", "{d}/trt_chunked.toml"],
      "trt_chunked.toml: enable_chunked_context must be True or False, got 'yes'"),
+    (RUN + ["-s", "tensorrt-llm", "--context-chunking-policy", "equal_progress"],
+     "--context-chunking-policy 'equal_progress' chooses how prompts are cut: it needs "
+     "enable_chunked_context=True"),
     (RUN + ["-s", "vllm", "--capacity-scheduler-policy", "max_utilization"],
      "--capacity-scheduler-policy 'max_utilization' is not used by the 'vllm' scheduler"),
     (RUN + ["-s", "tensorrt-llm", "--capacity-scheduler-policy", "fcfs"],

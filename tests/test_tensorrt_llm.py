@@ -185,7 +185,7 @@ _CASES = dict(rows=st.lists(st.tuples(st.floats(0, 2), st.integers(1, 400), st.i
 
 
 def _audited_run(rows, kv_blocks, block_size, max_batch, budget, spec, chunked,
-                 policy="guaranteed_no_evict"):
+                 policy="guaranteed_no_evict", chunking=None):
     """A random run behind the audit: every request finishes, or is rejected at arrival with
     its reason when it could never fit the pool or (without chunked context) max_num_tokens.
     Returns (workload, run keywords, the audit, the result)."""
@@ -197,7 +197,8 @@ def _audited_run(rows, kv_blocks, block_size, max_batch, budget, spec, chunked,
               block_size=block_size, max_batch_size=max_batch, speculative=speculative,
               check=True)
     audit = _Audit(TensorRTLLM(budget or 8192, enable_chunked_context=chunked,
-                               capacity_scheduler_policy=policy))
+                               capacity_scheduler_policy=policy,
+                               context_chunking_policy=chunking))
     audit.check_reservation = policy == "guaranteed_no_evict"
     audit.check_order = not audit.check_reservation
     res = run(df, scheduler=audit, **kw)
@@ -372,6 +373,15 @@ def test_the_preset_brings_tensorrt_llms_defaults_and_memory_accounting():
      "free_gpu_memory_fraction=0.8 is set but scheduler is a policy object"),
     (lambda: SimConfig(scheduler="chunked", enable_chunked_context=True),
      "enable_chunked_context=True is not used by the 'chunked' scheduler"),
+    (lambda: SimConfig(scheduler="tensorrt-llm", context_chunking_policy="equal_progress"),
+     "context_chunking_policy='equal_progress' chooses how prompts are cut: it needs "
+     "enable_chunked_context=True"),
+    (lambda: SimConfig(scheduler="tensorrt-llm", enable_chunked_context=True,
+                       context_chunking_policy="round_robin"),
+     r"context_chunking_policy must be one of \('first_come_first_served', 'equal_progress'\), "
+     r"got 'round_robin'"),
+    (lambda: SimConfig(scheduler="sglang", context_chunking_policy="equal_progress"),
+     "context_chunking_policy='equal_progress' is not used by the 'sglang' scheduler"),
 ])
 def test_bad_input_names_the_field_and_value(make, match):
     with pytest.raises(ValueError, match=match):
@@ -470,3 +480,55 @@ def test_capacity_scheduler_policy_is_one_of_tensorrt_llms(value):
     with pytest.raises(ValueError, match="capacity_scheduler_policy='max_utilization' is not "
                                          "used by the 'vllm' scheduler"):
         SimConfig(scheduler="vllm", capacity_scheduler_policy="max_utilization")
+
+
+@pytest.mark.parametrize("extra", [{"closed_loop": "users"}, {"replicas": 2},
+                                   {"disaggregation": "pools"}])
+def test_rejections_over_max_num_tokens_in_closed_loops_clusters_and_pools(extra):
+    """A prompt over max_num_tokens is rejected wherever it arrives: a closed loop's user sends
+    the next request at once, a cluster's replica and a prefill pool refuse it; every request
+    comes out once."""
+    import workloads
+    extra = dict(extra)
+    if extra.get("closed_loop"):
+        extra["closed_loop"] = workloads.ClosedLoop(3)
+    if extra.get("disaggregation"):
+        extra["disaggregation"] = sim.Disaggregation(1, 1, link_bandwidth_gbps=50.0)
+    df = _df([(0.001 * i, 90 + 40 * (i % 4), 4 + i % 3) for i in range(24)])  # 90..210
+    res = run(df, scheduler="tensorrt-llm", token_budget=150, cost_model=COST, kv_blocks=60,
+              block_size=16, check=True, **extra)
+    req = res.requests
+    over = df["num_prompt_tokens"] > 150
+    assert (req["status"] == "rejected").tolist() == over.tolist()
+    assert req.loc[over, "reason"].str.startswith("max_num_tokens: ").all()
+    assert res.summary()["num_finished"] == int((~over).sum())
+
+
+def test_equal_progress_deals_the_budget_a_block_at_a_time():
+    """EQUAL_PROGRESS, max_num_tokens 100, blocks of 16 (by hand, TensorRT-LLM's loop): A (250)
+    and B (10) do not both fit; round 1 gives A 16 and B its 10, rounds 2-5 A 16 more each
+    (74 + 16 = 90), round 6 would overflow: A 80, B 10, where FIRST_COME_FIRST_SERVED gives A
+    96 and B nothing (4 left); then A alone, 96 of its 170 beside B's decode, its last 74."""
+    df = _df([(0.0, 250, 3), (0.0, 10, 2)])
+    kw = dict(scheduler="tensorrt-llm", token_budget=100, cost_model=COST, kv_blocks=100,
+              block_size=16, enable_chunked_context=True, check=True)
+    ep = run(df, context_chunking_policy="equal_progress", **kw)
+    assert _prefill_tokens(ep)[:3] == [90, 96, 74]  # then A's 250 - 80 - 96 = 74 whole
+    assert _starts(ep) == [0, 0]
+    fcfs = run(df, **kw)
+    assert _prefill_tokens(fcfs)[:3] == [96, 96, 68] and _starts(fcfs) == [0, 2]
+    assert ep.config.context_chunking_policy == "equal_progress"
+    assert fcfs.config.context_chunking_policy == "first_come_first_served"
+    assert run(df.head(1), scheduler="tensorrt-llm").config.context_chunking_policy is None
+
+
+@pytest.mark.parametrize("policy", ["guaranteed_no_evict", "max_utilization"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**{k: v for k, v in _CASES.items() if k != "chunked"})
+def test_equal_progress_loses_nothing(policy, rows, kv_blocks, block_size, max_batch, budget,
+                                      spec):
+    """Under either capacity scheduler: every request finishes or is rejected for the pool,
+    the budget holds, a prompt is cut only at whole blocks (the audit), and under
+    MAX_UTILIZATION every running request arrived before every waiting one."""
+    _audited_run(rows, kv_blocks, block_size, max_batch, budget, spec, True, policy,
+                 chunking="equal_progress")

@@ -183,6 +183,7 @@ def _config(s, names=None):
                     free_gpu_memory_fraction=s["free_gpu_memory_fraction"],
                     enable_chunked_context=s["enable_chunked_context"],
                     capacity_scheduler_policy=s["capacity_scheduler_policy"],
+                    context_chunking_policy=s["context_chunking_policy"],
                     block_size=s["block_size"], max_model_len=s["max_model_len"],
                     prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],

@@ -19,6 +19,8 @@ from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
 from ..engine.routers import ROUTERS
 from ..engine.schedulers import POLICIES
 from ..engine.speculation import MAX_SPECULATIVE_TOKENS
+from ..engine.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
+from ..engine.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
 from ..results.metrics import SLO_KEYS
 
 
@@ -51,7 +53,7 @@ DEFAULTS = {
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
     "link_bandwidth_gbps": None, "link_latency_s": 0.0,
     "hash_block_tokens": None, "free_gpu_memory_fraction": None, "enable_chunked_context": None,
-    "capacity_scheduler_policy": None,
+    "capacity_scheduler_policy": None, "context_chunking_policy": None,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
 SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
@@ -129,14 +131,18 @@ def add_run_args(p):
                         "than what is left of max_num_tokens (--token-budget) runs in chunks "
                         "(default: off, as in TensorRT-LLM's LLM API: a prompt over "
                         "max_num_tokens is rejected)")
-    p.add_argument("--capacity-scheduler-policy", type=str.lower,
-                   choices=["guaranteed_no_evict", "max_utilization"],
-                   dest="capacity_scheduler_policy",
-                   help="tensorrt-llm: TensorRT-LLM's capacity scheduler: guaranteed_no_evict "
-                        "(each request's KV to completion reserved, never preempts) or "
-                        "max_utilization (admits while this step's blocks fit, pauses the most "
-                        "recently started requests when the pool runs out) (default "
-                        "guaranteed_no_evict)")
+    for key, choices, help in (
+            ("capacity_scheduler_policy", CAPACITY_SCHEDULER_POLICIES,
+             "tensorrt-llm: TensorRT-LLM's capacity scheduler: guaranteed_no_evict (each "
+             "request's KV to completion reserved, never preempts) or max_utilization (admits "
+             "while this step's blocks fit, pauses the most recently started requests when the "
+             "pool runs out)"),
+            ("context_chunking_policy", CONTEXT_CHUNKING_POLICIES,
+             "tensorrt-llm with --enable-chunked-context: how prompts share max_num_tokens: "
+             "first_come_first_served (each in turn takes what it can) or equal_progress (a "
+             "block more to each, round after round)")):
+        p.add_argument("--" + key.replace("_", "-"), type=str.lower, choices=choices, dest=key,
+                       help=f"{help} (default {choices[0]})")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
@@ -337,7 +343,7 @@ def check_settings(s, names=None, given=()) -> dict:
     typed("output", (str, Path), "a folder path")
     typed("plots", bool, "true or false")
     for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching",
-                "capacity_scheduler_policy"):
+                "capacity_scheduler_policy", "context_chunking_policy"):
         if isinstance(s[key], str):  # names take any case, as the flags do
             s[key] = s[key].strip().lower()
     if isinstance(s["speculative"], dict) and isinstance(s["speculative"].get("method"), str):

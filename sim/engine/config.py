@@ -4,7 +4,7 @@ Flat knobs (what users sweep and write in TOML). A knob left ``None`` takes the 
 default (:mod:`sim.engine.policies`: a preset brings its engine's defaults; the simple policies
 bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_size``,
 ``token_budget``; the tensorrt-llm preset's ``free_gpu_memory_fraction``,
-``enable_chunked_context`` and ``capacity_scheduler_policy``) are validated by the policy, and one set for a policy that does not
+``enable_chunked_context``, ``capacity_scheduler_policy`` and ``context_chunking_policy``) are validated by the policy, and one set for a policy that does not
 use it is an error, never silently ignored (``free_gpu_memory_fraction`` with a scheduler whose
 memory accounting does not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
@@ -63,6 +63,7 @@ class SimConfig:
     free_gpu_memory_fraction: float | None = None  # TensorRT-LLM's KV share (its accounting)
     enable_chunked_context: bool | None = None  # TensorRT-LLM's chunked context (tensorrt-llm)
     capacity_scheduler_policy: str | None = None  # TensorRT-LLM's: "guaranteed_no_evict" ...
+    context_chunking_policy: str | None = None  # ... and "first_come_first_served" ...
     kv_blocks: int | None = None
     block_size: int | None = None
     max_model_len: int | None = None  # prompt + output tokens per request; None: the model's

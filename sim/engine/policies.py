@@ -76,7 +76,7 @@ from .request import PREFILL
 
 # SimConfig fields that belong to a policy
 KNOBS = ("chunk_size", "token_budget", "free_gpu_memory_fraction", "enable_chunked_context",
-         "capacity_scheduler_policy")
+         "capacity_scheduler_policy", "context_chunking_policy")
 PREFIX_CACHING_MODES = (False, "block", "radix")  # off, vLLM v1's block hashes, SGLang's tree
 # engine knobs a scheduler may default (a preset brings its engine's); these are the simple
 # policies' (and a policy object's unless it has its own ``engine_defaults``)

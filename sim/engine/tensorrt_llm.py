@@ -41,7 +41,9 @@ Rules (sources: ``cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp``
    shorter prompt may still fit whole in the remainder); a request given 0 tokens waits (a new
    one is not admitted and reserves nothing, but takes a batch slot in that iteration, as
    TensorRT-LLM counts it). No prompt is too long: one above ``max_num_tokens`` runs over
-   several iterations;
+   several iterations. With ``context_chunking_policy="equal_progress"`` the contexts instead
+   take ``unit`` more tokens each in turn, round after round (a context's last step only what
+   it has left, a step that would overflow skipped), until a round adds nothing;
 5. defaults: ``max_batch_size`` 2,048 and ``max_num_tokens`` 8,192 (the LLM API's and
    ``trtllm-build``'s ``BuildConfig``); chunked context off (``enable_chunked_prefill=False`` in
    the 1.0 LLM API, ``tensorrt_llm/llmapi/llm_args.py`` @ fcd3f31682808ae56118ae43c1d7864a3a945e6f;
@@ -89,8 +91,7 @@ tokens exceed ``max_num_tokens`` re-prefills whole, first in its iteration, with
 context (TensorRT-LLM's ``pause`` keeps at most ``max_input_len`` of them); the
 reservation includes the ``k`` lookahead slots of speculative decoding (the
 simulator's draft slots hold blocks), and draft tokens take no chunk tokens
-(``fitDraftTokens`` is not modelled); the EQUAL_PROGRESS chunking policy is not modelled;
-block reuse (on by default in the LLM API) is off by default here (``prefix_caching`` may turn
+(``fitDraftTokens`` is not modelled); block reuse (on by default in the LLM API) is off by default here (``prefix_caching`` may turn
 the simulator's on); in disaggregated pools the decode side's KV transfers take blocks outside
 the reservation, so preemption is possible there; ``beneficialToSkip`` (waiting for a prefix
 another context is computing) is not modelled. Under MAX_UTILIZATION: the admission stops at
@@ -108,6 +109,7 @@ from ..specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NU
                                   check_free_gpu_memory_fraction)
 from .policies import refuse_unused_knobs
 from .request import PREFILL
+from .tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES, equal_progress_chunks, fcfs_chunk
 
 MAX_NUM_TOKENS = TRTLLM_MAX_NUM_TOKENS  # BuildConfig.max_num_tokens
 MAX_BATCH_SIZE = 2048  # BuildConfig.max_batch_size
@@ -118,13 +120,11 @@ MAX_NUM_TOKENS_REASON = "max_num_tokens"  # how the reason of rule 3's rejection
 CAPACITY_SCHEDULER_POLICIES = ("guaranteed_no_evict", "max_utilization")
 
 
-def fcfs_chunk(rest: int, capacity: int, unit: int) -> int:
-    """Rule 4, FIRST_COME_FIRST_SERVED: the tokens a context with ``rest`` prompt tokens left
-    gets of ``capacity``: all of them if they fit, else ``capacity`` rounded down to a
-    multiple of ``unit`` (``setCtxRequestsChunkSize<kFIRST_COME_FIRST_SERVED>``)."""
-    if rest <= capacity:
-        return rest
-    return capacity // unit * unit if capacity > 0 else 0
+def _one_of(name, given, choices) -> str:
+    value = given.strip().lower() if isinstance(given, str) else given
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {given!r}")
+    return value
 
 
 class TensorRTLLM:
@@ -138,7 +138,8 @@ class TensorRTLLM:
     free_gpu_memory_fraction = FREE_GPU_MEMORY_FRACTION
 
     def __init__(self, max_num_tokens=MAX_NUM_TOKENS, free_gpu_memory_fraction=None,
-                 enable_chunked_context=False, capacity_scheduler_policy="guaranteed_no_evict"):
+                 enable_chunked_context=False, capacity_scheduler_policy="guaranteed_no_evict",
+                 context_chunking_policy=None):
         self.max_num_tokens = positive_int("max_num_tokens", max_num_tokens)
         if free_gpu_memory_fraction is not None:
             self.free_gpu_memory_fraction = check_free_gpu_memory_fraction(
@@ -147,13 +148,17 @@ class TensorRTLLM:
             raise TypeError(f"enable_chunked_context must be True or False, got "
                             f"{enable_chunked_context!r}")
         self.enable_chunked_context = enable_chunked_context
-        given = capacity_scheduler_policy
-        policy = given.strip().lower() if isinstance(given, str) else given
-        if policy not in CAPACITY_SCHEDULER_POLICIES:
-            raise ValueError(f"capacity_scheduler_policy must be one of "
-                             f"{CAPACITY_SCHEDULER_POLICIES}, got {given!r}")
-        self.capacity_scheduler_policy = policy
-        self.max_utilization = policy == "max_utilization"
+        self.capacity_scheduler_policy = _one_of("capacity_scheduler_policy",
+                                                 capacity_scheduler_policy,
+                                                 CAPACITY_SCHEDULER_POLICIES)
+        self.max_utilization = self.capacity_scheduler_policy == "max_utilization"
+        if context_chunking_policy is not None and not enable_chunked_context:
+            raise ValueError(f"context_chunking_policy={context_chunking_policy!r} chooses how "
+                             f"prompts are cut: it needs enable_chunked_context=True")
+        self.context_chunking_policy = None if not enable_chunked_context else _one_of(
+            "context_chunking_policy", context_chunking_policy or CONTEXT_CHUNKING_POLICIES[0],
+            CONTEXT_CHUNKING_POLICIES)
+        self.equal_progress = self.context_chunking_policy == "equal_progress"
         self._replica = None  # weak reference to the replica the state below belongs to
         self._reserved = {}  # index -> blocks to completion, of the requests it admitted
         self._total = 0  # sum(self._reserved.values())
@@ -171,7 +176,8 @@ class TensorRTLLM:
     def from_config(cls, config):
         refuse_unused_knobs(config, cls.name, ("token_budget", "free_gpu_memory_fraction",
                                                "enable_chunked_context",
-                                               "capacity_scheduler_policy"))
+                                               "capacity_scheduler_policy",
+                                               "context_chunking_policy"))
         fraction = config.free_gpu_memory_fraction
         if fraction is not None and config.kv_blocks is not None:  # it would size nothing
             raise ValueError(f"free_gpu_memory_fraction={fraction!r} sizes the KV pool, which "
@@ -179,7 +185,8 @@ class TensorRTLLM:
         chunked, policy = config.enable_chunked_context, config.capacity_scheduler_policy
         return cls(config.token_budget or MAX_NUM_TOKENS, fraction,
                    False if chunked is None else chunked,
-                   CAPACITY_SCHEDULER_POLICIES[0] if policy is None else policy)
+                   CAPACITY_SCHEDULER_POLICIES[0] if policy is None else policy,
+                   config.context_chunking_policy)
 
     def knobs(self) -> dict:
         """The knobs it uses, as ``SimConfig`` fields (the fraction only when given: with
@@ -187,7 +194,8 @@ class TensorRTLLM:
         return {"token_budget": self.max_num_tokens,
                 "free_gpu_memory_fraction": vars(self).get("free_gpu_memory_fraction"),
                 "enable_chunked_context": self.enable_chunked_context,
-                "capacity_scheduler_policy": self.capacity_scheduler_policy}
+                "capacity_scheduler_policy": self.capacity_scheduler_policy,
+                "context_chunking_policy": self.context_chunking_policy}
 
     def reject_reason(self, r):
         """Rule 3: why an arriving request can never run (None: it can)."""
@@ -229,13 +237,15 @@ class TensorRTLLM:
     def _admit(self, replica, r, tokens, blocks) -> bool:
         if not replica.admit(r, tokens):  # no batch slot
             return False
-        if not self._exact:
+        if not self._exact and not self.max_utilization:
             self._reserved[r.index] = blocks
             self._total += blocks
         return True
 
     def schedule(self, replica, now):
         budget = self.max_num_tokens - replica.decodes.count * (1 + replica.num_spec_tokens)
+        if self.equal_progress:
+            return self._schedule_equal_progress(replica, budget)
         if self.max_utilization:
             return self._schedule_max_utilization(replica, budget)
         if self.enable_chunked_context:
@@ -288,6 +298,42 @@ class TensorRTLLM:
                 chosen.append((r, chunk, blocks))
         for r, chunk, blocks in chosen:
             if not self._admit(replica, r, chunk, blocks):
+                break
+
+    def _schedule_equal_progress(self, replica, capacity):
+        """Rule 4 with EQUAL_PROGRESS: every context that passes the capacity scheduler (rules
+        1-2, or rule 6's one-step blocks) is read first, then ``capacity`` is dealt out."""
+        if capacity <= 0:
+            return
+        contexts = list(replica.prefilling)
+        rests = [r.prefill_target - r.num_computed for r in contexts]
+        new = []  # (request, blocks to completion)
+        slots = replica.max_batch_size - len(replica.running)
+        if replica.waiting and slots > 0:
+            mu = self.max_utilization
+            available = replica.blocks.num_free if mu else self._available(replica)
+            for r in replica.waiting:  # (read now, admitted below)
+                rest = r.prefill_target - replica.prefix_hit(r)
+                blocks = -(-rest // replica.block_size) if mu else self.to_completion(replica, r)
+                if blocks > available:  # rule 2 (rule 6: its prompt's blocks)
+                    break
+                available -= blocks
+                new.append((r, blocks))
+                rests.append(rest)
+                if len(new) == slots:
+                    break
+        chunks = equal_progress_chunks(rests, capacity, min(replica.block_size,
+                                                            self.max_num_tokens))
+        paused = replica.num_preempted_now
+        for r, chunk in zip(contexts, chunks):
+            if chunk and r.status == PREFILL:  # (rule 6: a later chunk may pause the newest)
+                replica.schedule_chunk(r, chunk)
+        if replica.num_preempted_now > paused:
+            return  # a paused request, older than those read, goes first next iteration
+        for (r, blocks), chunk in zip(new, chunks[len(contexts):]):
+            if not chunk and self.max_utilization:
+                break  # (none younger may start before it: the deviation under rule 6)
+            if chunk and not self._admit(replica, r, chunk, blocks):
                 break
 
     def _schedule_max_utilization(self, replica, capacity):
