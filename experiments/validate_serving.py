@@ -65,8 +65,6 @@ import workloads
 from sim import SimConfig, sweep
 from sim.costs.roofline import RooflineCost
 from sim.costs.roofline_params import fitted_params
-from sim.specs.gpus import get_gpu
-from sim.specs.memory import memory_budget
 from sim.specs.memory_terms import TRTLLM_FREE_GPU_MEMORY_FRACTION
 
 DATA = resources.files("sim").joinpath("data")
@@ -90,7 +88,8 @@ class EngineSettings:
     to its clients). ``cuda_graph_max_batch``: decode-only batches up to this size are priced
     without per-layer launch gaps (``RooflineParams``); ``nccl_only``: no custom all-reduce;
     ``kv_fraction``: the KV pool is TensorRT-LLM's accounting at this ``free_gpu_memory_fraction``
-    (``None``: vLLM's at 0.9)."""
+    (``None``: vLLM's at 0.9); ``chunked_context``: TensorRT-LLM's ``enable_chunked_context``
+    (``None``: the scheduler's default)."""
 
     scheduler: str
     max_batch_size: int | None
@@ -99,6 +98,7 @@ class EngineSettings:
     nccl_only: bool
     note: str
     kv_fraction: float | None = None
+    chunked_context: bool | None = None
 
 
 # TensorRT-LLM's engines (0.14, 0.17): decode steps priced without launch gaps, prefills with
@@ -115,20 +115,25 @@ _TRT_POOL = ("GUARANTEED_NO_EVICT reserves each request's prompt + output tokens
 # rows fell back is not published. Triton's backend: no fraction published, the executor's
 # default 0.9 (sim.specs.memory_terms).
 TRT_BENCH_FRACTION = 0.95
+# trtllm-bench throughput runs with chunked context: "--enable_chunked_context/
+# --disable_chunked_context", default=True (tensorrt_llm/bench/benchmark/throughput.py @
+# 000a01de66f0eab4ab05640711f0253f50f5209c), so its prompts above max_num_tokens (20,000-token
+# rows) run in chunks; the 0.17-era default of that flag is taken to be the same (not checked).
 ENGINES = {
-    # v1.0, PyTorch backend (perf-overview.md @ 00f37686): whole prompts (chunked prefill off by
-    # default), the LLM API's default max_batch_size 2048 and max_num_tokens 8192 (trtllm-bench
-    # may choose others from the dataset's statistics; not published), CUDA graphs for batches
-    # 1-8,192 (its llm_options.yml), TensorRT-LLM's own custom all-reduce.
+    # v1.0, PyTorch backend (perf-overview.md @ 00f37686): trtllm-bench's chunked context, the
+    # LLM API's default max_batch_size 2048 and max_num_tokens 8192 (trtllm-bench may choose
+    # others from the dataset's statistics; not published), CUDA graphs for batches 1-8,192
+    # (its llm_options.yml), TensorRT-LLM's own custom all-reduce.
     "tensorrt-llm-1.0": EngineSettings("tensorrt-llm", 2048, 8192, 8192, False, _TRT_POOL,
-                                       TRT_BENCH_FRACTION),
+                                       TRT_BENCH_FRACTION, chunked_context=True),
     # v0.17 engines built by trtllm-bench (perf-overview.md @ 258c7540): its example run prints
     # "Max Runtime Batch Size: 4096, Max Runtime Tokens: 8192, Scheduling Policy: Guaranteed No
     # Evict"; the build's dataset heuristics may choose other limits per row (not published).
     "tensorrt-llm-0.17": EngineSettings("tensorrt-llm", 4096, 8192, NO_DECODE_GAPS, False,
-                                        _TRT_POOL, TRT_BENCH_FRACTION),
+                                        _TRT_POOL, TRT_BENCH_FRACTION, chunked_context=True),
     # v0.14 behind Triton's TensorRT-LLM backend (same file): trtllm-build's defaults
-    # (max_batch_size 2048, max_num_tokens 8192); the backend's batch_scheduler_policy
+    # (max_batch_size 2048, max_num_tokens 8192), enable_chunked_context off (the backend's
+    # default; every prompt of these rows is below 8,192); the backend's batch_scheduler_policy
     # defaults to GUARANTEED_NO_EVICT (model_instance_state.cc, sim.engine.tensorrt_llm); the
     # client's and server's own time per request (HTTP, tokenisation) is not modelled.
     "tensorrt-llm-0.14-triton": EngineSettings("tensorrt-llm", 2048, 8192, NO_DECODE_GAPS, False,
@@ -227,20 +232,14 @@ def _config(row) -> SimConfig:
                         kv_dtype=row.kv_dtype, params=params)
     closed = row.scenario == "closed_loop"
     batch = e.max_batch_size or int(row.concurrency)
-    cfg = SimConfig(scheduler=e.scheduler, cost_model=cost, model=row.model, gpu=row.gpu,
-                    tensor_parallel=tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
-                    max_batch_size=batch, token_budget=e.token_budget,
-                    closed_loop=workloads.ClosedLoop(int(row.concurrency)) if closed else None)
-    if e.kv_fraction is None:
-        return cfg
-    budget = memory_budget(row.model, get_gpu(row.gpu).memory_gb, tensor_parallel=tp,
-                           weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
-                           block_size=cfg.resolved().block_size, accounting="tensorrt-llm",
-                           max_num_batched_tokens=e.token_budget,
-                           free_gpu_memory_fraction=e.kv_fraction)
-    if not budget.fits:
-        raise ValueError(f"{row.engine} row: {budget.advice}")
-    return dataclasses.replace(cfg, kv_blocks=budget.kv_blocks)
+    # (the tensorrt-llm preset sizes its pool with TensorRT-LLM's accounting at kv_fraction,
+    # activations for its max_num_tokens; vLLM's at 0.9 for the others)
+    return SimConfig(scheduler=e.scheduler, cost_model=cost, model=row.model, gpu=row.gpu,
+                     tensor_parallel=tp, weight_dtype=row.weight_dtype, kv_dtype=row.kv_dtype,
+                     max_batch_size=batch, token_budget=e.token_budget,
+                     free_gpu_memory_fraction=e.kv_fraction,
+                     enable_chunked_context=e.chunked_context,
+                     closed_loop=workloads.ClosedLoop(int(row.concurrency)) if closed else None)
 
 
 RUN_KEY = ("scenario", "engine", "gpu", "model", "tensor_parallel", "weight_dtype", "kv_dtype",

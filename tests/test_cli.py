@@ -241,8 +241,11 @@ def test_sweep_repeats_from_the_file_and_the_flag(tmp_path, capsys):
                                        f">= 1, got 0\n")
 
 
-@pytest.mark.parametrize("knob", ["chunk_size", "token_budget"])
-def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob):
+@pytest.mark.parametrize("knob, value", [("chunk_size", 4096), ("token_budget", 4096),
+                                         ("free_gpu_memory_fraction", 0.8),
+                                         ("enable_chunked_context", True),
+                                         ("capacity_scheduler_policy", "max_utilization")])
+def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob, value):
     """The sglang preset uses both knobs; the help once named only chunked/sarathi/vllm and
     continuous."""
     import argparse
@@ -255,12 +258,46 @@ def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob):
     head = text.split("(default")[0]
     for name in POLICIES:
         try:
-            SimConfig(scheduler=name, **{knob: 4096})
+            SimConfig(scheduler=name, **{knob: value})
             uses = True
         except ValueError as e:
-            assert "not used" in str(e), e
+            assert "not used" in str(e) or "read only by" in str(e), e
             uses = False
         assert bool(re.search(rf"\b{name}\b", head)) == uses, (name, head)
+
+
+def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, capsys):
+    """--free-gpu-memory-fraction sizes the tensorrt-llm preset's pool (as sim memory's flag
+    does: the same check); --enable-chunked-context runs a prompt over max_num_tokens in
+    chunks where without it the request is rejected; --capacity-scheduler-policy (any case);
+    summary.json records them."""
+    wl = tmp_path / "w.csv"
+    pd.DataFrame({"arrival_time": [0.0, 0.1, 0.2], "num_prompt_tokens": [100, 3000, 200],
+                  "num_output_tokens": [10, 20, 30]}).to_csv(wl, index=False)
+    base = ["run", "-w", str(wl), "-s", "tensorrt-llm", "--token-budget", "1024", "--no-plots",
+            "-q"]
+    settings = {}
+    for name, extra in (("default", []), ("fraction", ["--free-gpu-memory-fraction", "0.5"]),
+                        ("chunked", ["--enable-chunked-context"]),
+                        ("max_util", ["--capacity-scheduler-policy", "MAX_UTILIZATION"]),
+                        ("equal", ["--enable-chunked-context", "--context-chunking-policy",
+                                   "equal_progress"])):
+        assert main(base + extra + ["-o", str(tmp_path / name)]) == 0
+        doc = json.loads((tmp_path / name / "summary.json").read_text())
+        settings[name] = doc["settings"]
+        req = pd.read_parquet(tmp_path / name / "requests.parquet")
+        assert req["status"].tolist() == (["finished"] * 3 if name in ("chunked", "equal") else
+                                          ["finished", "rejected", "finished"])
+        assert doc["settings"]["capacity_scheduler_policy"] == (
+            "max_utilization" if name == "max_util" else "guaranteed_no_evict")
+    assert settings["fraction"]["free_gpu_memory_fraction"] == 0.5
+    assert settings["default"]["free_gpu_memory_fraction"] is None  # TensorRT-LLM's 0.9
+    assert settings["fraction"]["kv_blocks"] < settings["default"]["kv_blocks"] * 0.6
+    assert settings["chunked"]["enable_chunked_context"] is True
+    assert settings["chunked"]["context_chunking_policy"] == "first_come_first_served"
+    assert settings["equal"]["context_chunking_policy"] == "equal_progress"
+    assert settings["default"]["enable_chunked_context"] is False
+    assert capsys.readouterr().err == ""
 
 
 def test_hash_block_tokens_lets_a_csv_with_hash_ids_use_the_prefix_cache(tmp_path, capsys):

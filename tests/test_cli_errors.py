@@ -45,6 +45,9 @@ FILES = {  # name -> contents, written into the test's folder
     "hash_tokens.toml": TOML5 + 'hash_block_tokens = "512"\n',
     "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
     "max_len.toml": TOML5 + "max_model_len = 1024.5\n",
+    "trt_fraction.toml": TOML5 + 'scheduler = "tensorrt-llm"\nfree_gpu_memory_fraction = "0.8"\n',
+    "trt_chunked.toml": TOML5 + 'scheduler = "tensorrt-llm"\nenable_chunked_context = "yes"\n',
+    "trt_policy.toml": TOML5 + 'scheduler = "tensorrt-llm"\ncapacity_scheduler_policy = "FCFS"\n',
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
 
@@ -93,8 +96,11 @@ CASES = [
                                    "token; write 0 for a term not wanted), got 1"),
     (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
-    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'chunk_size', 'closed_loop_users', "
-                                   "'cost', 'decode_replicas', 'gpu', 'hash_block_tokens', "
+    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'capacity_scheduler_policy', "
+                                   "'chunk_size', 'closed_loop_users', "
+                                   "'context_chunking_policy', "
+                                   "'cost', 'decode_replicas', 'enable_chunked_context', "
+                                   "'free_gpu_memory_fraction', 'gpu', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
@@ -218,6 +224,34 @@ CASES = [
     (["memory", "llama-3.1-8b", "--accounting", "tensorrt-llm",
       "--free-gpu-memory-fraction", "1"],
      "--free-gpu-memory-fraction must be below 1 (TensorRT-LLM refuses 1.0), got 1.0"),
+    # sim run's flag: the same check as sim memory's, and only for the preset that reads it
+    (RUN + ["-s", "tensorrt-llm", "--free-gpu-memory-fraction", "1"],
+     "--free-gpu-memory-fraction must be below 1 (TensorRT-LLM refuses 1.0), got 1.0"),
+    (RUN + ["-s", "vllm", "--free-gpu-memory-fraction", "0.8"],
+     "error: --free-gpu-memory-fraction 0.8 is read only by the tensorrt-llm memory accounting, "
+     "but the 'vllm' scheduler sizes its KV pool with vllm's (sim memory --accounting vllm "
+     "shows its terms)"),
+    (RUN + ["--free-gpu-memory-fraction", "0.8"],
+     "--free-gpu-memory-fraction 0.8 is read only by the tensorrt-llm memory accounting, but "
+     "the 'chunked' scheduler"),
+    (RUN + ["-s", "tensorrt-llm", "--free-gpu-memory-fraction", "0.8", "--kv-blocks", "100"],
+     "--free-gpu-memory-fraction 0.8 sizes the KV pool, which kv_blocks=100 gives"),
+    (["run", "{d}/trt_fraction.toml"],
+     "trt_fraction.toml: free_gpu_memory_fraction must be a number, got '0.8'"),
+    (RUN + ["-s", "sglang", "--enable-chunked-context"],
+     "--enable-chunked-context True is not used by the 'sglang' scheduler"),
+    (["run", "{d}/trt_chunked.toml"],
+     "trt_chunked.toml: enable_chunked_context must be True or False, got 'yes'"),
+    (RUN + ["-s", "tensorrt-llm", "--context-chunking-policy", "equal_progress"],
+     "--context-chunking-policy 'equal_progress' chooses how prompts are cut: it needs "
+     "enable_chunked_context=True"),
+    (RUN + ["-s", "vllm", "--capacity-scheduler-policy", "max_utilization"],
+     "--capacity-scheduler-policy 'max_utilization' is not used by the 'vllm' scheduler"),
+    (RUN + ["-s", "tensorrt-llm", "--capacity-scheduler-policy", "fcfs"],
+     "argument --capacity-scheduler-policy: invalid choice: 'fcfs'"),
+    (["run", "{d}/trt_policy.toml"],
+     "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
+     "'max_utilization'), got 'fcfs'"),
 ]
 
 

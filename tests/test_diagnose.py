@@ -67,9 +67,14 @@ def test_decode_stalls_under_whole_prompt_prefill_not_chunked():
     advice = {f.code: f.action for f in cont.diagnose()}["decode_stalls"]
     assert "scheduler='chunked'" in advice and "chunk_size" in advice
     trt = sim.run(df, scheduler="tensorrt-llm", cost_model=cost, max_batch_size=16,
-                  kv_blocks=10**5, token_budget=4096)  # (prompts above it run beside decodes)
+                  kv_blocks=10**5, token_budget=9000)  # (room for a prompt beside 8 decodes)
     advice = {f.code: f.action for f in trt.diagnose()}["decode_stalls"]
-    assert "chunked context" in advice and "chunk_size" not in advice
+    assert "enable_chunked_context=True" in advice and "chunk_size" not in advice
+    # with chunked context on, prompts of up to max_num_tokens still run beside the decodes
+    on = sim.run(df, scheduler="tensorrt-llm", cost_model=cost, max_batch_size=16,
+                 kv_blocks=10**5, token_budget=8192, enable_chunked_context=True)
+    advice = {f.code: f.action for f in on.diagnose()}["decode_stalls"]
+    assert advice == "lower max_num_tokens (token_budget, now 8,192)"
 
 
 def test_kv_pool_too_small_when_preemptions_recompute_prefill():

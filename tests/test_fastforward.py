@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads as wl
-from sim.engine.policies import ChunkedPrefill
+from sim.engine.policies import KNOBS, ChunkedPrefill
 
 GPU = dict(model="llama-3.1-8b", gpu="h100")
 
@@ -44,7 +44,7 @@ def _fast_and_stepped(df, **kw):
 
     from sim.engine.schedulers import resolve
     config, policy = resolve(sim.SimConfig(**kw))
-    config = dataclasses.replace(config, chunk_size=None, token_budget=None)
+    config = dataclasses.replace(config, **dict.fromkeys(KNOBS))  # (the policy carries them)
     fast = sim.run(df, dataclasses.replace(config, scheduler=copy.deepcopy(policy)))
     stepped = sim.run(df, dataclasses.replace(config, scheduler=_Stepped(copy.deepcopy(policy))))
     return fast, stepped

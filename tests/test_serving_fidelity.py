@@ -121,20 +121,24 @@ def test_configs_follow_each_engines_documented_settings(vs, rows):
                              tensor_parallel=int(r.tensor_parallel), weight_dtype=r.weight_dtype,
                              kv_dtype=r.kv_dtype, accounting="tensorrt-llm", block_size=32,
                              max_num_batched_tokens=8192, free_gpu_memory_fraction=f).kv_blocks
-    assert c.kv_blocks == trt_blocks(trt, 0.95) == c.resolved_kv_blocks()
+    assert c.kv_blocks is None and c.free_gpu_memory_fraction == 0.95  # the preset's knob
+    assert c.resolved_kv_blocks() == trt_blocks(trt, 0.95)
     assert vs.ENGINES["tensorrt-llm-1.0"].kv_fraction == 0.95
+    # trtllm-bench runs with chunked context (its --enable_chunked_context default)
+    assert c.enable_chunked_context is True
     old = rows[rows["engine"] == "tensorrt-llm-0.17"].iloc[0]
     c = vs.config(old)
     assert (c.scheduler, c.max_batch_size, c.token_budget) == ("tensorrt-llm", 4096, 8192)
     assert c.cost_model.params.cuda_graph_max_batch == vs.NO_DECODE_GAPS
-    assert c.kv_blocks == trt_blocks(old, 0.95)
+    assert c.resolved_kv_blocks() == trt_blocks(old, 0.95) and c.enable_chunked_context
     tight = rows[(rows["engine"] == "tensorrt-llm-0.17") & (rows["gpu"] == "h100")
                  & (rows["model"] == "llama-3.1-70b") & (rows["tensor_parallel"] == 1)].iloc[0]
     # 2,218 blocks of 32 tokens (4,436 of 16); vLLM's accounting at 0.9 gave 1,753 of 16
-    assert vs.config(tight).kv_blocks == 2_218
+    assert vs.config(tight).resolved_kv_blocks() == 2_218
     triton = rows[rows["engine"] == "tensorrt-llm-0.14-triton"].iloc[0]
-    assert vs.config(triton).kv_blocks == trt_blocks(triton, 0.9)
+    assert vs.config(triton).resolved_kv_blocks() == trt_blocks(triton, 0.9)
     assert vs.config(triton).scheduler == "tensorrt-llm"  # Triton's default policy too
+    assert not vs.config(triton).resolved().enable_chunked_context  # the backend's default
     lmd = rows[(rows["engine"] == "lmdeploy-0.1-turbomind") & (rows["concurrency"] == 256)].iloc[0]
     c = vs.config(lmd)
     assert c.max_batch_size == 256 and c.closed_loop.num_users == 256
@@ -211,7 +215,8 @@ def test_tensorrt_llm_rows_reserve_whole_requests_and_never_preempt(vs, rows):
     res = sim.run(df, cfg)
     assert res.summary()["num_preemptions"] == 0
     assert res.iterations["num_running"].max() == blocks // per_request < cfg.max_batch_size
-    old = dataclasses.replace(cfg, scheduler="continuous", block_size=32)
+    old = dataclasses.replace(cfg, scheduler="continuous", block_size=32, kv_blocks=blocks,
+                              free_gpu_memory_fraction=None, enable_chunked_context=None)
     assert sim.run(df, old).summary()["num_preemptions"] > 0  # the pool is tight here
 
 

@@ -8,7 +8,7 @@ import numbers
 from ..checks import each_gpu, plural
 from .arguments import number, output_file
 from .run import as_written
-from .settings import HASH_BLOCK_TOKENS_HELP, Names
+from .settings import FREE_GPU_MEMORY_FRACTION_HELP, HASH_BLOCK_TOKENS_HELP, Names
 
 
 def cmd_workload(args) -> int:
@@ -141,6 +141,5 @@ def add_parsers(sub):
     p_mem.add_argument("--mem-fraction-static", type=float, default=None,
                        help="SGLang: weights + KV fraction (default: SGLang's own for the GPU)")
     p_mem.add_argument("--free-gpu-memory-fraction", type=float, default=None,
-                       help="TensorRT-LLM: KV fraction of the memory left free, below 1 "
-                            "(default 0.9)")
+                       help=FREE_GPU_MEMORY_FRACTION_HELP + " (default 0.9)")
     p_mem.set_defaults(func=cmd_memory)

@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 from ..checks import plural
+from ..engine.policies import KNOBS
 from ..results import FIGURES
 from .arguments import output_file, output_folder, read_profile
 from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_router_used,
@@ -179,6 +180,10 @@ def _config(s, names=None):
     return SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
+                    free_gpu_memory_fraction=s["free_gpu_memory_fraction"],
+                    enable_chunked_context=s["enable_chunked_context"],
+                    capacity_scheduler_policy=s["capacity_scheduler_policy"],
+                    context_chunking_policy=s["context_chunking_policy"],
                     block_size=s["block_size"], max_model_len=s["max_model_len"],
                     prefix_caching=_prefix_caching(s),
                     model=s["model"], gpu=s["gpu"], tensor_parallel=s["tensor_parallel"],
@@ -380,7 +385,7 @@ def cmd_run(args) -> int:
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()
-    for knob in ("chunk_size", "token_budget"):  # the policy knobs used (resolved)
+    for knob in KNOBS:  # the policy knobs used (resolved)
         meta[knob] = getattr(res.config, knob)
     t = df["arrival_time"].to_numpy()
     if s["rate"] is None and s["closed_loop_users"] is None and len(t) > 1 and t[-1] > t[0]:

@@ -19,6 +19,8 @@ from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
 from ..engine.routers import ROUTERS
 from ..engine.schedulers import POLICIES
 from ..engine.speculation import MAX_SPECULATIVE_TOKENS
+from ..engine.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
+from ..engine.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
 from ..results.metrics import SLO_KEYS
 
 
@@ -50,7 +52,8 @@ DEFAULTS = {
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
     "link_bandwidth_gbps": None, "link_latency_s": 0.0,
-    "hash_block_tokens": None,
+    "hash_block_tokens": None, "free_gpu_memory_fraction": None, "enable_chunked_context": None,
+    "capacity_scheduler_policy": None, "context_chunking_policy": None,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
 SPEC_FLAGS = {"num_speculative_tokens": "--spec-tokens", "acceptance_rate": "--acceptance-rate",
@@ -66,6 +69,8 @@ FLAGS = {"num_requests": "--num-requests", "tensor_parallel": "--tp", "plots": "
          "closed_loop_users": "--closed-loop", "link_bandwidth_gbps": "--link-bandwidth",
          "link_latency_s": "--link-latency"}  # the others: ``--`` + key with dashes
 NOT_SCENARIO = ("output", "plots", "slo")  # settings that do not change what is simulated
+FREE_GPU_MEMORY_FRACTION_HELP = ("TensorRT-LLM's free_gpu_memory_fraction: the KV cache's share of "
+                                 "the memory left free, in (0, 1)")
 HASH_BLOCK_TOKENS_HELP = ("tokens each hash_ids entry of a CSV/JSONL workload file stands for "
                           "(the block size the ids were made with: 512 for Mooncake), >= 1; "
                           "parquet files and bundled traces carry it (default: the workload's "
@@ -117,6 +122,27 @@ def add_run_args(p):
                         "max_prefill_tokens; tensorrt-llm: its max_num_tokens (decodes and "
                         "prompts per iteration), >= 1 (default: none; sglang 16,384; "
                         "tensorrt-llm 8,192)")
+    p.add_argument("--free-gpu-memory-fraction", type=float, dest="free_gpu_memory_fraction",
+                   metavar="FRACTION", help="tensorrt-llm: " + FREE_GPU_MEMORY_FRACTION_HELP
+                   + "; sizes the KV pool unless --kv-blocks does (default 0.9)")
+    p.add_argument("--enable-chunked-context", action="store_true", default=None,
+                   dest="enable_chunked_context",
+                   help="tensorrt-llm: TensorRT-LLM's enable_chunked_context: a prompt longer "
+                        "than what is left of max_num_tokens (--token-budget) runs in chunks "
+                        "(default: off, as in TensorRT-LLM's LLM API: a prompt over "
+                        "max_num_tokens is rejected)")
+    for key, choices, help in (
+            ("capacity_scheduler_policy", CAPACITY_SCHEDULER_POLICIES,
+             "tensorrt-llm: TensorRT-LLM's capacity scheduler: guaranteed_no_evict (each "
+             "request's KV to completion reserved, never preempts) or max_utilization (admits "
+             "while this step's blocks fit, pauses the most recently started requests when the "
+             "pool runs out)"),
+            ("context_chunking_policy", CONTEXT_CHUNKING_POLICIES,
+             "tensorrt-llm with --enable-chunked-context: how prompts share max_num_tokens: "
+             "first_come_first_served (each in turn takes what it can) or equal_progress (a "
+             "block more to each, round after round)")):
+        p.add_argument("--" + key.replace("_", "-"), type=str.lower, choices=choices, dest=key,
+                       help=f"{help} (default {choices[0]})")
     p.add_argument("--kv-blocks", type=int, dest="kv_blocks", metavar="N",
                    help="KV-cache blocks in the pool, >= 1 (default: from the model's and GPU's "
                         "memory budget)")
@@ -316,7 +342,8 @@ def check_settings(s, names=None, given=()) -> dict:
     typed("profile", (str, Path), "a profile file path")
     typed("output", (str, Path), "a folder path")
     typed("plots", bool, "true or false")
-    for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching"):
+    for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching",
+                "capacity_scheduler_policy", "context_chunking_policy"):
         if isinstance(s[key], str):  # names take any case, as the flags do
             s[key] = s[key].strip().lower()
     if isinstance(s["speculative"], dict) and isinstance(s["speculative"].get("method"), str):

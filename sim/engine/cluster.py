@@ -209,13 +209,15 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     """A replica as ``config`` sets it up, run by ``policy`` (its victim rule; its decodes
     paused on demand if it pauses them), drawing speculative emissions from ``stream``;
     ``max_model_len``: the limit its arrivals are checked against (None: no check, as when no
-    request of the run exceeds it: ``simulation.context_limit``)."""
+    request of the run exceeds it: ``simulation.context_limit``); the policy's optional
+    ``reject_reason(r)`` checks them next (:mod:`sim.engine.policies`)."""
     rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
                   draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     rep.max_model_len = max_model_len
+    rep.reject_reason = getattr(policy, "reject_reason", None)  # the policy's arrival check
     return rep
 
 

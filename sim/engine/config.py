@@ -3,8 +3,10 @@
 Flat knobs (what users sweep and write in TOML). A knob left ``None`` takes the scheduler's
 default (:mod:`sim.engine.policies`: a preset brings its engine's defaults; the simple policies
 bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_size``,
-``token_budget``) are validated by the policy, and one set for a policy that does not use it is
-an error, never silently ignored. :meth:`SimConfig.resolved` gives the config with every knob
+``token_budget``; the tensorrt-llm preset's ``free_gpu_memory_fraction``,
+``enable_chunked_context``, ``capacity_scheduler_policy`` and ``context_chunking_policy``) are validated by the policy, and one set for a policy that does not
+use it is an error, never silently ignored (``free_gpu_memory_fraction`` with a scheduler whose
+memory accounting does not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with every knob
 filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
 ``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes (the others
 taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of 16 tokens (as
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
+from ..specs.memory_terms import check_free_gpu_memory_fraction
 from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
 from .routers import check_router
@@ -57,6 +60,10 @@ class SimConfig:
     max_batch_size: int | None = None
     chunk_size: int | None = None
     token_budget: int | None = None
+    free_gpu_memory_fraction: float | None = None  # TensorRT-LLM's KV share (its accounting)
+    enable_chunked_context: bool | None = None  # TensorRT-LLM's chunked context (tensorrt-llm)
+    capacity_scheduler_policy: str | None = None  # TensorRT-LLM's: "guaranteed_no_evict" ...
+    context_chunking_policy: str | None = None  # ... and "first_come_first_served" ...
     kv_blocks: int | None = None
     block_size: int | None = None
     max_model_len: int | None = None  # prompt + output tokens per request; None: the model's
@@ -114,6 +121,10 @@ class SimConfig:
         if self.prefix_caching is not None and self.prefix_caching not in PREFIX_CACHING_MODES:
             raise ValueError(f"prefix_caching must be one of {PREFIX_CACHING_MODES} or 'off', "
                              f"got {given!r}")
+        if self.free_gpu_memory_fraction is not None:
+            object.__setattr__(self, "free_gpu_memory_fraction",
+                               check_free_gpu_memory_fraction(self.free_gpu_memory_fraction))
+            self._check_memory_knob("free_gpu_memory_fraction")
         resolve(self)  # the policy validates the knobs it uses
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
@@ -147,6 +158,27 @@ class SimConfig:
                              f"(max_position_embeddings): vLLM refuses it too (unless "
                              f"VLLM_ALLOW_LONG_MAX_MODEL_LEN=1); for a rope-scaled variant give "
                              f"its config with the larger max_position_embeddings as model")
+
+    def _accounting(self) -> tuple:
+        """``(policy class or object, memory accounting)`` of the scheduler: vLLM's unless the
+        policy names another (the sglang preset's mem_fraction_static; the tensorrt-llm
+        preset's free_gpu_memory_fraction); ``(None, None)`` for an unknown name."""
+        sched = self.scheduler
+        policy = POLICIES.get(sched.strip().lower()) if isinstance(sched, str) else sched
+        return policy, (None if policy is None else getattr(policy, "memory_accounting", "vllm"))
+
+    def _check_memory_knob(self, knob):
+        """A memory knob the scheduler's accounting does not read (``READ_BY``) is an error,
+        as ``sim memory`` refuses one, never silently ignored."""
+        from ..specs.memory import READ_BY
+        value = getattr(self, knob)
+        policy, accounting = self._accounting()
+        if accounting is not None and accounting not in READ_BY[knob]:
+            name = getattr(policy, "name", policy)
+            raise ValueError(f"{knob}={value!r} is read only by the "
+                             f"{' and '.join(READ_BY[knob])} memory accounting, but the {name!r} "
+                             f"scheduler sizes its KV pool with {accounting}'s (sim memory "
+                             f"--accounting {accounting} shows its terms)")
 
     def resolved_model(self):
         return self.model or DEFAULT_MODEL
@@ -183,11 +215,9 @@ class SimConfig:
     def resolved_kv_blocks(self) -> int:
         if self.kv_blocks is not None:
             return self.kv_blocks
-        sched = self.scheduler  # whose memory accounting sizes the pool (vLLM's unless the
-        # policy says otherwise: the sglang preset's mem_fraction_static; a policy object with
-        # memory_accounting = "tensorrt-llm" and, optionally, its free_gpu_memory_fraction)
-        policy = POLICIES.get(sched.strip().lower()) if isinstance(sched, str) else sched
-        accounting = getattr(policy, "memory_accounting", "vllm")
+        sched = self.scheduler  # whose memory accounting sizes the pool (_accounting; a
+        # policy object with memory_accounting = "tensorrt-llm" carries its own fraction)
+        policy, accounting = self._accounting()
         if self.block_size is None or (self.gpu_memory_utilization is None
                                        and accounting == "vllm"):
             return self.resolved().resolved_kv_blocks()
@@ -216,8 +246,9 @@ class SimConfig:
             if accounting == "tensorrt-llm":
                 tokens = (self.token_budget if isinstance(sched, str)
                           else getattr(policy, "max_num_tokens", None))
-                trt = {"free_gpu_memory_fraction": getattr(policy, "free_gpu_memory_fraction",
-                                                           None),
+                trt = {"free_gpu_memory_fraction": (
+                           self.free_gpu_memory_fraction if isinstance(sched, str)
+                           else getattr(policy, "free_gpu_memory_fraction", None)),
                        **({"max_num_batched_tokens": tokens} if tokens else {})}
             budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                                    weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,

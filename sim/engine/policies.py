@@ -32,7 +32,10 @@ no work (requests waiting, nothing admitted, nothing running): a policy must mak
 An optional ``select_victim(replica) -> request`` chooses whom to preempt when blocks run short
 (default: the most recently admitted, vLLM's rule); ``engine_defaults(config) -> dict`` gives
 the engine knobs it prefers (``max_batch_size``, ``block_size``, ``gpu_memory_utilization``,
-``prefix_caching``) for those the user left ``None``. A class attribute
+``prefix_caching``) for those the user left ``None``; an optional ``reject_reason(r) -> str |
+None`` refuses an arriving request the engine could never serve, before it queues (after
+``max_model_len``'s check; the tensorrt-llm preset's prompt over ``max_num_tokens`` without
+chunked context). A class attribute
 ``quiet_when_decoding = True`` promises that ``schedule`` does nothing when nothing waits and
 nothing prefills: it neither acts (it could only preempt a decode; with ``pauses_decodes`` it
 runs the decodes) nor changes state of its own (a budget that decays per call, a count of
@@ -71,7 +74,9 @@ from ..checks import positive_int
 from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
 from .request import PREFILL
 
-KNOBS = ("chunk_size", "token_budget")  # SimConfig fields that belong to a policy
+# SimConfig fields that belong to a policy
+KNOBS = ("chunk_size", "token_budget", "free_gpu_memory_fraction", "enable_chunked_context",
+         "capacity_scheduler_policy", "context_chunking_policy")
 PREFIX_CACHING_MODES = (False, "block", "radix")  # off, vLLM v1's block hashes, SGLang's tree
 # engine knobs a scheduler may default (a preset brings its engine's); these are the simple
 # policies' (and a policy object's unless it has its own ``engine_defaults``)

@@ -35,8 +35,9 @@ scheduler sees it - vllm-project/vllm@7ded96b3, vllm/entrypoints/openai/serving_
 ``_validate_input`` - and SGLang's tokenizer manager input + max_new_tokens > context_len -
 sgl-project/sglang@001067ff, python/sglang/srt/managers/tokenizer_manager.py,
 ``_validate_one_request``; the workload's output length is the request's max_tokens), then one
-that could never fit the KV pool. An empty batch raises (a policy must make
-progress), unless its forming preempted running requests: the iteration is then formed anew,
+the policy refuses (its optional ``reject_reason(r)``: the tensorrt-llm preset's prompt over
+``max_num_tokens`` without chunked context), then one that could never fit the KV pool. An
+empty batch raises (a policy must make progress), unless its forming preempted running requests: the iteration is then formed anew,
 those preemptions recorded in the one that runs, as long as each round leaves fewer running.
 """
 
@@ -205,10 +206,15 @@ class _Environment(simpy.Environment):
 
 
 def _submit(replica, process, r) -> bool:
-    """Queue an arriving request, or reject it when it exceeds ``max_model_len`` or could
-    never fit the pool; True if queued."""
+    """Queue an arriving request, or reject it when it exceeds ``max_model_len``, the policy
+    refuses it or it could never fit the pool; True if queued."""
     if replica.max_model_len is not None and reject_too_long(replica, r):
         return False
+    if replica.reject_reason is not None:  # the policy's own (TensorRT-LLM's max_num_tokens)
+        reason = replica.reject_reason(r)
+        if reason:
+            replica.reject(r, reason)
+            return False
     need = r.num_prompt_tokens + r.num_output_tokens + replica.num_spec_tokens
     if need > replica.capacity_tokens:
         spec = (f" (with {replica.num_spec_tokens} speculative lookahead slots)"

@@ -134,8 +134,10 @@ def diagnose(result) -> list:
             if chunk:
                 action = f"lower the token budget (chunk_size, now {chunk:,})"
             elif str(result.scheduler_name) == "tensorrt-llm":  # (chunk_size: not its knob)
-                action = ("use chunked prefill (scheduler='chunked': TensorRT-LLM's chunked "
-                          "context, which the tensorrt-llm preset leaves off)")
+                action = ("turn on TensorRT-LLM's chunked context (enable_chunked_context=True, "
+                          "sim run --enable-chunked-context; off by default)"
+                          if not getattr(cfg, "enable_chunked_context", None) else
+                          f"lower max_num_tokens (token_budget, now {cfg.token_budget:,})")
             else:
                 action = "use chunked prefill (scheduler='chunked') or a smaller chunk_size"
             out.append(Finding(
