@@ -3,10 +3,11 @@ values per GPU (:func:`fitted_params`, from ``sim/data/roofline_fit.json``, writ
 ``experiments/fit_roofline.py``) and the compute peak a weight dtype runs at
 (:func:`compute_peak`).
 
-Invariants: every efficiency is in (0, 1]; every fixed cost and ``attn_prefill_half_tokens``
-is >= 0; ``attn_decode_reread_fraction`` is in [0, 1] (0, the default: a decode attention
-kernel that reads each KV head once for its whole query-head group); ``cuda_graph_max_batch`` and ``custom_allreduce_max_bytes`` are integers >= 0 (0: every
-iteration runs eagerly; every all-reduce goes through NCCL), ``int4_group_size`` one >= 1. Prefill
+Invariants: every efficiency is in (0, 1]; every fixed cost and ``attn_prefill_half_tokens`` is
+>= 0; ``attn_decode_reread_fraction`` is in [0, 1] (0, the default: a decode attention kernel
+that reads each KV head once for its whole query-head group); ``cuda_graph_max_batch`` and
+``custom_allreduce_max_bytes`` are integers >= 0 (0: every iteration runs eagerly; every
+all-reduce goes through NCCL), ``int4_group_size`` one >= 1. Prefill
 attention over a context of ``L`` tokens (cached + new) runs at ``attn_prefill_compute_eff x L /
 (L + attn_prefill_half_tokens)`` of the fp16 peak: short sequences give a FlashAttention kernel
 few key blocks per query tile to pipeline, and the published kernel benchmarks fall well below
@@ -77,7 +78,8 @@ class RooflineParams:
     # KV head's group of G reads that KV head again, and this fraction of the G - 1 re-reads
     # misses L2 and goes to HBM, so decode reads its KV bytes 1 + f (G - 1) times. 0: a
     # group-aware kernel (XQA, FlashAttention, FlashInfer) reads them once; 1: every query head
-    # from HBM. Fitted to TensorRT-LLM's XQA blog pair (fitted_params(..., group_aware_decode=False))
+    # from HBM. Fitted to TensorRT-LLM's XQA blog pair
+    # (fitted_params(..., group_aware_decode=False))
     attn_decode_reread_fraction: float = 0.0
 
     def __post_init__(self):

@@ -4,12 +4,13 @@ Flat knobs (what users sweep and write in TOML). A knob left ``None`` takes the 
 default (:mod:`sim.engine.policies`: a preset brings its engine's defaults; the simple policies
 bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_size``,
 ``token_budget``; the tensorrt-llm preset's ``free_gpu_memory_fraction``,
-``enable_chunked_context``, ``capacity_scheduler_policy`` and ``context_chunking_policy``) are validated by the policy, and one set for a policy that does not
-use it is an error, never silently ignored (``free_gpu_memory_fraction`` with a scheduler whose
-memory accounting does not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with every knob
-filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``: derived from
-``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes (the others
-taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of 16 tokens (as
+``enable_chunked_context``, ``capacity_scheduler_policy`` and ``context_chunking_policy``) are
+validated by the policy, and one set for a policy that does not use it is an error, never
+silently ignored (``free_gpu_memory_fraction`` with a scheduler whose memory accounting does
+not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with
+every knob filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``:
+derived from ``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes
+(the others taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of 16 tokens (as
 many tokens at another ``block_size``). ``cost_model=None``: the roofline model of ``model``
 on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
 

@@ -7,8 +7,9 @@ completes (the iteration that computes the first token), the request leaves that
 batch but keeps its KV blocks; a second instance of the router (``random``: its own stream; a
 callable router is called for both pools) picks a decode replica
 (``P..P+D-1``); the KV of its ``num_computed`` tokens (``kv_cache_bytes`` of the model at the
-run's ``kv_dtype`` on one GPU of the prefill replica's tensor-parallel group: each GPU sends its shard over its own link,
-in parallel) crosses the prefill replica's link, then the request decodes there.
+run's ``kv_dtype`` on one GPU of the prefill replica's tensor-parallel group: each GPU sends
+its shard over its own link, in parallel) crosses the prefill replica's link, then the
+request decodes there.
 
 - **Link**: one per prefill replica, FIFO: a transfer of ``b`` bytes occupies it
   ``b / bandwidth`` seconds after the transfers queued before it, and lands ``latency`` after
