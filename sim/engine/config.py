@@ -10,9 +10,9 @@ silently ignored (``free_gpu_memory_fraction`` with a scheduler whose memory acc
 not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with
 every knob filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``:
 derived from ``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes
-(the others taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of 16 tokens (as
-many tokens at another ``block_size``). ``cost_model=None``: the roofline model of ``model``
-on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
+(the others taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of
+16 tokens (as many tokens at another ``block_size``). ``cost_model=None``: the roofline model
+of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
 
 Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
 and the largest batch (``memory_budget``) and set the default cost model's bytes moved and
