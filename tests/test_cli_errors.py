@@ -189,6 +189,14 @@ CASES = [
                                  "only: give replicas = N (N >= 2)"),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--router", "random"],
      "error: --router 'random' applies to several replicas only"),
+    # a closed loop has no rate to search (the library's message named config.closed_loop);
+    # the fractions were checked only by the library, without their flags
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--closed-loop", "4"],
+     "error: --closed-loop 4: sim capacity time-scales an open loop's arrivals"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--attainment", "1.5"],
+     "error: --attainment 1.5 must be at most 1 (a fraction)"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--tol", "1"],
+     "error: --tol 1 must be below 1 (a fraction)"),
     (RUN + ["-n", "10000000"], "--num-requests 10,000,000 is more than the 8,819 requests of "
                                "the 'azure-code' trace; omit --num-requests to take all"),
     (["memory", "llama-3.1-8b", "--gpu-memory-gb", "0"], "--gpu-memory-gb must be a finite "
