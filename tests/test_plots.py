@@ -109,6 +109,21 @@ def test_the_title_names_model_gpu_and_tensor_parallelism():
     assert run_title(res) == "llama-3.1-70b on h200 x2 (TP) · vllm · 2 req/s · n=30"
 
 
+def test_the_title_names_the_fleet_and_a_closed_loops_users():
+    """A cluster, prefill/decode pools and a closed loop were titled like one replica at the
+    arrival rate the completions happened to give; compared side by side, a fact that differs
+    leaves the shared title."""
+    df = workloads.load("azure-code", n=30, rate=2)
+    cost = sim.ConstantCost(0.01)
+    four = sim.run(df, replicas=4, cost_model=cost)
+    split = sim.run(df, disaggregation=sim.Disaggregation(2, 1), cost_model=cost)
+    loop = sim.run(df, closed_loop=workloads.ClosedLoop(8, 0.5), cost_model=cost)
+    assert run_title(four) == "cost model ConstantCost · 4 replicas · chunked · 2 req/s · n=30"
+    assert run_title(split) == "cost model ConstantCost · 2P:1D · chunked · 2 req/s · n=30"
+    assert run_title(loop) == "cost model ConstantCost · chunked · 8 users, think 0.5 s · n=30"
+    assert run_title({"4": four, "2P:1D": split}) == "cost model ConstantCost · chunked · 2 req/s · n=30"
+
+
 def test_bad_input_to_plot_latencies_is_named(results):
     with pytest.raises(ValueError, match="no result to plot"):
         plot_latencies({})
