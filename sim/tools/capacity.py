@@ -26,6 +26,7 @@ Tested against M/D/1, where the rate giving a mean E2E has a closed form
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -87,7 +88,8 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
                          f"vary its num_users and think_time instead)")
     probe = None
     for key, limit in slo.items():
-        if not isinstance(limit, (int, float)) or not limit > 0 or math.isinf(limit):
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0 \
+                or math.isinf(limit):
             raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got {limit!r}")
     if not 0 < attainment <= 1:
         raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
