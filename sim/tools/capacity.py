@@ -118,7 +118,11 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
         return passed
 
     t = df["arrival_time"].to_numpy()
-    rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0]) if t[-1] > t[0] else 1.0
+    if not t[-1] > t[0]:  # (scale_to_rate's own message would tell to omit a rate)
+        raise ValueError(f"max_rate time-scales the workload's arrivals, but its {len(df):,} "
+                         f"requests all arrive at {t[0]:g} s: there is no rate to scale (give "
+                         f"it arrival times, e.g. workloads.poisson)")
+    rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0])
     lo = hi = None
     floor = rate / 2 ** 20  # below a millionth of the starting rate: the limits cannot be met
     for _ in range(max_steps):  # bracket
