@@ -26,6 +26,7 @@ FILES = {  # name -> contents, written into the test's folder
     "misspelt.toml": 'shceduler = "static"\n',
     "think.toml": 'workload = "azure-code"\nnum_requests = 5\nthink_time = 2.0\n',
     "link.toml": TOML5 + "link_latency_s = 0.1\n",
+    "closed_rates.toml": TOML5 + "closed_loop_users = 4\n[grid]\nrate = [1.0, 8.0]\n",
     "think_file.toml": TOML5 + "think_time = 1.0\n",
     "c6.toml": TOML5 + "replicas = 2\nprefill_replicas = 1\n",
     "linear_abc.toml": TOML5 + 'cost = "linear:abc"\n',
@@ -187,6 +188,9 @@ CASES = [
                                      "pools"),
     (["run", "{d}/router.toml"], "router.toml: router 'random' applies to several replicas "
                                  "only: give replicas = N (N >= 2)"),
+    # a rate grid beside a closed loop gave identical rows (the users ignore the rate)
+    (["sweep", "{d}/closed_rates.toml"], "closed_rates.toml: grid point rate=1.0: rate "
+                                         "applies to an open loop; with closed_loop="),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--router", "random"],
      "error: --router 'random' applies to several replicas only"),
     # a closed loop has no rate to search (the library's message named config.closed_loop);

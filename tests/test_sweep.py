@@ -430,3 +430,17 @@ def test_a_grid_of_config_objects_writes_its_parquet_and_resumes(tmp_path):
     assert again.attrs["computed"] == 0 and again.attrs["kept"] == 0 and len(
         pd.read_parquet(out)) == 8
     assert again["e2e_mean"].tolist() == first["e2e_mean"].tolist()
+
+
+def test_a_rate_grid_beside_a_closed_loop_is_refused_before_anything_runs(df):
+    """Its users issue the requests as theirs finish: every rate gave the same row."""
+    loop = workloads.ClosedLoop(4, 0.0)
+    with pytest.raises(ValueError, match=r"^grid point rate=1: rate applies to an open loop"):
+        sweep(df, {"rate": [1, 8]}, base=sim.SimConfig(closed_loop=loop), workers=1,
+              progress=False)
+    with pytest.raises(ValueError, match=r"^grid point rate=1, closed_loop=ClosedLoop"):
+        sweep(df, {"rate": [1, 8], "closed_loop": [None, loop]}, workers=1, progress=False)
+    users = sweep(df, {"closed_loop": [loop, workloads.ClosedLoop(8, 0.0)]},
+                  base=sim.SimConfig(cost_model=sim.ConstantCost(0.01)), workers=1,
+                  progress=False)
+    assert users["error"].tolist() == ["", ""]  # the users, not the rate, vary

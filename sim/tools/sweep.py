@@ -232,7 +232,8 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     """Every point of ``grid`` (field -> value dicts, in the sweep's order), all checked before
     anything runs: :func:`check_grid_fields` (with a DataFrame ``workload``'s rows; a function's
     are known only when it runs), then each point's ``dataclasses.replace(base, **fields)`` is
-    built, so a bad value raises here, naming the grid point. What fails only when a point runs
+    built, so a bad value raises here, naming the grid point (so does a ``rate`` beside a
+    ``closed_loop``, whose users ignore it). What fails only when a point runs
     (a model that does not fit its GPU) stays that point's error row."""
     from ..engine.config import as_config
     check_grid_fields(grid, None if callable(workload) else len(workload))
@@ -241,9 +242,15 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
     for point in points:
         try:
-            dataclasses.replace(base, **{k: v for k, v in point.items() if k not in RESHAPE})
+            config = dataclasses.replace(base, **{k: v for k, v in point.items()
+                                                  if k not in RESHAPE})
         except (ValueError, TypeError) as e:
             raise type(e)(f"grid point {_shown(point)}: {e}") from None
+        if point.get("rate") is not None and config.closed_loop is not None:
+            raise ValueError(f"grid point {_shown(point)}: rate applies to an open loop; with "
+                             f"closed_loop={config.closed_loop!r} the users issue the requests "
+                             f"as theirs finish, so every rate gives the same run (drop rate "
+                             f"from the grid, or vary closed_loop instead)")
     return points
 
 
