@@ -27,6 +27,9 @@ FILES = {  # name -> contents, written into the test's folder
     "think.toml": 'workload = "azure-code"\nnum_requests = 5\nthink_time = 2.0\n',
     "link.toml": TOML5 + "link_latency_s = 0.1\n",
     "closed_rates.toml": TOML5 + "closed_loop_users = 4\n[grid]\nrate = [1.0, 8.0]\n",
+    "goodput_no_slo.toml": TOML5 + 'metrics = ["goodput"]\n[grid]\nmax_batch_size = [4]\n',
+    "transfer_no_pools.toml": TOML5 + 'metrics = ["kv_transfer_time_p99"]\n[grid]\n'
+                                      'max_batch_size = [4]\n',
     "think_file.toml": TOML5 + "think_time = 1.0\n",
     "c6.toml": TOML5 + "replicas = 2\nprefill_replicas = 1\n",
     "linear_abc.toml": TOML5 + 'cost = "linear:abc"\n',
@@ -188,6 +191,12 @@ CASES = [
                                      "pools"),
     (["run", "{d}/router.toml"], "router.toml: router 'random' applies to several replicas "
                                  "only: give replicas = N (N >= 2)"),
+    # a metric no point can have was found missing only after every point had run
+    (["sweep", "{d}/goodput_no_slo.toml"], "goodput_no_slo.toml: metrics: 'goodput' is in the "
+                                           "summary of a run with an [slo] table only"),
+    (["sweep", "{d}/transfer_no_pools.toml"], "metrics: 'kv_transfer_time_p99' is in the summary "
+                                              "of a run with prefill_replicas and "
+                                              "decode_replicas only; this sweep has none"),
     # a rate grid beside a closed loop gave identical rows (the users ignore the rate)
     (["sweep", "{d}/closed_rates.toml"], "closed_rates.toml: grid point rate=1.0: rate "
                                          "applies to an open loop; with closed_loop="),
