@@ -206,6 +206,14 @@ CASES = [
     # the fractions were checked only by the library, without their flags
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--closed-loop", "4"],
      "error: --closed-loop 4: sim capacity time-scales an open loop's arrivals"),
+    # sim run's output flags were accepted and ignored: nothing written, --quiet printed all
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--plots"],
+     "error: --plots is not used by sim capacity: it prints the highest rate and the rates "
+     "tried, and writes no file"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "-o", "out"],
+     "error: --output is not used by sim capacity"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "-q"],
+     "error: --quiet is not used by sim capacity"),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--attainment", "1.5"],
      "error: --attainment 1.5 must be at most 1 (a fraction)"),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--tol", "1"],

@@ -15,6 +15,11 @@ from .settings import Names, add_run_args, check_router_used, settings_from
 
 def cmd_capacity(args) -> int:
     from ..tools.capacity import max_rate
+    for flag, given in (("--output", args.output is not None), ("--quiet", args.quiet),
+                        ("--plots" if args.plots else "--no-plots", args.plots is not None)):
+        if given:  # (sim run's flags, parsed alike; a TOML file's keys are for sim run too)
+            raise ValueError(f"{flag} is not used by sim capacity: it prints the highest rate "
+                             f"and the rates tried, and writes no file")
     names = Names(args.config)
     s = settings_from(args, names)
     check_router_used(s, names)
