@@ -124,6 +124,25 @@ def test_the_title_names_the_fleet_and_a_closed_loops_users():
     assert run_title({"4": four, "2P:1D": split}) == "cost model ConstantCost · chunked · 2 req/s · n=30"
 
 
+def test_a_run_with_rejections_says_how_many_finished_in_its_legend():
+    """The CDFs are over finished requests: with 152 of 300 rejected the legend read
+    'chunked' alone, as if every request were in the curves."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0, 1.5],
+                       "num_prompt_tokens": [100, 5000, 100, 100], "num_output_tokens": 4})
+    cost = sim.ConstantCost(0.01)
+    some = sim.run(df, cost_model=cost, max_model_len=4096, model="llama-2-7b")
+    every = sim.run(df, cost_model=cost)
+    fig = plot_latencies({"capped": some, "all": every})
+    try:
+        labels = [t.get_text() for t in fig.axes[2].get_legend().get_texts()]
+        assert labels == ["capped (3 of 4 finished)", "all"]
+    finally:
+        plt.close(fig)
+
+
 def test_bad_input_to_plot_latencies_is_named(results):
     with pytest.raises(ValueError, match="no result to plot"):
         plot_latencies({})

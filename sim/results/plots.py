@@ -157,7 +157,8 @@ def _itl_for_cdf(res):
 
 def plot_latencies(results, path=None, slo=None):
     """CDFs of TTFT, ITL and E2E with P50/P99 dots and ``slo`` lines (seconds by key);
-    ``results`` is a Result or ``{label: Result}`` to compare. Saved to ``path`` (any format
+    ``results`` is a Result or ``{label: Result}`` to compare. The CDFs are over finished
+    requests: a run that rejected some says how many finished in its legend label. Saved to ``path`` (any format
     matplotlib infers from the suffix) and closed when given."""
     if not isinstance(results, dict):
         results = {results.scheduler_name: results}
@@ -172,11 +173,13 @@ def plot_latencies(results, path=None, slo=None):
     for label, res in results.items():
         fin = fins[label]
         itl = _itl_for_cdf(res)
+        shown = label if len(fin) == len(res.requests) else (  # the CDFs are the finished ones'
+            f"{label} ({len(fin):,} of {len(res.requests):,} finished)")
         p = {"ttft": np.percentile(fin["ttft"], (50, 99)), "itl": res.itl_percentiles((50, 99)),
              "e2e": np.percentile(fin["e2e"], (50, 99))}
         for ax, key, values in zip(axes, SLO_PANELS, (fin["ttft"], itl, fin["e2e"])):
             xy = values if isinstance(values, tuple) else (values, None)
-            line = _cdf(ax, xy[0], label, y=xy[1])
+            line = _cdf(ax, xy[0], shown, y=xy[1])
             if line is not None and np.isfinite(p[key]).all():
                 ax.plot(p[key], [0.5, 0.99], "o", color=line.get_color(), ms=5,
                         label=f"_{label} P50/P99")  # '_': left out of the legend
