@@ -79,6 +79,30 @@ def test_bad_limits_are_clear_errors():
         max_rate(df, {})
     with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
         max_rate(df, {"ttft": -1})
+    with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
+        max_rate(df, {"ttft": True})
+
+
+def test_a_workload_arriving_at_once_has_no_rate_to_search():
+    """All arrivals at one instant: the first trial failed in scale_to_rate, whose message
+    told the user to omit a rate they never gave."""
+    df = pd.DataFrame({"arrival_time": [0.0] * 10, "num_prompt_tokens": 100,
+                       "num_output_tokens": 10})
+    with pytest.raises(ValueError, match=r"^max_rate time-scales the workload's arrivals, but "
+                                         r"its 10 requests all arrive at 0 s"):
+        max_rate(df, {"ttft": 1.0}, config=sim.SimConfig(cost_model=sim.ConstantCost(0.01)))
+
+
+def test_limits_from_numpy_give_the_same_answer():
+    """Limits taken from a table are numpy scalars: they were refused as not positive
+    numbers of seconds."""
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_batch_size=1)
+    df = _poisson(500, seed=2)
+    plain = max_rate(df, {"e2e": 0.03}, config=cfg)
+    for limit in (np.float64(0.03), np.float32(0.03)):
+        assert max_rate(df, {"e2e": limit}, config=cfg).rate == pytest.approx(plain.rate)
+    assert max_rate(df, {"e2e": np.int64(1)}, config=cfg).rate > plain.rate
     with pytest.raises(ValueError, match="attainment"):
         max_rate(df, {"ttft": 1}, attainment=1.5)
     with pytest.raises(ValueError, match="neither per-request SLOs"):

@@ -151,6 +151,11 @@ def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
     assert "max rate" in out and "rates tried" in out and "per GPU" in out
     assert main(["capacity", "-w", str(wl)]) == 2
     assert "needs at least one SLO" in capsys.readouterr().err
+    # limits no rate meets: exit status 1 and how far down the search went
+    assert main(["capacity", "-w", str(wl), "-s", "continuous", "--max-batch-size", "1",
+                 "--cost", "constant:0.01", "--slo-e2e", "0.005"]) == 1
+    out = capsys.readouterr().out
+    assert "no rate tried meets the SLOs, down to " in out and "best attainment 0.0%" in out
     # an overloaded run says so, on the screen and in summary.json
     assert main(["run", "-w", str(wl), "--rate", "500", "-s", "continuous", "--max-batch-size",
                  "1", "--cost", "constant:0.01", "--no-plots", "-o", str(tmp_path / "o")]) == 0

@@ -26,6 +26,10 @@ FILES = {  # name -> contents, written into the test's folder
     "misspelt.toml": 'shceduler = "static"\n',
     "think.toml": 'workload = "azure-code"\nnum_requests = 5\nthink_time = 2.0\n',
     "link.toml": TOML5 + "link_latency_s = 0.1\n",
+    "closed_rates.toml": TOML5 + "closed_loop_users = 4\n[grid]\nrate = [1.0, 8.0]\n",
+    "goodput_no_slo.toml": TOML5 + 'metrics = ["goodput"]\n[grid]\nmax_batch_size = [4]\n',
+    "transfer_no_pools.toml": TOML5 + 'metrics = ["kv_transfer_time_p99"]\n[grid]\n'
+                                      'max_batch_size = [4]\n',
     "think_file.toml": TOML5 + "think_time = 1.0\n",
     "c6.toml": TOML5 + "replicas = 2\nprefill_replicas = 1\n",
     "linear_abc.toml": TOML5 + 'cost = "linear:abc"\n',
@@ -193,8 +197,33 @@ CASES = [
                                      "pools"),
     (["run", "{d}/router.toml"], "router.toml: router 'random' applies to several replicas "
                                  "only: give replicas = N (N >= 2)"),
+    # a metric no point can have was found missing only after every point had run
+    (["sweep", "{d}/goodput_no_slo.toml"], "goodput_no_slo.toml: metrics: 'goodput' is in the "
+                                           "summary of a run with an [slo] table only"),
+    (["sweep", "{d}/transfer_no_pools.toml"], "metrics: 'kv_transfer_time_p99' is in the summary "
+                                              "of a run with prefill_replicas and "
+                                              "decode_replicas only; this sweep has none"),
+    # a rate grid beside a closed loop gave identical rows (the users ignore the rate)
+    (["sweep", "{d}/closed_rates.toml"], "closed_rates.toml: grid point rate=1.0: rate "
+                                         "applies to an open loop; with closed_loop="),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--router", "random"],
      "error: --router 'random' applies to several replicas only"),
+    # a closed loop has no rate to search (the library's message named config.closed_loop);
+    # the fractions were checked only by the library, without their flags
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--closed-loop", "4"],
+     "error: --closed-loop 4: sim capacity time-scales an open loop's arrivals"),
+    # sim run's output flags were accepted and ignored: nothing written, --quiet printed all
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--plots"],
+     "error: --plots is not used by sim capacity: it prints the highest rate and the rates "
+     "tried, and writes no file"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "-o", "out"],
+     "error: --output is not used by sim capacity"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "-q"],
+     "error: --quiet is not used by sim capacity"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--attainment", "1.5"],
+     "error: --attainment 1.5 must be at most 1 (a fraction)"),
+    (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--tol", "1"],
+     "error: --tol 1 must be below 1 (a fraction)"),
     (RUN + ["-n", "10000000"], "--num-requests 10,000,000 is more than the 8,819 requests of "
                                "the 'azure-code' trace; omit --num-requests to take all"),
     (["memory", "llama-3.1-8b", "--gpu-memory-gb", "0"], "--gpu-memory-gb must be a finite "

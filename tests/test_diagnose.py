@@ -35,6 +35,24 @@ def test_overloaded_only_when_arrivals_outpace_service():
     assert "overloaded" not in _codes(healthy)
 
 
+def test_users_queue_when_a_closed_loop_has_more_users_than_the_batch_serves():
+    """500 users on one replica waited a minute for their first token (P50 TTFT 60 s on
+    ShareGPT) with no finding: a closed loop's queue never grows past its users."""
+    df = _df(600, 2.0, 100, 50)
+    many = sim.run(df, scheduler="continuous", cost_model=COST, max_batch_size=4,
+                   closed_loop=workloads.ClosedLoop(64, 0.0))
+    few = sim.run(df, scheduler="continuous", cost_model=COST, max_batch_size=4,
+                  closed_loop=workloads.ClosedLoop(4, 0.5))
+    open_loop = sim.run(df, scheduler="continuous", cost_model=COST, max_batch_size=4)
+    assert "users_queue" in _codes(many)
+    assert "users_queue" not in _codes(few) and "users_queue" not in _codes(open_loop)
+    f = next(f for f in many.diagnose() if f.code == "users_queue")
+    s = many.summary()
+    assert f.value == s["queueing_delay_mean"] / s["e2e_mean"] > 0.5  # 60 of 64 wait
+    assert f.message.startswith("64 users queue") and "fewer users" in f.action
+    assert "overloaded" not in _codes(many)
+
+
 def test_rejected_requests_are_a_finding():
     df = _df(50, 2.0, 100, 50)
     assert "rejected" in _codes(sim.run(df, cost_model=COST, kv_blocks=2))

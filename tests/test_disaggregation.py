@@ -163,6 +163,22 @@ def test_pools_take_their_own_overrides():
     assert d.bandwidth_bytes(cfg) == 450e9
 
 
+@pytest.mark.parametrize("prefill, decode", [("static", "orca"), ("orca", "tensorrt-llm"),
+                                             ("sglang", "continuous")])
+def test_a_result_of_pools_with_their_own_schedulers_summarises(prefill, decode):
+    """The Result keeps the run's resolved config (the default chunked scheduler's 512-token
+    chunk filled in): its fleet() built each pool's config from it, and a pool whose scheduler
+    takes no chunk size refused it, so summary() raised after a run that went well."""
+    df = _df([0.0, 0.1, 0.2], [300, 200, 100], [5, 4, 3])
+    d = Disaggregation(1, 2, prefill={"scheduler": prefill, "tensor_parallel": 2},
+                       decode={"scheduler": decode})
+    res = run(df, cost_model=COST, disaggregation=d)
+    s = res.summary(slo={"ttft": 1.0})
+    assert (s["num_finished"], s["num_replicas"], s["num_gpus"]) == (3, 3, 4)
+    assert s["goodput_per_gpu"] == s["goodput"] / 4
+    assert len(res.replica_summary()) == 3 and res.config.fleet() == (3, 4)
+
+
 def test_a_replica_standing_by_decodes_a_landed_request_in_its_next_iteration():
     """A replica whose batch came out empty (its blocks wait on transfers) runs no iteration:
     a request landing then decodes in the next one, over its context plus the new token."""

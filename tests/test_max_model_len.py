@@ -199,3 +199,15 @@ def test_a_sweep_varies_max_model_len_like_any_field():
                   base=SimConfig(model="llama-2-7b", cost_model=COST, kv_blocks=BIG))
     assert table["num_rejected_context_length"].tolist() == [3, 2, 0]
     assert table["num_finished"].tolist() == [1, 2, 4]
+
+
+def test_a_closed_loop_without_think_time_survives_thousands_of_rejections_in_a_row():
+    # every request over the limit, no think time: each user moves straight on to the next;
+    # this recursed once per rejection (RecursionError past ~1,000) before
+    n = 5000
+    df = _df([9000] * n + [100], [10] * (n + 1))
+    res = run(df, model="llama-2-7b", cost_model=COST, kv_blocks=BIG,
+              closed_loop=workloads.ClosedLoop(4, 0.0))
+    req = res.requests
+    assert (req["status"][:n] == "rejected").all() and req["status"][n] == "finished"
+    assert (req["arrival_time"] == 0.0).all()  # all issued at time 0, the last one too

@@ -316,6 +316,16 @@ def test_summary_refuses_a_non_positive_slo():
     res = sim.run(df, cost_model=sim.ConstantCost(0.01))
     with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
         res.summary(slo={"ttft": -1})
+    with pytest.raises(ValueError, match=r"slo\['ttft'\] must be a positive"):
+        res.summary(slo={"ttft": True})
+
+
+@pytest.mark.parametrize("limit", [np.int64(1), np.float32(1.0), np.float64(1.0)])
+def test_an_slo_read_from_numpy_counts_like_a_python_number(limit):
+    """A limit taken from a DataFrame or an array is a numpy scalar: it was refused as not a
+    positive number of seconds."""
+    s = _hand_result().summary(slo={"ttft": limit})
+    assert s == _hand_result().summary(slo={"ttft": 1.0}) | {"wall_seconds": s["wall_seconds"]}
 
 
 def test_itl_is_sorted_once_per_result(monkeypatch):

@@ -109,6 +109,40 @@ def test_the_title_names_model_gpu_and_tensor_parallelism():
     assert run_title(res) == "llama-3.1-70b on h200 x2 (TP) · vllm · 2 req/s · n=30"
 
 
+def test_the_title_names_the_fleet_and_a_closed_loops_users():
+    """A cluster, prefill/decode pools and a closed loop were titled like one replica at the
+    arrival rate the completions happened to give; compared side by side, a fact that differs
+    leaves the shared title."""
+    df = workloads.load("azure-code", n=30, rate=2)
+    cost = sim.ConstantCost(0.01)
+    four = sim.run(df, replicas=4, cost_model=cost)
+    split = sim.run(df, disaggregation=sim.Disaggregation(2, 1), cost_model=cost)
+    loop = sim.run(df, closed_loop=workloads.ClosedLoop(8, 0.5), cost_model=cost)
+    assert run_title(four) == "cost model ConstantCost · 4 replicas · chunked · 2 req/s · n=30"
+    assert run_title(split) == "cost model ConstantCost · 2P:1D · chunked · 2 req/s · n=30"
+    assert run_title(loop) == "cost model ConstantCost · chunked · 8 users, think 0.5 s · n=30"
+    assert run_title({"4": four, "2P:1D": split}) == "cost model ConstantCost · chunked · 2 req/s · n=30"
+
+
+def test_a_run_with_rejections_says_how_many_finished_in_its_legend():
+    """The CDFs are over finished requests: with 152 of 300 rejected the legend read
+    'chunked' alone, as if every request were in the curves."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0, 1.5],
+                       "num_prompt_tokens": [100, 5000, 100, 100], "num_output_tokens": 4})
+    cost = sim.ConstantCost(0.01)
+    some = sim.run(df, cost_model=cost, max_model_len=4096, model="llama-2-7b")
+    every = sim.run(df, cost_model=cost)
+    fig = plot_latencies({"capped": some, "all": every})
+    try:
+        labels = [t.get_text() for t in fig.axes[2].get_legend().get_texts()]
+        assert labels == ["capped (3 of 4 finished)", "all"]
+    finally:
+        plt.close(fig)
+
+
 def test_bad_input_to_plot_latencies_is_named(results):
     with pytest.raises(ValueError, match="no result to plot"):
         plot_latencies({})

@@ -390,3 +390,57 @@ def test_successive_grids_lose_no_row_and_repeat_none(tmp_path_factory, runs):
         seen |= set(grid)
         assert table.attrs["kept"] == len(seen - set(grid))
         assert sorted(pd.read_parquet(out)["max_batch_size"]) == sorted(seen)
+
+
+def test_a_grid_mixing_ints_floats_and_none_resumes_without_rerunning(tmp_path):
+    """A column of 1 and 2.5 reads back from parquet as 1.0 and 2.5, one of None and 512 as
+    NaN and 512.0: a re-run took those for other points, ran them again and kept the old rows
+    beside the new (4 rows for 2 points)."""
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    for name, grid in (("rate", {"rate": [1, 2.5]}),
+                       ("budget", {"token_budget": [None, 512], "scheduler": ["continuous"]})):
+        out = tmp_path / f"{name}.parquet"
+        first = sweep(df, grid, out=out, workers=1, progress=False)
+        again = sweep(df, grid, out=out, workers=1, progress=False)
+        assert first.attrs["computed"] == 2
+        assert again.attrs["computed"] == 0 and again.attrs["kept"] == 0
+        assert len(pd.read_parquet(out)) == 2
+        assert again["e2e_mean"].tolist() == first["e2e_mean"].tolist()
+
+
+def test_a_grid_of_config_objects_writes_its_parquet_and_resumes(tmp_path):
+    """SpeculativeConfig, Disaggregation and ClosedLoop values are SimConfig fields like any
+    other: with out= the sweep stopped at its first point (pyarrow cannot write the objects);
+    the file holds their reprs, and a re-run finds every point again."""
+    from sim import Disaggregation, SpeculativeConfig
+    df = pd.DataFrame({"arrival_time": [0.0, 0.5, 1.0], "num_prompt_tokens": [64, 128, 32],
+                       "num_output_tokens": [20, 10, 30]})
+    spec = SpeculativeConfig(num_speculative_tokens=2, acceptance_rate=0.6, method="ngram")
+    grid = {"speculative": [None, spec], "disaggregation": [None, Disaggregation(1, 1)],
+            "closed_loop": [None, workloads.ClosedLoop(2, 0.5)]}
+    out = tmp_path / "s.parquet"
+    first = sweep(df, grid, out=out, workers=1, progress=False)
+    assert (first["error"] == "").all() and len(first) == 8
+    assert first["speculative"].tolist() == [None] * 4 + [spec] * 4  # the table: the objects
+    kept = pd.read_parquet(out)
+    assert kept["speculative"].iloc[:4].isna().all()  # (None, read back as a missing string)
+    assert kept["speculative"].iloc[4:].tolist() == [repr(spec)] * 4
+    again = sweep(df, grid, out=out, workers=1, progress=False)
+    assert again.attrs["computed"] == 0 and again.attrs["kept"] == 0 and len(
+        pd.read_parquet(out)) == 8
+    assert again["e2e_mean"].tolist() == first["e2e_mean"].tolist()
+
+
+def test_a_rate_grid_beside_a_closed_loop_is_refused_before_anything_runs(df):
+    """Its users issue the requests as theirs finish: every rate gave the same row."""
+    loop = workloads.ClosedLoop(4, 0.0)
+    with pytest.raises(ValueError, match=r"^grid point rate=1: rate applies to an open loop"):
+        sweep(df, {"rate": [1, 8]}, base=sim.SimConfig(closed_loop=loop), workers=1,
+              progress=False)
+    with pytest.raises(ValueError, match=r"^grid point rate=1, closed_loop=ClosedLoop"):
+        sweep(df, {"rate": [1, 8], "closed_loop": [None, loop]}, workers=1, progress=False)
+    users = sweep(df, {"closed_loop": [loop, workloads.ClosedLoop(8, 0.0)]},
+                  base=sim.SimConfig(cost_model=sim.ConstantCost(0.01)), workers=1,
+                  progress=False)
+    assert users["error"].tolist() == ["", ""]  # the users, not the rate, vary

@@ -15,19 +15,35 @@ from .settings import Names, add_run_args, check_router_used, settings_from
 
 def cmd_capacity(args) -> int:
     from ..tools.capacity import max_rate
+    for flag, given in (("--output", args.output is not None), ("--quiet", args.quiet),
+                        ("--plots" if args.plots else "--no-plots", args.plots is not None)):
+        if given:  # (sim run's flags, parsed alike; a TOML file's keys are for sim run too)
+            raise ValueError(f"{flag} is not used by sim capacity: it prints the highest rate "
+                             f"and the rates tried, and writes no file")
     names = Names(args.config)
     s = settings_from(args, names)
     check_router_used(s, names)
     if not s["slo"]:
         raise ValueError("sim capacity needs at least one SLO: --slo-ttft, --slo-itl, "
                          "--slo-tpot or --slo-e2e (seconds), or an [slo] table")
+    if s["closed_loop_users"] is not None:  # (before the workload is built: named as written)
+        raise ValueError(f"{names('closed_loop_users')} {s['closed_loop_users']}: sim capacity "
+                         f"time-scales an open loop's arrivals, and a closed loop's users issue "
+                         f"requests as theirs finish (drop it; compare user counts with sim run "
+                         f"or a sweep)")
+    for flag, value, top in (("--attainment", args.attainment, 1), ("--tol", args.tol, None)):
+        if value > 1 or (top is None and value == 1):
+            raise ValueError(f"{flag} {value:g} must be {'at most 1' if top else 'below 1'} "
+                             f"(a fraction)")
     df, cfg = build(s, names)
     cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
     print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {cfg.policy()!r}; "
           f"SLOs {limits} for {args.attainment:.0%} of requests")
     if cap.rate != cap.rate:
-        print("no rate tried meets the SLOs")
+        print(f"no rate tried meets the SLOs, down to {cap.points['rate'].min():.4g} req/s "
+              f"(best attainment {cap.points['slo_attainment'].max():.1%}): with the requests "
+              f"that far apart each runs alone, and still misses the limits")
         return 1
     print(f"max rate {cap.rate:.4g} req/s (within {args.tol:.1%}); goodput "
           f"{cap.summary['goodput']:.4g} req/s, {cap.goodput_per_gpu:.4g} per GPU "

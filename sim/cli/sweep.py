@@ -35,6 +35,27 @@ def in_file(check, config, *args):
         raise type(e)(f"{config}: {e}") from None
 
 
+NEEDS = (  # summary keys only some runs have: (prefixes, what the sweep needs for them)
+    (("goodput", "slo_"), lambda slo, cfg, grid: bool(slo), "an [slo] table"),
+    (("kv_transfer_time",), lambda slo, cfg, grid: cfg.disaggregation is not None
+     or any(v is not None for v in grid.get("disaggregation", ())),
+     "prefill_replicas and decode_replicas"),
+    (("spec_",), lambda slo, cfg, grid: cfg.speculative is not None
+     or any(v is not None for v in grid.get("speculative", ())), "a [speculative] table"),
+)
+
+
+def _check_metrics(config, metrics, slo, cfg, grid) -> None:
+    """Before anything runs: a metric that no point of this sweep can have (goodput without
+    SLOs, a KV transfer time without disaggregation, an acceptance rate without speculation)
+    was found missing only after every point had run."""
+    for m in metrics:
+        for prefixes, present, what in NEEDS:
+            if m.startswith(prefixes) and not present(slo, cfg, grid):
+                raise ValueError(f"{config}: metrics: {m!r} is in the summary of a run with "
+                                 f"{what} only; this sweep has none")
+
+
 def cmd_sweep(args) -> int:
     import pandas as pd
 
@@ -77,6 +98,7 @@ def cmd_sweep(args) -> int:
                              f"arrivals are drawn per seed, or speculative "
                              f"decoding, whose draws take the seed")
     in_file(check_grid, args.config, df, grid, cfg)  # every point, before anything runs
+    _check_metrics(args.config, metrics, s["slo"], cfg, grid)
     try:
         table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
                       workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
@@ -90,7 +112,8 @@ def cmd_sweep(args) -> int:
     table.to_csv(Path(out) / "sweep.csv", index=False)
     missing = [m for m in metrics if m not in table.columns]
     if missing and (table["error"] == "").any():
-        raise ValueError(f"{args.config}: metrics {missing} are not summary keys")
+        raise ValueError(f"{args.config}: metrics {missing} are not summary keys (the runs "
+                         f"are kept in sweep.parquet: a re-run with the metrics fixed resumes)")
     for m in metrics:
         if m in table.columns:
             plot_sweep(table, list(grid), m, Path(out) / f"{m}.png")

@@ -24,12 +24,16 @@ class ClosedLoopClients:
             self._issue()
 
     def _issue(self, _event=None):
-        r = next(self.pending, None)
-        if r is None:
-            return
-        r.arrival_time = self.env.now
-        if not self.submit(r):
-            self._done(r, self.env.now)
+        # A loop, not _issue -> _done -> _issue: with no think time a user moves straight on
+        # after a rejection, and a run of rejections (a workload of prompts over max_model_len)
+        # would otherwise recurse once per request, past Python's recursion limit.
+        while (r := next(self.pending, None)) is not None:
+            r.arrival_time = self.env.now
+            if self.submit(r):
+                return
+            if self.think > 0:
+                self.env.timeout(self.think).callbacks.append(self._issue)
+                return
 
     def _done(self, _r, _now):
         if self.think > 0:

@@ -108,10 +108,13 @@ class Disaggregation:
             (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
 
     def fleet(self, config) -> tuple:
-        """``(replicas, GPUs)`` of both pools together."""
-        p, d = self.pool_configs(config)
-        return (p.replicas + d.replicas,
-                p.replicas * p.tensor_parallel + d.replicas * d.tensor_parallel)
+        """``(replicas, GPUs)`` of both pools together. Read from the overrides, not by
+        building each pool's config: ``config`` may be a run's resolved one (a Result's), whose
+        filled-in knobs (the run's scheduler's chunk size) a pool's own scheduler refuses."""
+        tp = [dict(over).get("tensor_parallel", config.tensor_parallel)
+              for over in (self.prefill, self.decode)]
+        return (self.prefill_replicas + self.decode_replicas,
+                self.prefill_replicas * tp[0] + self.decode_replicas * tp[1])
 
     def bandwidth_bytes(self, config) -> float:
         """Link bandwidth in bytes/s: the given figure, else the prefill GPU's scale-up link."""

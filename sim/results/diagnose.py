@@ -8,6 +8,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 
 - ``overloaded`` - requests arrive faster than they are served: the queue grows while they
   arrive (not merely drains after the last one);
+- ``users_queue`` - a closed loop whose users spend most of their latency waiting for their
+  first iteration (more users than the replicas serve at once; a closed loop's queue cannot
+  grow past its users, so ``overloaded`` never says so);
 - ``context_length`` - requests rejected at arrival because their prompt + output tokens
   exceed ``max_model_len`` (the model's context length unless set), as vLLM's and SGLang's
   servers refuse them;
@@ -37,6 +40,7 @@ IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests 
 STALL_RATIO = 5.0  # ITL P99 / P50 above this, with prefills of STALL_PREFILL_TOKENS or more
 STALL_PREFILL_TOKENS = 2048  # beside decodes in one iteration (a chunk budget rarely exceeds it)
 RECOMPUTE = 1.05  # prefill computed / prompt tokens above this: the pool is too small
+QUEUED = 0.5  # closed loop: mean queueing delay above this share of the mean E2E
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,16 @@ def diagnose(result) -> list:
                     f"{plural(backlog, 'request')} still unfinished at the last arrival)",
                     "lower the request rate, add replicas, or raise throughput (larger batches, "
                     "a faster GPU, quantized weights)", served / offered))
+    loop = getattr(cfg, "closed_loop", None)
+    queued, e2e = s["queueing_delay_mean"], s["e2e_mean"]
+    if loop is not None and len(fin) and e2e > 0 and queued > QUEUED * e2e:
+        out.append(Finding(
+            "users_queue",
+            f"{plural(loop.num_users, 'user')} queue: a request waits {queued:.3g} s on average "
+            f"for its first iteration, {queued / e2e:.0%} of its mean end-to-end latency "
+            f"({e2e:.3g} s), while the replicas run {s['mean_batch_size']:.3g} at a time",
+            "fewer users or a longer think time, add replicas, or raise throughput (a larger "
+            "max_batch_size, more KV blocks, a faster GPU)", queued / e2e))
     too_long = s["num_rejected_context_length"]
     if too_long:
         over = req[result.over_max_model_len()]

@@ -74,6 +74,8 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 PCTS = (50, 90, 95, 99)
@@ -269,7 +271,7 @@ class Result:
                 raise ValueError(f"slo keys must be among {SLO_KEYS}, got {sorted(unknown)}")
             ok = (req["status"] == "finished").to_numpy().copy()
             for key, limit in slo.items():
-                if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+                if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0:
                     raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got "
                                      f"{limit!r}")
                 col = "max_itl" if key == "itl" else key

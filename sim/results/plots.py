@@ -90,8 +90,10 @@ def _name(x, default):
 
 def run_facts(result) -> dict:
     """What was simulated, in words: ``hardware`` (model on GPU, or the cost model when it is
-    neither the roofline nor tied to a model), ``scheduler``, ``rate`` (the workload's mean
-    arrival rate, (n - 1) / arrival span) and ``n`` (requests)."""
+    neither the roofline nor tied to a model), ``fleet`` (``4 replicas``, ``2P:1D`` prefill and
+    decode replicas; None for one replica), ``scheduler``, ``rate`` (the workload's mean
+    arrival rate, (n - 1) / arrival span; a closed loop's users and think time instead: its
+    arrivals follow the completions) and ``n`` (requests)."""
     cfg = result.config
     if cfg.cost_model is None or cfg.model is not None or cfg.gpu is not None:
         hw = f"{_name(cfg.model, 'llama-3.1-8b')} on {_name(cfg.gpu, 'h100')}"
@@ -99,9 +101,16 @@ def run_facts(result) -> dict:
             hw += f" x{cfg.tensor_parallel} (TP)"
     else:
         hw = f"cost model {result.cost_model_name}"
+    disagg, replicas = getattr(cfg, "disaggregation", None), getattr(cfg, "replicas", 1)
+    fleet = (f"{disagg.prefill_replicas}P:{disagg.decode_replicas}D" if disagg is not None
+             else f"{replicas} replicas" if replicas > 1 else None)
+    loop = getattr(cfg, "closed_loop", None)
     t = np.sort(result.requests["arrival_time"].to_numpy(dtype=np.float64))
     rate = f"{(len(t) - 1) / (t[-1] - t[0]):.3g} req/s" if len(t) > 1 and t[-1] > t[0] else None
-    return {"hardware": hw, "scheduler": result.scheduler_name, "rate": rate,
+    if loop is not None:
+        rate = f"{loop.num_users} users" + (f", think {loop.think_time:g} s"
+                                            if loop.think_time else "")
+    return {"hardware": hw, "fleet": fleet, "scheduler": result.scheduler_name, "rate": rate,
             "n": f"n={len(result.requests):,}"}
 
 
@@ -148,7 +157,8 @@ def _itl_for_cdf(res):
 
 def plot_latencies(results, path=None, slo=None):
     """CDFs of TTFT, ITL and E2E with P50/P99 dots and ``slo`` lines (seconds by key);
-    ``results`` is a Result or ``{label: Result}`` to compare. Saved to ``path`` (any format
+    ``results`` is a Result or ``{label: Result}`` to compare. The CDFs are over finished
+    requests: a run that rejected some says how many finished in its legend label. Saved to ``path`` (any format
     matplotlib infers from the suffix) and closed when given."""
     if not isinstance(results, dict):
         results = {results.scheduler_name: results}
@@ -163,11 +173,13 @@ def plot_latencies(results, path=None, slo=None):
     for label, res in results.items():
         fin = fins[label]
         itl = _itl_for_cdf(res)
+        shown = label if len(fin) == len(res.requests) else (  # the CDFs are the finished ones'
+            f"{label} ({len(fin):,} of {len(res.requests):,} finished)")
         p = {"ttft": np.percentile(fin["ttft"], (50, 99)), "itl": res.itl_percentiles((50, 99)),
              "e2e": np.percentile(fin["e2e"], (50, 99))}
         for ax, key, values in zip(axes, SLO_PANELS, (fin["ttft"], itl, fin["e2e"])):
             xy = values if isinstance(values, tuple) else (values, None)
-            line = _cdf(ax, xy[0], label, y=xy[1])
+            line = _cdf(ax, xy[0], shown, y=xy[1])
             if line is not None and np.isfinite(p[key]).all():
                 ax.plot(p[key], [0.5, 0.99], "o", color=line.get_color(), ms=5,
                         label=f"_{label} P50/P99")  # '_': left out of the legend

@@ -26,6 +26,7 @@ Tested against M/D/1, where the rate giving a mean E2E has a closed form
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -87,7 +88,8 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
                          f"vary its num_users and think_time instead)")
     probe = None
     for key, limit in slo.items():
-        if not isinstance(limit, (int, float)) or not limit > 0 or math.isinf(limit):
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0 \
+                or math.isinf(limit):
             raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got {limit!r}")
     if not 0 < attainment <= 1:
         raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
@@ -116,7 +118,11 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
         return passed
 
     t = df["arrival_time"].to_numpy()
-    rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0]) if t[-1] > t[0] else 1.0
+    if not t[-1] > t[0]:  # (scale_to_rate's own message would tell to omit a rate)
+        raise ValueError(f"max_rate time-scales the workload's arrivals, but its {len(df):,} "
+                         f"requests all arrive at {t[0]:g} s: there is no rate to scale (give "
+                         f"it arrival times, e.g. workloads.poisson)")
+    rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0])
     lo = hi = None
     floor = rate / 2 ** 20  # below a millionth of the starting rate: the limits cannot be met
     for _ in range(max_steps):  # bracket

@@ -19,6 +19,9 @@ table returned holds the grid's points only, ``table.attrs["kept"]`` counts the 
 of the workload, base config, SLOs and the grid's fields: a file written by another sweep is
 refused rather than mixed in (a row is found again by its grid fields' values alone, so with a
 field dropped from the grid a row of another value of it would pass for the base config's).
+The file holds a grid value that is an object (a ``SpeculativeConfig``, ``Disaggregation``,
+``ClosedLoop``, a router function) as its repr, and a point is found again whatever the file's
+types made of its numbers (1 read back as 1.0, None beside numbers as NaN).
 
 **Repeats**: ``repeats=N`` runs each point N times with seeds ``seed, seed + 1, ...`` (``seed``:
 the grid's or the base config's). The engine draws nothing but speculative acceptance, so
@@ -136,8 +139,6 @@ def _context(df, base, slo, fields) -> str:
     and arguments that draw it), the base config, the SLOs and the grid's ``fields`` (which
     identify a row: see the module docstring) - so that a resumed sweep never mixes rows of
     another (reprs without memory addresses: stable across processes)."""
-    def plain(v):
-        return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(v))
     h = hashlib.sha1()
     if callable(df):
         f = getattr(df, "func", df)
@@ -156,12 +157,35 @@ def _context(df, base, slo, fields) -> str:
     return h.hexdigest()[:16]
 
 
+def plain(v) -> str:
+    """``repr(v)`` without memory addresses: stable across processes."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(v))
+
+
+def _stored(v):
+    """A grid value as the parquet file holds it: a number, string, bool or None as is, any
+    other object (a ``SpeculativeConfig``, ``Disaggregation``, ``ClosedLoop``, a router
+    function) as its :func:`plain` repr, which Arrow can write and :func:`_key` reads back."""
+    if v is None or isinstance(v, (bool, int, float, str)) or hasattr(v, "item"):
+        return v
+    return plain(v)
+
+
+def _key_value(v):
+    v = v.item() if hasattr(v, "item") else v  # numpy scalars
+    if isinstance(v, bool) or v is None or isinstance(v, str):
+        return v
+    if isinstance(v, (int, float)):  # a column of ints and floats (rate = [1, 2.5]) reads
+        return None if v != v else float(v)  # back as floats, None beside numbers as NaN
+    return plain(v)
+
+
 def _key(params, repeat) -> str:
-    """A (point, repeat)'s identity, the same before and after a parquet round trip (numpy
-    scalars)."""
-    plain = {k: (v.item() if hasattr(v, "item") else v) for k, v in params.items()}
-    plain["\0repeat"] = int(repeat)  # a name no grid field can have
-    return json.dumps(plain, sort_keys=True, default=str)
+    """A (point, repeat)'s identity, the same before and after a parquet round trip: numpy
+    scalars, 1 and 1.0, None and NaN, an object and the repr the file holds are each one."""
+    key = {k: _key_value(v) for k, v in params.items()}
+    key["\0repeat"] = int(repeat)  # a name no grid field can have
+    return json.dumps(key, sort_keys=True)
 
 
 def _bar(total, done, progress):
@@ -208,7 +232,8 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     """Every point of ``grid`` (field -> value dicts, in the sweep's order), all checked before
     anything runs: :func:`check_grid_fields` (with a DataFrame ``workload``'s rows; a function's
     are known only when it runs), then each point's ``dataclasses.replace(base, **fields)`` is
-    built, so a bad value raises here, naming the grid point. What fails only when a point runs
+    built, so a bad value raises here, naming the grid point (so does a ``rate`` beside a
+    ``closed_loop``, whose users ignore it). What fails only when a point runs
     (a model that does not fit its GPU) stays that point's error row."""
     from ..engine.config import as_config
     check_grid_fields(grid, None if callable(workload) else len(workload))
@@ -217,9 +242,15 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
     for point in points:
         try:
-            dataclasses.replace(base, **{k: v for k, v in point.items() if k not in RESHAPE})
+            config = dataclasses.replace(base, **{k: v for k, v in point.items()
+                                                  if k not in RESHAPE})
         except (ValueError, TypeError) as e:
             raise type(e)(f"grid point {_shown(point)}: {e}") from None
+        if point.get("rate") is not None and config.closed_loop is not None:
+            raise ValueError(f"grid point {_shown(point)}: rate applies to an open loop; with "
+                             f"closed_loop={config.closed_loop!r} the users issue the requests "
+                             f"as theirs finish, so every rate gives the same run (drop rate "
+                             f"from the grid, or vary closed_loop instead)")
     return points
 
 
@@ -268,7 +299,9 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
         if out is not None:
             ordered = [rows[k] for k in keys if k in rows] + others
             Path(out).parent.mkdir(parents=True, exist_ok=True)
-            pd.DataFrame(ordered).to_parquet(out, index=False)
+            stored = [{k: _stored(v) if k in names else v for k, v in row.items()}
+                      for row in ordered]
+            pd.DataFrame(stored).to_parquet(out, index=False)
 
     params, reps = [p for p, _ in todo], [r for _, r in todo]
     with bar:
