@@ -1,5 +1,6 @@
 """The engine's invariants, checked inside a run when ``SimConfig(check=True)`` (off by default:
-each check is O(running + queue); the tests turn it on).
+each check is O(running + the cached blocks they hold + queue): with 1-token pages every
+token held; the tests turn it on).
 
 After every batch is formed, and after each segment of a fast-forwarded pure-decode stretch
 (:func:`sim.engine.fastforward.decode_stretch`), on every replica (:func:`check_replica`):
