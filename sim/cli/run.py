@@ -417,6 +417,8 @@ def cmd_run(args) -> int:
             for f in findings:
                 print(f"  - {f.message}\n    try: {f.action}")
         print(f"\nwrote {', '.join(written)} to {out}/")
+        if s["plots"] and "latency_cdfs.png" not in written:  # (save_plots: finished ones only)
+            print("no latency_cdfs.png: no request finished")
         if report is not None:
             print(f"wrote the report to {report}")
     return 0
