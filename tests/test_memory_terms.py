@@ -259,10 +259,10 @@ def test_sim_memory_prints_the_tensorrt_llm_terms(capsys):
                          ("- held_back", "free_gpu_memory_fraction 0.9 (TensorRT-LLM's "
                                          "default)")):
         assert any(label in ln and value in ln for ln in out.splitlines()), label
-    assert "2,101 blocks of 32 tokens" in out  # (the preset's 32-token blocks: 4,203 of 16)
+    assert "4,203 blocks of 16 tokens" in out
     assert main(argv + ["--free-gpu-memory-fraction", "0.95"]) == 0
     out = capsys.readouterr().out
-    assert "0.95 (given)" in out and "2,218 blocks of 32 tokens" in out
+    assert "0.95 (given)" in out and "4,436 blocks of 16 tokens" in out
     assert main(argv[:2] + ["--gpu", "a100", "--accounting", "tensorrt-llm"]) == 1  # fp16
     assert "- held_back" in capsys.readouterr().out  # a zero deduction keeps its sign
 

@@ -56,14 +56,6 @@ MEMORY_FLAGS = {"gpu": "--gpu", "gpu_memory_gb": "--gpu-memory-gb",
                 "free_gpu_memory_fraction": "--free-gpu-memory-fraction"}
 
 
-def _preset_block_size(args) -> int:
-    """Tokens per KV block of the scheduler preset named like the accounting (vLLM 16,
-    SGLang's 1-token pages, TensorRT-LLM 32), so the blocks counted are the ones
-    ``sim run --scheduler <it>`` gets."""
-    from ..engine import SimConfig
-    return SimConfig(scheduler=args.accounting).resolved().block_size
-
-
 def cmd_memory(args) -> int:
     """``sim memory``: parameters, weight and KV bytes of a model, the serving engine's memory
     accounting on one GPU term by term, and whether it fits with room for KV cache (exit status 1
@@ -86,7 +78,7 @@ def cmd_memory(args) -> int:
         gb = args.gpu_memory_gb if gpu is None else gpu.memory_gb
         b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype,
                           kv_dtype=args.kv_dtype, tensor_parallel=args.tp,
-                          accounting=args.accounting, block_size=_preset_block_size(args),
+                          accounting=args.accounting,
                           **{k: v for k, v in engine_knobs.items() if v is not None})
     except (ValueError, TypeError) as e:  # the library names its arguments; name the flags
         msg = str(e)
