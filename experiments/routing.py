@@ -1,4 +1,4 @@
-"""Routers compared: the same multi-tenant traffic on the same cluster, routed five ways.
+"""Routers compared: the same multi-tenant traffic on the same cluster, routed six ways.
 
     python experiments/routing.py [-n 4000] [--rate 40] [--replicas 4] [--kv-blocks 2000] [-o DIR]
 
@@ -10,8 +10,9 @@ blocks), so a replica that sees every tenant keeps evicting their prefixes. Prin
 a table (``routing.csv``: latencies, prefix hit rate, the busiest replica's share) and two
 plots (``routing_latency_cdfs.png``, ``routing_replica_load.png``).
 
-What it shows: ``prefix_affinity`` keeps each tenant's prefix on one replica, so its hit rate
-approaches the workload's ideal and its TTFT drops; the load-aware routers
+What it shows: ``prefix_affinity`` (and SGLang's ``cache_aware``, from what it has routed)
+keeps each tenant's prefix on one replica, so its hit rate approaches the workload's ideal and
+its TTFT drops; the load-aware routers
 (``least_outstanding``, ``least_kv``) cut the tail that blind ``round_robin`` and ``random``
 leave when long requests pile up on one replica.
 """

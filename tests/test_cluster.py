@@ -116,10 +116,27 @@ def test_prefix_affinity_raises_the_hit_rate_on_a_multi_tenant_workload():
     assert (per["prefix_hit_rate"] > 0.8).all() and per["num_requests"].sum() == 800
 
 
+def test_cache_aware_keeps_a_burst_where_prefix_affinity_spreads_it():
+    """Eight copies of one 2,048-token prompt at once on 4 replicas: SGLang's router records
+    the prefix when it routes it, so all 8 go to one replica and 7 find it cached (hit rate
+    7 x 2,032 / (8 x 2,048) = 86.8 %: the last block is computed); prefix_affinity reads the
+    replicas' caches, empty until a prefill ends, and spreads them (4 computed twice: 49.6 %)."""
+    df = pd.DataFrame({"arrival_time": np.zeros(8), "num_prompt_tokens": 2048,
+                       "num_output_tokens": 16, "hash_ids": [list(range(4))] * 8})
+    df.attrs["block_size"] = 512
+    res = {router: run(df, cost_model=COST, replicas=4, router=router, scheduler="vllm",
+                       kv_blocks=1000) for router in ("prefix_affinity", "cache_aware")}
+    per = {k: r.replica_summary()["num_requests"].tolist() for k, r in res.items()}
+    assert per == {"prefix_affinity": [2, 2, 2, 2], "cache_aware": [8, 0, 0, 0]}
+    hit = {k: r.summary()["prefix_hit_rate"] for k, r in res.items()}
+    assert hit["cache_aware"] == pytest.approx(7 * 2032 / (8 * 2048))
+    assert hit["prefix_affinity"] == pytest.approx(4 * 2032 / (8 * 2048))
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 40), replicas=st.integers(1, 5),
        router=st.sampled_from(["round_robin", "random", "least_outstanding", "least_kv",
-                               "prefix_affinity"]),
+                               "prefix_affinity", "cache_aware"]),
        scheduler=st.sampled_from(["continuous", "chunked", "static", "sglang"]),
        kv_blocks=st.integers(4, 60), closed=st.booleans(), seed=st.integers(0, 3))
 def test_nothing_is_lost_whatever_the_cluster(n, replicas, router, scheduler, kv_blocks,

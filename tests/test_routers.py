@@ -88,7 +88,7 @@ def test_router_settings_are_checked_with_a_hint():
     with pytest.raises(ValueError, match="replicas must be > 0"):
         SimConfig(replicas=0)
     assert set(ROUTERS) == {"round_robin", "random", "least_outstanding", "least_kv",
-                            "prefix_affinity"}
+                            "prefix_affinity", "cache_aware"}
     assert make_router("least_kv") is least_kv
     rr = make_router("round_robin")
     assert rr is not make_router("round_robin")  # fresh state every run
@@ -116,3 +116,78 @@ def test_an_object_with_a_route_method_is_a_router():
     assert res.replica_summary()["num_requests"].tolist() == [0, 0, 30]
     with pytest.raises(TypeError, match="or an object with that route method"):
         SimConfig(router=type("NoRoute", (), {"route": 3})())
+
+
+def _route_all(route, views, requests, now=0.0):
+    """Route each request and queue it where it went (as the engine does): the choices."""
+    out = []
+    for r in requests:
+        k = route(r, views, now)
+        views[k]._replica.enqueue(r)
+        out.append(k)
+    return out
+
+
+def test_cache_aware_keeps_a_burst_of_one_prompt_on_one_replica_until_imbalanced():
+    # SGLang's router records a prefix when it routes it: 40 copies of one prompt arriving
+    # together go to the first replica (its tree matches all of it, rate 1 > 0.5) until it has
+    # 33 more outstanding than the least loaded (> balance_abs_threshold 32, > min * 1.0001);
+    # then the least loaded, lowest index first; once balanced again (33 - 1 = 32), the best
+    # match, the less loaded of the tied trees
+    from sim.engine.routers import CacheAware
+    views = _views((0, 0, 0, 0))
+    same = [_request(i, np.array([7, 8, 9, 10])) for i in range(40)]
+    got = _route_all(CacheAware(), views, same)
+    assert got[:33] == [0] * 33
+    assert got[33:36] == [1, 2, 3]
+    assert got[36:] == [1, 2, 3, 1]
+    # prefix_affinity reads the replicas' caches, empty until a prefill: it spreads the burst
+    views = _views((0, 0, 0, 0), caching=True)
+    for v in views:
+        v._replica.blocks.lookup(np.array([7, 8, 9, 10]))
+    pa = _route_all(PrefixAffinity(), views, [_request(i, np.array([7, 8, 9, 10]))
+                                              for i in range(8)])
+    assert pa == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_cache_aware_sends_an_unmatched_prompt_to_the_smallest_tree():
+    from sim.engine.routers import CacheAware
+    route, views = CacheAware(), _views((0, 0, 0))
+    # distinct prompts: no match, so the smallest tree (ties: less loaded, lower index)
+    got = _route_all(route, views, [_request(i, np.arange(10 * i, 10 * i + n))
+                                    for i, n in enumerate((5, 2, 3, 1))])
+    assert got == [0, 1, 2, 1]  # trees of 5, 2, 3 blocks: the 2-block one is smallest
+    assert [len(t) for t in route.trees] == [5, 3, 3]
+    # half of a prompt matched is not more than cache_threshold 0.5: the smallest tree
+    half = _request(9, np.array([0, 1, 99, 98]))
+    assert route(half, views, 0.0) == 2  # (trees 5, 3, 3: the less loaded of the two 3s)
+    three = _request(10, np.array([0, 1, 2, 97]))  # 3 of 4 matched on replica 0: 0.75 > 0.5
+    assert route(three, views, 0.0) == 0
+
+
+def test_cache_aware_evicts_least_recently_used_leaves_every_interval():
+    from sim.engine.routers import CacheAware
+    views = _views((0, 0))
+    route = CacheAware(eviction_interval=10.0, max_tree_tokens=16 * 3)  # 3 blocks of 16
+    route(_request(0, np.array([1, 2, 3, 4])), views, 0.0)
+    assert list(route.trees[0]) == [4, 3, 2, 1]  # leaves first: least recently used
+    route(_request(1, np.array([1, 2, 5])), views, 1.0)  # shares 2 blocks: 2/3 > 0.5
+    assert list(route.trees[0]) == [4, 3, 5, 2, 1]
+    route(_request(2, np.array([50])), views, 10.0)  # the interval is up: evict first
+    assert list(route.trees[0]) == [5, 2, 1] and list(route.trees[1]) == [50]
+    # blocks 3 and 4 were evicted: 2 of 4 matched is not > 0.5, so the smallest tree serves
+    # it (replica 1's, 1 block); without the eviction replica 0 matched all 4
+    assert route(_request(3, np.array([1, 2, 3, 4])), views, 11.0) == 1
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(cache_threshold=1.5), "cache_threshold"), (dict(cache_threshold=-0.1), "cache_threshold"),
+    (dict(balance_rel_threshold=0.5), "balance_rel_threshold"),
+    (dict(balance_abs_threshold=-1), "balance_abs_threshold"),
+    (dict(balance_abs_threshold=2.5), "balance_abs_threshold"),
+    (dict(eviction_interval=float("inf")), "eviction_interval"),
+    (dict(max_tree_tokens=True), "max_tree_tokens")])
+def test_cache_aware_refuses_bad_settings_naming_them(kw, match):
+    from sim.engine.routers import CacheAware
+    with pytest.raises(ValueError, match=match):
+        CacheAware(**kw)

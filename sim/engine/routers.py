@@ -14,9 +14,13 @@ request's arrival, and queues the request at ``replicas[index]``. The named rout
   queue-length scorers);
 - ``least_kv``: most free KV blocks;
 - ``prefix_affinity``: the replica whose prefix cache holds the longest leading run of the
-  request's prompt blocks (SGLang's cache-aware router, llm-d's prefix scorer), falling back to
-  ``least_outstanding`` when no replica holds any or when the best one has more than
-  ``max_imbalance`` outstanding requests beyond the least loaded.
+  request's prompt blocks, read from the replicas' caches as they are (llm-d's precise prefix
+  scorer, fed by the engines' KV events), falling back to ``least_outstanding`` when no replica
+  holds any or when the best one has more than ``max_imbalance`` outstanding requests beyond
+  the least loaded;
+- ``cache_aware``: SGLang's router (:class:`CacheAware`): what it has routed where, recorded
+  at routing time in an approximate tree per replica, not what the replicas computed - so a
+  burst of one prompt stays on one replica before any of it is cached.
 
 Ties go to the lowest index. Each run builds its named router anew (:func:`make_router`), so
 stateful routers (round robin's counter, random's generator) never carry state between runs.
@@ -25,6 +29,8 @@ A callable passed in is used as is; so is the ``route`` method of an object that
 """
 
 from __future__ import annotations
+
+from collections import OrderedDict
 
 import numpy as np
 
@@ -66,6 +72,13 @@ class ReplicaView:
     @property
     def max_batch_size(self) -> int:
         return self._replica.max_batch_size
+
+    @property
+    def tokens_per_key(self) -> int:
+        """Prompt tokens each of a request's ``block_keys`` stands for here: a KV block
+        (block-hash caching), a hash id's span (radix caching)."""
+        rep = self._replica
+        return rep.blocks.unit if rep.radix else rep.block_size
 
     def prefix_hit(self, request) -> int:
         """Prompt tokens of ``request`` this replica's prefix cache would serve now (0 without
@@ -150,12 +163,111 @@ class PrefixAffinity:
         return best if best >= 0 else loads.index(least)
 
 
+class CacheAware:
+    """SGLang's cache-aware router (``--policy cache_aware``, its default), rule by rule from
+    sgl-project/sglang@026f853b ``sgl-router/src/policies/cache_aware.rs``
+    (``select_worker``), defaults from @b1018cbe
+    ``sgl-router/py_src/sglang_router/launch_router.py`` (``RouterArgs``):
+
+    1. loads are the requests routed to each replica and not finished; the fleet is
+       imbalanced when ``max - min > balance_abs_threshold`` (32) and ``max > min *
+       balance_rel_threshold`` (1.0001): then the least loaded replica serves the request;
+    2. else the replica whose approximate tree matches the longest prefix of the request
+       serves it if the matched fraction exceeds ``cache_threshold`` (0.5), else the replica
+       with the smallest tree (the most cache room, as the router sees it);
+    3. either way the request's prefix is recorded in the chosen replica's tree, at routing
+       time: the router never reads the replicas' caches;
+    4. every ``eviction_interval`` seconds (60) each tree drops its least recently used leaves
+       until it holds at most ``max_tree_tokens``.
+
+    Modelled on the simulator's block keys (the request's full prompt blocks, ids that name
+    their whole prefix; none when prefix caching is off or the workload has no ``hash_ids``):
+    the matched fraction is of those blocks, where SGLang's is of the prompt's characters
+    (it keeps raw text, not tokens), and tree sizes count keys (``tokens_per_key`` tokens
+    each: a KV block, or in radix mode a hash id's span). ``max_tree_tokens`` defaults
+    to SGLang's ``max_tree_size`` of 2**24 characters at 4 characters a token (an
+    assumption: 2**22 tokens). Ties go to the less loaded replica, then the lower index
+    (SGLang's tree picks any tenant of the deepest match).
+    """
+
+    name = "cache_aware"
+
+    def __init__(self, cache_threshold: float = 0.5, balance_abs_threshold: int = 32,
+                 balance_rel_threshold: float = 1.0001, eviction_interval: float = 60.0,
+                 max_tree_tokens: int = 2 ** 22):
+        for field, value, low in (("cache_threshold", cache_threshold, 0.0),
+                                  ("balance_rel_threshold", balance_rel_threshold, 1.0),
+                                  ("eviction_interval", eviction_interval, 0.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not low <= value < float("inf") \
+                    or (field == "cache_threshold" and value > 1):
+                bound = "in [0, 1]" if field == "cache_threshold" else f">= {low:g}, finite"
+                raise ValueError(f"{field} must be a number {bound}, got {value!r}")
+        for field, value in (("balance_abs_threshold", balance_abs_threshold),
+                             ("max_tree_tokens", max_tree_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{field} must be an int >= 0, got {value!r}")
+        self.cache_threshold = float(cache_threshold)
+        self.balance_abs_threshold = balance_abs_threshold
+        self.balance_rel_threshold = float(balance_rel_threshold)
+        self.eviction_interval = float(eviction_interval)
+        self.max_tree_tokens = max_tree_tokens
+        self.trees = None  # per replica: block key -> None, least recently used first
+        self._next_eviction = self.eviction_interval
+
+    def __call__(self, request, replicas, now) -> int:
+        if self.trees is None:
+            self.trees = [OrderedDict() for _ in replicas]
+        if self.eviction_interval and now >= self._next_eviction:
+            self._evict(replicas)
+            self._next_eviction = now + self.eviction_interval
+        loads = [v.num_outstanding for v in replicas]
+        high, low = max(loads), min(loads)
+        keys = request.block_keys
+        keys = () if keys is None else keys.tolist() if hasattr(keys, "tolist") else keys
+        if high - low > self.balance_abs_threshold and high > low * self.balance_rel_threshold:
+            best = loads.index(low)  # rule 1
+        else:
+            matched = [_matched(tree, keys) for tree in self.trees]
+            top = max(matched)
+            if keys and top / len(keys) > self.cache_threshold:  # rule 2
+                best = min((loads[i], i) for i, m in enumerate(matched) if m == top)[1]
+            else:
+                best = min((len(t), loads[i], i) for i, t in enumerate(self.trees))[2]
+        tree = self.trees[best]
+        for key in reversed(keys):  # rule 3 (leaves first: a prefix is used no earlier)
+            tree[key] = None
+            tree.move_to_end(key)
+        return best
+
+    def _evict(self, replicas):
+        """Rule 4: least recently used blocks out until each tree is within its size."""
+        for tree, v in zip(self.trees, replicas):
+            limit = self.max_tree_tokens // v.tokens_per_key
+            while len(tree) > limit:
+                tree.popitem(last=False)
+
+
+def _matched(tree, keys) -> int:
+    """How many of ``keys`` lead the prefix ``tree`` holds (prefix-closed: a block is used
+    no earlier than its prefix, so the held ones come first: binary search)."""
+    lo, hi = 0, len(keys)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if keys[mid - 1] in tree:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 ROUTERS = {
     "round_robin": RoundRobin,
     "random": Random,
     "least_outstanding": lambda: least_outstanding,
     "least_kv": lambda: least_kv,
     "prefix_affinity": PrefixAffinity,
+    "cache_aware": CacheAware,
 }
 
 
