@@ -298,6 +298,16 @@ def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, ca
     assert settings["equal"]["context_chunking_policy"] == "equal_progress"
     assert settings["default"]["enable_chunked_context"] is False
     assert capsys.readouterr().err == ""
+    # the rejection said as what it is, not as a request larger than the KV pool
+    assert main(base[:-1] + ["-o", str(tmp_path / "said")]) == 0
+    text = capsys.readouterr().out
+    assert "2 finished, 1 rejected of 3 (1 over max_num_tokens)" in text
+    assert "1 of 3 requests were rejected at arrival: their prompts (up to 3,000 tokens) " \
+        "exceed max_num_tokens 1,024 without chunked context" in text
+    assert "KV blocks than the whole pool" not in text
+    doc = json.loads((tmp_path / "said" / "summary.json").read_text())
+    assert doc["summary"]["num_rejected_max_num_tokens"] == 1
+    assert [f["code"] for f in doc["findings"]] == ["max_num_tokens"]
 
 
 def test_hash_block_tokens_lets_a_csv_with_hash_ids_use_the_prefix_cache(tmp_path, capsys):

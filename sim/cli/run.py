@@ -231,10 +231,12 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
     row with the cache's hit rate, saying so when the workload names no prefix block
     (``names_prefixes`` False: nothing can hit)."""
-    too_long = summary.get("num_rejected_context_length")
+    why = ", ".join(f"{n:,} over {limit}" for n, limit in (
+        (summary.get("num_rejected_context_length"), "max_model_len"),
+        (summary.get("num_rejected_max_num_tokens"), "max_num_tokens")) if n)
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}"
-                         + (f" ({too_long:,} over max_model_len)" if too_long else ""))]
+                         + (f" ({why})" if why else ""))]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
         rows.append((f"{label} (s)", "  ".join(
             f"{stat} {_num(summary[f'{key}_{stat}'], '.4g')}"

@@ -105,6 +105,7 @@ from __future__ import annotations
 import weakref
 
 from ..checks import positive_int
+from ..results.metrics import MAX_NUM_TOKENS as MAX_NUM_TOKENS_REASON
 from ..specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NUM_TOKENS,
                                   check_free_gpu_memory_fraction)
 from .policies import refuse_unused_knobs
@@ -115,7 +116,6 @@ MAX_NUM_TOKENS = TRTLLM_MAX_NUM_TOKENS  # BuildConfig.max_num_tokens
 MAX_BATCH_SIZE = 2048  # BuildConfig.max_batch_size
 TOKENS_PER_BLOCK = 32  # PluginConfig.tokens_per_block / KvCacheConfig.tokens_per_block
 FREE_GPU_MEMORY_FRACTION = TRTLLM_FREE_GPU_MEMORY_FRACTION  # KvCacheConfig's default
-MAX_NUM_TOKENS_REASON = "max_num_tokens"  # how the reason of rule 3's rejection starts
 # CapacitySchedulerPolicy's values (the LLM API's SchedulerConfig), the first the default
 CAPACITY_SCHEDULER_POLICIES = ("guaranteed_no_evict", "max_utilization")
 
