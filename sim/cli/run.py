@@ -137,7 +137,14 @@ def as_written(msg, s, names) -> str:
         n = names.like("num_requests", "num_requests")
         msg = f"{names('num_requests')} {m.group(2)}".replace("omit n ", f"omit {n} ")
     elif m and m.group(1) in s and m.group(1) != "speculative":
-        msg = f"{names(m.group(1))} {m.group(2)}"
+        # a further setting it names as the API's keyword (``... which kv_blocks=100 gives``,
+        # ``... it needs enable_chunked_context=True``): as written too (``--kv-blocks 100``;
+        # from the file, its bare key: ``kv_blocks = 100``)
+        rest = re.sub(r"(?<![\w.-])(\w+)=('[^']*'|[^\s,;:)]+)", lambda w: (
+            names.like(m.group(1), w.group(1), w.group(2))
+            if w.group(1) in s and w.group(1) not in ("speculative", "extra") else w.group(0)),
+            m.group(2))
+        msg = f"{names(m.group(1))} {rest}"
     elif m and m.group(1) in s["speculative"]:  # e.g. SimConfig's draft_model checks
         msg = f"{names('speculative.' + m.group(1))} {m.group(2)}"
     msg = re.sub(r"\(tensor_parallel=(\d+)\)",
