@@ -107,7 +107,8 @@ CASES = [
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
                                    "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
-                                   "'replicas', 'report', 'router', 'scheduler', 'seed', 'slo', "
+                                   "'replicas', 'report', 'request_path', 'router', "
+                                   "'scheduler', 'seed', 'slo', "
                                    "'speculative', "
                                    "'tensor_parallel', 'think_time', 'token_budget', "
                                    "'weight_dtype', 'workload']"),

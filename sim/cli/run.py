@@ -199,10 +199,13 @@ def _config(s, names=None):
                     router=s["router"], disaggregation=disaggregation_from(s))
 
 
-def request_path_from(spec):
-    """``--request-path``: ``triton`` (the sourced front end, ``sim.engine.request_path``),
-    ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off``."""
+def request_path_from(spec, shown="--request-path"):
+    """``--request-path`` (or the TOML key, ``shown`` as written): ``triton`` (the sourced
+    front end, ``sim.engine.request_path``), ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off``."""
     from ..engine.request_path import RequestPath, triton_path
+    if not isinstance(spec, str):
+        raise ValueError(f"{shown} must be a string: triton, off or IN_MS,US_PER_TOKEN,OUT_MS, "
+                         f"got {spec!r}")
     text = spec.strip().lower()
     if text == "off":
         return None
@@ -212,11 +215,11 @@ def request_path_from(spec):
     try:
         in_ms, us, out_ms = (float(x) for x in parts)
     except ValueError:
-        raise ValueError(f"--request-path must be triton, off or IN_MS,US_PER_TOKEN,OUT_MS "
+        raise ValueError(f"{shown} must be triton, off or IN_MS,US_PER_TOKEN,OUT_MS "
                          f"(three numbers), got {spec!r}") from None
     for name, value in (("IN_MS", in_ms), ("US_PER_TOKEN", us), ("OUT_MS", out_ms)):
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"--request-path {name} must be a finite number >= 0, got "
+            raise ValueError(f"{shown} {name} must be a finite number >= 0, got "
                              f"{value!r} in {spec!r}")
     return RequestPath(in_s=in_ms * 1e-3, per_prompt_token_s=us * 1e-6, out_s=out_ms * 1e-3)
 
@@ -362,7 +365,7 @@ def cmd_run(args) -> int:
     the scenario line and the summary (a progress bar on stderr for long runs in a terminal)."""
     from ..engine import run
     names = Names(args.config)
-    s = settings_from(args, names, extra=("report",))
+    s = settings_from(args, names, extra=("report", "request_path"))
     check_router_used(s, names)
     out = output_folder(s["output"], names("output"))
     report = args.report if args.report is not None else s["extra"].get("report")
@@ -372,8 +375,18 @@ def cmd_run(args) -> int:
             raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
         report = output_file(report, shown)
     df, cfg = build(s, names)
-    if args.request_path is not None:
-        cfg = dataclasses.replace(cfg, request_path=request_path_from(args.request_path))
+    path = args.request_path  # the flag over the file's key
+    if path is None and "request_path" in s["extra"]:
+        path = request_path_from(s["extra"]["request_path"], f"{args.config}: request_path")
+    elif path is not None:
+        path = request_path_from(path)
+    if path is not None or args.request_path is not None or "request_path" in s["extra"]:
+        try:
+            cfg = dataclasses.replace(cfg, request_path=path)
+        except ValueError as e:  # (with a closed loop)
+            shown = ("--request-path" if args.request_path is not None
+                     else f"{args.config}: request_path")
+            raise ValueError(f"{shown}: {e}") from None
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     with warnings.catch_warnings():
         if unused_acceptance(df, cfg):  # said once, in the CLI's words
@@ -388,9 +401,8 @@ def cmd_run(args) -> int:
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
     meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
-    if args.request_path is not None:  # the seconds used (off: None)
-        path = cfg.request_path
-        meta["request_path"] = None if path is None else dataclasses.asdict(path)
+    if args.request_path is not None or "request_path" in s["extra"]:  # the seconds used
+        meta["request_path"] = None if path is None else dataclasses.asdict(path)  # (off: None)
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()
@@ -440,5 +452,5 @@ def add_parser(sub):
     p.add_argument("--request-path", metavar="SPEC", default=None,
                    help="time outside the engine, added to what the client sees: 'triton' "
                         "(sourced: sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' "
-                        "or 'off' (default: off)")
+                        "or 'off'; TOML: request_path = \"triton\" (default: off)")
     p.set_defaults(func=cmd_run)
