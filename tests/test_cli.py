@@ -3,6 +3,7 @@ import json
 import pandas as pd
 import pytest
 
+import sim
 from sim.cli import main
 
 
@@ -106,8 +107,20 @@ def test_workload_describe_and_memory(tmp_path, capsys):
                       dict(accounting="tensorrt-llm", free_gpu_memory_fraction=0.5,
                            max_num_batched_tokens=2048))):
         assert main(["memory", *argv]) == 0
-        blocks = memory_budget("llama-3.1-8b", gb, **kw).kv_blocks
-        assert f"({blocks:,} blocks of 16)" in capsys.readouterr().out
+        # in the engine's own blocks (vLLM 16 tokens, SGLang's page of 1, TensorRT-LLM 32),
+        # the pool sim run gives that engine's preset (review6: always blocks of 16 here)
+        accounting = kw.get("accounting", "vllm")
+        size = {"vllm": 16, "sglang": 1, "tensorrt-llm": 32}[accounting]
+        blocks = memory_budget("llama-3.1-8b", gb, block_size=size, **kw).kv_blocks
+        assert f"({blocks:,} blocks of {size})" in capsys.readouterr().out
+        if accounting == "tensorrt-llm":
+            assert sim.SimConfig(scheduler="tensorrt-llm", model="llama-3.1-8b", gpu="h100",
+                                 free_gpu_memory_fraction=0.5, token_budget=2048
+                                 ).resolved_kv_blocks() == blocks
+    assert main(["memory", "llama-3.1-8b", "--accounting", "sglang"]) == 0
+    pages = sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100"
+                          ).resolved_kv_blocks()
+    assert f"({pages:,} blocks of 1)" in capsys.readouterr().out
     assert memory_budget("llama-3.1-8b", gb).kv_blocks == 28_343  # the README's pool
 
 
