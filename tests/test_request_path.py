@@ -222,6 +222,22 @@ def test_toml_key(tmp_path, capsys):
         assert err.count("\n") == 0 and words in err and "Traceback" not in err, err
 
 
+def test_sim_capacity_takes_the_path(capsys):
+    """``sim capacity --request-path`` (review6: only sim run had it): a TTFT limit the path's
+    fixed 60 ms alone exceeds is met at no rate; 'off' is no path; the TOML key works there
+    too (test_toml_key's checks are shared: cli.run.with_request_path)."""
+    argv = ["capacity", "--workload", "azure-code", "--num-requests", "40", "--cost",
+            "constant:0.001", "--slo-ttft", "0.05"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert main(argv + ["--request-path", "off"]) == 0
+    assert capsys.readouterr().out == plain
+    assert main(argv + ["--request-path", "30,0,30"]) == 1
+    assert "no rate tried meets the SLOs" in capsys.readouterr().out
+    assert main(argv + ["--request-path", "1,x"]) == 2
+    assert "--request-path must be triton, off" in capsys.readouterr().err
+
+
 def test_serving_check_option_adds_tritons_path_to_tritons_rows_only(vs):
     """``validate_serving.py --request-path``: Triton's rows get ``triton_path``, LMDeploy's
     (a client in the engine's process, no HTTP or gRPC front end) none; off by default. At 2 req/s

@@ -224,6 +224,29 @@ def request_path_from(spec, shown="--request-path"):
     return RequestPath(in_s=in_ms * 1e-3, per_prompt_token_s=us * 1e-6, out_s=out_ms * 1e-3)
 
 
+def add_request_path_arg(p):
+    """``--request-path`` (``sim run``, ``sim capacity``)."""
+    p.add_argument("--request-path", metavar="SPEC", default=None,
+                   help="time outside the engine, added to what the client sees: 'triton' "
+                        "(sourced: sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' "
+                        "or 'off'; TOML: request_path = \"triton\" (default: off)")
+
+
+def with_request_path(cfg, args, s):
+    """``cfg`` with the request path of ``--request-path`` or, without the flag, of the TOML
+    key (``s["extra"]``); unchanged when neither is given. A closed loop beside one is refused
+    naming the setting as written."""
+    given, in_file = args.request_path, "request_path" in s["extra"]
+    if given is None and not in_file:
+        return cfg
+    shown = "--request-path" if given is not None else f"{args.config}: request_path"
+    path = request_path_from(given if given is not None else s["extra"]["request_path"], shown)
+    try:
+        return dataclasses.replace(cfg, request_path=path)
+    except ValueError as e:  # (with a closed loop)
+        raise ValueError(f"{shown}: {e}") from None
+
+
 def unused_acceptance(df, cfg) -> bool:
     """Whether the workload's per-request ``acceptance_rate`` goes unused (no speculation)."""
     return (cfg.speculative is None and "acceptance_rate" in df.columns
@@ -375,18 +398,7 @@ def cmd_run(args) -> int:
             raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
         report = output_file(report, shown)
     df, cfg = build(s, names)
-    path = args.request_path  # the flag over the file's key
-    if path is None and "request_path" in s["extra"]:
-        path = request_path_from(s["extra"]["request_path"], f"{args.config}: request_path")
-    elif path is not None:
-        path = request_path_from(path)
-    if path is not None or args.request_path is not None or "request_path" in s["extra"]:
-        try:
-            cfg = dataclasses.replace(cfg, request_path=path)
-        except ValueError as e:  # (with a closed loop)
-            shown = ("--request-path" if args.request_path is not None
-                     else f"{args.config}: request_path")
-            raise ValueError(f"{shown}: {e}") from None
+    cfg = with_request_path(cfg, args, s)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     with warnings.catch_warnings():
         if unused_acceptance(df, cfg):  # said once, in the CLI's words
@@ -402,6 +414,7 @@ def cmd_run(args) -> int:
     meta["kv_blocks"] = res.kv_blocks
     meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
     if args.request_path is not None or "request_path" in s["extra"]:  # the seconds used
+        path = cfg.request_path
         meta["request_path"] = None if path is None else dataclasses.asdict(path)  # (off: None)
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
@@ -449,8 +462,5 @@ def add_parser(sub):
     p.add_argument("--report", metavar="FILE.html", default=None,
                    help="also write one self-contained HTML page: settings, summary, findings "
                         "and figures (default: none)")
-    p.add_argument("--request-path", metavar="SPEC", default=None,
-                   help="time outside the engine, added to what the client sees: 'triton' "
-                        "(sourced: sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' "
-                        "or 'off'; TOML: request_path = \"triton\" (default: off)")
+    add_request_path_arg(p)
     p.set_defaults(func=cmd_run)
