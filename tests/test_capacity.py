@@ -130,3 +130,10 @@ def test_requests_rejected_at_any_rate_that_cap_the_attainment_are_a_clear_error
     cap = max_rate(df, {"ttft": 0.2}, attainment=0.8, config=cfg)  # reachable: searched
     assert cap.rate > 0 and cap.summary["slo_attainment"] >= 0.8
     assert max_rate(df, {"e2e_mean": 0.2}, config=cfg).rate > 0  # a summary limit: no cap
+    # tensorrt-llm without chunked context: prompts over max_num_tokens, said as such
+    trt = sim.SimConfig(scheduler="tensorrt-llm", cost_model=sim.ConstantCost(0.01),
+                        token_budget=100, kv_blocks=50)
+    with pytest.raises(ValueError, match=r"15 of 100 requests are rejected at any rate \(15 "
+                       r"over max_num_tokens\) .* at most 85\.0%"):
+        max_rate(df.assign(num_prompt_tokens=[8] * 85 + [200] * 15), {"ttft": 0.2},
+                 attainment=0.9, config=trt)

@@ -3,6 +3,7 @@ import json
 import pandas as pd
 import pytest
 
+import sim
 from sim.cli import main
 
 
@@ -106,8 +107,20 @@ def test_workload_describe_and_memory(tmp_path, capsys):
                       dict(accounting="tensorrt-llm", free_gpu_memory_fraction=0.5,
                            max_num_batched_tokens=2048))):
         assert main(["memory", *argv]) == 0
-        blocks = memory_budget("llama-3.1-8b", gb, **kw).kv_blocks
-        assert f"({blocks:,} blocks of 16)" in capsys.readouterr().out
+        # in the engine's own blocks (vLLM 16 tokens, SGLang's page of 1, TensorRT-LLM 32),
+        # the pool sim run gives that engine's preset (review6: always blocks of 16 here)
+        accounting = kw.get("accounting", "vllm")
+        size = {"vllm": 16, "sglang": 1, "tensorrt-llm": 32}[accounting]
+        blocks = memory_budget("llama-3.1-8b", gb, block_size=size, **kw).kv_blocks
+        assert f"({blocks:,} blocks of {size})" in capsys.readouterr().out
+        if accounting == "tensorrt-llm":
+            assert sim.SimConfig(scheduler="tensorrt-llm", model="llama-3.1-8b", gpu="h100",
+                                 free_gpu_memory_fraction=0.5, token_budget=2048
+                                 ).resolved_kv_blocks() == blocks
+    assert main(["memory", "llama-3.1-8b", "--accounting", "sglang"]) == 0
+    pages = sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100"
+                          ).resolved_kv_blocks()
+    assert f"({pages:,} blocks of 1)" in capsys.readouterr().out
     assert memory_budget("llama-3.1-8b", gb).kv_blocks == 28_343  # the README's pool
 
 
@@ -303,6 +316,16 @@ def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, ca
     assert settings["equal"]["context_chunking_policy"] == "equal_progress"
     assert settings["default"]["enable_chunked_context"] is False
     assert capsys.readouterr().err == ""
+    # the rejection said as what it is, not as a request larger than the KV pool
+    assert main(base[:-1] + ["-o", str(tmp_path / "said")]) == 0
+    text = capsys.readouterr().out
+    assert "2 finished, 1 rejected of 3 (1 over max_num_tokens)" in text
+    assert "1 of 3 requests were rejected at arrival: their prompts (up to 3,000 tokens) " \
+        "exceed max_num_tokens 1,024 without chunked context" in text
+    assert "KV blocks than the whole pool" not in text
+    doc = json.loads((tmp_path / "said" / "summary.json").read_text())
+    assert doc["summary"]["num_rejected_max_num_tokens"] == 1
+    assert [f["code"] for f in doc["findings"]] == ["max_num_tokens"]
 
 
 def test_hash_block_tokens_lets_a_csv_with_hash_ids_use_the_prefix_cache(tmp_path, capsys):

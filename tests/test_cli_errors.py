@@ -50,6 +50,8 @@ FILES = {  # name -> contents, written into the test's folder
     "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
     "max_len.toml": TOML5 + "max_model_len = 1024.5\n",
     "trt_fraction.toml": TOML5 + 'scheduler = "tensorrt-llm"\nfree_gpu_memory_fraction = "0.8"\n',
+    "trt_pool.toml": TOML5 + 'scheduler = "tensorrt-llm"\nfree_gpu_memory_fraction = 0.8\n'
+                             'kv_blocks = 100\n',
     "trt_chunked.toml": TOML5 + 'scheduler = "tensorrt-llm"\nenable_chunked_context = "yes"\n',
     "trt_policy.toml": TOML5 + 'scheduler = "tensorrt-llm"\ncapacity_scheduler_policy = "FCFS"\n',
 }
@@ -109,7 +111,8 @@ CASES = [
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
                                    "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
-                                   "'replicas', 'report', 'router', 'scheduler', 'seed', 'slo', "
+                                   "'replicas', 'report', 'request_path', 'router', "
+                                   "'scheduler', 'seed', 'slo', "
                                    "'speculative', "
                                    "'tensor_parallel', 'think_time', 'token_budget', "
                                    "'weight_dtype', 'workload']"),
@@ -264,7 +267,10 @@ CASES = [
      "--free-gpu-memory-fraction 0.8 is read only by the tensorrt-llm memory accounting, but "
      "the 'chunked' scheduler"),
     (RUN + ["-s", "tensorrt-llm", "--free-gpu-memory-fraction", "0.8", "--kv-blocks", "100"],
-     "--free-gpu-memory-fraction 0.8 sizes the KV pool, which kv_blocks=100 gives"),
+     "--free-gpu-memory-fraction 0.8 sizes the KV pool, which --kv-blocks 100 gives"),
+    (["run", "{d}/trt_pool.toml"],  # a second setting in the file's voice too
+     "trt_pool.toml: free_gpu_memory_fraction 0.8 sizes the KV pool, which kv_blocks = 100 "
+     "gives"),
     (["run", "{d}/trt_fraction.toml"],
      "trt_fraction.toml: free_gpu_memory_fraction must be a number, got '0.8'"),
     (RUN + ["-s", "sglang", "--enable-chunked-context"],
@@ -273,7 +279,7 @@ CASES = [
      "trt_chunked.toml: enable_chunked_context must be True or False, got 'yes'"),
     (RUN + ["-s", "tensorrt-llm", "--context-chunking-policy", "equal_progress"],
      "--context-chunking-policy 'equal_progress' chooses how prompts are cut: it needs "
-     "enable_chunked_context=True"),
+     "--enable-chunked-context True"),
     (RUN + ["-s", "vllm", "--capacity-scheduler-policy", "max_utilization"],
      "--capacity-scheduler-policy 'max_utilization' is not used by the 'vllm' scheduler"),
     (RUN + ["-s", "tensorrt-llm", "--capacity-scheduler-policy", "fcfs"],

@@ -59,6 +59,32 @@ def test_rejected_requests_are_a_finding():
     assert "rejected" not in _codes(sim.run(df, cost_model=COST))
 
 
+def test_prompts_over_max_num_tokens_are_their_own_finding_not_the_pools():
+    """tensorrt-llm without chunked context rejects a prompt over max_num_tokens at arrival:
+    counted apart in the summary and said as such, not as a request larger than the KV pool
+    (which holds it easily); with chunked context nothing is rejected."""
+    df = _df(40, 2.0, np.where(np.arange(40) % 4 == 0, 300, 50), 20)
+    kw = dict(scheduler="tensorrt-llm", token_budget=200, cost_model=COST, kv_blocks=1000)
+    res = sim.run(df, **kw)
+    s = res.summary()
+    assert (s["num_rejected"], s["num_rejected_max_num_tokens"],
+            s["num_rejected_context_length"]) == (10, 10, 0)
+    assert res.over_max_num_tokens().tolist() == (np.arange(40) % 4 == 0).tolist()
+    assert _codes(res) >= {"max_num_tokens"} and "rejected" not in _codes(res)
+    f = next(f for f in res.diagnose() if f.code == "max_num_tokens")
+    assert f.value == 10 and "up to 300 tokens" in f.message and "max_num_tokens 200" in \
+        f.message and "enable_chunked_context=True" in f.action
+    chunked = sim.run(df, enable_chunked_context=True, **kw)
+    assert chunked.summary()["num_rejected_max_num_tokens"] == 0
+    assert not _codes(chunked) & {"max_num_tokens", "rejected"}
+    # both kinds at once: the pool's finding counts only the pool's rejections
+    both = sim.run(df.assign(num_prompt_tokens=np.where(np.arange(40) % 4 == 1, 190,
+                                                        df["num_prompt_tokens"])),
+                   **{**kw, "kv_blocks": 6})  # 6 blocks of 32: 192 tokens
+    codes = {f.code: f.value for f in both.diagnose()}
+    assert codes["max_num_tokens"] == 10 and codes["rejected"] == 10
+
+
 def test_idle_slots_under_static_batching_only():
     # one long output per batch keeps the slots of its finished neighbours empty
     outputs = np.where(np.arange(200) % 8 == 0, 400, 5)

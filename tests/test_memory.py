@@ -199,3 +199,14 @@ def test_forward_peak_of_non_gated_parallel_and_mla_layers():
 def test_zero_tokens_hold_zero_bytes_like_zero_blocks():
     from sim import blocks_needed, kv_cache_bytes
     assert kv_cache_bytes(0, model="llama-3.1-8b") == 0 and blocks_needed(0) == 0
+
+
+def test_advice_counts_sequences_in_words():
+    """'room for 1 sequence' (review6: '1 sequences'), and N sequences: the blocks over a
+    sequence's blocks."""
+    gb = get_gpu("h100").memory_gb
+    one = memory_budget("llama-3.1-70b", gb, tensor_parallel=2, accounting="sglang",
+                        block_size=1)
+    assert one.kv_blocks // 4096 == 1 and "room for 1 sequence of 4,096 tokens." in one.advice
+    many = memory_budget("llama-3.1-8b", gb)
+    assert f"room for {many.kv_blocks // 256:,} sequences of 4,096" in many.advice

@@ -2,8 +2,11 @@
 the vLLM terms against the start-up peaks llm-d published, SGLang's mem_fraction_static,
 TensorRT-LLM's free-memory fraction."""
 
+import dataclasses
+
 import pytest
 
+import sim
 from sim import get_model, memory_budget
 from sim.cli import main
 from sim.specs.gpus import get_gpu
@@ -259,10 +262,16 @@ def test_sim_memory_prints_the_tensorrt_llm_terms(capsys):
                          ("- held_back", "free_gpu_memory_fraction 0.9 (TensorRT-LLM's "
                                          "default)")):
         assert any(label in ln and value in ln for ln in out.splitlines()), label
-    assert "4,203 blocks of 16 tokens" in out
+    # in TensorRT-LLM's blocks of 32 tokens, the pool sim run's preset gets (review6: blocks
+    # of 16 here, twice the preset's count): 4,203 of 16 then, 2,101 of 32 now
+    assert "2,101 blocks of 32 tokens" in out
+    trt = sim.SimConfig(scheduler="tensorrt-llm", model="llama-3.1-70b", gpu="h100",
+                        weight_dtype="fp8", kv_dtype="fp8")
+    assert trt.resolved_kv_blocks() == 2101
     assert main(argv + ["--free-gpu-memory-fraction", "0.95"]) == 0
     out = capsys.readouterr().out
-    assert "0.95 (given)" in out and "4,436 blocks of 16 tokens" in out
+    assert "0.95 (given)" in out and "2,218 blocks of 32 tokens" in out
+    assert dataclasses.replace(trt, free_gpu_memory_fraction=0.95).resolved_kv_blocks() == 2218
     assert main(argv[:2] + ["--gpu", "a100", "--accounting", "tensorrt-llm"]) == 1  # fp16
     assert "- held_back" in capsys.readouterr().out  # a zero deduction keeps its sign
 

@@ -193,6 +193,51 @@ def test_cli_flag(tmp_path, capsys):
         assert err.count("\n") == 0 and words in err and "Traceback" not in err
 
 
+def test_toml_key(tmp_path, capsys):
+    """``request_path`` in a TOML file (review6: it was an unknown setting there), the same
+    spec as the flag's, which overrides it; bad values name the file's key; a closed loop
+    refused naming it."""
+    out = tmp_path / "o"
+    toml = tmp_path / "exp.toml"
+    toml.write_text('workload = "azure-code"\nnum_requests = 30\nrequest_path = "2,5,3"\n')
+    assert main(["run", str(toml), "-q", "-o", str(out / "file")]) == 0
+    assert main(["run", "--workload", "azure-code", "--num-requests", "30", "-q",
+                 "--request-path", "2,5,3", "-o", str(out / "flag")]) == 0
+    file_ = pd.read_parquet(out / "file" / "requests.parquet")
+    pd.testing.assert_frame_equal(file_, pd.read_parquet(out / "flag" / "requests.parquet"))
+    import json
+    assert json.loads((out / "file" / "summary.json").read_text())["settings"][
+        "request_path"] == pytest.approx({"in_s": 0.002, "per_prompt_token_s": 5e-6,
+                                          "out_s": 0.003}, rel=1e-12)
+    assert main(["run", str(toml), "-q", "--request-path", "off", "-o", str(out / "off")]) == 0
+    assert "engine_arrival_time" not in pd.read_parquet(out / "off" / "requests.parquet")
+    for text, words in (('request_path = 2', "exp.toml: request_path must be a string"),
+                        ('request_path = "1,x"', "exp.toml: request_path must be triton, off"),
+                        ('request_path = "triton"\nclosed_loop_users = 2',
+                         "exp.toml: request_path: request_path with closed_loop is not "
+                         "modelled")):
+        toml.write_text('workload = "azure-code"\nnum_requests = 30\n' + text + "\n")
+        assert main(["run", str(toml), "-q", "-o", str(out / "bad")]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and words in err and "Traceback" not in err, err
+
+
+def test_sim_capacity_takes_the_path(capsys):
+    """``sim capacity --request-path`` (review6: only sim run had it): a TTFT limit the path's
+    fixed 60 ms alone exceeds is met at no rate; 'off' is no path; the TOML key works there
+    too (test_toml_key's checks are shared: cli.run.with_request_path)."""
+    argv = ["capacity", "--workload", "azure-code", "--num-requests", "40", "--cost",
+            "constant:0.001", "--slo-ttft", "0.05"]
+    assert main(argv) == 0
+    plain = capsys.readouterr().out
+    assert main(argv + ["--request-path", "off"]) == 0
+    assert capsys.readouterr().out == plain
+    assert main(argv + ["--request-path", "30,0,30"]) == 1
+    assert "no rate tried meets the SLOs" in capsys.readouterr().out
+    assert main(argv + ["--request-path", "1,x"]) == 2
+    assert "--request-path must be triton, off" in capsys.readouterr().err
+
+
 def test_serving_check_option_adds_tritons_path_to_tritons_rows_only(vs):
     """``validate_serving.py --request-path``: Triton's rows get ``triton_path``, LMDeploy's
     (a client in the engine's process, no HTTP or gRPC front end) none; off by default. At 2 req/s

@@ -522,6 +522,24 @@ def test_equal_progress_deals_the_budget_a_block_at_a_time():
     assert run(df.head(1), scheduler="tensorrt-llm").config.context_chunking_policy is None
 
 
+@pytest.mark.parametrize("chunking", ["first_come_first_served", "equal_progress"])
+def test_max_utilization_admits_a_prompt_only_beside_the_running_prompts_whole_blocks(chunking):
+    """MAX_UTILIZATION with chunked context, 16 blocks of 16 tokens, max_num_tokens 100: A (200
+    tokens: 13 blocks) and B (64: 4 blocks), one output token each. TensorRT-LLM takes A's 13
+    blocks at its first chunk, so B (4 > 3 left) waits for A to finish, under either chunking
+    policy: chunks 96, 96, 8 (A), then B's 64, no pause. (review6: EQUAL_PROGRESS admitted B at
+    iteration 1 beside A's unheld rest, 48 + 48, then paused it for A's last blocks and
+    recomputed it: 96, 96, 56, 64 and one preemption; on a 300-request workload 315 pauses
+    where FIRST_COME_FIRST_SERVED had 20.)"""
+    df = _df([(0.0, 200, 1), (0.0, 64, 1)])
+    res = run(df, scheduler="tensorrt-llm", capacity_scheduler_policy="max_utilization",
+              enable_chunked_context=True, context_chunking_policy=chunking, token_budget=100,
+              kv_blocks=16, block_size=16, cost_model=COST, check=True)
+    assert _prefill_tokens(res) == [96, 96, 8, 64]
+    assert res.requests["num_preemptions"].tolist() == [0, 0]
+    assert _starts(res) == [0, 3]
+
+
 @pytest.mark.parametrize("policy", ["guaranteed_no_evict", "max_utilization"])
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**{k: v for k, v in _CASES.items() if k != "chunked"})

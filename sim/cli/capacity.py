@@ -1,14 +1,14 @@
 """``sim capacity``: the highest request rate the configured replica serves within its SLOs.
 
-Takes the same settings as ``sim run`` (flags or a TOML file) plus ``--attainment`` and
-``--tol``; at least one ``--slo-*`` limit is required. Prints the rate, goodput per GPU and the
+Takes the same settings as ``sim run`` (flags or a TOML file, ``--request-path`` /
+``request_path`` included) plus ``--attainment`` and ``--tol``; at least one ``--slo-*`` limit is required. Prints the rate, goodput per GPU and the
 rates tried (:func:`sim.tools.capacity.max_rate`).
 """
 
 from __future__ import annotations
 
 from ..checks import plural
-from .run import build
+from .run import add_request_path_arg, build, with_request_path
 from .arguments import number
 from .settings import Names, add_run_args, check_router_used, settings_from
 
@@ -21,7 +21,7 @@ def cmd_capacity(args) -> int:
             raise ValueError(f"{flag} is not used by sim capacity: it prints the highest rate "
                              f"and the rates tried, and writes no file")
     names = Names(args.config)
-    s = settings_from(args, names)
+    s = settings_from(args, names, extra=("request_path",))
     check_router_used(s, names)
     if not s["slo"]:
         raise ValueError("sim capacity needs at least one SLO: --slo-ttft, --slo-itl, "
@@ -36,6 +36,7 @@ def cmd_capacity(args) -> int:
             raise ValueError(f"{flag} {value:g} must be {'at most 1' if top else 'below 1'} "
                              f"(a fraction)")
     df, cfg = build(s, names)
+    cfg = with_request_path(cfg, args, s)
     cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
     print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {cfg.policy()!r}; "
@@ -58,6 +59,7 @@ def cmd_capacity(args) -> int:
 def add_parser(sub):
     p = sub.add_parser("capacity", help="the highest request rate that meets the SLOs")
     add_run_args(p)
+    add_request_path_arg(p)
     p.add_argument("--attainment", type=number(float), default=0.9,
                    help="fraction of requests that must meet every SLO (default 0.9)")
     p.add_argument("--tol", type=number(float), default=0.01,

@@ -11,6 +11,17 @@ from .run import as_written
 from .settings import FREE_GPU_MEMORY_FRACTION_HELP, HASH_BLOCK_TOKENS_HELP, Names
 
 
+def accounting_block_size(accounting) -> int:
+    """The KV block (page) of the engine whose memory accounting ``sim memory`` shows, as
+    ``sim run`` with that engine's preset counts its pool: vLLM's 16 tokens, SGLang's page of
+    1, TensorRT-LLM's 32 (``tokens_per_block``)."""
+    from ..constants import KV_BLOCK_SIZE
+    from ..engine.sglang import SGLang
+    from ..engine.tensorrt_llm import TOKENS_PER_BLOCK
+    return {"vllm": KV_BLOCK_SIZE, "sglang": SGLang.engine_defaults(None)["block_size"],
+            "tensorrt-llm": TOKENS_PER_BLOCK}[accounting]
+
+
 def cmd_workload(args) -> int:
     """``sim workload list`` prints the bundled trace names; ``describe`` prints a workload's
     statistics (``workloads.describe``) and, with ``--plot``, writes a PNG of it."""
@@ -79,6 +90,7 @@ def cmd_memory(args) -> int:
         b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype,
                           kv_dtype=args.kv_dtype, tensor_parallel=args.tp,
                           accounting=args.accounting,
+                          block_size=accounting_block_size(args.accounting),
                           **{k: v for k, v in engine_knobs.items() if v is not None})
     except (ValueError, TypeError) as e:  # the library names its arguments; name the flags
         msg = str(e)

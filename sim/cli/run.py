@@ -137,7 +137,14 @@ def as_written(msg, s, names) -> str:
         n = names.like("num_requests", "num_requests")
         msg = f"{names('num_requests')} {m.group(2)}".replace("omit n ", f"omit {n} ")
     elif m and m.group(1) in s and m.group(1) != "speculative":
-        msg = f"{names(m.group(1))} {m.group(2)}"
+        # a further setting it names as the API's keyword (``... which kv_blocks=100 gives``,
+        # ``... it needs enable_chunked_context=True``): as written too (``--kv-blocks 100``;
+        # from the file, its bare key: ``kv_blocks = 100``)
+        rest = re.sub(r"(?<![\w.-])(\w+)=('[^']*'|[^\s,;:)]+)", lambda w: (
+            names.like(m.group(1), w.group(1), w.group(2))
+            if w.group(1) in s and w.group(1) not in ("speculative", "extra") else w.group(0)),
+            m.group(2))
+        msg = f"{names(m.group(1))} {rest}"
     elif m and m.group(1) in s["speculative"]:  # e.g. SimConfig's draft_model checks
         msg = f"{names('speculative.' + m.group(1))} {m.group(2)}"
     msg = re.sub(r"\(tensor_parallel=(\d+)\)",
@@ -192,10 +199,13 @@ def _config(s, names=None):
                     router=s["router"], disaggregation=disaggregation_from(s))
 
 
-def request_path_from(spec):
-    """``--request-path``: ``triton`` (the sourced front end, ``sim.engine.request_path``),
-    ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off``."""
+def request_path_from(spec, shown="--request-path"):
+    """``--request-path`` (or the TOML key, ``shown`` as written): ``triton`` (the sourced
+    front end, ``sim.engine.request_path``), ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off``."""
     from ..engine.request_path import RequestPath, triton_path
+    if not isinstance(spec, str):
+        raise ValueError(f"{shown} must be a string: triton, off or IN_MS,US_PER_TOKEN,OUT_MS, "
+                         f"got {spec!r}")
     text = spec.strip().lower()
     if text == "off":
         return None
@@ -205,13 +215,36 @@ def request_path_from(spec):
     try:
         in_ms, us, out_ms = (float(x) for x in parts)
     except ValueError:
-        raise ValueError(f"--request-path must be triton, off or IN_MS,US_PER_TOKEN,OUT_MS "
+        raise ValueError(f"{shown} must be triton, off or IN_MS,US_PER_TOKEN,OUT_MS "
                          f"(three numbers), got {spec!r}") from None
     for name, value in (("IN_MS", in_ms), ("US_PER_TOKEN", us), ("OUT_MS", out_ms)):
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"--request-path {name} must be a finite number >= 0, got "
+            raise ValueError(f"{shown} {name} must be a finite number >= 0, got "
                              f"{value!r} in {spec!r}")
     return RequestPath(in_s=in_ms * 1e-3, per_prompt_token_s=us * 1e-6, out_s=out_ms * 1e-3)
+
+
+def add_request_path_arg(p):
+    """``--request-path`` (``sim run``, ``sim capacity``)."""
+    p.add_argument("--request-path", metavar="SPEC", default=None,
+                   help="time outside the engine, added to what the client sees: 'triton' "
+                        "(sourced: sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' "
+                        "or 'off'; TOML: request_path = \"triton\" (default: off)")
+
+
+def with_request_path(cfg, args, s):
+    """``cfg`` with the request path of ``--request-path`` or, without the flag, of the TOML
+    key (``s["extra"]``); unchanged when neither is given. A closed loop beside one is refused
+    naming the setting as written."""
+    given, in_file = args.request_path, "request_path" in s["extra"]
+    if given is None and not in_file:
+        return cfg
+    shown = "--request-path" if given is not None else f"{args.config}: request_path"
+    path = request_path_from(given if given is not None else s["extra"]["request_path"], shown)
+    try:
+        return dataclasses.replace(cfg, request_path=path)
+    except ValueError as e:  # (with a closed loop)
+        raise ValueError(f"{shown}: {e}") from None
 
 
 def unused_acceptance(df, cfg) -> bool:
@@ -231,10 +264,12 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
     row with the cache's hit rate, saying so when the workload names no prefix block
     (``names_prefixes`` False: nothing can hit)."""
-    too_long = summary.get("num_rejected_context_length")
+    why = ", ".join(f"{n:,} over {limit}" for n, limit in (
+        (summary.get("num_rejected_context_length"), "max_model_len"),
+        (summary.get("num_rejected_max_num_tokens"), "max_num_tokens")) if n)
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}"
-                         + (f" ({too_long:,} over max_model_len)" if too_long else ""))]
+                         + (f" ({why})" if why else ""))]
     for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
         rows.append((f"{label} (s)", "  ".join(
             f"{stat} {_num(summary[f'{key}_{stat}'], '.4g')}"
@@ -353,7 +388,7 @@ def cmd_run(args) -> int:
     the scenario line and the summary (a progress bar on stderr for long runs in a terminal)."""
     from ..engine import run
     names = Names(args.config)
-    s = settings_from(args, names, extra=("report",))
+    s = settings_from(args, names, extra=("report", "request_path"))
     check_router_used(s, names)
     out = output_folder(s["output"], names("output"))
     report = args.report if args.report is not None else s["extra"].get("report")
@@ -363,8 +398,7 @@ def cmd_run(args) -> int:
             raise ValueError(f"{shown} must be a file name ending in .html, got {report!r}")
         report = output_file(report, shown)
     df, cfg = build(s, names)
-    if args.request_path is not None:
-        cfg = dataclasses.replace(cfg, request_path=request_path_from(args.request_path))
+    cfg = with_request_path(cfg, args, s)
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     with warnings.catch_warnings():
         if unused_acceptance(df, cfg):  # said once, in the CLI's words
@@ -379,9 +413,9 @@ def cmd_run(args) -> int:
     meta["cost_model"] = repr(cfg.resolved_cost_model())
     meta["kv_blocks"] = res.kv_blocks
     meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
-    if args.request_path is not None:  # the seconds used (off: None)
+    if args.request_path is not None or "request_path" in s["extra"]:  # the seconds used
         path = cfg.request_path
-        meta["request_path"] = None if path is None else dataclasses.asdict(path)
+        meta["request_path"] = None if path is None else dataclasses.asdict(path)  # (off: None)
     for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
         meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
     policy = cfg.policy()
@@ -430,8 +464,5 @@ def add_parser(sub):
     p.add_argument("--report", metavar="FILE.html", default=None,
                    help="also write one self-contained HTML page: settings, summary, findings "
                         "and figures (default: none)")
-    p.add_argument("--request-path", metavar="SPEC", default=None,
-                   help="time outside the engine, added to what the client sees: 'triton' "
-                        "(sourced: sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' "
-                        "or 'off' (default: off)")
+    add_request_path_arg(p)
     p.set_defaults(func=cmd_run)

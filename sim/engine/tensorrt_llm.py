@@ -97,7 +97,9 @@ the reservation, so preemption is possible there; ``beneficialToSkip`` (waiting 
 another context is computing) is not modelled. Under MAX_UTILIZATION: the admission stops at
 the first waiting request given no chunk (TensorRT-LLM's micro-batch may still fit a later,
 shorter one), and a continuing chunk takes its blocks as it runs (TensorRT-LLM holds the whole
-prompt's from its first chunk).
+prompt's from its first chunk): a new prompt is admitted, as there, only within the blocks left
+once every running prompt has all of its own (``_prompts_owed``), but the decodes may take
+those meanwhile and pause a prompt that TensorRT-LLM would have kept.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ from __future__ import annotations
 import weakref
 
 from ..checks import positive_int
+from ..results.metrics import MAX_NUM_TOKENS as MAX_NUM_TOKENS_REASON
 from ..specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NUM_TOKENS,
                                   check_free_gpu_memory_fraction)
 from .policies import refuse_unused_knobs
@@ -115,7 +118,6 @@ MAX_NUM_TOKENS = TRTLLM_MAX_NUM_TOKENS  # BuildConfig.max_num_tokens
 MAX_BATCH_SIZE = 2048  # BuildConfig.max_batch_size
 TOKENS_PER_BLOCK = 32  # PluginConfig.tokens_per_block / KvCacheConfig.tokens_per_block
 FREE_GPU_MEMORY_FRACTION = TRTLLM_FREE_GPU_MEMORY_FRACTION  # KvCacheConfig's default
-MAX_NUM_TOKENS_REASON = "max_num_tokens"  # how the reason of rule 3's rejection starts
 # CapacitySchedulerPolicy's values (the LLM API's SchedulerConfig), the first the default
 CAPACITY_SCHEDULER_POLICIES = ("guaranteed_no_evict", "max_utilization")
 
@@ -311,7 +313,8 @@ class TensorRTLLM:
         slots = replica.max_batch_size - len(replica.running)
         if replica.waiting and slots > 0:
             mu = self.max_utilization
-            available = replica.blocks.num_free if mu else self._available(replica)
+            available = (replica.blocks.num_free - self._prompts_owed(replica) if mu
+                         else self._available(replica))
             for r in replica.waiting:  # (read now, admitted below)
                 rest = r.prefill_target - replica.prefix_hit(r)
                 blocks = -(-rest // replica.block_size) if mu else self.to_completion(replica, r)
@@ -351,6 +354,8 @@ class TensorRTLLM:
                 if chunk and replica.schedule_chunk(r, chunk):
                     capacity -= chunk
         waiting, blocks = replica.waiting, replica.blocks
+        bs = replica.block_size
+        free = blocks.num_free - self._prompts_owed(replica)  # (the running prompts' first)
         first = True
         while waiting and capacity > 0:
             r = waiting[0]
@@ -365,10 +370,21 @@ class TensorRTLLM:
                 tokens = rest
             # the whole prompt's blocks, at its first chunk; none to pause for it: every running
             # request started before it (the module docstring, rule 6)
-            if -(-rest // replica.block_size) > blocks.num_free or not replica.admit(r, tokens):
+            need = -(-rest // bs)
+            if need > free or not replica.admit(r, tokens):
                 break
+            free -= need
             capacity -= tokens
             first = False
+
+    @staticmethod
+    def _prompts_owed(replica) -> int:
+        """Rule 6: the blocks the running prompts still lack (their whole prompt's less those
+        they hold): TensorRT-LLM takes a prompt's blocks at its first chunk, so what is free
+        for a new prompt is what is left after them."""
+        bs, held = replica.block_size, replica.held_blocks
+        return sum(-(-r.prefill_target // bs) - held(r) for r in replica.prefilling
+                   if r.status == PREFILL)
 
     def __repr__(self):
         return (f"TensorRTLLM(max_num_tokens={self.max_num_tokens}, "

@@ -14,7 +14,11 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 - ``context_length`` - requests rejected at arrival because their prompt + output tokens
   exceed ``max_model_len`` (the model's context length unless set), as vLLM's and SGLang's
   servers refuse them;
-- ``rejected`` - requests that can never fit in the KV pool;
+- ``max_num_tokens`` - requests rejected at arrival because their prompt exceeds the
+  tensorrt-llm preset's ``max_num_tokens`` without chunked context, as TensorRT-LLM refuses
+  them;
+- ``rejected`` - requests that can never fit in the KV pool (the rejections of neither kind
+  above);
 - ``idle_slots`` - static batching leaves batch slots empty while requests wait;
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes;
@@ -117,8 +121,21 @@ def diagnose(result) -> list:
             f"{too_long:,} of {len(req):,} requests were rejected at arrival: their prompt + "
             f"output tokens (up to {longest:,}) exceed max_model_len{whose}, as vLLM and "
             f"SGLang refuse them", action, float(too_long)))
-    if s["num_rejected"] > too_long:
-        n = s["num_rejected"] - too_long
+    over_budget = s["num_rejected_max_num_tokens"]
+    if over_budget:
+        longest = int(req.loc[result.over_max_num_tokens(), "num_prompt_tokens"].max())
+        budget = getattr(cfg, "token_budget", None)
+        whose = "" if budget is None else f" {budget:,}"
+        out.append(Finding(
+            "max_num_tokens",
+            f"{over_budget:,} of {len(req):,} requests were rejected at arrival: their prompts "
+            f"(up to {longest:,} tokens) exceed max_num_tokens{whose} without chunked context, "
+            f"as TensorRT-LLM refuses them",
+            "turn on TensorRT-LLM's chunked context (enable_chunked_context=True, sim run "
+            "--enable-chunked-context) or raise max_num_tokens (token_budget, sim run "
+            "--token-budget)", float(over_budget)))
+    if s["num_rejected"] > too_long + over_budget:
+        n = s["num_rejected"] - too_long - over_budget
         out.append(Finding(
             "rejected",
             f"{n:,} of {plural(len(req), 'request')} "

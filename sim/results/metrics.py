@@ -6,9 +6,12 @@ nothing of the engine: it holds columns and computes summaries from them.
 ``requests``: one row per request, in workload order. ``status`` is ``"finished"`` or
 ``"rejected"`` at arrival, ``reason`` saying why: its prompt + output tokens exceed the run's
 ``max_model_len`` (a reason starting with :data:`CONTEXT_LENGTH`, the model's context length
-unless set; vLLM's and SGLang's servers refuse such a request), or it could never fit the KV
-pool. A rejected request's times and latencies are NaN. The summary counts both kinds in
-``num_rejected``, the first also in ``num_rejected_context_length``. Per request
+unless set; vLLM's and SGLang's servers refuse such a request), its prompt exceeds the
+tensorrt-llm preset's ``max_num_tokens`` without chunked context (a reason starting with
+:data:`MAX_NUM_TOKENS`; TensorRT-LLM refuses it), or it could never fit the KV pool. A rejected
+request's times and latencies are NaN. The summary counts every kind in ``num_rejected``, the
+first also in ``num_rejected_context_length``, the second in ``num_rejected_max_num_tokens``.
+Per request
 (n = ``num_output_tokens``):
 
 - TTFT = first token - arrival; E2E = finish - arrival; queueing delay = first scheduled - arrival.
@@ -80,6 +83,7 @@ import numpy as np
 
 PCTS = (50, 90, 95, 99)
 CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
+MAX_NUM_TOKENS = "max_num_tokens"  # ... of a prompt over TensorRT-LLM's max_num_tokens
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
@@ -153,12 +157,21 @@ class Result:
     def over_max_model_len(self) -> np.ndarray:
         """Which requests (rows of ``requests``) were rejected for exceeding ``max_model_len``:
         their reason starts with :data:`CONTEXT_LENGTH`."""
+        return self._rejected_for(CONTEXT_LENGTH)
+
+    def over_max_num_tokens(self) -> np.ndarray:
+        """Which requests were rejected for a prompt over the tensorrt-llm preset's
+        ``max_num_tokens`` without chunked context: their reason starts with
+        :data:`MAX_NUM_TOKENS`."""
+        return self._rejected_for(MAX_NUM_TOKENS)
+
+    def _rejected_for(self, prefix) -> np.ndarray:
         req = self.requests
         out = np.array(req["status"] == "rejected", dtype=bool)
         if "reason" not in req:  # (a frame built by hand may lack it)
             return np.zeros(len(req), dtype=bool)
         reasons = req["reason"].to_numpy()[out]  # (the rejected few: no pass over every row)
-        out[out] = [str(x).startswith(CONTEXT_LENGTH) for x in reasons]
+        out[out] = [str(x).startswith(prefix) for x in reasons]
         return out
 
     def itl(self) -> np.ndarray:
@@ -205,7 +218,8 @@ class Result:
         out = {"scheduler": self.scheduler_name, "cost_model": self.cost_model_name,
                "num_requests": len(req), "num_finished": len(fin),
                "num_rejected": int((req["status"] == "rejected").sum()),
-               "num_rejected_context_length": int(self.over_max_model_len().sum())}
+               "num_rejected_context_length": int(self.over_max_model_len().sum()),
+               "num_rejected_max_num_tokens": int(self.over_max_num_tokens().sum())}
         for key in ("ttft", "tpot", "e2e", "queueing_delay"):
             col = fin[key].dropna().to_numpy()
             out[f"{key}_mean"] = float(col.mean()) if col.size else float("nan")

@@ -268,7 +268,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
         advice = (f"fits: weights take {weights / GiB:.2f} GiB of {budget / GiB:.2f} GiB "
                   f"{parts[0].name} on {each_gpu(tp)}; the KV cache gets "
                   f"{kv / GiB:.2f} GiB per GPU = {tokens:,} tokens ({blocks:,} blocks of "
-                  f"{block_size}), room for {seqs:,} sequences of {advice_seq_len:,} tokens.")
+                  f"{block_size}), room for {plural(seqs, 'sequence')} of "
+                  f"{advice_seq_len:,} tokens.")
     else:
         short = per_token * block_size - sum(t.bytes for t in parts)
         room = sum(t.bytes for t in parts) + weights

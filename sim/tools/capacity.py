@@ -9,7 +9,8 @@ rate *passes* when every limit holds at once:
 
 - per-request SLOs (``ttft``, ``itl``, ``tpot``, ``e2e``, seconds): the fraction of requests
   meeting all of them (rejected requests fail) is at least ``attainment``. Rejections at
-  arrival (over ``max_model_len``, or more KV than the pool) are the same at every rate: when
+  arrival (over ``max_model_len``, over TensorRT-LLM's ``max_num_tokens``, or more KV than the
+  pool) are the same at every rate: when
   they alone leave fewer than ``attainment`` of the requests, no rate passes and the first
   trial raises ``ValueError`` saying so;
 - summary limits (any numeric key of :meth:`Result.summary`, e.g. ``"e2e_mean"``,
@@ -50,15 +51,18 @@ class Capacity:
 
 
 def _rejected_at_any_rate(summary, n, attainment) -> str:
-    """Why no rate can pass: the requests rejected at arrival (over ``max_model_len``, or more
-    KV than the pool) are the same at every rate, and each fails the SLOs."""
+    """Why no rate can pass: the requests rejected at arrival (over ``max_model_len``, over
+    TensorRT-LLM's ``max_num_tokens``, or more KV than the pool) are the same at every rate,
+    and each fails the SLOs."""
     rejected, context = summary["num_rejected"], summary["num_rejected_context_length"]
+    budget = summary.get("num_rejected_max_num_tokens", 0)
     why = ", ".join(f"{count:,} {what}" for count, what in (
-        (context, "over max_model_len"), (rejected - context, "larger than the KV pool")) if count)
+        (context, "over max_model_len"), (budget, "over max_num_tokens"),
+        (rejected - context - budget, "larger than the KV pool")) if count)
     return (f"{rejected:,} of {n:,} requests are rejected at any rate ({why}) and fail the "
             f"SLOs: attainment is at most {(n - rejected) / n:.1%}, below the {attainment:.1%} "
-            f"asked (raise max_model_len or the KV pool, lower the attainment, or leave those "
-            f"requests out)")
+            f"asked (raise max_model_len, max_num_tokens or the KV pool, lower the attainment, "
+            f"or leave those requests out)")
 
 
 def _check(summary, slo, attainment):
