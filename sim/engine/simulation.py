@@ -15,7 +15,7 @@ alone in the environment), the process does not yield its timeout: it sets the c
 ``now + dt`` itself (:meth:`_Environment.skip_to`) and goes on, which is what SimPy's ``step``
 would do next with that timeout the only event - no other process could act before it, and
 the clock reads the same float. The same for its sleep until the next arrival and a
-fast-forwarded stretch's end. Measured: 12-14 % of a saturated replica's run time.
+fast-forwarded stretch's end. Measured: 7-12 % of a saturated replica's run time.
 
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
