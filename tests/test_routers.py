@@ -21,8 +21,8 @@ def _views(loads=(0, 0, 0), kv_blocks=100, caching=False):
     return tuple(views)
 
 
-def _request(i=0, keys=None):
-    r = Request(i, f"r{i}", 0.0, 64, 4)
+def _request(i=0, keys=None, prompt=64):
+    r = Request(i, f"r{i}", 0.0, prompt, 4)
     r.block_keys = keys
     return r
 
@@ -171,13 +171,55 @@ def test_cache_aware_evicts_least_recently_used_leaves_every_interval():
     route = CacheAware(eviction_interval=10.0, max_tree_tokens=16 * 3)  # 3 blocks of 16
     route(_request(0, np.array([1, 2, 3, 4])), views, 0.0)
     assert list(route.trees[0]) == [4, 3, 2, 1]  # leaves first: least recently used
-    route(_request(1, np.array([1, 2, 5])), views, 1.0)  # shares 2 blocks: 2/3 > 0.5
+    route(_request(1, np.array([1, 2, 5]), 48), views, 1.0)  # 32 of 48 tokens: > 0.5
     assert list(route.trees[0]) == [4, 3, 5, 2, 1]
     route(_request(2, np.array([50])), views, 10.0)  # the interval is up: evict first
     assert list(route.trees[0]) == [5, 2, 1] and list(route.trees[1]) == [50]
     # blocks 3 and 4 were evicted: 2 of 4 matched is not > 0.5, so the smallest tree serves
     # it (replica 1's, 1 block); without the eviction replica 0 matched all 4
     assert route(_request(3, np.array([1, 2, 3, 4])), views, 11.0) == 1
+
+
+def test_cache_aware_match_rate_is_of_the_whole_prompt_not_of_its_keys():
+    # SGLang divides the matched text by the whole request text: a 64-token prompt whose
+    # hash_ids name only its first 32 tokens (2 keys of 16) matches 32 / 64 = 0.5 at best, not
+    # 2 / 2 keys: not above cache_threshold, so the smallest tree serves it
+    from sim.engine.routers import CacheAware
+    route, views = CacheAware(), _views((0, 0))
+    assert route(_request(0, np.array([1, 2])), views, 0.0) == 0
+    assert route(_request(1, np.array([1, 2])), views, 0.0) == 1
+    # 3 keys of 16 in a 64-token prompt: 48 / 64 = 0.75 matched on replica 0
+    assert route(_request(2, np.array([1, 2, 3])), views, 0.0) == 0
+    assert route(_request(3, np.array([1, 2, 3])), views, 0.0) == 0
+
+
+def test_cache_aware_match_rate_counts_a_radix_hash_ids_tokens():
+    # radix mode keys one node per hash id (512 tokens here): 600-token prompts sharing their
+    # first id match 512 / 600 tokens (SGLang: > 0.5, the same replica), not 1 of 2 ids (0.5,
+    # which spread them over the smallest trees)
+    import pandas as pd
+    from sim.engine import run
+    n = 12
+    df = pd.DataFrame({"request_id": [f"r{i}" for i in range(n)],
+                       "arrival_time": np.arange(n) * 0.001, "num_prompt_tokens": [600] * n,
+                       "num_output_tokens": [20] * n, "hash_ids": [[0, 100 + i] for i in range(n)]})
+    df.attrs["block_size"] = 512
+    for mode in ("radix", "block"):
+        res = run(df, SimConfig(replicas=4, router="cache_aware", prefix_caching=mode))
+        assert res.requests["replica"].tolist() == [0] * n, mode
+
+
+def test_cache_aware_evicts_at_the_interval_ticks_not_an_interval_after_a_late_request():
+    # SGLang's eviction thread wakes every eviction_interval from the start (10, 20, 30, ...):
+    # a request at 19 sees the tick of 10, one at 21 the tick of 20 (not 19 + 10)
+    from sim.engine.routers import CacheAware
+    route, views = CacheAware(eviction_interval=10.0, max_tree_tokens=16), _views((0, 0))
+    route(_request(0, np.array([1, 2])), views, 9.0)
+    assert [len(t) for t in route.trees] == [2, 0]
+    assert route(_request(1, np.array([5, 6])), views, 19.0) == 1  # tick 10: tree 0 -> 1 key
+    assert [len(t) for t in route.trees] == [1, 2]
+    route(_request(2, None), views, 21.0)  # tick 20: tree 1 -> 1 key (no keys to record)
+    assert [len(t) for t in route.trees] == [1, 1]
 
 
 @pytest.mark.parametrize("kw,match", [

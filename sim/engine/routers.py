@@ -182,11 +182,14 @@ class CacheAware:
 
     Modelled on the simulator's block keys (the request's full prompt blocks, ids that name
     their whole prefix; none when prefix caching is off or the workload has no ``hash_ids``):
-    the matched fraction is of those blocks, where SGLang's is of the prompt's characters
-    (it keeps raw text, not tokens), and tree sizes count keys (``tokens_per_key`` tokens
-    each: a KV block, or in radix mode a hash id's span). ``max_tree_tokens`` defaults
-    to SGLang's ``max_tree_size`` of 2**24 characters at 4 characters a token (an
-    assumption: 2**22 tokens). Ties go to the less loaded replica, then the lower index
+    the matched fraction is the matched keys' tokens (``tokens_per_key`` each: a KV block, or
+    in radix mode a hash id's span, capped at the prompt) over the whole prompt's tokens, where
+    SGLang's is of the prompt's characters (it keeps raw text, not tokens) - so a prompt's
+    unkeyed tail or unnamed tokens count as unmatched, as SGLang's unmatched text does; tree
+    sizes count keys. Eviction runs at the ticks ``k * eviction_interval`` (applied at the
+    first request after a tick: between requests the trees do not change).
+    ``max_tree_tokens`` defaults to SGLang's ``max_tree_size`` of 2**24 characters at 4
+    characters a token (an assumption: 2**22 tokens). Ties go to the less loaded replica, then the lower index
     (SGLang's tree picks any tenant of the deepest match).
     """
 
@@ -219,8 +222,8 @@ class CacheAware:
         if self.trees is None:
             self.trees = [OrderedDict() for _ in replicas]
         if self.eviction_interval and now >= self._next_eviction:
-            self._evict(replicas)
-            self._next_eviction = now + self.eviction_interval
+            self._evict(replicas)  # at the last tick due: SGLang's thread ticks every interval
+            self._next_eviction = (now // self.eviction_interval + 1) * self.eviction_interval
         loads = [v.num_outstanding for v in replicas]
         high, low = max(loads), min(loads)
         keys = request.block_keys
@@ -230,7 +233,9 @@ class CacheAware:
         else:
             matched = [_matched(tree, keys) for tree in self.trees]
             top = max(matched)
-            if keys and top / len(keys) > self.cache_threshold:  # rule 2
+            prompt = request.num_prompt_tokens  # the rate is of the whole prompt, as SGLang's
+            hit = min(top * replicas[0].tokens_per_key, prompt)  # (a pool shares one unit)
+            if keys and hit / prompt > self.cache_threshold:  # rule 2
                 best = min((loads[i], i) for i, m in enumerate(matched) if m == top)[1]
             else:
                 best = min((len(t), loads[i], i) for i, t in enumerate(self.trees))[2]
