@@ -222,6 +222,37 @@ def test_cache_aware_evicts_at_the_interval_ticks_not_an_interval_after_a_late_r
     assert [len(t) for t in route.trees] == [1, 1]
 
 
+def test_cache_aware_instance_keeps_separate_trees_per_pool_of_replicas():
+    # a disaggregated run calls one router instance for its 2 prefill and 3 decode replicas:
+    # each pool has trees of its own (before, the decode pool shared the prefill pool's 2
+    # trees, so its third replica was never chosen and prefill records steered decodes)
+    from sim.engine.routers import CacheAware
+    route, prefill, decode = CacheAware(), _views((0, 0)), _views((0, 0, 0))
+    assert [route(_request(i, np.array([i]), 16), prefill, 0.0) for i in (1, 2)] == [0, 1]
+    assert [route(_request(i, np.array([i]), 16), decode, 0.0) for i in (1, 2, 3)] == [0, 1, 2]
+    assert [len(t) for t in route.trees] == [1, 1, 1]
+    assert route(_request(9, np.array([2]), 16), prefill, 0.0) == 1  # its record of prompt 2
+
+
+def test_cache_aware_instance_starts_each_run_empty():
+    # SimConfig(router=CacheAware(...)) is how a user sets its thresholds: a second run with the
+    # instance must route as a fresh one does, not from the trees the first run left
+    import workloads
+    from sim.engine import run
+    from sim.engine.routers import CacheAware
+    def wl(seed):
+        return workloads.shared_prefix(200, n_groups=8, system_prompt_tokens=500, rate=60,
+                                       user_tokens=workloads.LogNormal(100, 1.5, max_tokens=2000),
+                                       output=workloads.LogNormal(50, 1.0, max_tokens=500),
+                                       seed=seed)
+    config = SimConfig(replicas=4, router=CacheAware(), prefix_caching="block")
+    run(wl(0), config)
+    again = run(wl(1), config).requests
+    fresh = run(wl(1), SimConfig(replicas=4, router="cache_aware", prefix_caching="block"))
+    assert again["replica"].tolist() == fresh.requests["replica"].tolist()
+    assert again.equals(fresh.requests)
+
+
 @pytest.mark.parametrize("kw,match", [
     (dict(cache_threshold=1.5), "cache_threshold"), (dict(cache_threshold=-0.1), "cache_threshold"),
     (dict(balance_rel_threshold=0.5), "balance_rel_threshold"),

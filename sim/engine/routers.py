@@ -26,10 +26,13 @@ Ties go to the lowest index. Each run builds its named router anew (:func:`make_
 stateful routers (round robin's counter, random's generator) never carry state between runs.
 A callable passed in is used as is; so is the ``route`` method of an object that has one
 (``SimConfig(router=MyRouter())``, ``class MyRouter: def route(self, request, replicas, now)``).
+A :class:`CacheAware` instance (how its thresholds are set) keeps its trees per pool of
+replicas, so it too starts each run empty.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -191,6 +194,11 @@ class CacheAware:
     ``max_tree_tokens`` defaults to SGLang's ``max_tree_size`` of 2**24 characters at 4
     characters a token (an assumption: 2**22 tokens). Ties go to the less loaded replica, then the lower index
     (SGLang's tree picks any tenant of the deepest match).
+
+    One instance (``SimConfig(router=CacheAware(cache_threshold=0.3))``) keeps one set of
+    trees per pool of replicas it routes for: each run starts empty (nothing carried from an
+    earlier run with the same instance), and a disaggregated run's prefill and decode pools,
+    which call the same instance, each have their own (``trees``: the last pool routed for).
     """
 
     name = "cache_aware"
@@ -217,13 +225,19 @@ class CacheAware:
         self.max_tree_tokens = max_tree_tokens
         self.trees = None  # per replica: block key -> None, least recently used first
         self._next_eviction = self.eviction_interval
+        # per pool of replicas (keyed by its first replica, weakly): [trees, next eviction]
+        self._pools = weakref.WeakKeyDictionary()
 
     def __call__(self, request, replicas, now) -> int:
-        if self.trees is None:
-            self.trees = [OrderedDict() for _ in replicas]
+        pool = self._pools.get(replicas[0]._replica)
+        if pool is None:  # a new run, or a disaggregated run's other pool: trees of its own
+            pool = self._pools[replicas[0]._replica] = [[OrderedDict() for _ in replicas],
+                                                        self.eviction_interval]
+        self.trees, self._next_eviction = pool
         if self.eviction_interval and now >= self._next_eviction:
             self._evict(replicas)  # at the last tick due: SGLang's thread ticks every interval
-            self._next_eviction = (now // self.eviction_interval + 1) * self.eviction_interval
+            self._next_eviction = pool[1] = \
+                (now // self.eviction_interval + 1) * self.eviction_interval
         loads = [v.num_outstanding for v in replicas]
         high, low = max(loads), min(loads)
         keys = request.block_keys
