@@ -222,6 +222,22 @@ def test_cache_aware_evicts_at_the_interval_ticks_not_an_interval_after_a_late_r
     assert [len(t) for t in route.trees] == [1, 1]
 
 
+def test_cache_aware_a_match_below_the_threshold_still_refreshes_the_matched_path():
+    # SGLang's prefix_match stamps the matched tenant's path as used before the rate is
+    # compared: its prefix then outlives older leaves at eviction
+    from sim.engine.routers import CacheAware
+    route = CacheAware(eviction_interval=10.0, max_tree_tokens=16 * 2)
+    views = _views((0, 0))
+    assert route(_request(0, np.array([5, 6]), 32), views, 0.0) == 0
+    assert route(_request(1, np.array([7, 8, 9]), 48), views, 1.0) == 1
+    assert route(_request(2, np.array([1, 2]), 32), views, 2.0) == 0  # tree 0: 2 < 3 keys
+    # block 5 matched on replica 0: 16 of 64 tokens, not > 0.5: the smaller tree 1 serves it
+    assert route(_request(3, np.array([5, 40, 41, 42])), views, 3.0) == 1
+    assert list(route.trees[0]) == [6, 2, 1, 5]
+    route(_request(4, None), views, 10.0)  # evict to 2 keys: leaves 6 then 2 (5 was used)
+    assert list(route.trees[0]) == [1, 5]
+
+
 def test_cache_aware_instance_keeps_separate_trees_per_pool_of_replicas():
     # a disaggregated run calls one router instance for its 2 prefill and 3 decode replicas:
     # each pool has trees of its own (before, the decode pool shared the prefill pool's 2

@@ -179,7 +179,8 @@ class CacheAware:
        serves it if the matched fraction exceeds ``cache_threshold`` (0.5), else the replica
        with the smallest tree (the most cache room, as the router sees it);
     3. either way the request's prefix is recorded in the chosen replica's tree, at routing
-       time: the router never reads the replicas' caches;
+       time: the router never reads the replicas' caches (a match at or below the threshold
+       still marks the matched path as used in its tree, as SGLang's ``prefix_match`` does);
     4. every ``eviction_interval`` seconds (60) each tree drops its least recently used leaves
        until it holds at most ``max_tree_tokens``.
 
@@ -249,14 +250,14 @@ class CacheAware:
             top = max(matched)
             prompt = request.num_prompt_tokens  # the rate is of the whole prompt, as SGLang's
             hit = min(top * replicas[0].tokens_per_key, prompt)  # (a pool shares one unit)
+            held = min((loads[i], i) for i, m in enumerate(matched) if m == top)[1]
             if keys and hit / prompt > self.cache_threshold:  # rule 2
-                best = min((loads[i], i) for i, m in enumerate(matched) if m == top)[1]
+                best = held
             else:
                 best = min((len(t), loads[i], i) for i, t in enumerate(self.trees))[2]
-        tree = self.trees[best]
-        for key in reversed(keys):  # rule 3 (leaves first: a prefix is used no earlier)
-            tree[key] = None
-            tree.move_to_end(key)
+                # SGLang's match refreshes the matched path, though it routes elsewhere
+                _touch(self.trees[held], keys[:top])
+        _touch(self.trees[best], keys)  # rule 3
         return best
 
     def _evict(self, replicas):
@@ -265,6 +266,14 @@ class CacheAware:
             limit = self.max_tree_tokens // v.tokens_per_key
             while len(tree) > limit:
                 tree.popitem(last=False)
+
+
+def _touch(tree, keys):
+    """Record ``keys`` in ``tree`` as just used, leaves first: a prefix is never older than
+    what extends it, so the least recently used key is a leaf."""
+    for key in reversed(keys):
+        tree[key] = None
+        tree.move_to_end(key)
 
 
 def _matched(tree, keys) -> int:
