@@ -250,6 +250,41 @@ def test_cache_aware_instance_keeps_separate_trees_per_pool_of_replicas():
     assert route(_request(9, np.array([2]), 16), prefill, 0.0) == 1  # its record of prompt 2
 
 
+def test_cache_aware_instance_pickles_with_its_settings_and_no_trees():
+    # a sweep sends its configs to worker processes: the router pickles (its weakly keyed
+    # per-pool trees stay behind) and routes as a fresh one with the same settings
+    import pickle
+    from sim.engine.routers import CacheAware
+    route, views = CacheAware(cache_threshold=0.2, eviction_interval=7.0), _views((0, 0))
+    route(_request(0, np.array([1, 2, 3])), views, 8.0)
+    copy = pickle.loads(pickle.dumps(route))
+    assert (copy.cache_threshold, copy.eviction_interval, copy.trees) == (0.2, 7.0, None)
+    views = _views((0, 0))
+    assert copy(_request(1, np.array([9])), views, 0.0) == 0  # empty trees: the lowest index
+    assert copy(_request(2, np.array([1, 2, 3])), views, 0.0) == 1  # no record of run one
+
+
+def test_router_objects_with_settings_are_told_apart_by_their_repr():
+    # a sweep keys each grid value by its repr (addresses dropped): two CacheAware settings
+    # had one key, "<sim.engine.routers.CacheAware object>", and shared one point's result
+    import workloads
+    from sim.engine.routers import CacheAware
+    from sim.tools.sweep import sweep
+    assert repr(PrefixAffinity(4)) == "PrefixAffinity(max_imbalance=4)"
+    assert repr(CacheAware(cache_threshold=0.3)) == (
+        "CacheAware(cache_threshold=0.3, balance_abs_threshold=32, balance_rel_threshold=1.0001, "
+        "eviction_interval=60.0, max_tree_tokens=4194304)")
+    df = workloads.shared_prefix(60, n_groups=4, system_prompt_tokens=64, rate=60, seed=0,
+                                 user_tokens=workloads.LogNormal(64, 1.0, max_tokens=256),
+                                 output=workloads.LogNormal(8, 1.0, max_tokens=32))
+    # prompts of 64 shared + ~64 own tokens: a match near 0.5, which the thresholds split
+    low, high = CacheAware(cache_threshold=0.1), CacheAware(cache_threshold=0.9)
+    table = sweep(df, {"router": [low, high]}, base=SimConfig(replicas=3, prefix_caching="block"),
+                  workers=1, progress=False)
+    assert list(map(repr, table["router"])) == [repr(low), repr(high)]
+    assert table["prefix_hit_rate"].nunique() == 2
+
+
 def test_cache_aware_instance_starts_each_run_empty():
     # SimConfig(router=CacheAware(...)) is how a user sets its thresholds: a second run with the
     # instance must route as a fresh one does, not from the trees the first run left

@@ -155,6 +155,9 @@ class PrefixAffinity:
             raise ValueError(f"max_imbalance must be an int >= 0, got {max_imbalance!r}")
         self.max_imbalance = max_imbalance
 
+    def __repr__(self):  # its settings: how a sweep tells two grid values apart
+        return f"PrefixAffinity(max_imbalance={self.max_imbalance})"
+
     def __call__(self, request, replicas, now) -> int:
         loads = [v.num_outstanding for v in replicas]
         least = min(loads)
@@ -228,6 +231,21 @@ class CacheAware:
         self._next_eviction = self.eviction_interval
         # per pool of replicas (keyed by its first replica, weakly): [trees, next eviction]
         self._pools = weakref.WeakKeyDictionary()
+
+    def __repr__(self):  # its settings: how a sweep tells two grid values apart
+        return (f"CacheAware(cache_threshold={self.cache_threshold!r}, "
+                f"balance_abs_threshold={self.balance_abs_threshold}, "
+                f"balance_rel_threshold={self.balance_rel_threshold!r}, "
+                f"eviction_interval={self.eviction_interval!r}, "
+                f"max_tree_tokens={self.max_tree_tokens})")
+
+    def __getstate__(self):  # pickled (a sweep's worker process): the settings, no trees
+        state = dict(self.__dict__, trees=None, _next_eviction=self.eviction_interval)
+        del state["_pools"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, _pools=weakref.WeakKeyDictionary())
 
     def __call__(self, request, replicas, now) -> int:
         pool = self._pools.get(replicas[0]._replica)
