@@ -13,13 +13,10 @@ from .settings import FREE_GPU_MEMORY_FRACTION_HELP, HASH_BLOCK_TOKENS_HELP, Nam
 
 def accounting_block_size(accounting) -> int:
     """The KV block (page) of the engine whose memory accounting ``sim memory`` shows, as
-    ``sim run`` with that engine's preset counts its pool: vLLM's 16 tokens, SGLang's page of
-    1, TensorRT-LLM's 32 (``tokens_per_block``)."""
-    from ..constants import KV_BLOCK_SIZE
-    from ..engine.sglang import SGLang
-    from ..engine.tensorrt_llm import TOKENS_PER_BLOCK
-    return {"vllm": KV_BLOCK_SIZE, "sglang": SGLang.engine_defaults(None)["block_size"],
-            "tensorrt-llm": TOKENS_PER_BLOCK}[accounting]
+    ``sim run`` with that engine's preset counts its pool (vLLM's 16 tokens, SGLang's page of
+    1, TensorRT-LLM's 32): read from the preset of that name, not restated here."""
+    from ..engine import SimConfig
+    return SimConfig(scheduler=accounting).resolved().block_size
 
 
 def cmd_workload(args) -> int:
