@@ -228,7 +228,6 @@ class CacheAware:
         self.eviction_interval = float(eviction_interval)
         self.max_tree_tokens = max_tree_tokens
         self.trees = None  # per replica: block key -> None, least recently used first
-        self._next_eviction = self.eviction_interval
         # per pool of replicas (keyed by its first replica, weakly): [trees, next eviction]
         self._pools = weakref.WeakKeyDictionary()
 
@@ -240,7 +239,7 @@ class CacheAware:
                 f"max_tree_tokens={self.max_tree_tokens})")
 
     def __getstate__(self):  # pickled (a sweep's worker process): the settings, no trees
-        state = dict(self.__dict__, trees=None, _next_eviction=self.eviction_interval)
+        state = dict(self.__dict__, trees=None)
         del state["_pools"]
         return state
 
@@ -252,11 +251,10 @@ class CacheAware:
         if pool is None:  # a new run, or a disaggregated run's other pool: trees of its own
             pool = self._pools[replicas[0]._replica] = [[OrderedDict() for _ in replicas],
                                                         self.eviction_interval]
-        self.trees, self._next_eviction = pool
-        if self.eviction_interval and now >= self._next_eviction:
+        self.trees = pool[0]
+        if self.eviction_interval and now >= pool[1]:
             self._evict(replicas)  # at the last tick due: SGLang's thread ticks every interval
-            self._next_eviction = pool[1] = \
-                (now // self.eviction_interval + 1) * self.eviction_interval
+            pool[1] = (now // self.eviction_interval + 1) * self.eviction_interval
         loads = [v.num_outstanding for v in replicas]
         high, low = max(loads), min(loads)
         keys = request.block_keys
