@@ -284,6 +284,22 @@ def test_a_policy_knobs_flag_help_names_every_scheduler_that_uses_it(knob, value
         assert bool(re.search(rf"\b{name}\b", head)) == uses, (name, head)
 
 
+def test_run_sets_vllms_gpu_memory_utilization(tmp_path):
+    """--gpu-memory-utilization sizes the pool as SimConfig's knob does (before, sim run had no
+    way to set it: only the API); summary.json records it."""
+    from sim.engine import SimConfig
+    got = {}
+    for u in ("0.5", "0.9"):
+        assert main(["run", "-n", "5", "--gpu-memory-utilization", u, "--no-plots", "-q",
+                     "-o", str(tmp_path / u)]) == 0
+        got[u] = json.loads((tmp_path / u / "summary.json").read_text())["settings"]
+        assert got[u]["gpu_memory_utilization"] == float(u)
+        assert got[u]["kv_blocks"] == SimConfig(
+            model="llama-3.1-8b", gpu="h100", gpu_memory_utilization=float(u)
+        ).resolved_kv_blocks()
+    assert got["0.5"]["kv_blocks"] < got["0.9"]["kv_blocks"] / 2
+
+
 def test_run_sets_tensorrt_llms_memory_fraction_and_chunked_context(tmp_path, capsys):
     """--free-gpu-memory-fraction sizes the tensorrt-llm preset's pool (as sim memory's flag
     does: the same check); --enable-chunked-context runs a prompt over max_num_tokens in

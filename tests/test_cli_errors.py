@@ -106,7 +106,8 @@ CASES = [
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
-                                   "'free_gpu_memory_fraction', 'gpu', 'hash_block_tokens', "
+                                   "'free_gpu_memory_fraction', 'gpu', "
+                                   "'gpu_memory_utilization', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
@@ -121,7 +122,8 @@ CASES = [
                                      "'repeats', 'replicas', 'router', "),
     (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'max_model_len', "
                                      "'metrics', 'model', "),
-    (["sweep", "{d}/misspelt.toml"], "'gpu', 'grid', 'hash_block_tokens', 'kv_blocks', "),
+    (["sweep", "{d}/misspelt.toml"], "'gpu', 'gpu_memory_utilization', 'grid', "
+                                     "'hash_block_tokens', 'kv_blocks', "),
     (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
     (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),
     # a setting is named as the user wrote it: the file's key, or the flag
@@ -268,6 +270,13 @@ CASES = [
      "the 'chunked' scheduler"),
     (RUN + ["-s", "tensorrt-llm", "--free-gpu-memory-fraction", "0.8", "--kv-blocks", "100"],
      "--free-gpu-memory-fraction 0.8 sizes the KV pool, which --kv-blocks 100 gives"),
+    (RUN + ["--gpu-memory-utilization", "0.8", "--kv-blocks", "100"],
+     "--gpu-memory-utilization 0.8 sizes the KV pool, which --kv-blocks 100 gives: set one"),
+    (RUN + ["-s", "sglang", "--gpu-memory-utilization", "0.8"],
+     "--gpu-memory-utilization 0.8 is vLLM's setting: the 'sglang' scheduler sizes its KV pool "
+     "with sglang's accounting"),
+    (RUN + ["--gpu-memory-utilization", "1.5"], "--gpu-memory-utilization must be at most 1, "
+     "got 1.5"),
     (["run", "{d}/trt_pool.toml"],  # a second setting in the file's voice too
      "trt_pool.toml: free_gpu_memory_fraction 0.8 sizes the KV pool, which kv_blocks = 100 "
      "gives"),

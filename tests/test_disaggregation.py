@@ -163,6 +163,21 @@ def test_pools_take_their_own_overrides():
     assert d.bandwidth_bytes(cfg) == 450e9
 
 
+def test_a_pools_own_sizing_replaces_the_runs():
+    """A pool that sizes its KV pool (kv_blocks, or a utilization) drops the run's other way
+    of sizing it: the run's kv_blocks no longer hides the pool's utilization, and the run's
+    utilization no longer makes the pool's kv_blocks an error."""
+    gpu = dict(model="llama-3.1-8b", gpu="h100")
+    d = Disaggregation(1, 1, decode={"gpu_memory_utilization": 0.5})
+    p, dec = d.pool_configs(SimConfig(kv_blocks=100, disaggregation=d, **gpu))
+    half = SimConfig(gpu_memory_utilization=0.5, **gpu).resolved_kv_blocks()
+    assert p.resolved_kv_blocks() == 100 and dec.resolved_kv_blocks() == half > 100
+    d = Disaggregation(1, 1, prefill={"kv_blocks": 64})
+    p, dec = d.pool_configs(SimConfig(gpu_memory_utilization=0.5, disaggregation=d, **gpu))
+    assert (p.kv_blocks, p.gpu_memory_utilization) == (64, None)
+    assert dec.resolved_kv_blocks() == half
+
+
 @pytest.mark.parametrize("prefill, decode", [("static", "orca"), ("orca", "tensorrt-llm"),
                                              ("sglang", "continuous")])
 def test_a_result_of_pools_with_their_own_schedulers_summarises(prefill, decode):
@@ -210,6 +225,12 @@ def test_random_routing_draws_the_decode_pool_from_its_own_stream():
     again = run(df, cost_model=COST, router="random", seed=7,
                 disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
     pd.testing.assert_frame_equal(res.requests, again.requests)
+    # a Random(7) instance routes as the name with seed 7, in both pools, run after run
+    from sim.engine.routers import Random
+    config = SimConfig(cost_model=COST, router=Random(7),
+                       disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
+    for _ in range(2):
+        pd.testing.assert_frame_equal(res.requests, run(df, config).requests)
 
 
 def test_usage_is_measured_against_each_pools_own_size():

@@ -321,6 +321,20 @@ def test_bad_config_and_workload_errors():
         run(42)
 
 
+@pytest.mark.parametrize("scheduler", ["chunked", "vllm", "sglang"])
+def test_kv_blocks_beside_a_utilization_is_refused_not_ignored(scheduler):
+    """kv_blocks gives the pool; a utilization beside it would change nothing (before, 0.5 and
+    0.9 ran the same pool and the summary recorded the utilization): an error. The resolved
+    config of a given pool fills no utilization in."""
+    with pytest.raises(ValueError, match=r"^gpu_memory_utilization=0.5 sizes the KV pool, "
+                                         r"which kv_blocks=300 gives: set one of them$"):
+        SimConfig(scheduler=scheduler, kv_blocks=300, gpu_memory_utilization=0.5)
+    cfg = SimConfig(scheduler=scheduler, kv_blocks=300).resolved()
+    assert (cfg.kv_blocks, cfg.gpu_memory_utilization) == (300, None)
+    assert SimConfig(scheduler=scheduler).resolved().gpu_memory_utilization == (
+        None if scheduler == "sglang" else 0.9)
+
+
 def test_records_input_and_user_callable_cost():
     recs = [{"arrival_time": 0.0, "num_prompt_tokens": 4, "num_output_tokens": 3,
              "request_id": "a"},

@@ -285,6 +285,24 @@ def test_router_objects_with_settings_are_told_apart_by_their_repr():
     assert table["prefix_hit_rate"].nunique() == 2
 
 
+@pytest.mark.parametrize("make", [RoundRobin, lambda: Random(7)])
+def test_round_robin_and_random_instances_start_each_run_afresh(make):
+    # SimConfig(router=Random(7)) ran the second time from where the first run's generator
+    # stopped (and a RoundRobin from its counter): same config, same seed, other routing
+    import pandas as pd
+    from sim.engine import run
+    df = pd.DataFrame({"arrival_time": np.arange(5) * 0.01, "num_prompt_tokens": 32,
+                       "num_output_tokens": 4})
+    config = SimConfig(replicas=3, router=make())
+    first = run(df, config).requests["replica"].tolist()
+    assert run(df, config).requests["replica"].tolist() == first
+    if isinstance(config.router, RoundRobin):
+        assert first == [0, 1, 2, 0, 1]
+    else:  # the instance's own seed, as the name's "random" with seed=7
+        assert first == run(df, SimConfig(replicas=3, router="random", seed=7)
+                            ).requests["replica"].tolist()
+
+
 def test_cache_aware_instance_starts_each_run_empty():
     # SimConfig(router=CacheAware(...)) is how a user sets its thresholds: a second run with the
     # instance must route as a fresh one does, not from the trees the first run left

@@ -161,8 +161,9 @@ def test_vllms_gpu_memory_utilization_is_refused_not_ignored():
                                          r"'sglang' scheduler sizes its KV pool with sglang's"):
         sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100",
                       gpu_memory_utilization=0.5).resolved_kv_blocks()
-    assert sim.SimConfig(scheduler="sglang", gpu_memory_utilization=0.5,
-                         kv_blocks=1000).resolved_kv_blocks() == 1000
+    with pytest.raises(ValueError, match=r"gpu_memory_utilization=0.5 sizes the KV pool, "
+                                         r"which kv_blocks=1000 gives: set one of them"):
+        sim.SimConfig(scheduler="sglang", gpu_memory_utilization=0.5, kv_blocks=1000)
 
 
 class _Counted(SGLang):

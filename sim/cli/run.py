@@ -187,6 +187,7 @@ def _config(s, names=None):
     return SimConfig(scheduler=s["scheduler"], cost_model=cost_model_from(s),
                     max_batch_size=s["max_batch_size"], chunk_size=s["chunk_size"],
                     token_budget=s["token_budget"], kv_blocks=s["kv_blocks"],
+                    gpu_memory_utilization=s["gpu_memory_utilization"],
                     free_gpu_memory_fraction=s["free_gpu_memory_fraction"],
                     enable_chunked_context=s["enable_chunked_context"],
                     capacity_scheduler_policy=s["capacity_scheduler_policy"],

@@ -52,7 +52,8 @@ DEFAULTS = {
     "weight_dtype": "fp16", "kv_dtype": "fp16", "speculative": {},
     "replicas": 1, "router": "round_robin", "prefill_replicas": None, "decode_replicas": None,
     "link_bandwidth_gbps": None, "link_latency_s": 0.0,
-    "hash_block_tokens": None, "free_gpu_memory_fraction": None, "enable_chunked_context": None,
+    "hash_block_tokens": None, "gpu_memory_utilization": None,
+    "free_gpu_memory_fraction": None, "enable_chunked_context": None,
     "capacity_scheduler_policy": None, "context_chunking_policy": None,
 }
 # the [speculative] table's keys (sim.SpeculativeConfig's fields) and their flags
@@ -122,6 +123,11 @@ def add_run_args(p):
                         "max_prefill_tokens; tensorrt-llm: its max_num_tokens (decodes and "
                         "prompts per iteration), >= 1 (default: none; sglang 16,384; "
                         "tensorrt-llm 8,192)")
+    p.add_argument("--gpu-memory-utilization", type=float, dest="gpu_memory_utilization",
+                   metavar="FRACTION",
+                   help="every scheduler but sglang and tensorrt-llm (vLLM's accounting): vLLM's "
+                        "gpu_memory_utilization, the share of device memory the engine may use, "
+                        "in (0, 1]; sizes the KV pool unless --kv-blocks does (default 0.9)")
     p.add_argument("--free-gpu-memory-fraction", type=float, dest="free_gpu_memory_fraction",
                    metavar="FRACTION", help="tensorrt-llm: " + FREE_GPU_MEMORY_FRACTION_HELP
                    + "; sizes the KV pool unless --kv-blocks does (default 0.9)")

@@ -10,6 +10,8 @@ silently ignored (``free_gpu_memory_fraction`` with a scheduler whose memory acc
 not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with
 every knob filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``:
 derived from ``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes
+(a given ``kv_blocks`` beside ``gpu_memory_utilization`` or ``free_gpu_memory_fraction``, which
+it would leave unread, is an error; the resolved config then has no utilization filled in)
 (the others taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of
 16 tokens (as many tokens at another ``block_size``). ``cost_model=None``: the roofline model
 of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
@@ -43,7 +45,7 @@ from ..specs.memory_terms import check_free_gpu_memory_fraction
 from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
 from .routers import check_router
-from .schedulers import POLICIES, resolve
+from .schedulers import POLICIES, POOL_SIZING, resolve
 from .speculation import DraftCost, SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
@@ -126,6 +128,10 @@ class SimConfig:
             object.__setattr__(self, "free_gpu_memory_fraction",
                                check_free_gpu_memory_fraction(self.free_gpu_memory_fraction))
             self._check_memory_knob("free_gpu_memory_fraction")
+        for knob in POOL_SIZING:  # one way to size the pool, never one silently ignored
+            if self.kv_blocks is not None and getattr(self, knob) is not None:
+                raise ValueError(f"{knob}={getattr(self, knob)!r} sizes the KV pool, which "
+                                 f"kv_blocks={self.kv_blocks} gives: set one of them")
         resolve(self)  # the policy validates the knobs it uses
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "

@@ -62,6 +62,20 @@ SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weigh
                 "request_path", "seed", "progress", "check")
 
 
+def _sized(over: dict) -> dict:
+    """A pool's overrides, where one that sizes its KV pool (``kv_blocks``,
+    ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the run's way of
+    sizing it: the run's other sizing knobs are cleared for that pool (else ``kv_blocks``
+    beside the run's utilization would be refused, or the run's ``kv_blocks`` would ignore
+    the pool's utilization)."""
+    if not any(k in over for k in _SIZING):
+        return over
+    return {**{k: None for k in _SIZING}, **over}
+
+
+_SIZING = ("kv_blocks", "gpu_memory_utilization", "free_gpu_memory_fraction")
+
+
 @dataclass(frozen=True, slots=True)
 class Disaggregation:
     """Two pools and the link between them; see the module docstring."""
@@ -104,7 +118,7 @@ class Disaggregation:
         same = {} if shared is None else {"block_size": shared.block_size,
                                           "prefix_caching": shared.prefix_caching}
         base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
-        return tuple(dataclasses.replace(base, replicas=n, **dict(over)) for n, over in (
+        return tuple(dataclasses.replace(base, replicas=n, **_sized(dict(over))) for n, over in (
             (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
 
     def fleet(self, config) -> tuple:
@@ -246,8 +260,8 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
                              stream=sum(len(p.replicas) for p in pools),
                              cache_unit=cache_unit, max_model_len=max_model_len))
     prefill, decode = pools
-    if isinstance(config.router, str):  # its own instance (random: its own stream)
-        decode.route = make_router(config.router, [config.seed, 1])
+    # its own instance of a named router, RoundRobin or Random (random: its own stream)
+    decode.route = make_router(config.router, config.seed, stream=1)
     first = decode.replicas[0]
     prefill.max_tokens = (first.capacity_tokens, first.blocks.num_blocks)
     prefill.decode_lookahead = first.num_spec_tokens

@@ -23,8 +23,9 @@ request's arrival, and queues the request at ``replicas[index]``. The named rout
   burst of one prompt stays on one replica before any of it is cached.
 
 Ties go to the lowest index. Each run builds its named router anew (:func:`make_router`), so
-stateful routers (round robin's counter, random's generator) never carry state between runs.
-A callable passed in is used as is; so is the ``route`` method of an object that has one
+stateful routers (round robin's counter, random's generator) never carry state between runs;
+a :class:`RoundRobin` or :class:`Random` instance passed in is copied fresh the same way. Any
+other callable passed in is used as is; so is the ``route`` method of an object that has one
 (``SimConfig(router=MyRouter())``, ``class MyRouter: def route(self, request, replicas, now)``).
 A :class:`CacheAware` instance (how its thresholds are set) keeps its trees per pool of
 replicas, so it too starts each run empty.
@@ -113,6 +114,7 @@ class Random:
     name = "random"
 
     def __init__(self, seed=0):
+        self.seed = seed
         self.rng = np.random.default_rng(seed)  # an int, or a sequence of ints
 
     def __call__(self, request, replicas, now) -> int:
@@ -329,14 +331,29 @@ def check_router(router) -> None:
                         f"route method, got {router!r}")
 
 
-def make_router(router, seed: int = 0):
-    """A fresh router for one run: a name from :data:`ROUTERS` (``random`` seeded by
-    ``seed``), the callable given, or the ``route`` method of the object given."""
+def make_router(router, seed: int = 0, stream: int = 0):
+    """A fresh router for one pool of one run (``stream`` 1: a disaggregated run's decode
+    pool): a name from :data:`ROUTERS` (``random`` seeded by ``seed``, ``[seed, stream]`` for
+    a pool other than the first), a fresh copy of a :class:`RoundRobin` or :class:`Random`
+    instance given (its counter at 0, its generator from its own seed, so a run never goes on
+    from where an earlier run with the instance stopped), else the callable given or the
+    ``route`` method of the object given."""
     check_router(router)
+    if type(router) is RoundRobin:
+        return RoundRobin()
+    if type(router) is Random:
+        return Random(_stream(router.seed, stream))
     if not isinstance(router, str):
         return router if callable(router) else router.route
     name = router.strip().lower()
-    return Random(seed) if name == "random" else ROUTERS[name]()
+    return Random(_stream(seed, stream)) if name == "random" else ROUTERS[name]()
+
+
+def _stream(seed, stream: int):
+    """``seed`` for the first pool, else a seed sequence of its own per ``stream``."""
+    if not stream:
+        return seed
+    return [*seed, stream] if isinstance(seed, (list, tuple)) else [seed, stream]
 
 
 def router_name(router) -> str:

@@ -29,9 +29,15 @@ POLICIES = {
 }
 
 
+# knobs that size the KV pool from the memory budget: unused (not filled in) when kv_blocks
+# gives the pool, and refused beside it (SimConfig)
+POOL_SIZING = ("gpu_memory_utilization", "free_gpu_memory_fraction")
+
+
 def _fill(config, defaults):
     missing = {k: v for k, v in defaults.items()  # (a None default: the knob is unused)
-               if v is not None and getattr(config, k) is None}
+               if v is not None and getattr(config, k) is None
+               and not (k in POOL_SIZING and config.kv_blocks is not None)}  # (a given pool)
     return dataclasses.replace(config, **missing) if missing else config
 
 

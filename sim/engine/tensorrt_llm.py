@@ -180,10 +180,7 @@ class TensorRTLLM:
                                                "enable_chunked_context",
                                                "capacity_scheduler_policy",
                                                "context_chunking_policy"))
-        fraction = config.free_gpu_memory_fraction
-        if fraction is not None and config.kv_blocks is not None:  # it would size nothing
-            raise ValueError(f"free_gpu_memory_fraction={fraction!r} sizes the KV pool, which "
-                             f"kv_blocks={config.kv_blocks} gives: set one of them")
+        fraction = config.free_gpu_memory_fraction  # (not beside kv_blocks: SimConfig)
         chunked, policy = config.enable_chunked_context, config.capacity_scheduler_policy
         return cls(config.token_budget or MAX_NUM_TOKENS, fraction,
                    False if chunked is None else chunked,
