@@ -76,7 +76,9 @@ def scale_to_rate(df: pd.DataFrame, rate) -> pd.DataFrame:
 @dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """``num_users`` concurrent users; each sends its next request ``think_time`` seconds after
-    its previous one finished (or was rejected). Requests are issued in workload order."""
+    its previous one finished (or was rejected). Requests are issued in workload order; with
+    a ``session_id`` column, a user holds one conversation at a time and issues its turns in
+    order, each after the previous turn finished (``sim.engine.clients``)."""
 
     num_users: int
     think_time: float = 0.0

@@ -1,27 +1,71 @@
-"""Closed-loop clients: ``num_users`` users; each issues the next request (in workload order)
-``think_time`` after its previous one finished or was rejected. One event per request.
+"""Closed-loop clients: ``num_users`` users; each issues its next request ``think_time`` after
+its previous one finished or was rejected. One event per request.
+
+What a user issues next: the next request in workload order, or - when the workload has
+conversations (a ``session_id`` column: :func:`conversations`) - the next turn of the
+conversation it holds, and the next conversation (in order of first turns) once that one is
+over, as multi-turn benchmark clients do (vLLM's ``benchmark_serving_multi_turn.py``: a client
+sends a conversation's turns in order, each after the answer to the previous one). So a turn
+is never issued before the turn it follows finished (its history is in the prompt); a
+rejected turn is skipped and the conversation goes on. Without conversations the two rules
+are the same.
 
 Shared by one replica (:mod:`sim.engine.simulation`) and a cluster or disaggregated pools
 (:mod:`sim.engine.cluster`): ``submit(r) -> bool`` queues (or routes) a request issued now,
 False when it was rejected; each replica's ``on_finish`` hook reports a completion (chained
 after a hook already there). Bound methods, not closures that refer to one another: no
 reference cycle keeps the requests alive once the run is over.
+
+Invariants (tests/test_clients.py): every request is issued once; at most ``num_users``
+requests are out at once; a conversation's turns are issued in order, each at or after the
+previous turn's finish (+ ``think_time``).
 """
 
 from __future__ import annotations
 
+from functools import partial
+
+
+def conversations(df, requests):
+    """``requests`` grouped by the workload's ``session_id`` column, in order of each
+    conversation's first request, turns in workload order (a request without an id is a
+    conversation of its own); None when there is no such column."""
+    if "session_id" not in df.columns:
+        return None
+    groups, order = {}, []
+    for r, s in zip(requests, df["session_id"].tolist()):
+        if s is None or s != s:  # None or NaN: no conversation
+            order.append([r])
+            continue
+        turns = groups.get(s)
+        if turns is None:
+            turns = groups[s] = []
+            order.append(turns)
+        turns.append(r)
+    return order
+
 
 class ClosedLoopClients:
-    """The users of ``loop`` (a ``workloads.ClosedLoop``) issuing ``requests`` in order."""
+    """The users of ``loop`` (a ``workloads.ClosedLoop``) issuing ``requests`` in order, or
+    the ``conversations`` (lists of requests, see :func:`conversations`) one per user."""
 
-    def __init__(self, env, replicas, requests, submit, loop):
+    def __init__(self, env, replicas, requests, submit, loop, conversations=None):
         self.env, self.submit = env, submit
-        self.pending = iter(requests)
         self.think = float(loop.think_time)
+        self.by_turns = conversations is not None
+        if self.by_turns:
+            self.pending = iter(conversations)
+            self.turns = {}  # user -> iterator over the turns left of its conversation
+            self.user_of = {}  # request index -> the user who issued it (until it finishes)
+        else:
+            self.pending = iter(requests)
         for rep in replicas:
             rep.on_finish = chain(rep.on_finish, self._done)
-        for _ in range(int(loop.num_users)):
-            self._issue()
+        for user in range(int(loop.num_users)):
+            if self.by_turns:
+                self._issue_turn(user)
+            else:
+                self._issue()
 
     def _issue(self, _event=None):
         # A loop, not _issue -> _done -> _issue: with no think time a user moves straight on
@@ -35,8 +79,35 @@ class ClosedLoopClients:
                 self.env.timeout(self.think).callbacks.append(self._issue)
                 return
 
-    def _done(self, _r, _now):
-        if self.think > 0:
+    def _issue_turn(self, user, _event=None):
+        """``user``'s next turn (a loop over rejections, as :meth:`_issue`)."""
+        while True:
+            turns = self.turns.get(user)
+            r = None if turns is None else next(turns, None)
+            if r is None:  # its conversation is over (or it held none): the next one
+                conversation = next(self.pending, None)
+                if conversation is None:
+                    self.turns.pop(user, None)
+                    return
+                self.turns[user] = iter(conversation)
+                continue
+            r.arrival_time = self.env.now
+            self.user_of[r.index] = user
+            if self.submit(r):
+                return
+            del self.user_of[r.index]
+            if self.think > 0:
+                self.env.timeout(self.think).callbacks.append(partial(self._issue_turn, user))
+                return
+
+    def _done(self, r, _now):
+        if self.by_turns:
+            user = self.user_of.pop(r.index)
+            if self.think > 0:
+                self.env.timeout(self.think).callbacks.append(partial(self._issue_turn, user))
+            else:
+                self._issue_turn(user)
+        elif self.think > 0:
             self.env.timeout(self.think).callbacks.append(self._issue)
         else:
             self._issue()

@@ -177,11 +177,12 @@ class Cluster:
         if i < n:
             _Dispatch(self.env, delay_until(now, arrivals[i].arrival_time), self._arrive)
 
-    def closed_loop(self, loop):
-        """``num_users`` users; each issues its next request ``think_time`` after the last
-        finished or was rejected, routed when issued (:mod:`sim.engine.clients`)."""
+    def closed_loop(self, loop, conversations=None):
+        """``num_users`` users; each issues its next request (or turn of ``conversations``)
+        ``think_time`` after the last finished or was rejected, routed when issued
+        (:mod:`sim.engine.clients`)."""
         ClosedLoopClients(self.env, self.replicas + list(self.more_replicas), self.requests,
-                          self.submit, loop)
+                          self.submit, loop, conversations)
 
     def start(self):
         for proc in self.processes:
@@ -285,15 +286,17 @@ def assemble(requests, records_per_replica, replicas, replica_of, config, kv_blo
                         paused=paused, **kwargs)
 
 
-def simulate(env, config, entry, *others, busy=False, fast_forward=None) -> None:
+def simulate(env, config, entry, *others, busy=False, fast_forward=None,
+             conversations=None) -> None:
     """Run the environment: arrivals (open or closed loop) enter at ``entry``, every pool's
     replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
     loss; ``busy``: some other work was left behind). ``fast_forward``: see
-    :meth:`Cluster.open_loop` (open loop only)."""
+    :meth:`Cluster.open_loop` (open loop only); ``conversations``: a closed loop's
+    (:func:`~sim.engine.clients.conversations`)."""
     if config.closed_loop is None:
         entry.open_loop(fast_forward)
     else:
-        entry.closed_loop(config.closed_loop)
+        entry.closed_loop(config.closed_loop, conversations)
     for pool in (entry, *others):
         pool.start()
     env.run()
@@ -305,13 +308,14 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None) -> None
 
 
 def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
-                submit, cache_unit=None, fast_forward=None, max_model_len=None) -> "Result":
+                submit, cache_unit=None, fast_forward=None, max_model_len=None,
+                conversations=None) -> "Result":
     """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
     ``submit``: the single-replica engine's process class and arrival verb
     (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
     cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
                       cache_unit=cache_unit, max_model_len=max_model_len)
-    simulate(env, config, cluster, fast_forward=fast_forward)
+    simulate(env, config, cluster, fast_forward=fast_forward, conversations=conversations)
     if config.check:
         check_finished(requests, cluster.replicas)
     return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,

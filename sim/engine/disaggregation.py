@@ -241,7 +241,7 @@ class Transfers:
 
 
 def run_disaggregated(env, requests, config, wall, *, process, submit, given=None,
-                      cache_unit=None, max_model_len=None):
+                      cache_unit=None, max_model_len=None, conversations=None):
     """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
     single-replica engine's process class and arrival verb, as for a cluster; ``config``
     resolved, ``given`` as the user gave it: each pool resolves the knobs left unset with
@@ -269,7 +269,8 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
     transfers = Transfers(env, prefill, decode, disagg, config.resolved_model(),
                           disagg.bandwidth_bytes(prefill.config), prefill.config.kv_dtype)
     simulate(env, config, prefill, decode,
-             busy=lambda: any(transfers.pending) or bool(transfers.source))
+             busy=lambda: any(transfers.pending) or bool(transfers.source),
+             conversations=conversations)
     if config.check:
         check_finished(requests, prefill.replicas + decode.replicas)
     # where each request's token runs were recorded: its decode replica once handed off

@@ -56,7 +56,7 @@ import simpy
 
 from ..results.metrics import Result
 from .batch import decode_pricer
-from .clients import ClosedLoopClients
+from .clients import ClosedLoopClients, conversations
 from .cluster import delay_until, new_replica, reject_too_long, run_cluster
 from .config import SimConfig, as_config
 from .disaggregation import run_disaggregated
@@ -155,17 +155,19 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
     client = enter(requests, config.request_path)  # None: no time outside the engine
+    turns = conversations(df, requests) if config.closed_loop is not None else None
     wall = time.perf_counter()
     env = _Environment()
     if config.disaggregation is not None:
         return as_client_sees(run_disaggregated(
             env, requests, config, wall, process=_ReplicaProcess, submit=_submit, given=given,
-            cache_unit=unit, max_model_len=limit), client, config.request_path)
+            cache_unit=unit, max_model_len=limit, conversations=turns), client,
+            config.request_path)
     if config.replicas > 1:
         return as_client_sees(run_cluster(
             env, requests, config, policy, cost, kv_blocks, wall, process=_ReplicaProcess,
             submit=_submit, cache_unit=unit, fast_forward=can_fast_forward,
-            max_model_len=limit), client, config.request_path)
+            max_model_len=limit, conversations=turns), client, config.request_path)
     replica = new_replica(config, policy, kv_blocks, unit, max_model_len=limit)
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
     process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
@@ -176,7 +178,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     else:  # stretches stop at the clients' next issue and leave finishes to the loop's time
         process.closed = True
         ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
-                          config.closed_loop)
+                          config.closed_loop, turns)
     process.start()
     env.run()
     process.close()

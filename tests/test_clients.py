@@ -1,0 +1,99 @@
+"""Closed-loop clients (sim.engine.clients): a conversation's turns are issued by one user, in
+order, each after the previous turn finished; without conversations, workload order."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import workloads as wl
+from sim.costs.simple import LinearCost
+from sim.engine import Disaggregation, run
+from sim.engine.clients import conversations
+
+COST = LinearCost(0.002, 1e-5, 1e-4, 0.0)
+
+
+def _conversations(n, seed=0):
+    return wl.multi_turn(n, turns=wl.Uniform(1, 5), user_tokens=wl.Uniform(20, 200),
+                         output=wl.Uniform(2, 40), rate=50.0, think_time=0.1,
+                         system_prompt_tokens=64, seed=seed)
+
+
+def _check_turns(df, req, think):
+    """Each turn issued at or after its previous turn's finish + think time, by one user."""
+    out = req.assign(session_id=df["session_id"].to_numpy(), turn=df["turn"].to_numpy())
+    for _, g in out.groupby("session_id"):
+        g = g.sort_values("turn")
+        prev_end = g["finish_time"].to_numpy()[:-1]
+        assert (g["arrival_time"].to_numpy()[1:] >= prev_end + think - 1e-12).all(), g
+        assert (g["status"] == "finished").all()
+
+
+def test_conversations_group_by_session_in_order_of_first_turns():
+    df = pd.DataFrame({"session_id": ["b", "a", "b", np.nan, "a"]})
+    reqs = list("01234")
+    assert conversations(df, reqs) == [["0", "2"], ["1", "4"], ["3"]]
+    assert conversations(df.drop(columns="session_id"), reqs) is None
+
+
+@pytest.mark.parametrize("think", [0.0, 0.05])
+def test_a_turn_waits_for_the_previous_turns_answer(think):
+    # before: users took requests in workload order, so with 8 users turn 2 of a conversation
+    # was issued while turn 1 still ran (its answer, in turn 2's prompt, not yet written)
+    df = _conversations(60)
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(8, think), check=True)
+    _check_turns(df, res.requests, think)
+    assert len(res.requests) == len(df)
+
+
+def test_each_user_holds_one_conversation_at_a_time():
+    df = _conversations(40, seed=3)
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(4), check=True).requests
+    # at most 4 requests out at once (finish times and issue times on one clock)
+    events = sorted([(t, 1) for t in res["arrival_time"]] + [(t, -1) for t in res["finish_time"]],
+                    key=lambda e: (e[0], e[1]))
+    out = np.cumsum([d for _, d in events])
+    assert out.max() <= 4
+    # one user, one conversation after another, turns in order: the issue order is the
+    # conversations' order, each conversation's turns together
+    one = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(1)).requests
+    order = df.loc[one.sort_values("arrival_time").index, ["session_id", "turn"]]
+    firsts = df.drop_duplicates("session_id")["session_id"].tolist()
+    assert order["session_id"].drop_duplicates().tolist() == firsts
+    assert order.groupby("session_id", sort=False)["turn"].apply(
+        lambda t: t.is_monotonic_increasing).all()
+    assert (order["session_id"] != order["session_id"].shift()).sum() == len(firsts)
+
+
+def test_rejected_turns_are_skipped_and_the_conversation_goes_on():
+    df = _conversations(30, seed=5)
+    limit = int(df["num_prompt_tokens"].quantile(0.6)) + 50
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(3), max_model_len=limit).requests
+    assert (res["status"] == "rejected").any() and (res["status"] == "finished").any()
+    assert len(res) == len(df)
+
+
+def test_without_sessions_the_order_is_the_workloads():
+    df = _conversations(30, seed=1)
+    plain = df.drop(columns=["session_id"])
+    a = run(plain, cost_model=COST, closed_loop=wl.ClosedLoop(1)).requests
+    assert a["arrival_time"].is_monotonic_increasing  # one user: the workload's order
+
+
+@pytest.mark.parametrize("setup", [dict(replicas=3, router="least_outstanding"),
+                                   dict(disaggregation=Disaggregation(2, 1))])
+def test_clusters_and_pools_keep_conversations_in_order_too(setup):
+    df = _conversations(40, seed=2)
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(6, 0.02), **setup)
+    _check_turns(df, res.requests, 0.02)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 25), users=st.integers(1, 12), think=st.sampled_from([0.0, 0.01]),
+       seed=st.integers(0, 50))
+def test_every_turn_comes_out_once_in_order(n, users, think, seed):
+    df = _conversations(n, seed=seed)
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(users, think), check=True)
+    assert len(res.requests) == len(df) and res.requests["request_id"].is_unique
+    _check_turns(df, res.requests, think)
