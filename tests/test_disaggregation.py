@@ -233,6 +233,16 @@ def test_random_routing_draws_the_decode_pool_from_its_own_stream():
         pd.testing.assert_frame_equal(res.requests, run(df, config).requests)
 
 
+def test_a_decode_replicas_load_counts_the_requests_routed_to_it_not_yet_landed():
+    # a burst of prefills ending together: least_outstanding saw the decode replicas empty
+    # until the first KV landed, so all 6 requests went to decode replica 0 (index 3)
+    df = _df([0.0] * 6, [4000] * 6, [50] * 6)
+    res = run(df, cost_model=COST, router="least_outstanding", check=True,
+              disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=1.0))
+    assert sorted(res.requests["replica"].tolist()) == [3, 3, 4, 4, 5, 5]
+    assert res.requests["kv_transfer_time"].min() > 0
+
+
 def test_usage_is_measured_against_each_pools_own_size():
     df = wl.synthetic(200, rate=5, prompt=wl.Uniform(100, 800), output=wl.Uniform(20, 200),
                       seed=5)

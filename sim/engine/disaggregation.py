@@ -6,7 +6,8 @@ runs its prefill as in a colocated run (same policy, KV pool, preemption). When 
 completes (the iteration that computes the first token), the request leaves that replica's
 batch but keeps its KV blocks; a second instance of the router (``random``: its own stream; a
 callable router is called for both pools) picks a decode replica
-(``P..P+D-1``); the KV of its ``num_computed`` tokens (``kv_cache_bytes`` of the model at the
+(``P..P+D-1``; its load, ``ReplicaView.num_outstanding``, counts the requests routed to it
+whose KV has not landed: ``Replica.num_incoming``); the KV of its ``num_computed`` tokens (``kv_cache_bytes`` of the model at the
 run's ``kv_dtype`` on one GPU of the prefill replica's tensor-parallel group: each GPU sends
 its shard over its own link, in parallel) crosses the prefill replica's link, then the
 request decodes there.
@@ -191,6 +192,7 @@ class Transfers:
             r.first_token_time = None  # the decode side streams it (see the docstring)
             d = self.decode.pick(r)
             self.decode_of[r.index] = d
+            self.decode.replicas[d].num_incoming += 1  # its load, as a router counts it
             self.pending[d].append(r)
             self._start(d)
         return prefilled
@@ -233,6 +235,7 @@ class Transfers:
             self.prefill.processes[k].wake()  # it may wait for these blocks
             rep = self.decode.replicas[d]
             self.in_flight[d] -= 1
+            rep.num_incoming -= 1
             rep.receive(r)
             r.first_token_time = now
             self.transfer_time[r.index] = now - self.prefill_done[r.index]

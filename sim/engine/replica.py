@@ -138,6 +138,7 @@ class Replica:
         self.on_finish = None  # optional callback(request, now), e.g. closed-loop clients
         self.on_prefilled = None  # disaggregation: callback(request, now) at prefill completion
         self.num_in_transit = 0  # disaggregation: KV transfers from or to here holding blocks
+        self.num_incoming = 0  # disaggregation: requests routed here to decode, KV not landed
 
     # -- what a policy reads: waiting, running, prefilling, blocks.num_free, decodes.count,
     # max_batch_size, iteration, and these -------------------------------------------------

@@ -61,9 +61,11 @@ class ReplicaView:
 
     @property
     def num_outstanding(self) -> int:
-        """Requests queued or running here (those routed here and not finished)."""
+        """Requests routed here and not finished: queued, running and, on a disaggregated
+        run's decode replica, routed here whose KV has not landed yet (waiting for room or on
+        the link: ``num_incoming``)."""
         rep = self._replica
-        return len(rep.waiting) + len(rep.running)
+        return len(rep.waiting) + len(rep.running) + rep.num_incoming
 
     @property
     def num_free_blocks(self) -> int:
