@@ -38,6 +38,10 @@ Then the fixed costs and the FP8 efficiency, from published end-to-end measureme
   Llama-2-70B on one H200, the same static batch without and with XQA, :data:`XQA_PAIR`) and
   applied to the rows of the engines that had no group-aware kernel
   (:data:`PER_HEAD_DECODE_ENGINES`, each with its source);
+- not fitted: the engines that all-reduced a parallel attention+MLP layer's two outputs
+  separately (:data:`SEPARATE_REDUCE_ENGINES`, TensorRT-LLM before 0.7.1: Falcon and GPT-J),
+  priced with ``parallel_block_allreduces`` 2, and the rows that moves
+  (:func:`separate_reduce_report`);
 - a cross-check of that per-layer term: what a CUDA graph saved per decode step and layer in
   vLLM pull request #1440 (Llama-2-7B, batch 1, 100 tokens, eager vs graph);
 - the custom all-reduce's stage latency and rate (``custom_allreduce.csv``: vLLM's kernel on
@@ -349,13 +353,24 @@ FP16_ATTENTION_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6a", "tensorrt-llm
 # Llama-2-70B's KV heads are read twice, not 8 times (that it is the kernel of v0.1.0a1 is not
 # established from the stored sources)
 PER_HEAD_DECODE_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6a", "tensorrt-llm-0.6.1")
+# engines whose tensor-parallel Falcon and GPT-J layers all-reduce the attention and the MLP
+# outputs separately (parallel_block_allreduces 2, where the roofline's default sums them and
+# reduces once): TensorRT-LLM's FalconDecoderLayer and GPTJDecoderLayer before 0.7.1
+# (tensorrt_llm/models/falcon/model.py and gptj/model.py @ 027cd518) hand tp_group to both the
+# Attention and the MLP, whose output projections are RowLinears that each all-reduce
+# (layers/linear.py, layers/mlp.py); the release notes (release-notes.md @ 001eaece) list
+# "Optimize AllReduce for parallel attention on Falcon and GPT-J" under 0.7.1, the first release
+# after 0.6.1, and falcon/model.py from then on (e.g. @ 585c7565) passes tp_group=None to both
+# ("Not to apply allreduce inside the Attention/MLP layers") and reduces their sum once. 0.6a is
+# an alpha of 0.6; 0.7a's rows (Llama only) are not affected either way. Not fitted: a count
+SEPARATE_REDUCE_ENGINES = ("tensorrt-llm-0.5", "tensorrt-llm-0.6a", "tensorrt-llm-0.6.1")
 # the fit of attn_decode_reread_fraction: the same run without and with XQA (one ratio)
 XQA_PAIR = ("tensorrt-llm-0.6a", "tensorrt-llm-0.7a")
 DECODE_METRICS = ("step", "latency")
 
 
 def predict_published(rows: pd.DataFrame, params: RooflineParams, *,
-                      reread: float = 0.0) -> np.ndarray:
+                      reread: float = 0.0, separate_reduce: bool = True) -> np.ndarray:
     """Each row's metric in its unit: ``ttft`` (ms) is one prefill iteration of a batch-1
     prompt; ``throughput`` (output tok/s) is a static batch as TensorRT-LLM's benchmark runs
     it: one prefill iteration of the whole batch, then ``output_tokens - 1`` decode steps over
@@ -366,7 +381,9 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams, *,
     :data:`NCCL_ONLY_ENGINES` no custom all-reduce, one of :data:`FP16_ATTENTION_ENGINES` no FP8
     prefill attention, one of :data:`PER_HEAD_DECODE_ENGINES` decode attention that re-reads
     a KV head per query head, ``reread`` of the re-reads from HBM
-    (``attn_decode_reread_fraction``); an ``int4`` row with a
+    (``attn_decode_reread_fraction``); with ``separate_reduce`` one of
+    :data:`SEPARATE_REDUCE_ENGINES` two all-reduces per parallel attention+MLP layer
+    (``parallel_block_allreduces``; False: the default one); an ``int4`` row with a
     ``weight_group_size`` reads that group size's scales and zeros. ``tok/s/gpu`` is the
     throughput over the tensor-parallel GPUs."""
     from sim.engine.batch import Batch
@@ -381,6 +398,8 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams, *,
             p = dataclasses.replace(p, attn_prefill_fp8_compute_eff=None)
         if r.engine in PER_HEAD_DECODE_ENGINES and reread:
             p = dataclasses.replace(p, attn_decode_reread_fraction=reread)
+        if r.engine in SEPARATE_REDUCE_ENGINES and separate_reduce:
+            p = dataclasses.replace(p, parallel_block_allreduces=2)
         if r.metric == "ttft":
             out.append(_cost(r, p)(Batch(0, [(n, 0)] * b, b * n, 0, 0)) * 1e3)
             continue
@@ -451,18 +470,20 @@ def fit_per_head_decode(params: dict) -> tuple:
                "decode_kv_reads": round(cost.decode_kv_reads, 4)}
 
 
-def decode_report(params: dict, reread: float | None = None) -> pd.DataFrame:
+def decode_report(params: dict, reread: float | None = None, *,
+                  separate_reduce: bool = True) -> pd.DataFrame:
     """Every decode-dominated row of ``published_latency.csv`` (``step``, ``latency``,
     ``throughput``) with its split, predicted with the fitted ``params`` per GPU (a GPU without
     them, the H200, with :func:`unfitted_params`: its rows are held out, but for the XQA pair's
-    run without XQA, the fit of :func:`fit_per_head_decode`) and the engines of
-    :data:`PER_HEAD_DECODE_ENGINES` with ``reread`` (None: that fit's value)."""
+    run without XQA, the fit of :func:`fit_per_head_decode`), the engines of
+    :data:`PER_HEAD_DECODE_ENGINES` with ``reread`` (None: that fit's value) and those of
+    :data:`SEPARATE_REDUCE_ENGINES` with ``separate_reduce`` (:func:`predict_published`)."""
     if reread is None:
         reread = fit_per_head_decode(params)[0]
     lat = load_latency()
     rows = lat[lat["metric"].isin(DECODE_METRICS + ("throughput",))]
     parts = [g.assign(predicted=predict_published(g, params.get(gpu) or unfitted_params(params),
-                                                  reread=reread))
+                                                  reread=reread, separate_reduce=separate_reduce))
              for gpu, g in rows.groupby("gpu", sort=False)]
     d = pd.concat(parts)
     d["error_pct"] = (d["predicted"] / d["value"] - 1) * 100
@@ -471,6 +492,32 @@ def decode_report(params: dict, reread: float | None = None) -> pd.DataFrame:
         d.loc[thr, "error_pct"] = (d.loc[thr, "value"] / d.loc[thr, "predicted"] - 1) * 100
     return d[["metric", "engine", "gpu", "model", "tensor_parallel", "weight_dtype",
               "batch_size", "input_tokens", "output_tokens", "split", "value", "predicted",
+              "error_pct"]].reset_index(drop=True)
+
+
+def separate_reduce_report(params: dict, reread: float) -> pd.DataFrame:
+    """The rows that :data:`SEPARATE_REDUCE_ENGINES`' separate all-reduces move (first tokens
+    and decode-dominated rows of a parallel attention+MLP model at TP > 1): the signed error of
+    the time (a first token or a step too slow > 0; a throughput row's measured / predicted - 1)
+    with the default one all-reduce per layer, ``error_one_pct``, and with two, ``error_pct``."""
+    from sim.specs.models import get_model
+    lat = load_latency()
+    rows = lat[lat["metric"].isin(("ttft", "throughput") + DECODE_METRICS)
+               & lat["engine"].isin(SEPARATE_REDUCE_ENGINES) & (lat["tensor_parallel"] > 1)
+               & np.array([get_model(m).parallel_attn for m in lat["model"]])]
+    out = []
+    for gpu, g in rows.groupby("gpu", sort=False):
+        p = params.get(gpu) or unfitted_params(params)
+        one, two = (predict_published(g, p, reread=reread, separate_reduce=s) for s in (False,
+                                                                                        True))
+        thr = (g["metric"] == "throughput").to_numpy()
+        meas = g["value"].to_numpy()
+        out.append(g.assign(predicted=two,
+                            error_one_pct=np.where(thr, meas / one, one / meas) * 100 - 100,
+                            error_pct=np.where(thr, meas / two, two / meas) * 100 - 100))
+    d = pd.concat(out)
+    return d[["metric", "engine", "gpu", "model", "tensor_parallel", "batch_size",
+              "input_tokens", "output_tokens", "split", "value", "predicted", "error_one_pct",
               "error_pct"]].reset_index(drop=True)
 
 
@@ -667,6 +714,10 @@ def document(params, rep, fixed) -> dict:
             "decode_report": decode.round(2).to_dict(orient="records"),
             "decode_band_report": band_report(decode).dropna().round(2).to_dict(
                 orient="records"),
+            "separate_reduce_report": {
+                "engines": list(SEPARATE_REDUCE_ENGINES),
+                "rows": separate_reduce_report(final_params(params, fixed), reread).round(
+                    2).to_dict(orient="records")},
             "custom_allreduce_report": fit_custom_allreduce()[1].round(2).to_dict(
                 orient="records")}
 
@@ -708,6 +759,11 @@ def main(argv=None):
         print(moved_rows(group_aware, dec).to_string(index=False))
         print("before:", band_report(group_aware).dropna().to_string(index=False))
         print(head_split_report(group_aware, dec).to_string(index=False))
+        print("two all-reduces per parallel attention+MLP layer "
+              f"({', '.join(SEPARATE_REDUCE_ENGINES)}): the rows they move")
+        print(separate_reduce_report(final_params(params, fixed), reread).to_string(index=False))
+        one = decode_report(final_params(params, fixed), reread, separate_reduce=False)
+        print("before (one all-reduce):", band_report(one).dropna().to_string(index=False))
         print(fit_custom_allreduce()[1].to_string(index=False))
     for g, p in params.items():
         print(g, p)

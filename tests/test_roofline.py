@@ -215,6 +215,26 @@ def test_parallel_block_shares_its_norm_and_one_all_reduce():
                                                                                 rel=1e-12)
 
 
+def test_parallel_block_reduced_twice_pays_one_more_all_reduce_per_layer():
+    """``parallel_block_allreduces`` 2 (attention and MLP outputs each reduced, TensorRT-LLM
+    before 0.7.1): one more all-reduce of the layer's activations per layer, exactly; a
+    sequential block (two either way) and a single GPU are not moved."""
+    kw = dict(gated_mlp=False, parallel_attn=True, norms_per_layer=1, **SMALL)
+    one = RooflineCost(ModelConfig("par", **kw), "h100", tensor_parallel=2)
+    two = RooflineCost(ModelConfig("par", **kw), "h100", tensor_parallel=2,
+                       params=dataclasses.replace(one.params, parallel_block_allreduces=2))
+    t, layers = 512, one.model.num_hidden_layers
+    assert two.linear_time(t, 0) - one.linear_time(t, 0) == pytest.approx(
+        layers * one.allreduce_time(t * 64 * 2), rel=1e-12)
+    assert two(Batch(0, [(t, 0)], t, 0, 0)) > one(Batch(0, [(t, 0)], t, 0, 0))
+    for model, tp in ((ModelConfig("seq", gated_mlp=False, **SMALL), 2),
+                      (ModelConfig("par", **kw), 1)):
+        a = RooflineCost(model, "h100", tensor_parallel=tp)
+        b = RooflineCost(model, "h100", tensor_parallel=tp,
+                         params=dataclasses.replace(a.params, parallel_block_allreduces=2))
+        assert a.linear_time(t, 0) == b.linear_time(t, 0)
+
+
 def test_mla_gemm_flops_of_one_token_are_twice_its_weights():
     m = ModelConfig("mla", **MLA)
     h, heads, q_lora, kv_lora, nope, rope, v = 64, 4, 32, 16, 8, 4, 8

@@ -213,10 +213,11 @@ def test_decode_steps_against_published_measurements(fit_roofline):
     assert len(lm) == 33
     for model, g in lm[lm["batch_size"] >= 16].groupby("model"):
         assert np.median(np.abs(g["error_pct"])) <= 10, model
-    # per batch band (fit / held out): 1-8 15.2 / 11.3 %, 16-32 8.0 / 4.8 %, 33-127 4.3 / 6.2 %,
+    # per batch band (fit / held out): 1-8 15.2 / 11.3 %, 16-32 8.0 / 4.8 %, 33-127 4.3 / 6.3 %,
     # 128-256 43.8 (the XQA pair's fit row: only its ratio is fitted) / 26.6 %, above 256
-    # 6.2 / 5.6 %; with every decode kernel group-aware the held-out bands were 5.4, 7.5, 40.3
-    # and 16.2 % (the four 128-256 rows: all with 2,048 output tokens, three of them GQA models)
+    # 6.2 / 7.6 % (5.6 % with one all-reduce per Falcon/GPT-J layer: separate_reduce_report);
+    # with every decode kernel group-aware the held-out bands were 5.4, 6.3, 38.0 and 12.2 %
+    # (the four 128-256 rows: all with 2,048 output tokens, three of them GQA models)
     bands = fit_roofline.band_report(rep)
     assert _shipped()["decode_band_report"] == bands.dropna().round(2).to_dict(orient="records")
     bands = bands.set_index(["batch", "split"])
@@ -228,9 +229,9 @@ def test_decode_steps_against_published_measurements(fit_roofline):
     assert bands.loc[("1-8", "held-out"), "median_abs_error_pct"] <= 12
     assert bands.loc[("128-256", "held-out"), "points"] == 4
     assert 26 <= bands.loc[("128-256", "held-out"), "median_abs_error_pct"] <= 27
-    assert 40 <= was.loc[("128-256", "held-out"), "median_abs_error_pct"] <= 41
-    assert bands.loc[(">256", "held-out"), "median_abs_error_pct"] <= 6
-    assert was.loc[(">256", "held-out"), "median_abs_error_pct"] >= 16
+    assert 37.5 <= was.loc[("128-256", "held-out"), "median_abs_error_pct"] <= 38.5
+    assert bands.loc[(">256", "held-out"), "median_abs_error_pct"] <= 8
+    assert was.loc[(">256", "held-out"), "median_abs_error_pct"] >= 12
     # the rows that moved are exactly the grouped-query rows of the per-query-head engines
     per_head = np.array([e in fit_roofline.PER_HEAD_DECODE_ENGINES and
                          get_model(m).num_key_value_heads < get_model(m).num_attention_heads
@@ -238,25 +239,26 @@ def test_decode_steps_against_published_measurements(fit_roofline):
     moved = rep["predicted"].to_numpy() != group_aware["predicted"].to_numpy()
     assert (moved == per_head).all() and per_head.sum() == 18
     # TensorRT-LLM 0.6.1 on 2-8 H100s, 2,048 output tokens: were 48-56 % fewer tokens/s than
-    # predicted (the same table's one-GPU rows within 8 %); now within 9 %
+    # predicted (the same table's one-GPU rows within 8 %); now within 10.1 % (within 9 % with
+    # one all-reduce per Falcon layer)
     sel = ((rep["tensor_parallel"] > 1) & (rep["output_tokens"] == 2048)
            & (rep["gpu"] == "h100")).to_numpy()
-    assert sel.sum() == 4 and (group_aware["error_pct"][sel] < -45).all()
-    assert rep["error_pct"][sel].abs().max() <= 9
+    assert sel.sum() == 4 and (group_aware["error_pct"][sel] < -44).all()
+    assert rep["error_pct"][sel].abs().max() <= 10.5
     # ... and the pattern across every TensorRT-LLM table (A100, H100, H200; TP 1-8): with
     # 2,048-4,096 output tokens, grouped-query models (Llama-2-70B, Falcon-180B) got 37-77 %
     # less throughput than predicted with a group-aware kernel, multi-head ones (GPT-J,
     # Llama-2-7B/-13B) at most 25 % off (median |error| 3.4 %). With the per-query-head kernel
-    # where the engine had no XQA, the held-out grouped-query rows are at median 8.5 % (was
-    # 47.9 %), -19 to +28.5 % (worst: Llama-2-70B on 4 A100s, predicted too slow) but for
+    # where the engine had no XQA, the held-out grouped-query rows are at median 10.1 % (was
+    # 44.4 %), -19 to +28.5 % (worst: Llama-2-70B on 4 A100s, predicted too slow) but for
     # 0.7a's two rows, which ran with XQA and stay at -37 and -44 %
     thr = (rep["metric"] == "throughput").to_numpy() & (rep["output_tokens"] >= 2048).to_numpy()
     gqa = np.array([get_model(m).num_key_value_heads < get_model(m).num_attention_heads
                     for m in rep["model"]])
     assert (thr & gqa).sum() == 10 and (group_aware["error_pct"][thr & gqa] < -36).all()
     held = thr & gqa & (rep["split"] == "held-out").to_numpy()
-    assert held.sum() == 9 and np.median(np.abs(rep["error_pct"][held])) <= 9
-    assert np.median(np.abs(group_aware["error_pct"][held])) >= 47
+    assert held.sum() == 9 and np.median(np.abs(rep["error_pct"][held])) <= 10.5
+    assert np.median(np.abs(group_aware["error_pct"][held])) >= 44
     fixed = held & per_head
     assert fixed.sum() == 7 and rep["error_pct"][fixed].between(-20, 29).all()
     xqa = held & ~per_head

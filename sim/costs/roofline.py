@@ -42,8 +42,10 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
 - elementwise ops (two norms, or one for a parallel block that shares it, RoPE, the
   activation, two residual adds), memory-bound;
 - tensor parallelism divides FLOPs and bytes of the sharded ops and adds two all-reduces per
-  layer (one for a parallel attention+MLP block, whose two outputs are summed before the
-  reduction), priced from measured NCCL timings (interpolated by size) or a ring model; on
+  layer (for a parallel attention+MLP block ``parallel_block_allreduces``: one by default, its
+  two outputs summed before the reduction; two where the engine reduces each output in its
+  row-parallel linear, as TensorRT-LLM did for Falcon and GPT-J before 0.7.1), priced from
+  measured NCCL timings (interpolated by size) or a ring model; on
   NVLink, messages up to ``custom_allreduce_max_bytes`` (vLLM's 8 MiB) take the faster of that
   and a custom one-/two-shot kernel (:meth:`RooflineCost.custom_allreduce_time`: a stage
   latency per stage plus the bytes each GPU moves, fitted to published vLLM kernel timings) -
@@ -178,7 +180,7 @@ class RooflineCost:
         else:
             self._attn_flops_s = self.peak_fp16 * p.attn_prefill_compute_eff
             self._attn_half = float(p.attn_prefill_half_tokens)  # prefill attention's saturation
-        self._allreduces_per_layer = 1 if m.parallel_attn else 2
+        self._allreduces_per_layer = p.parallel_block_allreduces if m.parallel_attn else 2
         self._upproj = None  # MLA: (s per cached token (FLOPs), s (weights), s per cached (bytes))
         self.query_group_size = 1.0  # query heads per KV head and GPU (MLA: one latent)
         if m.is_mla:

@@ -7,7 +7,8 @@ Invariants: every efficiency is in (0, 1]; every fixed cost and ``attn_prefill_h
 >= 0; ``attn_decode_reread_fraction`` is in [0, 1] (0, the default: a decode attention kernel
 that reads each KV head once for its whole query-head group); ``cuda_graph_max_batch`` and
 ``custom_allreduce_max_bytes`` are integers >= 0 (0: every iteration runs eagerly; every
-all-reduce goes through NCCL), ``int4_group_size`` one >= 1. Prefill
+all-reduce goes through NCCL), ``int4_group_size`` one >= 1, ``parallel_block_allreduces`` 1 or
+2 (a parallel attention+MLP block's all-reduces per layer; 1 by default). Prefill
 attention over a context of ``L`` tokens (cached + new) runs at ``attn_prefill_compute_eff x L /
 (L + attn_prefill_half_tokens)`` of the fp16 peak: short sequences give a FlashAttention kernel
 few key blocks per query tile to pipeline, and the published kernel benchmarks fall well below
@@ -81,6 +82,12 @@ class RooflineParams:
     # from HBM. Fitted to TensorRT-LLM's XQA blog pair
     # (fitted_params(..., group_aware_decode=False))
     attn_decode_reread_fraction: float = 0.0
+    # all-reduces per layer of a parallel attention+MLP block under tensor parallelism: 1, the
+    # two outputs summed and reduced once (vLLM's Falcon; TensorRT-LLM from 0.7.1: "Optimize
+    # AllReduce for parallel attention on Falcon and GPT-J"), or 2, each row-parallel linear
+    # reducing its own output (TensorRT-LLM 0.5-0.6.1's Falcon and GPT-J). A sequential block
+    # always has two
+    parallel_block_allreduces: int = 1
 
     def __post_init__(self):
         for f in ("gemm_compute_eff", "gemm_memory_eff", "attn_prefill_compute_eff",
@@ -107,6 +114,10 @@ class RooflineParams:
         if self.custom_allreduce_max_bytes and not self.custom_allreduce_bytes_per_s:
             raise ValueError("custom_allreduce_bytes_per_s must be > 0 when "
                              f"custom_allreduce_max_bytes is {self.custom_allreduce_max_bytes}")
+        v = self.parallel_block_allreduces
+        if isinstance(v, bool) or not isinstance(v, int) or v not in (1, 2):
+            raise ValueError(f"parallel_block_allreduces must be 1 (one all-reduce of the summed "
+                             f"attention and MLP outputs) or 2 (one each), got {v!r}")
         if isinstance(self.cuda_graph_max_batch, bool) or not isinstance(
                 self.cuda_graph_max_batch, int) or self.cuda_graph_max_batch < 0:
             raise ValueError(f"cuda_graph_max_batch must be an integer >= 0 (0: always eager), "
