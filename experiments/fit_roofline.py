@@ -522,8 +522,9 @@ def separate_reduce_report(params: dict, reread: float) -> pd.DataFrame:
 
 
 # decode batch bands: the issue's bar names 1-8, 16-32 and 128-256 ("decode steps at batch
-# 1-256 within 10 % median"); the rows between and above get bands of their own
-BATCH_BANDS = ((1, 8), (16, 32), (33, 127), (128, 256), (257, 1 << 20))
+# 1-256 within 10 % median"); the rows between and above get bands of their own, and the
+# whole range the bar names a row of its own (last)
+BATCH_BANDS = ((1, 8), (16, 32), (33, 127), (128, 256), (257, 1 << 20), (1, 256))
 
 
 def band_report(decode: pd.DataFrame) -> pd.DataFrame:
