@@ -201,6 +201,26 @@ def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     assert "needs a [grid] table" in capsys.readouterr().err
 
 
+def test_sweep_grids_users_and_pool_sizes_by_sim_runs_names(tmp_path, capsys):
+    """A concurrency sweep (closed_loop_users x think_time) and a prefill:decode split from a
+    TOML file, under the names sim run's settings use (refused before: not SimConfig fields)."""
+    # (sharegpt has no arrival times: a grid of users needs no rate)
+    for workload, grid, cols in (
+            ("sharegpt", "closed_loop_users = [2, 8]\nthink_time = [0.0, 0.5]",
+             ["closed_loop_users", "think_time"]),
+            ("azure-code", "prefill_replicas = [1, 2]\ndecode_replicas = [1]",
+             ["prefill_replicas", "decode_replicas"])):
+        cfg = tmp_path / "s.toml"
+        out = tmp_path / cols[0]
+        cfg.write_text(f'workload = "{workload}"\nnum_requests = 40\ncost = "constant:0.01"\n'
+                       f'output = "{out}"\nmetrics = ["request_throughput"]\n[grid]\n{grid}\n')
+        assert main(["sweep", str(cfg), "--workers", "1", "--no-progress"]) == 0
+        table = pd.read_csv(out / "sweep.csv")
+        assert list(table.columns[:2]) == cols and (table["error"].isna()).all()
+    assert table["kv_transfer_time_p99"].notna().all()  # disaggregated runs
+    assert capsys.readouterr().err == ""
+
+
 @pytest.mark.parametrize("grid, message", [
     ('scheduler = ["vlm"]', "grid point scheduler='vlm': scheduler must be one of"),
     ('weight_dtype = ["fp32"]', "grid point weight_dtype='fp32': weight_dtype must be one of"),
@@ -209,7 +229,15 @@ def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     ('seed = [-1]', "grid point seed=-1: seed must be >= 0, got -1"),
     ('kv_blocks = [0]', "grid point kv_blocks=0: kv_blocks must be > 0, got 0"),
     ('shceduler = ["vllm"]', "['shceduler'] are neither SimConfig fields nor ('rate', "
-                             "'num_requests') (did you mean 'scheduler'?)"),
+                             "'num_requests') nor ['acceptance_rate', 'closed_loop_users', "
+                             "'decode_replicas', 'draft_cost_ratio', 'draft_model', "
+                             "'link_bandwidth_gbps', 'link_latency_s', "
+                             "'num_speculative_tokens', 'prefill_replicas', 'think_time'] "
+                             "(did you mean 'scheduler'?)"),
+    ('think_time = [0.5]', "grid point think_time=0.5: think_time set(s) closed_loop's "
+                           "['think_time'], but the base config has no closed_loop and these "
+                           "alone cannot make one: give the base a ClosedLoop (sim run's "
+                           "closed_loop_users)"),
     ('scheduler = ["continuous"]\nchunk_size = [1024]', "chunk_size=1024 is not used by"),
 ])
 def test_sweep_refuses_a_bad_grid_before_running_naming_the_file(grid, message, tmp_path, capsys,

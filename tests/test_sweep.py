@@ -444,3 +444,44 @@ def test_a_rate_grid_beside_a_closed_loop_is_refused_before_anything_runs(df):
                   base=sim.SimConfig(cost_model=sim.ConstantCost(0.01)), workers=1,
                   progress=False)
     assert users["error"].tolist() == ["", ""]  # the users, not the rate, vary
+
+
+def test_a_grid_over_one_field_of_a_config_object_builds_it_per_point():
+    """closed_loop_users, think_time, prefill/decode_replicas, the link and speculation
+    settings under sim run's names: each point is the config that object would make (the
+    sweep refused them: 'neither SimConfig fields nor ...')."""
+    from sim import Disaggregation, SpeculativeConfig
+    from sim.engine import run
+    df = _grid_df()
+    cost = sim.ConstantCost(0.01)
+    table = sweep(df, {"closed_loop_users": [2, 8], "think_time": [0.0, 0.5]},
+                  base=sim.SimConfig(cost_model=cost), workers=1, progress=False)
+    assert (table["error"] == "").all() and len(table) == 4
+    for row in table.itertuples():
+        loop = workloads.ClosedLoop(row.closed_loop_users, row.think_time)
+        assert row.e2e_mean == run(df, cost_model=cost, closed_loop=loop).summary()["e2e_mean"]
+    # a pool split over a base without one: Disaggregation(p, d) with the base's defaults
+    split = sweep(df, {"prefill_replicas": [1, 2], "link_latency_s": [0.0, 0.01]},
+                  base=sim.SimConfig(cost_model=cost), workers=1, progress=False)
+    for row in split.itertuples():
+        d = Disaggregation(row.prefill_replicas, 1, link_latency_s=row.link_latency_s)
+        assert row.ttft_p99 == run(df, cost_model=cost, disaggregation=d).summary()["ttft_p99"]
+    assert split["kv_transfer_time_p99"].iloc[1] > split["kv_transfer_time_p99"].iloc[0]
+    # speculation: the base's SpeculativeConfig with the point's field
+    spec = SpeculativeConfig(num_speculative_tokens=2, acceptance_rate=0.6, method="ngram")
+    acc = sweep(df, {"acceptance_rate": [0.3, 0.9]},
+                base=sim.SimConfig(cost_model=cost, speculative=spec), workers=1,
+                progress=False)
+    assert acc["spec_mean_acceptance_length"].is_monotonic_increasing
+    assert acc["spec_mean_acceptance_length"].iloc[0] == run(
+        df, cost_model=cost, speculative=dataclasses.replace(spec, acceptance_rate=0.3)
+    ).summary()["spec_mean_acceptance_length"]
+
+
+def test_a_config_objects_field_without_the_object_is_refused_before_anything_runs():
+    with pytest.raises(ValueError, match=r"^grid point think_time=0.5: think_time set\(s\) "
+                                         r"closed_loop's \['think_time'\], but the base config "
+                                         r"has no closed_loop"):
+        sweep(_grid_df(), {"think_time": [0.5]}, workers=1, progress=False)
+    with pytest.raises(ValueError, match=r"prefill_replicas=0: prefill_replicas must be"):
+        sweep(_grid_df(), {"prefill_replicas": [0]}, workers=1, progress=False)

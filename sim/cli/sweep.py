@@ -2,7 +2,10 @@
 metric.
 
 The file holds the settings of ``sim run`` (the base of every point) plus a ``[grid]`` table
-(field -> list of values: any ``SimConfig`` field, plus ``rate`` and ``num_requests``), an
+(field -> list of values: any ``SimConfig`` field, plus ``rate`` and ``num_requests``, and the
+settings that set one field of a config object: ``closed_loop_users``, ``think_time``,
+``prefill_replicas``, ``decode_replicas``, ``link_bandwidth_gbps``, ``link_latency_s``,
+``num_speculative_tokens``, ``acceptance_rate``, ``draft_model``, ``draft_cost_ratio``), an
 optional ``metrics`` list (default TTFT/ITL P99 and throughput) and an optional ``repeats``
 (``--repeats`` overrides it): runs per point with seeds ``seed, seed + 1, ...``, the workload
 drawn again with each (Poisson arrivals at ``rate``, resampled lengths; a replayed trace's own
@@ -35,13 +38,19 @@ def in_file(check, config, *args):
         raise type(e)(f"{config}: {e}") from None
 
 
+def _has(owner):
+    """Whether a sweep's points have ``owner`` (a config object): the base's, the grid's own
+    values, or a grid field of it (``sim.tools.sweep.PARTS``)."""
+    from ..tools.sweep import PARTS
+    return lambda slo, cfg, grid: (getattr(cfg, owner) is not None
+                                   or any(v is not None for v in grid.get(owner, ()))
+                                   or any(PARTS.get(k, ("",))[0] == owner for k in grid))
+
+
 NEEDS = (  # summary keys only some runs have: (prefixes, what the sweep needs for them)
     (("goodput", "slo_"), lambda slo, cfg, grid: bool(slo), "an [slo] table"),
-    (("kv_transfer_time",), lambda slo, cfg, grid: cfg.disaggregation is not None
-     or any(v is not None for v in grid.get("disaggregation", ())),
-     "prefill_replicas and decode_replicas"),
-    (("spec_",), lambda slo, cfg, grid: cfg.speculative is not None
-     or any(v is not None for v in grid.get("speculative", ())), "a [speculative] table"),
+    (("kv_transfer_time",), _has("disaggregation"), "prefill_replicas and decode_replicas"),
+    (("spec_",), _has("speculative"), "a [speculative] table"),
 )
 
 
@@ -80,10 +89,12 @@ def cmd_sweep(args) -> int:
     try:
         df, cfg = build(s, names)  # a trace's own timing: each grid rate re-scales it
     except ValueError as e:
-        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own.
-        # A fixed reference, not the grid's first rate: the base workload (which the resume
-        # fingerprint hashes) must not change when the grid's rates do
-        if s["rate"] is not None or "rate" not in grid or "no arrival times" not in str(e):
+        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own
+        # (or, a grid of closed_loop_users, has users who ignore them). A fixed reference, not
+        # the grid's first rate: the base workload (which the resume fingerprint hashes) must
+        # not change when the grid's rates do
+        if s["rate"] is not None or "no arrival times" not in str(e) or (
+                "rate" not in grid and "closed_loop_users" not in grid):
             raise
         s = dict(s, rate=REFERENCE_RATE)
         df, cfg = build(s, names)

@@ -7,7 +7,10 @@ Two forms:
 
 **Grid form**: the cartesian product of ``grid`` (field -> values: any :class:`SimConfig` field,
 plus ``rate`` and ``num_requests``, which reshape the workload: time-scaled to the rate, its
-first ``num_requests`` rows), one row per point and repeat: the parameters, ``repeat`` and
+first ``num_requests`` rows, and :data:`PARTS`, one field of a config object under ``sim run``'s
+name for it: ``closed_loop_users``, ``think_time``, ``prefill_replicas``, ``decode_replicas``,
+``link_bandwidth_gbps``, ``link_latency_s``, ``num_speculative_tokens``, ``acceptance_rate``,
+``draft_model``, ``draft_cost_ratio``: :func:`point_config`), one row per point and repeat: the parameters, ``repeat`` and
 ``seed``, every summary metric, ``wall_seconds`` and ``error`` (empty, or why the point failed -
 a point failing at run time never stops the others). Every point's config is built first
 (:func:`check_grid`): a bad grid value is an error before anything runs. With ``out=`` (a
@@ -59,6 +62,66 @@ from pathlib import Path
 import pandas as pd
 
 RESHAPE = ("rate", "num_requests")  # grid fields that reshape the workload
+# grid fields that set one field of a config object, under sim run's names for them: a grid
+# over users, think times, pool sizes, links or speculation settings without writing objects
+PARTS = {"closed_loop_users": ("closed_loop", "num_users"),
+         "think_time": ("closed_loop", "think_time"),
+         "prefill_replicas": ("disaggregation", "prefill_replicas"),
+         "decode_replicas": ("disaggregation", "decode_replicas"),
+         "link_bandwidth_gbps": ("disaggregation", "link_bandwidth_gbps"),
+         "link_latency_s": ("disaggregation", "link_latency_s"),
+         "num_speculative_tokens": ("speculative", "num_speculative_tokens"),
+         "acceptance_rate": ("speculative", "acceptance_rate"),
+         "draft_model": ("speculative", "draft_model"),
+         "draft_cost_ratio": ("speculative", "draft_cost_ratio")}
+
+
+def point_config(base, point):
+    """The config of one grid ``point``: ``base`` with the point's ``SimConfig`` fields, then
+    its :data:`PARTS` set on the config objects they belong to (the point's or the base's
+    ``closed_loop``, ``disaggregation``, ``speculative``; a ``Disaggregation()`` of 1 + 1
+    replicas where there is none; a closed loop or speculation where there is none from the
+    point's parts alone, if they are enough to build one). ``rate`` and ``num_requests`` are
+    the workload's (:func:`_point`)."""
+    config = dataclasses.replace(base, **{k: v for k, v in point.items()
+                                          if k not in RESHAPE and k not in PARTS})
+    parts = {}
+    for k, v in point.items():
+        if k in PARTS:
+            owner, attr = PARTS[k]
+            parts.setdefault(owner, {})[attr] = v
+    if not parts:
+        return config
+    over = {}
+    for owner, values in parts.items():
+        given = getattr(config, owner)
+        if given is not None:
+            over[owner] = dataclasses.replace(given, **values)
+            continue
+        cls = _owner_class(owner)
+        try:
+            over[owner] = cls(**values)
+        except TypeError:  # a required field the point does not give
+            names = [k for k, (o, _) in PARTS.items() if o == owner and k in point]
+            raise ValueError(f"{', '.join(names)} set(s) {owner}'s {sorted(values)}, but the "
+                             f"base config has no {owner} and these alone cannot make one: "
+                             f"give the base a {cls.__name__} ({_HOW[owner]})") from None
+    return dataclasses.replace(config, **over)
+
+
+_HOW = {"closed_loop": "sim run's closed_loop_users", "speculative": "a [speculative] table",
+        "disaggregation": "prefill_replicas and decode_replicas"}
+
+
+def _owner_class(owner):
+    if owner == "closed_loop":
+        from workloads import ClosedLoop
+        return ClosedLoop
+    if owner == "disaggregation":
+        from ..engine.disaggregation import Disaggregation
+        return Disaggregation
+    from ..engine.speculation import SpeculativeConfig
+    return SpeculativeConfig
 
 
 def _one(job, slo):
@@ -96,9 +159,7 @@ def _point(workload, params, base, slo, repeat=0):
             w.attrs = dict(df.attrs)
         if params.get("rate") is not None:
             w = wl.scale_to_rate(w, params["rate"])
-        fields = {k: v for k, v in params.items() if k not in RESHAPE}
-        fields["seed"] = seed
-        config = dataclasses.replace(base, **fields)
+        config = point_config(base, {**params, "seed": seed})
         res = run(w, config)
         summary = res.summary(slo=slo)
         clash = sorted(set(row) & set(summary))
@@ -202,8 +263,8 @@ def _shown(point) -> str:
 
 
 def check_grid_fields(grid, rows=None) -> None:
-    """Check ``grid``'s fields (``SimConfig``'s, or ``rate``/``num_requests``; a misspelt one
-    gets a did-you-mean), that each holds a non-empty list, ``rate`` > 0 and ``num_requests`` in
+    """Check ``grid``'s fields (``SimConfig``'s, ``rate``/``num_requests``, or :data:`PARTS`; a
+    misspelt one gets a did-you-mean), that each holds a non-empty list, ``rate`` > 0 and ``num_requests`` in
     1..``rows`` (the workload's rows, when known)."""
     from ..checks import did_you_mean, positive_float, positive_int
     from ..engine import SimConfig
@@ -211,10 +272,11 @@ def check_grid_fields(grid, rows=None) -> None:
         raise ValueError(f"grid must be a non-empty dict of field -> list of values, got "
                          f"{grid!r}")
     fields = [f.name for f in dataclasses.fields(SimConfig)]
-    unknown = sorted(set(grid) - set(fields) - set(RESHAPE), key=str)
+    known = fields + list(RESHAPE) + list(PARTS)
+    unknown = sorted(set(grid) - set(known), key=str)
     if unknown:
         raise ValueError(f"grid field(s) {unknown} are neither SimConfig fields nor "
-                         f"{RESHAPE}{did_you_mean(unknown[0], fields + list(RESHAPE))}")
+                         f"{RESHAPE} nor {sorted(PARTS)}{did_you_mean(unknown[0], known)}")
     for k, values in grid.items():
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__") or not len(
                 values):
@@ -242,8 +304,7 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     points = [dict(zip(names, combo)) for combo in itertools.product(*grid.values())]
     for point in points:
         try:
-            config = dataclasses.replace(base, **{k: v for k, v in point.items()
-                                                  if k not in RESHAPE})
+            config = point_config(base, point)
         except (ValueError, TypeError) as e:
             raise type(e)(f"grid point {_shown(point)}: {e}") from None
         if point.get("rate") is not None and config.closed_loop is not None:
@@ -258,8 +319,9 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     from ..checks import positive_int
     import workloads as wl
     positive_int("repeats", repeats)
-    speculating = getattr(base, "speculative", None) is not None or any(
-        v is not None for v in (grid.get("speculative", ()) if isinstance(grid, dict) else ()))
+    speculating = getattr(base, "speculative", None) is not None or isinstance(grid, dict) and (
+        any(v is not None for v in grid.get("speculative", ()))
+        or any(PARTS.get(k, ("",))[0] == "speculative" for k in grid))
     if repeats > 1 and not callable(df) and not speculating:
         raise ValueError(f"repeats={repeats} needs a workload that depends on the seed: pass a "
                          f"function seed -> DataFrame, e.g. functools.partial(workloads.load, "
