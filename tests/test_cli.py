@@ -152,6 +152,17 @@ def test_run_with_a_profile_of_another_model_than_the_pool_warns(tmp_path, capsy
     assert "cpu-tiny" not in capsys.readouterr().err
 
 
+def test_capacity_help_lists_no_flag_it_refuses(capsys):
+    # sim run's output and closed-loop flags are refused by sim capacity (test_cli_errors.py)
+    # and were listed in its --help all the same
+    with pytest.raises(SystemExit):
+        main(["capacity", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--output", "--quiet", "--plots", "--closed-loop", "--think-time"):
+        assert flag not in text, flag
+    assert "--slo-ttft" in text and "--rate" in text and "--attainment" in text
+
+
 def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
     wl = tmp_path / "w.csv"
     import numpy as np

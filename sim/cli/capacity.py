@@ -7,10 +7,16 @@ rates tried (:func:`sim.tools.capacity.max_rate`).
 
 from __future__ import annotations
 
+import argparse
+
 from ..checks import plural
 from .run import add_request_path_arg, build, with_request_path
 from .arguments import number
 from .settings import Names, add_run_args, check_router_used, settings_from
+
+
+# sim run's settings sim capacity refuses (cmd_capacity says why): hidden from its --help
+REFUSED = ("output", "quiet", "plots", "closed_loop_users", "think_time")
 
 
 def cmd_capacity(args) -> int:
@@ -20,6 +26,9 @@ def cmd_capacity(args) -> int:
         if given:  # (sim run's flags, parsed alike; a TOML file's keys are for sim run too)
             raise ValueError(f"{flag} is not used by sim capacity: it prints the highest rate "
                              f"and the rates tried, and writes no file")
+    if args.think_time is not None:  # (before settings_from asks for --closed-loop with it)
+        raise ValueError("--think-time is not used by sim capacity: it time-scales an open "
+                         "loop's arrivals, with no users to think")
     names = Names(args.config)
     s = settings_from(args, names, extra=("request_path",))
     check_router_used(s, names)
@@ -59,6 +68,9 @@ def cmd_capacity(args) -> int:
 def add_parser(sub):
     p = sub.add_parser("capacity", help="the highest request rate that meets the SLOs")
     add_run_args(p)
+    for action in p._actions:  # sim run's flags it refuses: parsed (to say so), not listed
+        if action.dest in REFUSED:
+            action.help = argparse.SUPPRESS
     add_request_path_arg(p)
     p.add_argument("--attainment", type=number(float), default=0.9,
                    help="fraction of requests that must meet every SLO (default 0.9)")
