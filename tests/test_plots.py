@@ -322,6 +322,43 @@ def test_gantt_bars_are_each_requests_waiting_prefill_and_decode():
         plot_gantt(res, max_requests=0)
 
 
+def test_gantt_shows_the_request_path_and_the_kv_transfer_where_a_run_has_them():
+    # the request path's time counted as "waiting" and the KV transfer as "decode"; the bars
+    # of a request still tile arrival to finish
+    df = pd.DataFrame({"arrival_time": [0.0, 0.02, 0.5], "num_prompt_tokens": [400, 16, 40],
+                       "num_output_tokens": [4, 1, 3]})
+    cost = sim.LinearCost(0.01, 1e-4, 1e-3)
+    runs = {"path": sim.run(df, cost_model=cost, request_path=sim.RequestPath(0.05, 1e-4, 0.02)),
+            "split": sim.run(df, cost_model=cost, disaggregation=sim.Disaggregation(
+                1, 1, link_bandwidth_gbps=1e-4)),
+            "both": sim.run(df, cost_model=cost, request_path=sim.RequestPath(0.05, 0.0, 0.02),
+                            disaggregation=sim.Disaggregation(1, 1, link_bandwidth_gbps=1e-4))}
+    labels = {"path": ["request path", "waiting", "prefill", "decode", "response path"],
+              "split": ["waiting", "prefill", "KV transfer", "decode"],
+              "both": ["request path", "waiting", "prefill", "KV transfer", "decode",
+                       "response path"]}
+    for name, res in runs.items():
+        fig = plot_gantt(res)
+        try:
+            ax = fig.axes[0]
+            assert [c.get_label() for c in ax.containers] == labels[name]
+            req = res.requests
+            lefts = np.array([[p.get_x() for p in bars] for bars in ax.containers])
+            widths = np.array([[p.get_width() for p in bars] for bars in ax.containers])
+            np.testing.assert_allclose(lefts[0], req["arrival_time"])
+            np.testing.assert_allclose(lefts[1:], (lefts + widths)[:-1], atol=1e-12)  # tiled
+            np.testing.assert_allclose((lefts + widths)[-1], req["finish_time"])
+            assert (widths >= -1e-12).all()
+            if "KV transfer" in labels[name]:
+                k = labels[name].index("KV transfer")
+                np.testing.assert_allclose(widths[k], req["kv_transfer_time"].fillna(0))
+                assert widths[k][0] > 0.01  # 400 tokens' KV at 100 kB/s
+            if "request path" in labels[name]:
+                np.testing.assert_allclose(widths[-1], 0.02)
+        finally:
+            plt.close(fig)
+
+
 def test_core_never_imports_matplotlib():
     code = ("import sys, sim, workloads\n"
             "sim.run(workloads.load('azure-code', n=20), cost_model=sim.ConstantCost(0.01))"

@@ -299,9 +299,39 @@ GANTT_PHASES = (("waiting", "arrival_time", "first_scheduled_time", "tab:gray"),
                 ("decode", "first_token_time", "finish_time", "tab:blue"))
 
 
+def gantt_phases(result, fin) -> list:
+    """``(label, start, end, color)`` per phase of the finished requests ``fin``: waiting,
+    prefill and decode (:data:`GANTT_PHASES`), with a request path (``engine_arrival_time``)
+    its time in (arrival to the engine) and out (``out_s`` on the last token) as phases of
+    their own, and with disaggregation (``kv_transfer_time``) the KV transfer between prefill
+    and decode (the first token streams when it has landed)."""
+    path = getattr(result.config, "request_path", None)
+    out = float(path.out_s) if path is not None else 0.0
+    first = fin["first_token_time"] - out  # the engine's times (the client's less out_s)
+    end = fin["finish_time"] - out
+    prefilled = first
+    phases = []
+    if "engine_arrival_time" in fin:
+        phases.append(("request path", fin["arrival_time"], fin["engine_arrival_time"],
+                       "tab:purple"))
+    queued = fin["engine_arrival_time"] if "engine_arrival_time" in fin else fin["arrival_time"]
+    if "kv_transfer_time" in fin:
+        prefilled = first - fin["kv_transfer_time"].fillna(0.0)  # (NaN: 1 token, no transfer)
+    phases += [("waiting", queued, fin["first_scheduled_time"], "tab:gray"),
+               ("prefill", fin["first_scheduled_time"], prefilled, "tab:orange")]
+    if "kv_transfer_time" in fin:
+        phases.append(("KV transfer", prefilled, first, "tab:green"))
+    phases.append(("decode", first, end, "tab:blue"))
+    if path is not None:
+        phases.append(("response path", end, fin["finish_time"], "tab:pink"))
+    return phases
+
+
 def plot_gantt(result, path=None, max_requests=100):
     """One row per request (the first ``max_requests`` by arrival), bars for waiting, prefill
-    and decode in simulated seconds; saved to ``path`` and closed when given."""
+    and decode in simulated seconds (and, where the run has them, the request path in and
+    out and the KV transfer: :func:`gantt_phases`); saved to ``path`` and closed when
+    given."""
     if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
         raise ValueError(f"max_requests must be a positive integer, got {max_requests!r}")
     req = result.requests
@@ -314,14 +344,14 @@ def plot_gantt(result, path=None, max_requests=100):
     plt = _plt(path is not None)
     fig, ax = plt.subplots(figsize=(12, min(10.0, max(3.0, 0.12 * len(shown) + 1.5))))
     y = np.arange(len(shown))[(shown["status"] == "finished").to_numpy()]
-    for label, a, b, color in GANTT_PHASES:
-        ax.barh(y, fin[b] - fin[a], left=fin[a], height=0.8, color=color, label=label)
+    for label, start, end, color in gantt_phases(result, fin):
+        ax.barh(y, end - start, left=start, height=0.8, color=color, label=label)
     ax.invert_yaxis()  # first arrival on top
     ax.set(xlabel="simulated time (s)", ylabel="request (by arrival)")
     rejected = len(shown) - len(fin)
     more = f" (first {len(shown):,} of {len(req):,})" if len(req) > len(shown) else ""
     ax.set_title(f"requests{more}" + (f"; {rejected} rejected (no bar)" if rejected else ""))
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)  # (off the bars)
     fig.suptitle(run_title(result))
     fig.tight_layout()
     return _finish(fig, path, plt)
