@@ -124,7 +124,8 @@ def test_every_flag_has_help_with_its_default():
     missing = []
     for command, p in [("sim", parser), *sub.choices.items()]:
         for action in p._actions:
-            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) \
+                    or action.help == argparse.SUPPRESS:  # (parsed to be refused, not listed)
                 continue
             if not action.option_strings:  # positionals: say what they are
                 ok = bool(action.help)

@@ -41,10 +41,12 @@ def in_file(check, config, *args):
 def _has(owner):
     """Whether a sweep's points have ``owner`` (a config object): the base's, the grid's own
     values, or a grid field of it (``sim.tools.sweep.PARTS``)."""
-    from ..tools.sweep import PARTS
-    return lambda slo, cfg, grid: (getattr(cfg, owner) is not None
-                                   or any(v is not None for v in grid.get(owner, ()))
-                                   or any(PARTS.get(k, ("",))[0] == owner for k in grid))
+    def has(slo, cfg, grid):
+        from ..tools.sweep import PARTS  # (on use: sim run's start-up loads no sweep)
+        return (getattr(cfg, owner) is not None
+                or any(v is not None for v in grid.get(owner, ()))
+                or any(PARTS.get(k, ("",))[0] == owner for k in grid))
+    return has
 
 
 NEEDS = (  # summary keys only some runs have: (prefixes, what the sweep needs for them)
