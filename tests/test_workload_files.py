@@ -242,3 +242,35 @@ def test_hash_block_tokens_must_agree_with_the_workloads_own(tmp_path):
                                          "hash_ids: the 'azure-code' trace has no hash_ids"):
         wl.load("azure-code", n=5, hash_block_tokens=512)
     assert wl.load("mooncake-synthetic", n=5, hash_block_tokens=512).attrs["block_size"] == 512
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([1, "x", 3], r"request_id: row 1 has 'x' \(str\) where row 0 has 1 \(number\); ids must be "
+                  r"all numbers or all text"),
+    (["a", 2, "c"], r"request_id: row 1 has 2 \(number\) where row 0 has 'a' \(str\)"),
+    ([1, None, 3], r"request_id: row 1 is empty"),
+    ([np.nan, 2.0, 3.0], r"request_id: row 0 is empty"),
+])
+def test_request_ids_are_all_there_and_of_one_kind(tmp_path, capsys, ids, message):
+    """A JSONL file whose ids mix numbers and text used to load and simulate, then `sim run`
+    failed writing requests.parquet (pyarrow: "Could not convert 'x' with type str"); an
+    empty id loaded as NaN, an identity that names no request."""
+    from sim.cli import main
+    rows = [{"request_id": i, "arrival_time": float(k), "num_prompt_tokens": 5,
+             "num_output_tokens": 3} for k, i in enumerate(ids)]
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows).replace("NaN", "null"))
+    with pytest.raises(ValueError, match=f"w.jsonl: {message}"):
+        wl.load(str(path))
+    with pytest.raises(ValueError, match=message):
+        wl.validate(pd.DataFrame(rows))
+    assert main(["run", "-w", str(path), "-o", str(tmp_path / "out"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "w.jsonl: request_id: row" in err
+
+
+def test_request_ids_of_one_kind_are_kept():
+    base = {"arrival_time": [0.0, 1.0], "num_prompt_tokens": [5, 5], "num_output_tokens": [3, 3]}
+    for ids in (["a", "b"], [7, 9], [1.5, 2.0], np.array([4, 2], dtype=np.int64)):
+        out = wl.validate(pd.DataFrame(base).assign(request_id=ids))
+        assert out["request_id"].tolist() == list(ids)
