@@ -4,6 +4,7 @@ pandas, never a silently shortened or empty workload. Readers fuzzed with hypoth
 
 import gzip
 import json
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -274,3 +275,43 @@ def test_request_ids_of_one_kind_are_kept():
     for ids in (["a", "b"], [7, 9], [1.5, 2.0], np.array([4, 2], dtype=np.int64)):
         out = wl.validate(pd.DataFrame(base).assign(request_id=ids))
         assert out["request_id"].tolist() == list(ids)
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    # a replayed trace or a file kept its own times: arrival_times= came back unused
+    ("azure-conv", {"arrival_times": [0.0, 100.0, 200.0]},
+     r"arrival_times=: for the arrivals of a length-only set; the 'azure-conv' trace has its "
+     r"own arrival times \(rate= time-scales them\)"),
+    ("mooncake-conversation", {"arrival": "gamma", "cv": 3.0},
+     r"arrival='gamma', cv=3.0: for the arrivals of a length-only set"),
+    ("FILE", {"arrival_times": [0.0, 100.0, 200.0]}, r"w.csv has its own arrival times"),
+    # a length-only set: the rate was dropped for arrival_times, cv for Poisson arrivals
+    ("sharegpt", {"arrival_times": [0.0, 100.0, 200.0], "rate": 5.0},
+     r"'sharegpt': give rate= or arrival_times=, not both"),
+    ("sharegpt", {"rate": 5.0, "cv": 3.0},
+     r"cv=3.0 applies to arrival='gamma' \('poisson' arrivals do not take it\)"),
+    ("arxiv", {"arrival_times": [0.0, 1.0, 2.0], "arrival": "gamma"},
+     r"'arxiv': arrival= and cv= draw arrivals at rate=; arrival_times= gives them"),
+])
+def test_arrival_arguments_that_would_change_nothing_are_errors(tmp_path, name, kwargs,
+                                                                 message):
+    if name == "FILE":
+        name = str(tmp_path / "w.csv")
+        (tmp_path / "w.csv").write_text(HEADER + "0,5,5\n1,5,5\n2,5,5\n")
+    with pytest.raises(ValueError, match=message):
+        wl.load(name, n=3, **kwargs)
+
+
+def test_arrival_arguments_that_apply_are_used():
+    times = [0.0, 100.0, 200.0]
+    assert wl.load("sharegpt", n=3, arrival_times=times)["arrival_time"].tolist() == times
+    gamma = wl.load("sharegpt", n=3, rate=2.0, arrival="gamma", cv=2.0, seed=1)
+    assert not np.allclose(gamma["arrival_time"],
+                           wl.load("sharegpt", n=3, rate=2.0, seed=1)["arrival_time"])
+    for make in (partial(wl.synthetic, prompt=5), partial(wl.shared_prefix, n_groups=2,
+                                                           system_prompt_tokens=32,
+                                                           user_tokens=5)):
+        with pytest.raises(ValueError, match="cv=2.0 applies to arrival='gamma' \\('constant'"):
+            make(3, rate=1.0, output=5, arrival="constant", cv=2.0)
+    plain = wl.load("azure-conv", n=3)  # the defaults, spelt out, are no error
+    assert wl.load("azure-conv", n=3, arrival="poisson", cv=1.0).equals(plain)

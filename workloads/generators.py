@@ -15,12 +15,13 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from .arrivals import _count, _pos, _rng, constant, gamma, poisson
+from .arrivals import _count, _pos, _rng, constant, cv_for, gamma, poisson
 from .lengths import as_distribution
 from .schema import _plain, validate
 
 
 def _arrivals(n, rate, arrival, cv, rng):
+    cv_for(arrival, cv)
     if arrival == "poisson":
         return poisson(n, rate, rng)
     if arrival == "gamma":
