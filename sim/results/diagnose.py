@@ -21,7 +21,8 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
   above);
 - ``idle_slots`` - static batching leaves batch slots empty while requests wait;
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
-  thousands of tokens beside running decodes;
+  thousands of tokens beside running decodes (or, with the ``sglang`` preset, alone while
+  they wait: its prefill batches exclude the decodes);
 - ``kv_pool_too_small`` - preemptions recompute a share of the prefill work;
 - ``no_prefix_hits`` - prefix caching is on and the workload names prefix blocks (hash_ids
   covering a full block: ``Result.num_prefix_keyed``) but no prompt token came from the cache;
@@ -157,8 +158,11 @@ def diagnose(result) -> list:
                     "use continuous batching (scheduler='continuous' or 'chunked')", util))
     p50, p99 = s["itl_p50"], s["itl_p99"]
     if p50 > 0 and p99 / p50 > STALL_RATIO and len(it):
+        # SGLang runs a prefill batch alone: the running decodes wait out its whole iteration
+        # (its decode tokens are 0 there; prefill pools of a disaggregated run hold no decodes)
+        alone = name == "sglang" and getattr(cfg, "disaggregation", None) is None
         mixed = it[(it["num_prefill_tokens"] >= STALL_PREFILL_TOKENS)
-                   & (it["num_decode_tokens"] > 0)]
+                   & ((it["num_decode_tokens"] > 0) | (alone & (it["num_running"] > 1)))]
         if len(mixed):
             largest = int(mixed["num_prefill_tokens"].max())
             chunk = getattr(cfg, "chunk_size", None)
@@ -175,7 +179,8 @@ def diagnose(result) -> list:
                 "decode_stalls",
                 f"decode stalls: P99 inter-token latency {p99 * 1e3:.3g} ms is "
                 f"{p99 / p50:.1f}x the median, as decodes wait for prefills of up to {largest:,} "
-                f"tokens in their iteration", action, p99 / p50))
+                f"tokens " + ("running alone (SGLang's prefill batches)" if alone else
+                              "in their iteration"), action, p99 / p50))
     ratio = s.get("prefill_compute_ratio", float("nan"))
     if ratio == ratio and ratio > RECOMPUTE and s["num_preemptions"]:
         out.append(Finding(
