@@ -203,6 +203,9 @@ def test_bad_generator_parameters():
         wl.Fixed(0)
     with pytest.raises(ValueError, match="values"):
         wl.Empirical([])
+    with pytest.raises(ValueError, match=r"values must be whole token counts: values\[1\] is 2.7"):
+        wl.Empirical([3, 2.7, 5])  # was sampled as 2, silently
+    assert set(wl.Empirical(np.array([3.0, 5.0])).sample(50, 0)) == {3, 5}
     with pytest.raises(ValueError, match="n_groups"):
         wl.shared_prefix(10, n_groups=0, system_prompt_tokens=10, user_tokens=5, output=5, rate=1)
     with pytest.raises(ValueError, match="num_users"):
