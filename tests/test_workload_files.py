@@ -207,6 +207,33 @@ def test_timestamps_become_seconds_since_the_first(tmp_path):
         wl.validate(stamps)
 
 
+def test_a_csv_files_timestamps_and_durations_become_seconds_too(tmp_path):
+    """A CSV file's arrival_time as ISO text (the Azure trace's own format; what workloads.save
+    writes for a datetime or timedelta column) was refused where JSONL and parquet files of
+    the same times load: a workload saved as CSV did not load back."""
+    start = pd.Timestamp("2024-05-01 12:00:00")
+    df = pd.DataFrame({"arrival_time": start + pd.to_timedelta([0.0, 1.25, 3.75], "s"),
+                       "num_prompt_tokens": [100, 50, 20], "num_output_tokens": [20, 5, 9]})
+    for name, times in (("dt.csv", df["arrival_time"]),
+                        ("tz.csv", df["arrival_time"].dt.tz_localize("UTC")),
+                        ("td.csv", df["arrival_time"] - start)):
+        wl.save(df.assign(arrival_time=times), tmp_path / name)
+        assert wl.load(tmp_path / name)["arrival_time"].tolist() == [0.0, 1.25, 3.75], name
+    azure = tmp_path / "azure.csv"  # seven fractional digits, as the Azure trace writes them
+    azure.write_text(HEADER + "2023-11-16 18:15:46.6805900,10,5\n2023-11-16 18:15:50.0,3,6\n")
+    assert wl.load(azure)["arrival_time"].tolist() == [0.0, pytest.approx(3.31941)]
+    mixed = tmp_path / "mixed.csv"  # a row that is not a timestamp is named
+    mixed.write_text(HEADER + "2024-01-01 00:00:00,1,1\nsoon,2,2\n")
+    with pytest.raises(ValueError, match=r"mixed.csv: arrival_time: row 1 has 'soon', not a "
+                                         r"timestamp as row 0 \('2024-01-01 00:00:00'\)"):
+        wl.load(mixed)
+    typo = tmp_path / "typo.csv"  # numbers stay seconds: '0' is no duration of 0 ns
+    typo.write_text(HEADER + "0,1,1\nx,2,2\n")
+    with pytest.raises(ValueError, match=r"typo.csv: arrival_time: row 1 has 'x' \(must be a "
+                                         r"finite number of seconds"):
+        wl.load(typo)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_hash_block_tokens_says_what_a_csv_or_jsonl_file_cannot(tmp_path, suffix):
     """A CSV/JSONL file's hash_ids carry no block size (newcomer review: such a file could not

@@ -12,8 +12,9 @@ A workload is a pandas DataFrame with one row per request:
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
 
-An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, or a JSONL file's epoch or
-ISO times, which pandas reads as dates) becomes seconds since the earliest; durations
+An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, a JSONL file's epoch or
+ISO times, which pandas reads as dates, or a CSV file's ISO text, which ``load_file`` parses)
+becomes seconds since the earliest; durations
 (``timedelta64``) become their seconds. Taken as numbers they were nanoseconds or microseconds
 read as seconds: gaps a million times too long and, at ~1e18, latencies rounded to 0.
 """

@@ -243,6 +243,35 @@ def _read_file(path, suffix) -> pd.DataFrame:
         raise ValueError(str(e)) from None
 
 
+def _text_times(df, where) -> pd.DataFrame:
+    """A CSV file's ``arrival_time`` written as ISO timestamps (``2023-11-16 18:15:46.680``, as
+    ``save`` writes a datetime column) or durations (``0 days 00:00:01.5``) as datetimes or
+    timedeltas, which ``validate`` turns into seconds, as it does a JSONL or parquet file's (a
+    CSV's text was refused: such a workload saved as CSV did not load back). When row 0 is one
+    of them, a row that is not is an error naming it; other text is left for ``validate``."""
+    col = df.get("arrival_time")
+    if col is None or not len(col) or not (pd.api.types.is_object_dtype(col)
+                                           or pd.api.types.is_string_dtype(col)) \
+            or pd.isna(col.iloc[0]) \
+            or pd.notna(pd.to_numeric(col.iloc[0], errors="coerce")):  # numbers: seconds
+        return df
+    for parse, kind in ((lambda c, **kw: pd.to_datetime(c, format="ISO8601", **kw),
+                         "timestamp"), (pd.to_timedelta, "duration")):
+        try:
+            parse(col.iloc[:1])
+        except (ValueError, TypeError, OverflowError):
+            continue
+        times = parse(col, errors="coerce")
+        bad = (times.isna() & col.notna()).to_numpy()
+        if bad.any():
+            i = int(bad.argmax())
+            raise ValueError(f"{where}arrival_time: row {i} has {col.iloc[i]!r}, not a {kind} "
+                             f"as row 0 ({col.iloc[0]!r})")
+        df["arrival_time"] = times
+        return df
+    return df
+
+
 def _hash_id_lists(df, where) -> pd.DataFrame:
     """``hash_ids``: a JSON list of integers per row (CSV), a list (JSONL, parquet), or empty."""
     out = []
@@ -297,6 +326,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     if not isinstance(df, pd.DataFrame):  # e.g. a JSON file holding one scalar
         raise ValueError(f"{where}does not hold a table of requests")
     df.columns = [str(c) for c in df.columns]
+    if suffix.startswith(".csv"):
+        df = _text_times(df, where)
     if "hash_ids" in df.columns:
         df = _hash_id_lists(df, where)
     df = validate(df.reset_index(drop=True), source=str(path))
