@@ -177,6 +177,20 @@ def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
     assert [f["code"] for f in doc["findings"]] == ["overloaded"]
 
 
+def test_capacity_of_a_length_only_set_needs_no_rate(capsys):
+    """sim capacity searches the rate itself, yet refused ShareGPT without --rate ('sharegpt'
+    has no arrival times): its arrivals are drawn at the reference 1 req/s and re-scaled, the
+    same search as with --rate 1; sim run still needs the rate."""
+    args = ["capacity", "-w", "sharegpt", "-n", "60", "--cost", "constant:0.01",
+            "--slo-ttft", "0.5"]
+    assert main(args) == 0
+    without = capsys.readouterr().out
+    assert main(args + ["--rate", "1"]) == 0
+    assert capsys.readouterr().out == without and "max rate" in without
+    assert main(["run", "-w", "sharegpt", "-n", "60", "-q"]) == 2
+    assert "give --rate" in capsys.readouterr().err
+
+
 def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('workload = "azure-code"\nnum_requests = 200\ncost = "constant:0.01"\n'
