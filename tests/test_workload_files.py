@@ -97,6 +97,17 @@ def test_folder_and_unknown_names(tmp_path):
         wl.load(3)
 
 
+def test_an_empty_workload_name_is_named_as_such(capsys):
+    """'' was read as the path '.': "workload file '.' is a folder"."""
+    from sim.cli import main
+    for name in ("", "  "):
+        with pytest.raises(ValueError, match=f"workload {name!r} is neither a bundled trace "
+                                             f"nor a file; bundled: azure-code"):
+            wl.load(name)
+    assert main(["run", "-w", "", "-q"]) == 2
+    assert "--workload '' is neither" in capsys.readouterr().err
+
+
 def test_messages_show_plain_numbers_not_numpy_reprs():
     cases = [{"arrival_time": np.array([0.0, -1.0])},
              {"arrival_time": np.array([2.0, 1.0])},

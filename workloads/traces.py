@@ -165,6 +165,8 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
     n, max_context = _num_requests(n), _max_context(max_context)
     if not isinstance(name, (str, Path)):
         raise TypeError(f"workload must be a trace name or a file path, got {name!r}")
+    if isinstance(name, str) and not name.strip():  # (Path('') is '.': "a folder", it said)
+        raise _unknown_name(name)
     rng = _rng(seed)
     if name not in TRACES:
         path = Path(name)
