@@ -151,6 +151,24 @@ def test_kv_pool_too_small_when_preemptions_recompute_prefill():
     assert "kv_pool_too_small" in _codes(tight) and "kv_pool_too_small" not in _codes(roomy)
 
 
+def test_kv_pool_too_small_is_not_hidden_by_prefix_cache_hits():
+    """With a prefix cache, prefill_compute_ratio (computed / prompt tokens) counts the hits as
+    work saved: 2,048-token shared prompts hit 97 % of their tokens, so a pool that preempted
+    over a thousand times still read 0.13 and no finding was made; the recomputation is the
+    computed plus the hits above the prompt tokens."""
+    sp = workloads.shared_prefix(600, n_groups=2, system_prompt_tokens=2048, user_tokens=64,
+                                 output=300, rate=50.0, seed=1)
+    kw = dict(prefix_caching="block", model="llama-3.1-8b", gpu="h100")
+    tight = sim.run(sp, kv_blocks=400, **kw)
+    s, req = tight.summary(), tight.requests
+    assert s["num_preemptions"] > 1000 and s["prefill_compute_ratio"] < 0.2
+    f = next(f for f in tight.diagnose() if f.code == "kv_pool_too_small")
+    done = req["num_prefill_computed"].sum() + req["num_cached_tokens"].sum()
+    assert f.value == done / req["num_prompt_tokens"].sum() > 1.05
+    assert f"recomputed {f.value - 1:.0%} more prefill" in f.message
+    assert "kv_pool_too_small" not in _codes(sim.run(sp, **kw))  # the memory budget's pool
+
+
 def test_no_prefix_hits_when_the_shared_prompt_differs(unshared):
     same = workloads.shared_prefix(60, n_groups=1, system_prompt_tokens=512, user_tokens=32,
                                    output=4, rate=2.0, seed=3)
