@@ -398,12 +398,16 @@ def test_a_length_only_sweep_resumes_when_its_rates_change(tmp_path, capsys):
 
 
 def test_run_plots_says_when_no_request_finished(tmp_path, capsys):
-    """Every request rejected (each needs more KV blocks than the pool): --plots writes the
-    timeline only and says why there is no latency figure, instead of leaving it out."""
+    """Every request rejected (each needs more KV blocks than the pool): --plots writes no
+    figure and says why for each, instead of leaving them out (the timeline's absence went
+    unsaid: no iteration ran)."""
     wl = tmp_path / "w.csv"
     pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [5000, 6000],
                   "num_output_tokens": [10, 10]}).to_csv(wl, index=False)
     assert main(["run", "-w", str(wl), "--kv-blocks", "10", "--cost", "constant:0.01",
                  "--plots", "-o", str(tmp_path / "o")]) == 0
-    assert "no latency_cdfs.png: no request finished" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no latency_cdfs.png: no request finished" in out
+    assert "no timeline.png: no iteration ran" in out
     assert not (tmp_path / "o" / "latency_cdfs.png").exists()
+    assert not (tmp_path / "o" / "timeline.png").exists()

@@ -471,6 +471,8 @@ def cmd_run(args) -> int:
         print(f"\nwrote {', '.join(written)} to {out}/")
         if s["plots"] and "latency_cdfs.png" not in written:  # (save_plots: finished ones only)
             print("no latency_cdfs.png: no request finished")
+        if s["plots"] and "timeline.png" not in written:  # (every request rejected at arrival)
+            print("no timeline.png: no iteration ran")
         if report is not None:
             print(f"wrote the report to {report}")
     return 0
