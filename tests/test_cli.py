@@ -188,6 +188,20 @@ def test_capacity_command_and_findings_in_run_output(tmp_path, capsys):
     assert [f["code"] for f in doc["findings"]] == ["overloaded"]
 
 
+def test_capacity_of_a_length_only_set_needs_no_rate(capsys):
+    """sim capacity searches the rate itself, yet refused ShareGPT without --rate ('sharegpt'
+    has no arrival times): its arrivals are drawn at the reference 1 req/s and re-scaled, the
+    same search as with --rate 1; sim run still needs the rate."""
+    args = ["capacity", "-w", "sharegpt", "-n", "60", "--cost", "constant:0.01",
+            "--slo-ttft", "0.5"]
+    assert main(args) == 0
+    without = capsys.readouterr().out
+    assert main(args + ["--rate", "1"]) == 0
+    assert capsys.readouterr().out == without and "max rate" in without
+    assert main(["run", "-w", "sharegpt", "-n", "60", "-q"]) == 2
+    assert "give --rate" in capsys.readouterr().err
+
+
 def test_sweep_command_writes_table_and_plots_and_resumes(tmp_path, capsys):
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('workload = "azure-code"\nnum_requests = 200\ncost = "constant:0.01"\n'
@@ -439,12 +453,16 @@ def test_a_length_only_sweep_resumes_when_its_rates_change(tmp_path, capsys):
 
 
 def test_run_plots_says_when_no_request_finished(tmp_path, capsys):
-    """Every request rejected (each needs more KV blocks than the pool): --plots writes the
-    timeline only and says why there is no latency figure, instead of leaving it out."""
+    """Every request rejected (each needs more KV blocks than the pool): --plots writes no
+    figure and says why for each, instead of leaving them out (the timeline's absence went
+    unsaid: no iteration ran)."""
     wl = tmp_path / "w.csv"
     pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [5000, 6000],
                   "num_output_tokens": [10, 10]}).to_csv(wl, index=False)
     assert main(["run", "-w", str(wl), "--kv-blocks", "10", "--cost", "constant:0.01",
                  "--plots", "-o", str(tmp_path / "o")]) == 0
-    assert "no latency_cdfs.png: no request finished" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "no latency_cdfs.png: no request finished" in out
+    assert "no timeline.png: no iteration ran" in out
     assert not (tmp_path / "o" / "latency_cdfs.png").exists()
+    assert not (tmp_path / "o" / "timeline.png").exists()

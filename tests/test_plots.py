@@ -291,6 +291,27 @@ def test_plot_timeline_bad_input():
         plot_timeline(res)
 
 
+def test_a_run_of_one_iteration_draws_its_point():
+    """One request of one output token runs one iteration: one bin, whose lines were single
+    points drawn without a marker - empty axes, in sim run --plots and the report."""
+    df = pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": [10],
+                       "num_output_tokens": [1]})
+    one = sim.run(df, cost_model=sim.ConstantCost(0.01))
+    cluster = sim.run(pd.concat([df, df.assign(arrival_time=0.5)], ignore_index=True),
+                      cost_model=sim.ConstantCost(0.01), replicas=2)
+    for res, lines in ((one, 3), (cluster, 4)):
+        assert len(res.iterations) == len(res.requests)  # one iteration per replica
+        fig = plot_timeline(res)
+        drawn = [line for ax in fig.axes for line in ax.lines if len(line.get_xdata()) == 1]
+        assert len(drawn) == lines
+        assert all(line.get_marker() not in (None, "None", "") for line in drawn)
+        plt.close(fig)
+    many = plot_timeline(sim.run(workloads.load("azure-code", n=5),
+                                 cost_model=sim.ConstantCost(0.01)))
+    assert all(line.get_marker() in (None, "None", "") for ax in many.axes for line in ax.lines)
+    plt.close(many)
+
+
 def test_gantt_bars_are_each_requests_waiting_prefill_and_decode():
     df = pd.DataFrame({"arrival_time": [0.0, 0.02, 0.03, 0.5],
                        "num_prompt_tokens": [16, 16, 10_000, 40],

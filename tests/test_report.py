@@ -116,6 +116,19 @@ def test_a_healthy_run_says_it_has_no_finding_and_a_large_one_has_no_gantt(monke
     assert len(Page(render(res)).images) == 2
 
 
+def test_a_run_with_nothing_to_draw_says_so_under_figures():
+    """Every request rejected at arrival: the Figures heading stood alone, as if figures were
+    lost; it now says why there is none."""
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [200_000, 300_000],
+                       "num_output_tokens": 5})
+    res = sim.run(df, cost_model=sim.ConstantCost(0.01))
+    page = Page(render(res))
+    assert not page.images and res.summary()["num_finished"] == 0 and not len(res.iterations)
+    assert "<h2>Figures</h2>\n<p>No figure: no request finished and no iteration ran" in render(res)
+    one = sim.run(df.assign(num_prompt_tokens=50), cost_model=sim.ConstantCost(0.01))
+    assert "No figure" not in render(one) and len(Page(render(one)).images) == 3
+
+
 def test_write_is_atomic_and_leaves_nothing_behind_on_failure(overloaded, tmp_path, monkeypatch):
     path = tmp_path / "sub" / "r.html"
     assert write_report(overloaded, path, figures=False) == path  # folder created

@@ -4,6 +4,7 @@ pandas, never a silently shortened or empty workload. Readers fuzzed with hypoth
 
 import gzip
 import json
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -94,6 +95,17 @@ def test_folder_and_unknown_names(tmp_path):
         wl.load("mooncake-conversaton")
     with pytest.raises(TypeError, match="trace name or a file path, got 3"):
         wl.load(3)
+
+
+def test_an_empty_workload_name_is_named_as_such(capsys):
+    """'' was read as the path '.': "workload file '.' is a folder"."""
+    from sim.cli import main
+    for name in ("", "  "):
+        with pytest.raises(ValueError, match=f"workload {name!r} is neither a bundled trace "
+                                             f"nor a file; bundled: azure-code"):
+            wl.load(name)
+    assert main(["run", "-w", "", "-q"]) == 2
+    assert "--workload '' is neither" in capsys.readouterr().err
 
 
 def test_messages_show_plain_numbers_not_numpy_reprs():
@@ -206,6 +218,33 @@ def test_timestamps_become_seconds_since_the_first(tmp_path):
         wl.validate(stamps)
 
 
+def test_a_csv_files_timestamps_and_durations_become_seconds_too(tmp_path):
+    """A CSV file's arrival_time as ISO text (the Azure trace's own format; what workloads.save
+    writes for a datetime or timedelta column) was refused where JSONL and parquet files of
+    the same times load: a workload saved as CSV did not load back."""
+    start = pd.Timestamp("2024-05-01 12:00:00")
+    df = pd.DataFrame({"arrival_time": start + pd.to_timedelta([0.0, 1.25, 3.75], "s"),
+                       "num_prompt_tokens": [100, 50, 20], "num_output_tokens": [20, 5, 9]})
+    for name, times in (("dt.csv", df["arrival_time"]),
+                        ("tz.csv", df["arrival_time"].dt.tz_localize("UTC")),
+                        ("td.csv", df["arrival_time"] - start)):
+        wl.save(df.assign(arrival_time=times), tmp_path / name)
+        assert wl.load(tmp_path / name)["arrival_time"].tolist() == [0.0, 1.25, 3.75], name
+    azure = tmp_path / "azure.csv"  # seven fractional digits, as the Azure trace writes them
+    azure.write_text(HEADER + "2023-11-16 18:15:46.6805900,10,5\n2023-11-16 18:15:50.0,3,6\n")
+    assert wl.load(azure)["arrival_time"].tolist() == [0.0, pytest.approx(3.31941)]
+    mixed = tmp_path / "mixed.csv"  # a row that is not a timestamp is named
+    mixed.write_text(HEADER + "2024-01-01 00:00:00,1,1\nsoon,2,2\n")
+    with pytest.raises(ValueError, match=r"mixed.csv: arrival_time: row 1 has 'soon', not a "
+                                         r"timestamp as row 0 \('2024-01-01 00:00:00'\)"):
+        wl.load(mixed)
+    typo = tmp_path / "typo.csv"  # numbers stay seconds: '0' is no duration of 0 ns
+    typo.write_text(HEADER + "0,1,1\nx,2,2\n")
+    with pytest.raises(ValueError, match=r"typo.csv: arrival_time: row 1 has 'x' \(must be a "
+                                         r"finite number of seconds"):
+        wl.load(typo)
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
 def test_hash_block_tokens_says_what_a_csv_or_jsonl_file_cannot(tmp_path, suffix):
     """A CSV/JSONL file's hash_ids carry no block size (newcomer review: such a file could not
@@ -242,3 +281,75 @@ def test_hash_block_tokens_must_agree_with_the_workloads_own(tmp_path):
                                          "hash_ids: the 'azure-code' trace has no hash_ids"):
         wl.load("azure-code", n=5, hash_block_tokens=512)
     assert wl.load("mooncake-synthetic", n=5, hash_block_tokens=512).attrs["block_size"] == 512
+
+
+@pytest.mark.parametrize("ids, message", [
+    ([1, "x", 3], r"request_id: row 1 has 'x' \(str\) where row 0 has 1 \(number\); ids must be "
+                  r"all numbers or all text"),
+    (["a", 2, "c"], r"request_id: row 1 has 2 \(number\) where row 0 has 'a' \(str\)"),
+    ([1, None, 3], r"request_id: row 1 is empty"),
+    ([np.nan, 2.0, 3.0], r"request_id: row 0 is empty"),
+])
+def test_request_ids_are_all_there_and_of_one_kind(tmp_path, capsys, ids, message):
+    """A JSONL file whose ids mix numbers and text used to load and simulate, then `sim run`
+    failed writing requests.parquet (pyarrow: "Could not convert 'x' with type str"); an
+    empty id loaded as NaN, an identity that names no request."""
+    from sim.cli import main
+    rows = [{"request_id": i, "arrival_time": float(k), "num_prompt_tokens": 5,
+             "num_output_tokens": 3} for k, i in enumerate(ids)]
+    path = tmp_path / "w.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows).replace("NaN", "null"))
+    with pytest.raises(ValueError, match=f"w.jsonl: {message}"):
+        wl.load(str(path))
+    with pytest.raises(ValueError, match=message):
+        wl.validate(pd.DataFrame(rows))
+    assert main(["run", "-w", str(path), "-o", str(tmp_path / "out"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "w.jsonl: request_id: row" in err
+
+
+def test_request_ids_of_one_kind_are_kept():
+    base = {"arrival_time": [0.0, 1.0], "num_prompt_tokens": [5, 5], "num_output_tokens": [3, 3]}
+    for ids in (["a", "b"], [7, 9], [1.5, 2.0], np.array([4, 2], dtype=np.int64)):
+        out = wl.validate(pd.DataFrame(base).assign(request_id=ids))
+        assert out["request_id"].tolist() == list(ids)
+
+
+@pytest.mark.parametrize("name, kwargs, message", [
+    # a replayed trace or a file kept its own times: arrival_times= came back unused
+    ("azure-conv", {"arrival_times": [0.0, 100.0, 200.0]},
+     r"arrival_times=: for the arrivals of a length-only set; the 'azure-conv' trace has its "
+     r"own arrival times \(rate= time-scales them\)"),
+    ("mooncake-conversation", {"arrival": "gamma", "cv": 3.0},
+     r"arrival='gamma', cv=3.0: for the arrivals of a length-only set"),
+    ("FILE", {"arrival_times": [0.0, 100.0, 200.0]}, r"w.csv has its own arrival times"),
+    # a length-only set: the rate was dropped for arrival_times, cv for Poisson arrivals
+    ("sharegpt", {"arrival_times": [0.0, 100.0, 200.0], "rate": 5.0},
+     r"'sharegpt': give rate= or arrival_times=, not both"),
+    ("sharegpt", {"rate": 5.0, "cv": 3.0},
+     r"cv=3.0 applies to arrival='gamma' \('poisson' arrivals do not take it\)"),
+    ("arxiv", {"arrival_times": [0.0, 1.0, 2.0], "arrival": "gamma"},
+     r"'arxiv': arrival= and cv= draw arrivals at rate=; arrival_times= gives them"),
+])
+def test_arrival_arguments_that_would_change_nothing_are_errors(tmp_path, name, kwargs,
+                                                                 message):
+    if name == "FILE":
+        name = str(tmp_path / "w.csv")
+        (tmp_path / "w.csv").write_text(HEADER + "0,5,5\n1,5,5\n2,5,5\n")
+    with pytest.raises(ValueError, match=message):
+        wl.load(name, n=3, **kwargs)
+
+
+def test_arrival_arguments_that_apply_are_used():
+    times = [0.0, 100.0, 200.0]
+    assert wl.load("sharegpt", n=3, arrival_times=times)["arrival_time"].tolist() == times
+    gamma = wl.load("sharegpt", n=3, rate=2.0, arrival="gamma", cv=2.0, seed=1)
+    assert not np.allclose(gamma["arrival_time"],
+                           wl.load("sharegpt", n=3, rate=2.0, seed=1)["arrival_time"])
+    for make in (partial(wl.synthetic, prompt=5), partial(wl.shared_prefix, n_groups=2,
+                                                           system_prompt_tokens=32,
+                                                           user_tokens=5)):
+        with pytest.raises(ValueError, match="cv=2.0 applies to arrival='gamma' \\('constant'"):
+            make(3, rate=1.0, output=5, arrival="constant", cv=2.0)
+    plain = wl.load("azure-conv", n=3)  # the defaults, spelt out, are no error
+    assert wl.load("azure-conv", n=3, arrival="poisson", cv=1.0).equals(plain)

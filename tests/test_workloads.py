@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -201,6 +203,9 @@ def test_bad_generator_parameters():
         wl.Fixed(0)
     with pytest.raises(ValueError, match="values"):
         wl.Empirical([])
+    with pytest.raises(ValueError, match=r"values must be whole token counts: values\[1\] is 2.7"):
+        wl.Empirical([3, 2.7, 5])  # was sampled as 2, silently
+    assert set(wl.Empirical(np.array([3.0, 5.0])).sample(50, 0)) == {3, 5}
     with pytest.raises(ValueError, match="n_groups"):
         wl.shared_prefix(10, n_groups=0, system_prompt_tokens=10, user_tokens=5, output=5, rate=1)
     with pytest.raises(ValueError, match="num_users"):
@@ -276,6 +281,25 @@ def test_multi_turn_prompts_contain_previous_turns():
     ratio = wl.ideal_prefix_hit_ratio(df)
     assert ratio == pytest.approx(_brute_hit_ratio(df))
     assert 0.3 < ratio < 0.9
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"block_size": 0}, "block_size must be an integer >= 1, got 0"),  # was ZeroDivisionError
+    ({"block_size": -1}, "block_size must be an integer >= 1, got -1"),  # was: no hash ids
+    ({"block_size": True}, "block_size must be an integer >= 1, got True"),
+    ({"system_prompt_tokens": -5}, "system_prompt_tokens must be an integer >= 0, got -5"),
+    ({"system_prompt_tokens": 2.5}, "system_prompt_tokens must be an integer >= 0, got 2.5"),
+])
+def test_generators_check_block_size_and_system_prompt(kwargs, message):
+    """multi_turn took any block size and system prompt: -5 system tokens silently shortened
+    every prompt by 5 (10 user tokens made a 5-token prompt); shared_prefix checks the same."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        wl.multi_turn(3, turns=2, user_tokens=10, output=5, rate=1.0, **kwargs)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        wl.shared_prefix(3, n_groups=1, system_prompt_tokens=kwargs.get("system_prompt_tokens",
+                                                                        32),
+                         user_tokens=10, output=5, rate=1.0,
+                         block_size=kwargs.get("block_size", 16))
 
 
 def test_closed_loop_matches_littles_law():

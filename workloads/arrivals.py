@@ -38,6 +38,21 @@ def _rng(rng):
     return np.random.default_rng(rng)
 
 
+def _same(value, default) -> bool:
+    try:
+        return bool(value == default)
+    except (TypeError, ValueError):  # (an array compared elementwise)
+        return False
+
+
+def cv_for(arrival, cv) -> None:
+    """``cv`` is the gamma process's: with any other ``arrival`` it would change nothing, so
+    anything but its default, 1, is an error (it was silently ignored)."""
+    if not _same(arrival, "gamma") and not _same(cv, 1.0):
+        raise ValueError(f"cv={_plain(cv)!r} applies to arrival='gamma' ({arrival!r} arrivals "
+                         f"do not take it)")
+
+
 def poisson(n, rate, rng=None) -> np.ndarray:
     """``n`` Poisson arrivals at ``rate`` requests/s (first one after an exponential gap)."""
     return np.cumsum(_rng(rng).exponential(1.0 / _pos("rate", rate), _count(n)))

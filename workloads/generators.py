@@ -15,12 +15,13 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from .arrivals import _count, _pos, _rng, constant, gamma, poisson
+from .arrivals import _count, _pos, _rng, constant, cv_for, gamma, poisson
 from .lengths import as_distribution
 from .schema import _plain, validate
 
 
 def _arrivals(n, rate, arrival, cv, rng):
+    cv_for(arrival, cv)
     if arrival == "poisson":
         return poisson(n, rate, rng)
     if arrival == "gamma":
@@ -110,19 +111,21 @@ def _shared_prefix_ids(prompts, groups, system_tokens, block_size):
     return out
 
 
+def _int_at_least(name, value, low) -> None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {_plain(value)!r}")
+
+
 def shared_prefix(n, *, n_groups, system_prompt_tokens, user_tokens, output, rate,
                   arrival="poisson", cv=1.0, block_size=16, seed=0) -> pd.DataFrame:
     """``n`` requests in ``n_groups`` groups; every prompt of a group starts with the same system
     prompt of ``system_prompt_tokens`` tokens, followed by its own ``user_tokens``."""
     rng = _rng(seed)
     n = _count(n)
-    if not isinstance(n_groups, (int, np.integer)) or n_groups < 1:
-        raise ValueError(f"n_groups must be an integer >= 1, got {_plain(n_groups)!r}")
-    if not isinstance(system_prompt_tokens, (int, np.integer)) or system_prompt_tokens < 0:
-        raise ValueError(f"system_prompt_tokens must be an integer >= 0, got "
-                         f"{_plain(system_prompt_tokens)!r}")
-    if not isinstance(block_size, (int, np.integer)) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {_plain(block_size)!r}")
+    _int_at_least("n_groups", n_groups, 1)
+    _int_at_least("system_prompt_tokens", system_prompt_tokens, 0)
+    _int_at_least("block_size", block_size, 1)
     times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
     groups = rng.integers(0, n_groups, n)
     user = as_distribution(user_tokens).sample(n, rng)
@@ -145,6 +148,8 @@ def multi_turn(n_conversations, *, turns, user_tokens, output, rate, think_time=
     rng = _rng(seed)
     n_conv = _count(n_conversations)
     think_time = _pos("think_time", think_time, allow_zero=True)
+    _int_at_least("system_prompt_tokens", system_prompt_tokens, 0)
+    _int_at_least("block_size", block_size, 1)  # (0 divided by zero, -1 gave no hash ids)
     starts = poisson(n_conv, _pos("rate", rate), rng)
     n_turns = as_distribution(turns).sample(n_conv, rng)
     ids = _BlockIds()

@@ -122,6 +122,11 @@ class Empirical:
         arr = np.asarray(values, dtype=np.float64)
         if arr.ndim != 1 or arr.size == 0 or not np.isfinite(arr).all() or (arr < 1).any():
             raise ValueError("values must be a non-empty 1-d collection of lengths >= 1")
+        frac = arr != np.round(arr)
+        if frac.any():  # (they were truncated: 2.7 sampled as 2)
+            i = int(np.flatnonzero(frac)[0])
+            raise ValueError(f"values must be whole token counts: values[{i}] is "
+                             f"{_plain(np.asarray(values)[i])!r}")
         _check_max(max_tokens)
         object.__setattr__(self, "values", tuple(arr.astype(np.int64).tolist()))
         object.__setattr__(self, "max_tokens", max_tokens)

@@ -4,7 +4,7 @@ A workload is a pandas DataFrame with one row per request:
 
 | column | type | meaning |
 |---|---|---|
-| ``request_id`` | any (optional; default ``0..n-1``) | identity, carried into the results |
+| ``request_id`` | numbers or text, one kind, unique, none empty (optional; default ``0..n-1``) | identity, carried into the results |
 | ``arrival_time`` | float seconds from start, non-decreasing, >= 0 (timestamps: see below) | when the request arrives |
 | ``num_prompt_tokens`` | int >= 1 | prompt (prefill) length |
 | ``num_output_tokens`` | int >= 1 | tokens to generate |
@@ -12,8 +12,9 @@ A workload is a pandas DataFrame with one row per request:
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
 
-An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, or a JSONL file's epoch or
-ISO times, which pandas reads as dates) becomes seconds since the earliest; durations
+An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, a JSONL file's epoch or
+ISO times, which pandas reads as dates, or a CSV file's ISO text, which ``load_file`` parses)
+becomes seconds since the earliest; durations
 (``timedelta64``) become their seconds. Taken as numbers they were nanoseconds or microseconds
 read as seconds: gaps a million times too long and, at ~1e18, latencies rounded to 0.
 """
@@ -113,11 +114,37 @@ def validate(df, *, source=None) -> pd.DataFrame:
                                  f"of ids or empty{hint}")
     if "request_id" not in out.columns:
         out.insert(0, "request_id", np.arange(len(out), dtype=np.int64))
-    elif out["request_id"].duplicated().any():
-        i = _first_bad(out["request_id"].duplicated().to_numpy())
-        raise ValueError(f"{where}request_id: row {i} repeats id "
-                         f"{_plain(out['request_id'].iloc[i])!r}")
+    else:
+        _check_ids(out["request_id"], where)
     return out.reset_index(drop=True)
+
+
+def _id_kind(x) -> str:
+    """What an id is, for the message on ids of mixed kinds: a number or its type's name."""
+    if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)):
+        return "number"
+    return type(x).__name__
+
+
+def _check_ids(ids, where) -> None:
+    """Every row has an id, all of one kind (numbers, or text: a parquet column holds one type,
+    so ``sim run`` could not write ids 1 and 'x' after simulating), none repeated."""
+    empty = ids.isna().to_numpy()
+    if empty.any():
+        raise ValueError(f"{where}request_id: row {_first_bad(empty)} is empty (give every "
+                         f"request an id, or drop the column for ids 0..n-1)")
+    if ids.dtype == object and pd.api.types.infer_dtype(ids, skipna=False) in ("mixed",
+                                                                               "mixed-integer"):
+        kinds = [_id_kind(x) for x in ids.tolist()]
+        i = next((k for k, kind in enumerate(kinds) if kind != kinds[0]), None)
+        if i is not None:
+            raise ValueError(f"{where}request_id: row {i} has {_plain(ids.iloc[i])!r} "
+                             f"({kinds[i]}) where row 0 has {_plain(ids.iloc[0])!r} "
+                             f"({kinds[0]}); ids must be all numbers or all text")
+    dup = ids.duplicated().to_numpy()
+    if dup.any():
+        i = _first_bad(dup)
+        raise ValueError(f"{where}request_id: row {i} repeats id {_plain(ids.iloc[i])!r}")
 
 
 def from_records(records) -> pd.DataFrame:

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .arrivals import _rng, gamma, poisson, scale_to_rate
+from .arrivals import _rng, _same, cv_for, gamma, poisson, scale_to_rate
 from .schema import validate
 
 TRACES = {
@@ -117,6 +117,29 @@ def _unknown_name(name) -> ValueError:
                       f"bundled: {', '.join(trace_names())}")
 
 
+def _replayed(what, arrival, cv, arrival_times) -> None:
+    """A trace or file with arrival times replays them: the arguments that would draw others
+    are an error (they were silently ignored: ``arrival_times=`` gave the trace's own)."""
+    given = [f"{k}={v!r}" for k, v, default in (("arrival", arrival, "poisson"), ("cv", cv, 1.0))
+             if not _same(v, default)]
+    if arrival_times is not None:
+        given.insert(0, "arrival_times=")
+    if given:
+        raise ValueError(f"{', '.join(given)}: for the arrivals of a length-only set; {what} "
+                         f"has its own arrival times (rate= time-scales them)")
+
+
+def _arrival_args(name, rate, arrival, cv, arrival_times) -> None:
+    """A length-only set: ``rate`` or ``arrival_times``, not both; ``cv`` with gamma only."""
+    if arrival_times is not None and rate is not None:
+        raise ValueError(f"{name!r}: give rate= or arrival_times=, not both (the rate would be "
+                         f"ignored)")
+    if arrival_times is not None and not (_same(arrival, "poisson") and _same(cv, 1.0)):
+        raise ValueError(f"{name!r}: arrival= and cv= draw arrivals at rate=; arrival_times= "
+                         f"gives them")
+    cv_for(arrival, cv)
+
+
 def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=None,
          max_context=None, seed=0, hash_block_tokens=None) -> pd.DataFrame:
     """Load a bundled trace (see :data:`TRACES`) or a workload file, in the request schema.
@@ -127,7 +150,11 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       first ``n``.
     - ``rate``: for traces with timestamps, time-scale to this mean rate; for length-only sets,
       the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``).
-    - ``arrival_times``: explicit arrival times for a length-only set.
+    - ``arrival_times``: explicit arrival times for a length-only set (instead of ``rate``).
+      ``arrival``, ``cv`` and ``arrival_times`` shape a length-only set's arrivals only: given
+      for a trace or a file with its own arrival times, or beside each other where they would
+      change nothing (``cv`` with Poisson arrivals, ``rate`` with ``arrival_times``), they are a
+      ``ValueError``, never ignored.
     - ``max_context``: drop requests whose prompt + output exceed it (a model's context window).
     - ``hash_block_tokens``: the tokens each ``hash_ids`` entry stands for (the block size the
       ids were made with: Mooncake's 512), set as ``attrs["block_size"]``; CSV and JSONL files
@@ -138,15 +165,19 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
     n, max_context = _num_requests(n), _max_context(max_context)
     if not isinstance(name, (str, Path)):
         raise TypeError(f"workload must be a trace name or a file path, got {name!r}")
+    if isinstance(name, str) and not name.strip():  # (Path('') is '.': "a folder", it said)
+        raise _unknown_name(name)
     rng = _rng(seed)
     if name not in TRACES:
         path = Path(name)
         if path.suffix or path.exists():
+            _replayed(str(path), arrival, cv, arrival_times)
             return load_file(path, n=n, rate=rate, max_context=max_context,
                              hash_block_tokens=hash_block_tokens)
         raise _unknown_name(name)
     df = _within_context(_read(name), max_context, repr(name))
     if "arrival_time" not in df.columns:
+        _arrival_args(name, rate, arrival, cv, arrival_times)
         if n is not None and n > len(df):
             size = len(df)
             df = df.iloc[rng.integers(0, size, n)].reset_index(drop=True)
@@ -168,6 +199,7 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
             raise ValueError(f"arrival must be 'poisson' or 'gamma', got {arrival!r}")
         df.insert(0, "arrival_time", times)
     else:
+        _replayed(f"the {name!r} trace", arrival, cv, arrival_times)
         df = _first(df, n, f"the {name!r} trace")
         if rate is not None:
             df = scale_to_rate(df, rate)
@@ -211,6 +243,35 @@ def _read_file(path, suffix) -> pd.DataFrame:
         return pd.read_parquet(path)
     except pyarrow.ArrowException as e:  # not all of them are ValueErrors
         raise ValueError(str(e)) from None
+
+
+def _text_times(df, where) -> pd.DataFrame:
+    """A CSV file's ``arrival_time`` written as ISO timestamps (``2023-11-16 18:15:46.680``, as
+    ``save`` writes a datetime column) or durations (``0 days 00:00:01.5``) as datetimes or
+    timedeltas, which ``validate`` turns into seconds, as it does a JSONL or parquet file's (a
+    CSV's text was refused: such a workload saved as CSV did not load back). When row 0 is one
+    of them, a row that is not is an error naming it; other text is left for ``validate``."""
+    col = df.get("arrival_time")
+    if col is None or not len(col) or not (pd.api.types.is_object_dtype(col)
+                                           or pd.api.types.is_string_dtype(col)) \
+            or pd.isna(col.iloc[0]) \
+            or pd.notna(pd.to_numeric(col.iloc[0], errors="coerce")):  # numbers: seconds
+        return df
+    for parse, kind in ((lambda c, **kw: pd.to_datetime(c, format="ISO8601", **kw),
+                         "timestamp"), (pd.to_timedelta, "duration")):
+        try:
+            parse(col.iloc[:1])
+        except (ValueError, TypeError, OverflowError):
+            continue
+        times = parse(col, errors="coerce")
+        bad = (times.isna() & col.notna()).to_numpy()
+        if bad.any():
+            i = int(bad.argmax())
+            raise ValueError(f"{where}arrival_time: row {i} has {col.iloc[i]!r}, not a {kind} "
+                             f"as row 0 ({col.iloc[0]!r})")
+        df["arrival_time"] = times
+        return df
+    return df
 
 
 def _hash_id_lists(df, where) -> pd.DataFrame:
@@ -267,6 +328,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     if not isinstance(df, pd.DataFrame):  # e.g. a JSON file holding one scalar
         raise ValueError(f"{where}does not hold a table of requests")
     df.columns = [str(c) for c in df.columns]
+    if suffix.startswith(".csv"):
+        df = _text_times(df, where)
     if "hash_ids" in df.columns:
         df = _hash_id_lists(df, where)
     df = validate(df.reset_index(drop=True), source=str(path))

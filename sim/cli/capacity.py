@@ -2,7 +2,8 @@
 
 Takes the same settings as ``sim run`` (flags or a TOML file, ``--request-path`` /
 ``request_path`` included) plus ``--attainment`` and ``--tol``; at least one ``--slo-*`` limit is required. Prints the rate, goodput per GPU and the
-rates tried (:func:`sim.tools.capacity.max_rate`).
+rates tried (:func:`sim.tools.capacity.max_rate`). A length-only set needs no ``--rate``: the
+search re-scales its arrivals, drawn at ``REFERENCE_RATE`` (:func:`~sim.cli.run.build_rescaled`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from ..checks import plural
-from .run import add_request_path_arg, build, with_request_path
+from .run import add_request_path_arg, build_rescaled, with_request_path
 from .arguments import number
 from .settings import Names, add_run_args, check_router_used, settings_from
 
@@ -44,7 +45,7 @@ def cmd_capacity(args) -> int:
         if value > 1 or (top is None and value == 1):
             raise ValueError(f"{flag} {value:g} must be {'at most 1' if top else 'below 1'} "
                              f"(a fraction)")
-    df, cfg = build(s, names)
+    (df, cfg), s = build_rescaled(s, names)  # (a length-only set: the search re-scales it)
     cfg = with_request_path(cfg, args, s)
     cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())

@@ -125,6 +125,24 @@ def build(s, names=None):
         raise type(e)(as_written(str(e), s, names)) from None
 
 
+REFERENCE_RATE = 1.0  # req/s: a length-only set's arrivals where every run re-scales them
+
+
+def build_rescaled(s, names, rescaled=True):
+    """``(build(s, names), s)``; when ``rescaled`` (each run time-scales the workload to a rate
+    of its own: sim sweep's grid rates, sim capacity's search) a length-only set given no rate
+    draws its Poisson arrivals at ``REFERENCE_RATE`` instead of being an error, and the
+    settings returned say so. A fixed reference, not a rate of the grid: the base workload
+    (which a sweep's resume fingerprint hashes) must not change when the rates do."""
+    try:
+        return build(s, names), s
+    except ValueError as e:
+        if not rescaled or s["rate"] is not None or "no arrival times" not in str(e):
+            raise
+    s = dict(s, rate=REFERENCE_RATE)
+    return build(s, names), s
+
+
 _LEADING = re.compile(r"(\w+)(?:=| )(.*)", re.S)  # "chunk_size=100 is ...", "cost 'x': ..."
 
 
@@ -454,6 +472,8 @@ def cmd_run(args) -> int:
         print(f"\nwrote {', '.join(written)} to {out}/")
         if s["plots"] and "latency_cdfs.png" not in written:  # (save_plots: finished ones only)
             print("no latency_cdfs.png: no request finished")
+        if s["plots"] and "timeline.png" not in written:  # (every request rejected at arrival)
+            print("no timeline.png: no iteration ran")
         if report is not None:
             print(f"wrote the report to {report}")
     return 0

@@ -22,12 +22,11 @@ import functools
 from pathlib import Path
 
 from ..checks import plural
-from .run import build
+from .run import build_rescaled
 from .arguments import number, output_folder
 from .settings import Names, settings_from
 
 METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
-REFERENCE_RATE = 1.0  # req/s: the base workload's rate when only the grid gives rates
 
 
 def in_file(check, config, *args):
@@ -88,18 +87,10 @@ def cmd_sweep(args) -> int:
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"{args.config}: repeats must be an integer >= 1, got {repeats!r}")
     out = output_folder(s["output"], names("output"))
-    try:
-        df, cfg = build(s, names)  # a trace's own timing: each grid rate re-scales it
-    except ValueError as e:
-        # a length-only set needs a rate to draw arrivals; each point re-scales it to its own
-        # (or, a grid of closed_loop_users, has users who ignore them). A fixed reference, not
-        # the grid's first rate: the base workload (which the resume fingerprint hashes) must
-        # not change when the grid's rates do
-        if s["rate"] is not None or "no arrival times" not in str(e) or (
-                "rate" not in grid and "closed_loop_users" not in grid):
-            raise
-        s = dict(s, rate=REFERENCE_RATE)
-        df, cfg = build(s, names)
+    # a trace's own timing, or a length-only set's arrivals at a reference rate: each grid
+    # rate re-scales them (a grid of closed_loop_users: its users ignore them)
+    (df, cfg), s = build_rescaled(s, names,
+                                  rescaled="rate" in grid or "closed_loop_users" in grid)
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads
         df = functools.partial(workloads.load, s["workload"], n=s["num_requests"],

@@ -235,6 +235,12 @@ def bin_iterations(iterations, bins=400):
     return out
 
 
+def _dot(num_points) -> dict:
+    """A line of one point is drawn as a dot: without a marker it is invisible (a run of one
+    iteration, such as one request of one token, drew empty axes)."""
+    return {"marker": "o", "markersize": 4} if num_points == 1 else {}
+
+
 def plot_timeline(result, path=None, bins=400):
     """Batch size and KV-cache usage over simulated time, binned (see the module docstring);
     saved to ``path`` and closed when given."""
@@ -245,11 +251,12 @@ def plot_timeline(result, path=None, bins=400):
     plt = _plt(path is not None)
     fig, axes = plt.subplots(2, 1, figsize=(12, 5.5), sharex=True)
     t = binned["t"].to_numpy()
+    dot = _dot(len(t))
     top, bottom = axes
     top.fill_between(t, binned["running_mean"], binned["running_max"], alpha=0.25, step="mid",
                      label="running, max in bin")
-    top.plot(t, binned["running_mean"], lw=1, label="running (mean)")
-    top.plot(t, binned["waiting_mean"], lw=1, label="waiting (mean)")
+    top.plot(t, binned["running_mean"], lw=1, label="running (mean)", **dot)
+    top.plot(t, binned["waiting_mean"], lw=1, label="waiting (mean)", **dot)
     top.set_ylim(bottom=0)
     top.set(ylabel="requests", title=f"batch size over time (max batch size "
                                      f"{result.config.max_batch_size:,}; {len(binned)} bins)")
@@ -257,7 +264,7 @@ def plot_timeline(result, path=None, bins=400):
     pct = 100.0 / result.kv_blocks
     bottom.fill_between(t, binned["kv_mean"] * pct, binned["kv_max"] * pct, alpha=0.25,
                         step="mid", label="max in bin")
-    bottom.plot(t, binned["kv_mean"] * pct, lw=1, label="mean")
+    bottom.plot(t, binned["kv_mean"] * pct, lw=1, label="mean", **dot)
     pre = binned[binned["num_preemptions"] > 0]
     if len(pre):
         bottom.scatter(pre["t"], pre["kv_max"] * pct, s=8, color="red", zorder=3,
@@ -280,8 +287,10 @@ def _cluster_timeline(result, path, bins):
     pct = 100.0 / result.kv_blocks
     for k, part in result.iterations.groupby("replica"):
         binned = bin_iterations(part, bins)
-        top.plot(binned["t"], binned["running_mean"], lw=0.9, label=f"running, replica {k}")
-        bottom.plot(binned["t"], binned["kv_mean"] * pct, lw=0.9)
+        dot = _dot(len(binned))
+        top.plot(binned["t"], binned["running_mean"], lw=0.9, label=f"running, replica {k}",
+                 **dot)
+        bottom.plot(binned["t"], binned["kv_mean"] * pct, lw=0.9, **dot)
     top.set_ylim(bottom=0)
     top.set(ylabel="requests (mean in bin)", title=f"batch size per replica (max batch size "
                                                     f"{result.config.max_batch_size:,})")

@@ -79,6 +79,9 @@ def _figures(result, slo) -> list:
         parts.append(_png(lambda buf: plot_timeline(result, buf)))
         if len(result.requests) <= GANTT_MAX and finished:
             parts.append(_png(lambda buf: plot_gantt(result, buf, max_requests=GANTT_MAX)))
+    if len(parts) == 1:  # (the heading alone read as figures lost)
+        parts.append("<p>No figure: no request finished and no iteration ran (every request "
+                     "was rejected at arrival).</p>")
     return parts
 
 
