@@ -112,7 +112,9 @@ def test_workload_describe_and_memory(tmp_path, capsys):
         accounting = kw.get("accounting", "vllm")
         size = {"vllm": 16, "sglang": 1, "tensorrt-llm": 32}[accounting]
         blocks = memory_budget("llama-3.1-8b", gb, block_size=size, **kw).kv_blocks
-        assert f"({blocks:,} blocks of {size})" in capsys.readouterr().out
+        out = capsys.readouterr().out  # (the whole blocks' tokens, not the bytes': review8)
+        assert f"= {blocks:,} blocks of {size} token{'s' * (size > 1)} ({blocks * size:,} " \
+               f"tokens;" in out
         if accounting == "tensorrt-llm":
             assert sim.SimConfig(scheduler="tensorrt-llm", model="llama-3.1-8b", gpu="h100",
                                  free_gpu_memory_fraction=0.5, token_budget=2048
@@ -120,7 +122,7 @@ def test_workload_describe_and_memory(tmp_path, capsys):
     assert main(["memory", "llama-3.1-8b", "--accounting", "sglang"]) == 0
     pages = sim.SimConfig(scheduler="sglang", model="llama-3.1-8b", gpu="h100"
                           ).resolved_kv_blocks()
-    assert f"({pages:,} blocks of 1)" in capsys.readouterr().out
+    assert f"= {pages:,} blocks of 1 token ({pages:,} tokens;" in capsys.readouterr().out
     assert memory_budget("llama-3.1-8b", gb).kv_blocks == 28_343  # the README's pool
 
 

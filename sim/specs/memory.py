@@ -267,8 +267,9 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
         seqs = blocks // blocks_needed(advice_seq_len, block_size)
         advice = (f"fits: weights take {weights / GiB:.2f} GiB of {budget / GiB:.2f} GiB "
                   f"{parts[0].name} on {each_gpu(tp)}; the KV cache gets "
-                  f"{kv / GiB:.2f} GiB per GPU = {tokens:,} tokens ({blocks:,} blocks of "
-                  f"{block_size}), room for {plural(seqs, 'sequence')} of "
+                  f"{kv / GiB:.2f} GiB per GPU = {blocks:,} blocks of "
+                  f"{plural(block_size, 'token')} ({blocks * block_size:,} tokens; the bytes "
+                  f"alone would hold {tokens:,}), room for {plural(seqs, 'sequence')} of "
                   f"{advice_seq_len:,} tokens.")
     else:
         short = per_token * block_size - sum(t.bytes for t in parts)
