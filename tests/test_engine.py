@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -331,8 +333,18 @@ def test_kv_blocks_beside_a_utilization_is_refused_not_ignored(scheduler):
         SimConfig(scheduler=scheduler, kv_blocks=300, gpu_memory_utilization=0.5)
     cfg = SimConfig(scheduler=scheduler, kv_blocks=300).resolved()
     assert (cfg.kv_blocks, cfg.gpu_memory_utilization) == (300, None)
-    assert SimConfig(scheduler=scheduler).resolved().gpu_memory_utilization == (
-        None if scheduler == "sglang" else 0.9)
+    resolved = SimConfig(scheduler=scheduler).resolved()
+    assert resolved.gpu_memory_utilization == (None if scheduler == "sglang" else 0.9)
+    # an override of the pool's size replaces the config's way of sizing it: a run's resolved
+    # config (its utilization filled in) with kv_blocks, in run's keywords and in a sweep
+    df = _df([0, 0.1], [40, 50], [3, 4])
+    res = run(df, resolved, kv_blocks=300, cost_model=ConstantCost(0.01))
+    assert res.kv_blocks == 300 and res.config.gpu_memory_utilization is None
+    table = sim.sweep(df, {"kv_blocks": [300, 400]}, base=resolved, workers=1, progress=False)
+    assert table["error"].tolist() == ["", ""] and table["kv_blocks"].tolist() == [300, 400]
+    if scheduler != "sglang":  # (its pool: mem_fraction_static, no utilization filled in)
+        with pytest.raises(ValueError, match="sizes the KV pool, which kv_blocks=300 gives"):
+            dataclasses.replace(resolved, kv_blocks=300)  # (replace itself: both set)
 
 
 def test_records_input_and_user_callable_cost():

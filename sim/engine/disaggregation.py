@@ -30,7 +30,8 @@ request decodes there.
   bandwidth, latency). A one-token request finishes at its prefill (no transfer).
 - Each pool is the run's config with its overrides (``prefill={...}``, ``decode={...}``: any of
   ``scheduler``, ``cost_model``, ``max_batch_size``, ``chunk_size``, ``token_budget``,
-  ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``); the model, block
+  ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``; one that sizes the
+  KV pool replaces the run's way of sizing it: ``sim.engine.config.override``); the model, block
   size and prefix caching are the run's (the KV and its block keys mean the same on both
   sides).
 
@@ -61,20 +62,6 @@ SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weigh
                 "kv_dtype",
                 "speculative", "replicas", "router", "disaggregation", "closed_loop",
                 "request_path", "seed", "progress", "check")
-
-
-def _sized(over: dict) -> dict:
-    """A pool's overrides, where one that sizes its KV pool (``kv_blocks``,
-    ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the run's way of
-    sizing it: the run's other sizing knobs are cleared for that pool (else ``kv_blocks``
-    beside the run's utilization would be refused, or the run's ``kv_blocks`` would ignore
-    the pool's utilization)."""
-    if not any(k in over for k in _SIZING):
-        return over
-    return {**{k: None for k in _SIZING}, **over}
-
-
-_SIZING = ("kv_blocks", "gpu_memory_utilization", "free_gpu_memory_fraction")
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +106,8 @@ class Disaggregation:
         same = {} if shared is None else {"block_size": shared.block_size,
                                           "prefix_caching": shared.prefix_caching}
         base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
-        return tuple(dataclasses.replace(base, replicas=n, **_sized(dict(over))) for n, over in (
+        from .config import override  # (config imports this module)
+        return tuple(override(base, replicas=n, **dict(over)) for n, over in (
             (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
 
     def fleet(self, config) -> tuple:

@@ -58,7 +58,7 @@ from ..results.metrics import Result
 from .batch import decode_pricer
 from .clients import ClosedLoopClients, conversations
 from .cluster import delay_until, new_replica, reject_too_long, run_cluster
-from .config import SimConfig, as_config
+from .config import SimConfig, as_config, override
 from .disaggregation import run_disaggregated
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
@@ -144,7 +144,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     ``run(df, scheduler="continuous", cost_model=LinearCost(...), max_batch_size=64)``.
     """
     config = as_config(config)
-    config = dataclasses.replace(config, **overrides) if overrides else config
+    config = override(config, **overrides) if overrides else config
     given = config
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
