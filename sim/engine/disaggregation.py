@@ -115,12 +115,18 @@ class Disaggregation:
         overrides (validated as any config). ``shared``: the run's resolved config, whose
         ``block_size`` and ``prefix_caching`` both pools take; the knobs ``config`` leaves
         ``None`` take each pool's scheduler's defaults (an SGLang pool its own chunk size and
-        batch size, whatever the run's scheduler)."""
+        batch size, whatever the run's scheduler). An error names the pool it is about."""
         same = {} if shared is None else {"block_size": shared.block_size,
                                           "prefix_caching": shared.prefix_caching}
         base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
-        return tuple(dataclasses.replace(base, replicas=n, **_sized(dict(over))) for n, over in (
-            (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
+        pools = []
+        for pool, n, over in (("prefill", self.prefill_replicas, self.prefill),
+                              ("decode", self.decode_replicas, self.decode)):
+            try:
+                pools.append(dataclasses.replace(base, replicas=n, **_sized(dict(over))))
+            except (ValueError, TypeError) as e:  # (the run's knob, or the pool's own)
+                raise type(e)(f"{pool}: {e}") from None
+        return tuple(pools)
 
     def fleet(self, config) -> tuple:
         """``(replicas, GPUs)`` of both pools together. Read from the overrides, not by
