@@ -146,7 +146,9 @@ def _seed(seed):
 
 
 def least_outstanding(request, replicas, now) -> int:
-    """The replica with the fewest queued + running requests (lowest index on ties)."""
+    """The replica with the fewest outstanding requests, ``ReplicaView.num_outstanding``:
+    queued + running (+ on a decode replica those whose KV has not landed); lowest index on
+    ties."""
     best, best_load = 0, None
     for v in replicas:
         load = v.num_outstanding
