@@ -191,6 +191,13 @@ def test_an_error_in_a_pools_config_names_the_pool():
                                          r"pool, which kv_blocks=30 gives"):
         run(pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": 8,
                           "num_output_tokens": 2}), SimConfig(disaggregation=d))
+    # one found when the pool's KV pool is sized: vLLM's utilization in an SGLang pool
+    d = Disaggregation(1, 1, decode={"scheduler": "sglang"})
+    with pytest.raises(ValueError, match=r"^decode: gpu_memory_utilization=0.5 is vLLM's "
+                                         r"setting: the 'sglang' scheduler"):
+        run(pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": 8,
+                          "num_output_tokens": 2}),
+            SimConfig(scheduler="vllm", gpu_memory_utilization=0.5, disaggregation=d))
 
 
 @pytest.mark.parametrize("prefill, decode", [("static", "orca"), ("orca", "tensorrt-llm"),

@@ -262,10 +262,14 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
     from .schedulers import resolve
     disagg = config.disaggregation
     pools = []
-    for cfg in disagg.pool_configs(given or config, shared=config):
-        cfg, policy = resolve(cfg)
-        pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
-                             cfg.resolved_kv_blocks(), requests, process, submit,
+    for name, cfg in zip(("prefill", "decode"),
+                         disagg.pool_configs(given or config, shared=config)):
+        try:  # (checked as late as a run's own pool: an error names its pool)
+            cfg, policy = resolve(cfg)
+            cost, kv_blocks = cfg.resolved_cost_model(), cfg.resolved_kv_blocks()
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{name}: {e}") from None
+        pools.append(Cluster(env, cfg, policy, cost, kv_blocks, requests, process, submit,
                              stream=sum(len(p.replicas) for p in pools),
                              cache_unit=cache_unit, max_model_len=max_model_len))
     prefill, decode = pools
