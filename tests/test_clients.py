@@ -37,6 +37,24 @@ def test_conversations_group_by_session_in_order_of_first_turns():
     assert conversations(df.drop(columns="session_id"), reqs) is None
 
 
+@pytest.mark.parametrize("dtype", ["Int64", "string", "category", object])
+def test_missing_session_ids_of_any_dtype_are_conversations_of_their_own(dtype):
+    # (review9) a nullable column (Int64, string: pd.NA) raised "boolean value of NA is
+    # ambiguous" from the NaN test (s != s)
+    ids = [1, 2, None, 1, None] if dtype == "Int64" else ["b", "a", None, "b", None]
+    df = pd.DataFrame({"session_id": pd.Series(ids, dtype=dtype)})
+    assert conversations(df, list("01234")) == [["0", "3"], ["1"], ["2"], ["4"]]
+
+
+def test_an_unhashable_session_id_is_an_error_naming_the_column_and_row():
+    # (review9) a list as an id raised "unhashable type: 'list'" from inside the run
+    df = pd.DataFrame({"arrival_time": [0.0, 0.0], "num_prompt_tokens": 8,
+                       "num_output_tokens": 2, "session_id": [1, [2]]})
+    with pytest.raises(TypeError, match=r"^workload column session_id: row 1 holds \[2\], "
+                                        r"not an id"):
+        run(df, cost_model=COST, closed_loop=wl.ClosedLoop(2))
+
+
 @pytest.mark.parametrize("think", [0.0, 0.05])
 def test_a_turn_waits_for_the_previous_turns_answer(think):
     # before: users took requests in workload order, so with 8 users turn 2 of a conversation

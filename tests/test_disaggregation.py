@@ -178,6 +178,28 @@ def test_a_pools_own_sizing_replaces_the_runs():
     assert dec.resolved_kv_blocks() == half
 
 
+def test_an_error_in_a_pools_config_names_the_pool():
+    # (review9) the run's tensorrt-llm fraction reaches a decode pool that runs vLLM's
+    # accounting: refused, but the message named no pool (the user set it for the run)
+    d = Disaggregation(1, 1, decode={"scheduler": "vllm"})
+    cfg = SimConfig(scheduler="tensorrt-llm", free_gpu_memory_fraction=0.8, disaggregation=d)
+    with pytest.raises(ValueError, match=r"^decode: free_gpu_memory_fraction=0.8 is read only "
+                                         r"by the tensorrt-llm memory accounting"):
+        d.pool_configs(cfg)
+    d = Disaggregation(1, 1, prefill={"kv_blocks": 30, "gpu_memory_utilization": 0.5})
+    with pytest.raises(ValueError, match=r"^prefill: gpu_memory_utilization=0.5 sizes the KV "
+                                         r"pool, which kv_blocks=30 gives"):
+        run(pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": 8,
+                          "num_output_tokens": 2}), SimConfig(disaggregation=d))
+    # one found when the pool's KV pool is sized: vLLM's utilization in an SGLang pool
+    d = Disaggregation(1, 1, decode={"scheduler": "sglang"})
+    with pytest.raises(ValueError, match=r"^decode: gpu_memory_utilization=0.5 is vLLM's "
+                                         r"setting: the 'sglang' scheduler"):
+        run(pd.DataFrame({"arrival_time": [0.0], "num_prompt_tokens": 8,
+                          "num_output_tokens": 2}),
+            SimConfig(scheduler="vllm", gpu_memory_utilization=0.5, disaggregation=d))
+
+
 @pytest.mark.parametrize("prefill, decode", [("static", "orca"), ("orca", "tensorrt-llm"),
                                              ("sglang", "continuous")])
 def test_a_result_of_pools_with_their_own_schedulers_summarises(prefill, decode):

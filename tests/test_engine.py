@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import sim
 from workloads import ClosedLoop
 from sim import simulate_continuous_batching, simulate_static_batching
+from sim.constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import ChunkedPrefill, ContinuousBatching, SimConfig, StaticBatching, run
 from sim.engine.request import DECODE, PREFILL
@@ -333,7 +334,7 @@ def test_kv_blocks_beside_a_utilization_is_refused_not_ignored(scheduler):
         SimConfig(scheduler=scheduler, kv_blocks=300, gpu_memory_utilization=0.5)
     cfg = SimConfig(scheduler=scheduler, kv_blocks=300).resolved()
     assert (cfg.kv_blocks, cfg.gpu_memory_utilization) == (300, None)
-    resolved = SimConfig(scheduler=scheduler).resolved()
+    resolved = SimConfig(scheduler=scheduler, model="llama-3.1-8b").resolved()
     assert resolved.gpu_memory_utilization == (None if scheduler == "sglang" else 0.9)
     # an override of the pool's size replaces the config's way of sizing it: a run's resolved
     # config (its utilization filled in) with kv_blocks, in run's keywords and in a sweep
@@ -345,6 +346,29 @@ def test_kv_blocks_beside_a_utilization_is_refused_not_ignored(scheduler):
     if scheduler != "sglang":  # (its pool: mem_fraction_static, no utilization filled in)
         with pytest.raises(ValueError, match="sizes the KV pool, which kv_blocks=300 gives"):
             dataclasses.replace(resolved, kv_blocks=300)  # (replace itself: both set)
+
+
+@pytest.mark.parametrize("scheduler, knob", [("chunked", "gpu_memory_utilization"),
+                                             ("vllm", "gpu_memory_utilization"),
+                                             ("tensorrt-llm", "free_gpu_memory_fraction")])
+def test_a_memory_fraction_without_a_model_sizes_the_default_models_pool(scheduler, knob):
+    """(review9) Without model or gpu the pool was the cheat sheet's 1,800 blocks whatever the
+    fraction: SimConfig(gpu_memory_utilization=0.5) and 0.9 ran the same pool (a sweep over it
+    gave identical points). A fraction given sizes the pool from the budget of the default
+    model on the default GPU, as sim run (whose --model defaults to it) does; the cheat
+    sheet's pool records no fraction (none is read)."""
+    sizes = {}
+    for f in (0.5, 0.9):
+        cfg = SimConfig(scheduler=scheduler, **{knob: f})
+        sizes[f] = cfg.resolved_kv_blocks()
+        assert sizes[f] == SimConfig(scheduler=scheduler, model="llama-3.1-8b", gpu="h100",
+                                     **{knob: f}).resolved_kv_blocks()
+        assert getattr(cfg.resolved(), knob) == f
+        assert cfg.resolved().resolved_kv_blocks() == sizes[f]
+    assert sizes[0.5] < sizes[0.9] / 1.5
+    cheat = SimConfig(scheduler=scheduler).resolved()
+    assert (cheat.gpu_memory_utilization, cheat.free_gpu_memory_fraction) == (None, None)
+    assert cheat.resolved_kv_blocks() == KV_BLOCKS_AVAILABLE * KV_BLOCK_SIZE // cheat.block_size
 
 
 def test_records_input_and_user_callable_cost():

@@ -235,6 +235,29 @@ def test_parallel_block_reduced_twice_pays_one_more_all_reduce_per_layer():
         assert a.linear_time(t, 0) == b.linear_time(t, 0)
 
 
+def test_roofline_costs_that_price_differently_repr_differently():
+    """(review9) A sweep keys grid values by repr: RooflineCost's named the model, GPU, TP and
+    weights only, so a grid of the default and parallel_block_allreduces=2 (or kv_dtype fp8)
+    read as one value and gave every row the same point's result. The shipped prices' repr is
+    unchanged; a kv dtype other than 2 bytes and each term that differs from the fitted ones
+    are in it."""
+    import pandas as pd
+    from sim import SimConfig
+    from sim.tools.sweep import sweep
+    base = RooflineCost("falcon-40b", "a100", tensor_parallel=4)
+    assert repr(base) == "RooflineCost('falcon-40b', 'A100-80GB-SXM', tp=4, weights=fp16)"
+    two = RooflineCost("falcon-40b", "a100", tensor_parallel=4,
+                       params=dataclasses.replace(base.params, parallel_block_allreduces=2))
+    fp8 = RooflineCost("falcon-40b", "a100", tensor_parallel=4, kv_dtype="fp8")
+    assert repr(two).endswith("weights=fp16, params(parallel_block_allreduces=2))")
+    assert repr(fp8).endswith("weights=fp16, kv=fp8)")
+    df = pd.DataFrame({"arrival_time": np.arange(6) * 0.05, "num_prompt_tokens": 512,
+                       "num_output_tokens": 4})
+    table = sweep(df, {"cost_model": [base, two]}, base=SimConfig(kv_blocks=2000), workers=1,
+                  progress=False)
+    assert table["ttft_mean"].iloc[1] > table["ttft_mean"].iloc[0] * 1.1
+
+
 def test_mla_gemm_flops_of_one_token_are_twice_its_weights():
     m = ModelConfig("mla", **MLA)
     h, heads, q_lora, kv_lora, nope, rope, v = 64, 4, 32, 16, 8, 4, 8

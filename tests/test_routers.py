@@ -285,10 +285,20 @@ def test_router_objects_with_settings_are_told_apart_by_their_repr():
     assert table["prefix_hit_rate"].nunique() == 2
 
 
-@pytest.mark.parametrize("make", [RoundRobin, lambda: Random(7)])
+class _Counting(RoundRobin):
+    """A user's round robin (a subclass): copied fresh as RoundRobin itself is."""
+
+
+class _Drawing(Random):
+    pass
+
+
+@pytest.mark.parametrize("make", [RoundRobin, lambda: Random(7), _Counting,
+                                  lambda: _Drawing(7)])
 def test_round_robin_and_random_instances_start_each_run_afresh(make):
     # SimConfig(router=Random(7)) ran the second time from where the first run's generator
-    # stopped (and a RoundRobin from its counter): same config, same seed, other routing
+    # stopped (and a RoundRobin from its counter): same config, same seed, other routing;
+    # (review9) so did an instance of a subclass ([2, 0, 1, 2, 0] the second time)
     import pandas as pd
     from sim.engine import run
     df = pd.DataFrame({"arrival_time": np.arange(5) * 0.01, "num_prompt_tokens": 32,
@@ -301,6 +311,55 @@ def test_round_robin_and_random_instances_start_each_run_afresh(make):
     else:  # the instance's own seed, as the name's "random" with seed=7
         assert first == run(df, SimConfig(replicas=3, router="random", seed=7)
                             ).requests["replica"].tolist()
+
+
+@pytest.mark.parametrize("make", [_Counting, lambda: _Drawing(7)])
+def test_a_subclass_instance_routes_each_pool_of_a_disaggregated_run_afresh(make):
+    # (review9) a subclass of RoundRobin was used as is: the prefill and decode pools shared
+    # one counter (prefill replicas 0, 1, 1, 1, 1)
+    import math
+    import pandas as pd
+    from sim.engine import Disaggregation, run
+    df = pd.DataFrame({"arrival_time": np.arange(5) * 0.01, "num_prompt_tokens": 32,
+                       "num_output_tokens": 4})
+    d = Disaggregation(2, 3, link_bandwidth_gbps=math.inf)
+    router = make()
+    plain = RoundRobin() if isinstance(router, RoundRobin) else Random(7)
+    got = run(df, SimConfig(router=router, disaggregation=d)).requests
+    pd.testing.assert_frame_equal(got, run(df, SimConfig(router=plain, disaggregation=d)
+                                           ).requests)
+    if isinstance(router, RoundRobin):
+        assert got["prefill_replica"].tolist() == [0, 1, 0, 1, 0]
+
+
+def test_a_sweep_tells_random_seeds_apart():
+    # (review9) a grid of Random(1), Random(2), Random(3) read as one value (each repr was
+    # '<...Random object>' once the address is dropped): three rows of one point's result
+    import pandas as pd
+    from sim.engine import run
+    from sim.tools.sweep import sweep
+    df = pd.DataFrame({"arrival_time": np.arange(9) * 0.01, "num_prompt_tokens": 32,
+                       "num_output_tokens": 4})
+    routers = [Random(1), Random(2), Random(3)]
+    table = sweep(df, {"router": routers}, base=SimConfig(replicas=3), workers=1,
+                  progress=False)
+    assert list(map(repr, table["router"])) == ["Random(seed=1)", "Random(seed=2)",
+                                                "Random(seed=3)"]
+    want = [run(df, SimConfig(replicas=3, router=r)).summary()["ttft_mean"] for r in routers]
+    assert table["ttft_mean"].tolist() == want and len(set(want)) == 3
+    assert repr(RoundRobin()) == "RoundRobin()" and repr(Random([1, 2])) == "Random(seed=[1, 2])"
+
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5, "7", np.random.SeedSequence(4),
+                                  np.random.default_rng(5), [1, None]])
+def test_random_takes_an_int_seed_or_a_sequence_of_them(seed):
+    # (review9) Random(None) drew from fresh entropy (a run not repeatable) and, like a
+    # SeedSequence or a Generator, broke a disaggregated run with "object of type 'NoneType'
+    # has no len()"; a Generator was shared by every copy (runs went on from each other)
+    with pytest.raises((TypeError, ValueError), match=r"^Random seed must be an int >= 0 or a "
+                                                      r"sequence of them"):
+        Random(seed)
+    assert Random(np.int64(3)).seed == 3 and Random((1, 2)).seed == [1, 2]
 
 
 def test_cache_aware_instance_starts_each_run_empty():

@@ -191,7 +191,9 @@ def add_run_args(p):
                    help="disaggregation: latency of each KV transfer, >= 0 (default 0)")
     p.add_argument("--closed-loop", type=int, dest="closed_loop_users", metavar="USERS",
                    help="closed loop with this many users, >= 1, each sending its next request "
-                        "when the last one finished (default: open loop, the trace's arrivals)")
+                        "when the last one finished (a workload with a session_id column: the "
+                        "next turn of the conversation it holds) (default: open loop, the "
+                        "trace's arrivals)")
     p.add_argument("--think-time", type=float, dest="think_time", metavar="SECONDS",
                    help="closed loop: pause between a user's requests, >= 0 (default 0)")
     p.add_argument("--spec-tokens", type=int, dest="spec_num_speculative_tokens", metavar="K",

@@ -86,6 +86,7 @@ on the number of tokens, so it is memoised per token count (the hot path is a di
 
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from importlib import resources
 
@@ -150,6 +151,7 @@ class RooflineCost:
                                                                  tensor_parallel))
         self.weight_dtype = weight_dtype
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
+        self.kv_dtype = kv_dtype
         self.params = params or fitted_params(self.gpu_key)
         # weight bytes a GEMM reads per weight; int4 adds its groups' fp16 scale and zero
         self.wb = bytes_per_value("weight_dtype", weight_dtype)
@@ -484,6 +486,11 @@ class RooflineCost:
             return base + (d if d > floor else floor)
         return price
 
-    def __repr__(self):
+    def __repr__(self):  # what prices differ by (a sweep keys grid values by repr)
+        kv = f", kv={self.kv_dtype}" if self.kvb != 2 else ""
+        fitted = fitted_params(self.gpu_key)
+        own = ", ".join(f"{f.name}={getattr(self.params, f.name)!r}"
+                        for f in dataclasses.fields(self.params)
+                        if getattr(self.params, f.name) != getattr(fitted, f.name))
         return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, "
-                f"weights={self.weight_dtype})")
+                f"weights={self.weight_dtype}{kv}" + (f", params({own})" if own else "") + ")")

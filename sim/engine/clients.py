@@ -28,16 +28,22 @@ from functools import partial
 
 def conversations(df, requests):
     """``requests`` grouped by the workload's ``session_id`` column, in order of each
-    conversation's first request, turns in workload order (a request without an id is a
-    conversation of its own); None when there is no such column."""
+    conversation's first request, turns in workload order (a request without an id - None,
+    NaN, ``pd.NA`` - is a conversation of its own); None when there is no such column. An id
+    that is no dict key (a list) is a ``TypeError`` naming its row."""
     if "session_id" not in df.columns:
         return None
     groups, order = {}, []
-    for r, s in zip(requests, df["session_id"].tolist()):
-        if s is None or s != s:  # None or NaN: no conversation
+    ids = df["session_id"]
+    for row, (r, s, missing) in enumerate(zip(requests, ids.tolist(), ids.isna().tolist())):
+        if missing:  # no conversation
             order.append([r])
             continue
-        turns = groups.get(s)
+        try:
+            turns = groups.get(s)
+        except TypeError:
+            raise TypeError(f"workload column session_id: row {row} holds {s!r}, not an id "
+                            f"(a conversation's id is a number or a string)") from None
         if turns is None:
             turns = groups[s] = []
             order.append(turns)

@@ -9,12 +9,14 @@ validated by the policy, and one set for a policy that does not use it is an err
 silently ignored (``free_gpu_memory_fraction`` with a scheduler whose memory accounting does
 not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with
 every knob filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``:
-derived from ``memory_budget(model, gpu)`` when either is given or a precision is not 2 bytes
-(a given ``kv_blocks`` beside ``gpu_memory_utilization`` or ``free_gpu_memory_fraction``, which
-it would leave unread, is an error; the resolved config then has no utilization filled in)
-(the others taking their defaults), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of
-16 tokens (as many tokens at another ``block_size``). ``cost_model=None``: the roofline model
-of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
+derived from ``memory_budget(model, gpu)`` (the others taking their defaults) when either is
+given, a precision is not 2 bytes, a draft model shares the GPUs or a memory fraction
+(``gpu_memory_utilization``, ``free_gpu_memory_fraction``) is given
+(:meth:`SimConfig.pool_from_budget`), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of
+16 tokens (as many tokens at another ``block_size``), whose resolved config fills no fraction
+in (none is read). A given ``kv_blocks`` beside a memory fraction, which it would leave
+unread, is an error (its resolved config fills none in either). ``cost_model=None``: the
+roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
 
 Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
 and the largest batch (``memory_budget``) and set the default cost model's bytes moved and
@@ -228,8 +230,9 @@ class SimConfig:
         sched = self.scheduler  # whose memory accounting sizes the pool (_accounting; a
         # policy object with memory_accounting = "tensorrt-llm" carries its own fraction)
         policy, accounting = self._accounting()
+        budget = self.pool_from_budget()
         if self.block_size is None or (self.gpu_memory_utilization is None
-                                       and accounting == "vllm"):
+                                       and accounting == "vllm" and budget):
             return self.resolved().resolved_kv_blocks()
         if accounting != "vllm" and self.gpu_memory_utilization is not None:
             raise ValueError(
@@ -238,9 +241,7 @@ class SimConfig:
                 f"{accounting}'s accounting (sim memory --accounting {accounting} shows the "
                 f"terms); give kv_blocks to set the pool yourself")
         draft = self.speculative.draft_model if self.speculative is not None else None
-        if (self.model is not None or self.gpu is not None  # the others take their defaults
-                or self.weight_dtype not in _TWO_BYTES or self.kv_dtype not in _TWO_BYTES
-                or draft is not None):
+        if budget:  # (model, gpu and the rest: each given, or its default)
             from ..specs.gpus import get_gpu
             from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
             from ..specs.models import get_model
@@ -289,6 +290,17 @@ class SimConfig:
         # the cheat sheet's pool holds KV_BLOCKS_AVAILABLE blocks of KV_BLOCK_SIZE tokens: as
         # many tokens at any block size (SGLang's page size 1 would otherwise get 1,800 tokens)
         return max(1, KV_BLOCKS_AVAILABLE * KV_BLOCK_SIZE // self.block_size)
+
+    def pool_from_budget(self) -> bool:
+        """Whether the KV pool (``kv_blocks`` not given) is sized from the memory budget of
+        the model on the GPU: when either is given, a precision is not 2 bytes, a draft model
+        shares the GPUs, or a memory fraction (``gpu_memory_utilization``,
+        ``free_gpu_memory_fraction``) is given, which only the budget reads; else it is the
+        cheat sheet's pool (and the resolved config fills no fraction in: none is read)."""
+        return (self.model is not None or self.gpu is not None
+                or self.weight_dtype not in _TWO_BYTES or self.kv_dtype not in _TWO_BYTES
+                or getattr(self.speculative, "draft_model", None) is not None
+                or any(getattr(self, knob) is not None for knob in POOL_SIZING))
 
     def resolved_cost_model(self):
         """The cost model a run prices iterations with: ``cost_model``, else the roofline of

@@ -102,13 +102,19 @@ class Disaggregation:
         overrides (validated as any config). ``shared``: the run's resolved config, whose
         ``block_size`` and ``prefix_caching`` both pools take; the knobs ``config`` leaves
         ``None`` take each pool's scheduler's defaults (an SGLang pool its own chunk size and
-        batch size, whatever the run's scheduler)."""
+        batch size, whatever the run's scheduler). An error names the pool it is about."""
         same = {} if shared is None else {"block_size": shared.block_size,
                                           "prefix_caching": shared.prefix_caching}
         base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
         from .config import override  # (config imports this module)
-        return tuple(override(base, replicas=n, **dict(over)) for n, over in (
-            (self.prefill_replicas, self.prefill), (self.decode_replicas, self.decode)))
+        pools = []
+        for pool, n, over in (("prefill", self.prefill_replicas, self.prefill),
+                              ("decode", self.decode_replicas, self.decode)):
+            try:
+                pools.append(override(base, replicas=n, **dict(over)))
+            except (ValueError, TypeError) as e:  # (the run's knob, or the pool's own)
+                raise type(e)(f"{pool}: {e}") from None
+        return tuple(pools)
 
     def fleet(self, config) -> tuple:
         """``(replicas, GPUs)`` of both pools together. Read from the overrides, not by
@@ -244,10 +250,14 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
     from .schedulers import resolve
     disagg = config.disaggregation
     pools = []
-    for cfg in disagg.pool_configs(given or config, shared=config):
-        cfg, policy = resolve(cfg)
-        pools.append(Cluster(env, cfg, policy, cfg.resolved_cost_model(),
-                             cfg.resolved_kv_blocks(), requests, process, submit,
+    for name, cfg in zip(("prefill", "decode"),
+                         disagg.pool_configs(given or config, shared=config)):
+        try:  # (checked as late as a run's own pool: an error names its pool)
+            cfg, policy = resolve(cfg)
+            cost, kv_blocks = cfg.resolved_cost_model(), cfg.resolved_kv_blocks()
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"{name}: {e}") from None
+        pools.append(Cluster(env, cfg, policy, cost, kv_blocks, requests, process, submit,
                              stream=sum(len(p.replicas) for p in pools),
                              cache_unit=cache_unit, max_model_len=max_model_len))
     prefill, decode = pools

@@ -24,7 +24,9 @@ request's arrival, and queues the request at ``replicas[index]``. The named rout
 
 Ties go to the lowest index. Each run builds its named router anew (:func:`make_router`), so
 stateful routers (round robin's counter, random's generator) never carry state between runs;
-a :class:`RoundRobin` or :class:`Random` instance passed in is copied fresh the same way. Any
+a :class:`RoundRobin` or :class:`Random` instance passed in (or one of a subclass) is copied
+fresh the same way, its counter at 0, its generator from its seed (an int or a sequence of
+ints: ``Random(seed=...)``, the seed in its repr, as a sweep's grid needs). Any
 other callable passed in is used as is; so is the ``route`` method of an object that has one
 (``SimConfig(router=MyRouter())``, ``class MyRouter: def route(self, request, replicas, now)``).
 A :class:`CacheAware` instance (how its thresholds are set) keeps its trees per pool of
@@ -33,6 +35,7 @@ replicas, so it too starts each run empty.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections import OrderedDict
 
@@ -104,6 +107,9 @@ class RoundRobin:
     def __init__(self):
         self.next = 0
 
+    def __repr__(self):  # (a sweep keys grid values by repr)
+        return f"{type(self).__name__}()"
+
     def __call__(self, request, replicas, now) -> int:
         i = self.next % len(replicas)
         self.next = i + 1
@@ -116,15 +122,33 @@ class Random:
     name = "random"
 
     def __init__(self, seed=0):
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)  # an int, or a sequence of ints
+        self.seed = _seed(seed)
+        self.rng = np.random.default_rng(self.seed)
+
+    def __repr__(self):  # its seed: how a sweep tells two grid values apart
+        return f"{type(self).__name__}(seed={self.seed!r})"
 
     def __call__(self, request, replicas, now) -> int:
         return int(self.rng.integers(len(replicas)))
 
 
+def _seed(seed):
+    """``seed`` as an int >= 0 or a list of them (what a fresh copy and the decode pool's
+    stream re-seed from); else a ``TypeError``: not None (fresh entropy: a run would not
+    repeat), nor a ``Generator`` or ``SeedSequence`` (state every copy would share)."""
+    items = list(seed) if isinstance(seed, (list, tuple)) else [seed]
+    if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 0
+               for v in items) or not items:
+        raise TypeError(f"Random seed must be an int >= 0 or a sequence of them (a run "
+                        f"repeats from its seed), got {seed!r}")
+    items = [int(v) for v in items]
+    return items if isinstance(seed, (list, tuple)) else items[0]
+
+
 def least_outstanding(request, replicas, now) -> int:
-    """The replica with the fewest queued + running requests (lowest index on ties)."""
+    """The replica with the fewest outstanding requests, ``ReplicaView.num_outstanding``:
+    queued + running (+ on a decode replica those whose KV has not landed); lowest index on
+    ties."""
     best, best_load = 0, None
     for v in replicas:
         load = v.num_outstanding
@@ -337,14 +361,17 @@ def make_router(router, seed: int = 0, stream: int = 0):
     """A fresh router for one pool of one run (``stream`` 1: a disaggregated run's decode
     pool): a name from :data:`ROUTERS` (``random`` seeded by ``seed``, ``[seed, stream]`` for
     a pool other than the first), a fresh copy of a :class:`RoundRobin` or :class:`Random`
-    instance given (its counter at 0, its generator from its own seed, so a run never goes on
-    from where an earlier run with the instance stopped), else the callable given or the
-    ``route`` method of the object given."""
+    instance given, or of one of a subclass (its counter at 0, its generator from its own
+    seed, so a run never goes on from where an earlier run with the instance stopped), else
+    the callable given or the ``route`` method of the object given."""
     check_router(router)
-    if type(router) is RoundRobin:
-        return RoundRobin()
-    if type(router) is Random:
-        return Random(_stream(router.seed, stream))
+    if isinstance(router, (RoundRobin, Random)):  # (a subclass too: a copy, its state reset)
+        fresh = copy.copy(router)
+        if isinstance(router, RoundRobin):
+            fresh.next = 0
+        else:
+            fresh.rng = np.random.default_rng(_stream(router.seed, stream))
+        return fresh
     if not isinstance(router, str):
         return router if callable(router) else router.route
     name = router.strip().lower()

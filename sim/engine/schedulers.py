@@ -30,14 +30,16 @@ POLICIES = {
 
 
 # knobs that size the KV pool from the memory budget: unused (not filled in) when kv_blocks
-# gives the pool, and refused beside it (SimConfig)
+# gives the pool, and refused beside it (SimConfig), or when the pool is the cheat sheet's
+# (SimConfig.pool_from_budget: given, one makes the pool the budget's)
 POOL_SIZING = ("gpu_memory_utilization", "free_gpu_memory_fraction")
 
 
 def _fill(config, defaults):
+    unread = config.kv_blocks is not None or not config.pool_from_budget()
     missing = {k: v for k, v in defaults.items()  # (a None default: the knob is unused)
                if v is not None and getattr(config, k) is None
-               and not (k in POOL_SIZING and config.kv_blocks is not None)}  # (a given pool)
+               and not (k in POOL_SIZING and unread)}  # (a given or the cheat sheet's pool)
     return dataclasses.replace(config, **missing) if missing else config
 
 
