@@ -37,6 +37,18 @@ def test_conversations_group_by_session_in_order_of_first_turns():
     assert conversations(df.drop(columns="session_id"), reqs) is None
 
 
+def test_a_turn_column_orders_a_conversations_turns():
+    # (review9: turns followed workload order, the turn column unread) a file whose rows are
+    # not in turn order within a session: the turns go out in turn order, ties as written
+    from types import SimpleNamespace
+    df = pd.DataFrame({"session_id": ["a", "b", "a", "a", "b"], "turn": [2, 0, 0, 1, 0]})
+    reqs = [SimpleNamespace(index=i) for i in range(5)]
+    got = [[r.index for r in c] for c in conversations(df, reqs)]
+    assert got == [[2, 3, 0], [1, 4]]
+    gaps = df.assign(turn=[2, 0, None, 1, 0])  # a turn missing: workload order
+    assert [[r.index for r in c] for c in conversations(gaps, reqs)] == [[0, 2, 3], [1, 4]]
+
+
 @pytest.mark.parametrize("dtype", ["Int64", "string", "category", object])
 def test_missing_session_ids_of_any_dtype_are_conversations_of_their_own(dtype):
     # (review9) a nullable column (Int64, string: pd.NA) raised "boolean value of NA is

@@ -28,9 +28,11 @@ from functools import partial
 
 def conversations(df, requests):
     """``requests`` grouped by the workload's ``session_id`` column, in order of each
-    conversation's first request, turns in workload order (a request without an id - None,
-    NaN, ``pd.NA`` - is a conversation of its own); None when there is no such column. An id
-    that is no dict key (a list) is a ``TypeError`` naming its row."""
+    conversation's first request, turns in the order of the ``turn`` column where the
+    workload has one without gaps (stable: equal turns keep workload order), else in workload
+    order (a request without an id - None, NaN, ``pd.NA`` - is a conversation of its own);
+    None when there is no such column. An id that is no dict key (a list) is a ``TypeError``
+    naming its row."""
     if "session_id" not in df.columns:
         return None
     groups, order = {}, []
@@ -48,6 +50,9 @@ def conversations(df, requests):
             turns = groups[s] = []
             order.append(turns)
         turns.append(r)
+    if "turn" in df.columns and not df["turn"].isna().any():
+        turn = df["turn"].tolist()  # (a turn's request, by its index in the workload)
+        order = [sorted(c, key=lambda r: turn[r.index]) if len(c) > 1 else c for c in order]
     return order
 
 
