@@ -39,7 +39,6 @@ with its larger ``max_position_embeddings``.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from ..checks import fraction, positive_int
@@ -49,8 +48,6 @@ from .disaggregation import Disaggregation
 from .policies import PREFIX_CACHING_MODES
 from .routers import check_router
 from .schedulers import POLICIES, POOL_SIZING, resolve
-
-SIZING = ("kv_blocks",) + POOL_SIZING  # the knobs that size the KV pool: one at a time
 from .speculation import DraftCost, SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
@@ -337,14 +334,3 @@ def as_config(config, name="config") -> SimConfig:
         raise TypeError(f"{name} must be a sim.SimConfig or None, got {config!r}{hint}")
     return config
 
-
-def override(config: SimConfig, **over) -> SimConfig:
-    """``dataclasses.replace(config, **over)``, where a knob that sizes the KV pool
-    (``kv_blocks``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the
-    config's way of sizing it: the others, unless ``over`` sets them too, are cleared. So
-    ``run(df, res.config, kv_blocks=500)``, a sweep's ``kv_blocks`` grid over a run's resolved
-    config (its utilization filled in) or a disaggregated pool's own ``kv_blocks`` take the
-    pool given, where ``replace`` would give a config that sets both (an error)."""
-    if any(k in over for k in SIZING):
-        over = {**{k: None for k in SIZING}, **over}
-    return dataclasses.replace(config, **over)

@@ -31,7 +31,7 @@ request decodes there.
 - Each pool is the run's config with its overrides (``prefill={...}``, ``decode={...}``: any of
   ``scheduler``, ``cost_model``, ``max_batch_size``, ``chunk_size``, ``token_budget``,
   ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``; one that sizes the
-  KV pool replaces the run's way of sizing it: ``sim.engine.config.override``); the model, block
+  KV pool replaces the run's way of sizing it: ``sim.engine.schedulers.override``); the model, block
   size and prefix caching are the run's (the KV and its block keys mean the same on both
   sides).
 
@@ -106,7 +106,7 @@ class Disaggregation:
         same = {} if shared is None else {"block_size": shared.block_size,
                                           "prefix_caching": shared.prefix_caching}
         base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
-        from .config import override  # (config imports this module)
+        from .schedulers import override  # (on use: as run_disaggregated imports resolve)
         pools = []
         for pool, n, over in (("prefill", self.prefill_replicas, self.prefill),
                               ("decode", self.decode_replicas, self.decode)):

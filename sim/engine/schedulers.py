@@ -33,6 +33,7 @@ POLICIES = {
 # gives the pool, and refused beside it (SimConfig), or when the pool is the cheat sheet's
 # (SimConfig.pool_from_budget: given, one makes the pool the budget's)
 POOL_SIZING = ("gpu_memory_utilization", "free_gpu_memory_fraction")
+SIZING = ("kv_blocks",) + POOL_SIZING  # the knobs that size the KV pool: one at a time
 
 
 def _fill(config, defaults):
@@ -70,3 +71,15 @@ def resolve(config):
                              f"policy object ({scheduler!r}), which carries its own settings")
     defaults = getattr(scheduler, "engine_defaults", None)
     return _fill(config, {**ENGINE_DEFAULTS, **(defaults(config) if defaults else {})}), scheduler
+
+
+def override(config, **over):
+    """``dataclasses.replace(config, **over)``, where a knob that sizes the KV pool
+    (``kv_blocks``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the
+    config's way of sizing it: the others, unless ``over`` sets them too, are cleared. So
+    ``run(df, res.config, kv_blocks=500)``, a sweep's ``kv_blocks`` grid over a run's resolved
+    config (its utilization filled in) or a disaggregated pool's own ``kv_blocks`` take the
+    pool given, where ``replace`` would give a config that sets both (an error)."""
+    if any(k in over for k in SIZING):
+        over = {**{k: None for k in SIZING}, **over}
+    return dataclasses.replace(config, **over)

@@ -43,7 +43,6 @@ those preemptions recorded in the one that runs, as long as each round leaves fe
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import warnings
@@ -58,11 +57,11 @@ from ..results.metrics import Result
 from .batch import decode_pricer
 from .clients import ClosedLoopClients, conversations
 from .cluster import delay_until, new_replica, reject_too_long, run_cluster
-from .config import SimConfig, as_config, override
+from .config import SimConfig, as_config
 from .disaggregation import run_disaggregated
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
-from .schedulers import resolve
+from .schedulers import override, resolve
 from .records import ROW, build_result, gc_paused
 from .request import Request
 from .request_path import as_client_sees, enter

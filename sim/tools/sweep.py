@@ -83,7 +83,7 @@ def point_config(base, point):
     replicas where there is none; a closed loop or speculation where there is none from the
     point's parts alone, if they are enough to build one). ``rate`` and ``num_requests`` are
     the workload's (:func:`_point`)."""
-    from ..engine.config import override  # (a grid's kv_blocks replaces a base's utilization)
+    from ..engine.schedulers import override  # (a grid's kv_blocks replaces a base's utilization)
     config = override(base, **{k: v for k, v in point.items()
                                if k not in RESHAPE and k not in PARTS})
     parts = {}
