@@ -277,3 +277,64 @@ def _radix_hits(hash_id_lists, unit, prompts, page) -> int:
             if n > cached.get(c, 0):
                 cached[c] = n
     return hits
+
+
+def next_turns(sessions) -> list:
+    """Per row, the row of the next turn of its conversation (``sessions``: the rows'
+    ``session_id``, in workload order), or -1: the last turn, or a row without an id (None,
+    NaN)."""
+    nxt = [-1] * len(sessions)
+    last = {}
+    for i in range(len(sessions) - 1, -1, -1):
+        s = sessions[i]
+        if s is None or s != s:
+            continue
+        nxt[i] = last.get(s, -1)
+        last[s] = i
+    return nxt
+
+
+def answer_block_keys(keys, sessions, prompts, outputs, block_size, hash_ids) -> list:
+    """Per request, the keys (a slice of its next turn's :func:`block_key_ids`) of the full
+    blocks its answer completes, or None: blocks ``len(keys[i]) .. (prompt + output - 1) //
+    block_size - 1`` (the last output token's KV is never computed), named by its
+    conversation's next turn, whose prompt holds this turn's prompt and answer. Only where the
+    next turn's prompt is at least this turn's prompt and answer long, its first keys are this
+    turn's and this turn's keys cover its whole prompt's full blocks (else its answer is not
+    what the next turn's ids name, or the two do not line up); capped at the next turn's keys.
+    Both turns must have ``hash_ids`` (a prompt without names is not known to be the next's)."""
+    out = [None] * len(keys)
+    for i, j, mine, theirs in _turn_pairs(keys, sessions, hash_ids):
+        a = len(mine)
+        m = min(len(theirs), (prompts[i] + outputs[i] - 1) // block_size)
+        if m > a and a == prompts[i] // block_size and prompts[j] >= prompts[i] + outputs[i] \
+                and np.array_equal(theirs[:a], mine):
+            out[i] = theirs[a:m]
+    return out
+
+
+def answer_unit_keys(keys, sessions, prompts, outputs, unit, hash_ids) -> list:
+    """Radix mode's :func:`answer_block_keys`: per request, its next turn's chain keys
+    (:func:`unit_keys_all`) that cover its prompt and answer (``prompt + output - 1`` tokens,
+    capped at the next turn's named tokens), or None; only where the next turn's prompt is at
+    least this turn's prompt and answer long, its first keys are this turn's whole-unit ones
+    (``prompt // unit``: a last unit this prompt fills in part has another key in the next
+    turn) and they name tokens past them; both turns with ``hash_ids``."""
+    out = [None] * len(keys)
+    for i, j, mine, theirs in _turn_pairs(keys, sessions, hash_ids):
+        whole = min(prompts[i], len(mine) * unit) // unit
+        upto = min(prompts[i] + outputs[i] - 1, len(theirs) * unit)
+        if upto > whole * unit and whole == prompts[i] // unit \
+                and prompts[j] >= prompts[i] + outputs[i] \
+                and list(theirs[:whole]) == list(mine[:whole]):
+            out[i] = theirs[:-(-upto // unit)]
+    return out
+
+
+def _turn_pairs(keys, sessions, hash_ids):
+    """``(i, j, keys[i], keys[j])`` for each request ``i`` whose conversation's next turn is
+    ``j``, both with ``hash_ids``."""
+    named = [len(ids) > 0 for ids in _id_lists(hash_ids)]
+    for i, j in enumerate(next_turns(sessions)):
+        if j >= 0 and named[i] and named[j]:
+            yield i, j, keys[i], keys[j]
