@@ -220,7 +220,7 @@ def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) 
     return block_keys_all([hash_ids], hash_block_size, [num_prompt_tokens], block_size)[0]
 
 
-def ideal_prefix_hit_rate(df, block_size=16, mode="block") -> float:
+def ideal_prefix_hit_rate(df, block_size=16, mode="block", answers=False) -> float:
     """Prompt tokens an unbounded cache serves, over all prompt tokens, in arrival order.
 
     ``mode="block"`` (vLLM): each request hits its longest run of leading full blocks that an
@@ -228,38 +228,54 @@ def ideal_prefix_hit_rate(df, block_size=16, mode="block") -> float:
     blocks are cached. ``mode="radix"`` (SGLang): it hits its longest token prefix an earlier
     request had (see the module docstring), capped at ``prompt - 1`` and rounded down to
     ``block_size`` tokens; then its named tokens are cached (rounded down the same way).
-    Requests without ``hash_ids`` never hit (their tokens still count)."""
+    Requests without ``hash_ids`` never hit (their tokens still count). ``answers=True`` (a
+    workload with ``session_id``): each request's answer is cached after it too, as the engine
+    caches a finished turn's (:func:`answer_block_keys`, :func:`answer_unit_keys`), each turn
+    taken as finished before the next request."""
     if "hash_ids" not in df.columns:
         raise ValueError("workload has no hash_ids column")
+    if answers and "session_id" not in df.columns:
+        raise ValueError("answers=True needs a session_id column (whose next turn names a "
+                         "request's answer)")
     hash_bs = tokens_per_id(df)
     block_size = _positive_int("block_size", block_size)
     if mode not in ("block", "radix"):
         raise ValueError(f"mode must be 'block' or 'radix', got {mode!r}")
     prompts = [int(p) for p in df["num_prompt_tokens"]]
     total = sum(prompts)
+    ids = list(df["hash_ids"])
+    outputs = [int(o) for o in df["num_output_tokens"]] if answers else None
+    sessions = df["session_id"].tolist() if answers else None
     if mode == "radix":
-        hits = _radix_hits(list(df["hash_ids"]), hash_bs, prompts, block_size)
+        hits = _radix_hits(ids, hash_bs, prompts, block_size, sessions, outputs)
         return hits / total if total else float("nan")
     seen = set()
     hits = 0
-    all_keys = block_keys_all(list(df["hash_ids"]), hash_bs, prompts, block_size)
-    for keys, prompt in zip(all_keys, prompts):
+    all_keys = block_keys_all(ids, hash_bs, prompts, block_size)
+    extra = answer_block_keys(all_keys, sessions, prompts, outputs, block_size, ids) \
+        if answers else [None] * len(all_keys)
+    for keys, prompt, more in zip(all_keys, prompts, extra):
         limit = min(len(keys), (prompt - 1) // block_size)
         n = 0
         while n < limit and keys[n] in seen:
             n += 1
         hits += n * block_size
         seen.update(keys)
+        if more is not None:
+            seen.update(more)
     return hits / total if total else float("nan")
 
 
-def _radix_hits(hash_id_lists, unit, prompts, page) -> int:
+def _radix_hits(hash_id_lists, unit, prompts, page, sessions=None, outputs=None) -> int:
     if unit % page:
         raise ValueError(f"radix mode needs the hash block size ({unit} tokens) to be a "
                          f"multiple of block_size, got block_size={page}")
     cached = {}  # unit key -> tokens of it cached
     hits = 0
-    for keys, prompt in zip(unit_keys_all(hash_id_lists), prompts):
+    all_keys = unit_keys_all(hash_id_lists)
+    extra = [None] * len(all_keys) if sessions is None else answer_unit_keys(
+        all_keys, sessions, prompts, outputs, unit, hash_id_lists)
+    for keys, prompt, more, out in zip(all_keys, prompts, extra, outputs or prompts):
         named = min(prompt, len(keys) * unit)
         limit = min(named, prompt - 1) // page * page
         m = 0
@@ -269,14 +285,21 @@ def _radix_hits(hash_id_lists, unit, prompts, page) -> int:
             if t < unit:
                 break
         hits += m
-        upto = named // page * page
-        for k, c in enumerate(keys):
-            n = min(unit, upto - k * unit)
-            if n <= 0:
-                break
-            if n > cached.get(c, 0):
-                cached[c] = n
+        _cache_units(cached, keys, named // page * page, unit)
+        if more is not None:  # its prompt and answer less the last token, under the next's
+            _cache_units(cached, more, min(prompt + out - 1, len(more) * unit) // page * page,
+                         unit)
     return hits
+
+
+def _cache_units(cached, keys, upto, unit) -> None:
+    """The first ``upto`` tokens the chain ``keys`` names enter ``cached`` (key -> tokens)."""
+    for k, c in enumerate(keys):
+        n = min(unit, upto - k * unit)
+        if n <= 0:
+            break
+        if n > cached.get(c, 0):
+            cached[c] = n
 
 
 def next_turns(sessions) -> list:
