@@ -23,6 +23,16 @@ exactly the ideal rate:
   ``prompt - 1`` tokens and rounded down to whole pages of ``block_size`` tokens (SGLang's
   ``page_size``, 1 by default); the radix tree stores one node per hash id (its chain key,
   :func:`unit_keys_all`) holding how many of that id's tokens are cached.
+
+Answers: real engines cache a finished request's output too. vLLM v1 caches every full block
+of a request's tokens, prompt and output (``KVCacheManager.allocate_slots`` caches up to
+``min(num_computed + num_new, request.num_tokens)`` tokens' full blocks; freed blocks keep
+their hashes in the free queue); SGLang's ``RadixCache.cache_finished_req`` inserts
+``(req.origin_input_ids + req.output_ids)[:-1]`` (the last sampled token's KV is never
+computed). A workload names no output tokens, but in a conversation (``session_id``) the next
+turn's prompt holds this turn's prompt and answer, and its ``hash_ids`` name them: a request's
+answer keys are the next turn's keys past its own prompt's, up to its ``prompt + output - 1``
+tokens (:func:`answer_block_keys`, :func:`answer_unit_keys`), cached when it finishes.
 """
 
 from __future__ import annotations

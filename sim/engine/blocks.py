@@ -105,7 +105,9 @@ class PrefixCachingBlockManager(BlockManager):
     held == num_blocks``; a lookup answers what :meth:`hits` and :meth:`pinned` from the first
     key answer. The array grows to hold the ids of every :meth:`lookup` (a request is looked up
     before it is admitted); the other methods take ids a lookup has seen, or below
-    ``num_keys``. It costs 4 bytes per id up to the largest seen, per replica.
+    ``num_keys``, or given to :meth:`cache_answer` (which makes room too: a finished
+    request's answer blocks, named by its conversation's next turn, which may not have been
+    looked up yet). It costs 4 bytes per id up to the largest seen, per replica.
     """
 
     __slots__ = ("_queue", "_state", "_serial", "_entries", "num_evictions", "ref_changes",

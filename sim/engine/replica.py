@@ -21,7 +21,9 @@ preempting victims if the pool is short - every running decode emits a token eve
 (1..k+1 tokens under speculative decoding, its k lookahead slots' blocks included) -
 then calls the policy, which adds prefill work, and snapshots the batch for the cost model
 (:meth:`batch` takes the same snapshot at any time); :meth:`postprocess` applies its effects
-when the iteration ends.
+when the iteration ends. A request that finishes here with ``output_keys`` (a conversation's
+turn) leaves its answer cached in the blocks it held before freeing them (:meth:`_cache_answer`:
+no block taken; tests/test_answer_cache.py).
 
 Invariants (tests/test_replica.py; the engine's brute-force per-token trace under hypothesis):
 - ``blocks.num_free + sum(held_blocks(r) for r running) == blocks.num_blocks``, never below 0
