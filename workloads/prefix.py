@@ -341,7 +341,7 @@ def answer_block_keys(keys, sessions, prompts, outputs, block_size, hash_ids) ->
         a = len(mine)
         m = min(len(theirs), (prompts[i] + outputs[i] - 1) // block_size)
         if m > a and a == prompts[i] // block_size and prompts[j] >= prompts[i] + outputs[i] \
-                and np.array_equal(theirs[:a], mine):
+                and (not a or theirs[a - 1] == mine[a - 1]):  # (a key names its prefix)
             out[i] = theirs[a:m]
     return out
 
@@ -359,7 +359,8 @@ def answer_unit_keys(keys, sessions, prompts, outputs, unit, hash_ids) -> list:
         upto = min(prompts[i] + outputs[i] - 1, len(theirs) * unit)
         if upto > whole * unit and whole == prompts[i] // unit \
                 and prompts[j] >= prompts[i] + outputs[i] \
-                and list(theirs[:whole]) == list(mine[:whole]):
+                and (not whole or theirs[whole - 1] == mine[whole - 1]):  # (a chain key
+            # names its whole prefix)
             out[i] = theirs[:-(-upto // unit)]
     return out
 

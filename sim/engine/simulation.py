@@ -106,10 +106,12 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
             if len(k):
                 r.block_keys = k
         if "session_id" in df.columns:  # a finished turn caches the answer its next turn holds
-            answers = (answer_unit_keys if mode == "radix" else answer_block_keys)(
-                keys, df["session_id"].tolist(), [r.num_prompt_tokens for r in reqs],
-                [r.num_output_tokens for r in reqs], hash_bs if mode == "radix" else block_size,
-                hash_ids)
+            with gc_paused():  # (new slices among millions of keys: measured 3.4 s -> 2.3 s
+                # of _requests_from on 100k radix requests of multi_turn with the pause)
+                answers = (answer_unit_keys if mode == "radix" else answer_block_keys)(
+                    keys, df["session_id"].tolist(), [r.num_prompt_tokens for r in reqs],
+                    [r.num_output_tokens for r in reqs],
+                    hash_bs if mode == "radix" else block_size, hash_ids)
             for r, k in zip(reqs, answers):
                 r.output_keys = k
     return df, reqs
