@@ -129,12 +129,13 @@ def test_engine_reaches_the_ideal_hit_rate_with_answers(mode, page):
         workloads.ideal_prefix_hit_rate(df.drop(columns="session_id"), answers=True)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**6), st.integers(12, 200),
        st.sampled_from([("vllm", "block", 16), ("sglang", "radix", 1),
                         ("continuous", "radix", 4), ("chunked", "block", 4)]),
-       st.booleans())
-def test_nothing_is_lost_and_the_pool_stays_exact(seed, kv_blocks, setup, closed):
+       st.booleans(), st.booleans())
+def test_nothing_is_lost_and_the_pool_stays_exact(seed, kv_blocks, setup, closed, spec):
+    from sim.engine.speculation import SpeculativeConfig
     scheduler, mode, page = setup
     df = workloads.multi_turn(6, turns=workloads.Uniform(1, 4),
                               user_tokens=workloads.LogNormal(30, 1.0, max_tokens=120),
@@ -144,7 +145,9 @@ def test_nothing_is_lost_and_the_pool_stays_exact(seed, kv_blocks, setup, closed
     loop = workloads.ClosedLoop(2, 0.01) if closed else None
     res = sim.run(df, scheduler=scheduler, prefix_caching=mode, block_size=page,
                   kv_blocks=kv_blocks * 4 // page, cost_model=sim.ConstantCost(0.01),
-                  max_batch_size=4, closed_loop=loop, check=True)  # (check: every iteration)
+                  max_batch_size=4, closed_loop=loop, check=True,  # (check: every iteration)
+                  speculative=SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.7,
+                                                method="ngram") if spec else None)
     req = res.requests
     assert len(req) == len(df) and req["status"].isin(["finished", "rejected"]).all()
     assert (req["num_cached_tokens"] <= (req["num_prompt_tokens"] - 1).clip(lower=0)).all()
