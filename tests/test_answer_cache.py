@@ -127,6 +127,8 @@ def test_engine_reaches_the_ideal_hit_rate_with_answers(mode, page):
     assert ideal > before + 0.1  # the answers are a good part of the next prompts
     with pytest.raises(ValueError, match="session_id"):
         workloads.ideal_prefix_hit_rate(df.drop(columns="session_id"), answers=True)
+    with pytest.raises(TypeError, match="answers must be True or False, got 'yes'"):
+        workloads.ideal_prefix_hit_rate(df, answers="yes")
 
 
 @settings(max_examples=80, deadline=None)

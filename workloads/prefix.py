@@ -244,6 +244,8 @@ def ideal_prefix_hit_rate(df, block_size=16, mode="block", answers=False) -> flo
     taken as finished before the next request."""
     if "hash_ids" not in df.columns:
         raise ValueError("workload has no hash_ids column")
+    if not isinstance(answers, (bool, np.bool_)):
+        raise TypeError(f"answers must be True or False, got {answers!r}")
     if answers and "session_id" not in df.columns:
         raise ValueError("answers=True needs a session_id column (whose next turn names a "
                          "request's answer)")
