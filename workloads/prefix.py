@@ -23,6 +23,16 @@ exactly the ideal rate:
   ``prompt - 1`` tokens and rounded down to whole pages of ``block_size`` tokens (SGLang's
   ``page_size``, 1 by default); the radix tree stores one node per hash id (its chain key,
   :func:`unit_keys_all`) holding how many of that id's tokens are cached.
+
+Answers: real engines cache a finished request's output too. vLLM v1 caches every full block
+of a request's tokens, prompt and output (``KVCacheManager.allocate_slots`` caches up to
+``min(num_computed + num_new, request.num_tokens)`` tokens' full blocks; freed blocks keep
+their hashes in the free queue); SGLang's ``RadixCache.cache_finished_req`` inserts
+``(req.origin_input_ids + req.output_ids)[:-1]`` (the last sampled token's KV is never
+computed). A workload names no output tokens, but in a conversation (``session_id``) the next
+turn's prompt holds this turn's prompt and answer, and its ``hash_ids`` name them: a request's
+answer keys are the next turn's keys past its own prompt's, up to its ``prompt + output - 1``
+tokens (:func:`answer_block_keys`, :func:`answer_unit_keys`), cached when it finishes.
 """
 
 from __future__ import annotations
@@ -220,7 +230,7 @@ def prefix_block_keys(hash_ids, hash_block_size, num_prompt_tokens, block_size) 
     return block_keys_all([hash_ids], hash_block_size, [num_prompt_tokens], block_size)[0]
 
 
-def ideal_prefix_hit_rate(df, block_size=16, mode="block") -> float:
+def ideal_prefix_hit_rate(df, block_size=16, mode="block", answers=False) -> float:
     """Prompt tokens an unbounded cache serves, over all prompt tokens, in arrival order.
 
     ``mode="block"`` (vLLM): each request hits its longest run of leading full blocks that an
@@ -228,38 +238,56 @@ def ideal_prefix_hit_rate(df, block_size=16, mode="block") -> float:
     blocks are cached. ``mode="radix"`` (SGLang): it hits its longest token prefix an earlier
     request had (see the module docstring), capped at ``prompt - 1`` and rounded down to
     ``block_size`` tokens; then its named tokens are cached (rounded down the same way).
-    Requests without ``hash_ids`` never hit (their tokens still count)."""
+    Requests without ``hash_ids`` never hit (their tokens still count). ``answers=True`` (a
+    workload with ``session_id``): each request's answer is cached after it too, as the engine
+    caches a finished turn's (:func:`answer_block_keys`, :func:`answer_unit_keys`), each turn
+    taken as finished before the next request."""
     if "hash_ids" not in df.columns:
         raise ValueError("workload has no hash_ids column")
+    if not isinstance(answers, (bool, np.bool_)):
+        raise TypeError(f"answers must be True or False, got {answers!r}")
+    if answers and "session_id" not in df.columns:
+        raise ValueError("answers=True needs a session_id column (whose next turn names a "
+                         "request's answer)")
     hash_bs = tokens_per_id(df)
     block_size = _positive_int("block_size", block_size)
     if mode not in ("block", "radix"):
         raise ValueError(f"mode must be 'block' or 'radix', got {mode!r}")
     prompts = [int(p) for p in df["num_prompt_tokens"]]
     total = sum(prompts)
+    ids = list(df["hash_ids"])
+    outputs = [int(o) for o in df["num_output_tokens"]] if answers else None
+    sessions = df["session_id"].tolist() if answers else None
     if mode == "radix":
-        hits = _radix_hits(list(df["hash_ids"]), hash_bs, prompts, block_size)
+        hits = _radix_hits(ids, hash_bs, prompts, block_size, sessions, outputs)
         return hits / total if total else float("nan")
     seen = set()
     hits = 0
-    all_keys = block_keys_all(list(df["hash_ids"]), hash_bs, prompts, block_size)
-    for keys, prompt in zip(all_keys, prompts):
+    all_keys = block_keys_all(ids, hash_bs, prompts, block_size)
+    extra = answer_block_keys(all_keys, sessions, prompts, outputs, block_size, ids) \
+        if answers else [None] * len(all_keys)
+    for keys, prompt, more in zip(all_keys, prompts, extra):
         limit = min(len(keys), (prompt - 1) // block_size)
         n = 0
         while n < limit and keys[n] in seen:
             n += 1
         hits += n * block_size
         seen.update(keys)
+        if more is not None:
+            seen.update(more)
     return hits / total if total else float("nan")
 
 
-def _radix_hits(hash_id_lists, unit, prompts, page) -> int:
+def _radix_hits(hash_id_lists, unit, prompts, page, sessions=None, outputs=None) -> int:
     if unit % page:
         raise ValueError(f"radix mode needs the hash block size ({unit} tokens) to be a "
                          f"multiple of block_size, got block_size={page}")
     cached = {}  # unit key -> tokens of it cached
     hits = 0
-    for keys, prompt in zip(unit_keys_all(hash_id_lists), prompts):
+    all_keys = unit_keys_all(hash_id_lists)
+    extra = [None] * len(all_keys) if sessions is None else answer_unit_keys(
+        all_keys, sessions, prompts, outputs, unit, hash_id_lists)
+    for keys, prompt, more, out in zip(all_keys, prompts, extra, outputs or prompts):
         named = min(prompt, len(keys) * unit)
         limit = min(named, prompt - 1) // page * page
         m = 0
@@ -269,11 +297,80 @@ def _radix_hits(hash_id_lists, unit, prompts, page) -> int:
             if t < unit:
                 break
         hits += m
-        upto = named // page * page
-        for k, c in enumerate(keys):
-            n = min(unit, upto - k * unit)
-            if n <= 0:
-                break
-            if n > cached.get(c, 0):
-                cached[c] = n
+        _cache_units(cached, keys, named // page * page, unit)
+        if more is not None:  # its prompt and answer less the last token, under the next's
+            _cache_units(cached, more, min(prompt + out - 1, len(more) * unit) // page * page,
+                         unit)
     return hits
+
+
+def _cache_units(cached, keys, upto, unit) -> None:
+    """The first ``upto`` tokens the chain ``keys`` names enter ``cached`` (key -> tokens)."""
+    for k, c in enumerate(keys):
+        n = min(unit, upto - k * unit)
+        if n <= 0:
+            break
+        if n > cached.get(c, 0):
+            cached[c] = n
+
+
+def next_turns(sessions) -> list:
+    """Per row, the row of the next turn of its conversation (``sessions``: the rows'
+    ``session_id``, in workload order), or -1: the last turn, or a row without an id (None,
+    NaN)."""
+    nxt = [-1] * len(sessions)
+    last = {}
+    for i in range(len(sessions) - 1, -1, -1):
+        s = sessions[i]
+        if s is None or s != s:
+            continue
+        nxt[i] = last.get(s, -1)
+        last[s] = i
+    return nxt
+
+
+def answer_block_keys(keys, sessions, prompts, outputs, block_size, hash_ids) -> list:
+    """Per request, the keys (a slice of its next turn's :func:`block_key_ids`) of the full
+    blocks its answer completes, or None: blocks ``len(keys[i]) .. (prompt + output - 1) //
+    block_size - 1`` (the last output token's KV is never computed), named by its
+    conversation's next turn, whose prompt holds this turn's prompt and answer. Only where the
+    next turn's prompt is at least this turn's prompt and answer long, its first keys are this
+    turn's and this turn's keys cover its whole prompt's full blocks (else its answer is not
+    what the next turn's ids name, or the two do not line up); capped at the next turn's keys.
+    Both turns must have ``hash_ids`` (a prompt without names is not known to be the next's)."""
+    out = [None] * len(keys)
+    for i, j, mine, theirs in _turn_pairs(keys, sessions, hash_ids):
+        a = len(mine)
+        m = min(len(theirs), (prompts[i] + outputs[i] - 1) // block_size)
+        if m > a and a == prompts[i] // block_size and prompts[j] >= prompts[i] + outputs[i] \
+                and (not a or theirs[a - 1] == mine[a - 1]):  # (a key names its prefix)
+            out[i] = theirs[a:m]
+    return out
+
+
+def answer_unit_keys(keys, sessions, prompts, outputs, unit, hash_ids) -> list:
+    """Radix mode's :func:`answer_block_keys`: per request, its next turn's chain keys
+    (:func:`unit_keys_all`) that cover its prompt and answer (``prompt + output - 1`` tokens,
+    capped at the next turn's named tokens), or None; only where the next turn's prompt is at
+    least this turn's prompt and answer long, its first keys are this turn's whole-unit ones
+    (``prompt // unit``: a last unit this prompt fills in part has another key in the next
+    turn) and they name tokens past them; both turns with ``hash_ids``."""
+    out = [None] * len(keys)
+    for i, j, mine, theirs in _turn_pairs(keys, sessions, hash_ids):
+        whole = min(prompts[i], len(mine) * unit) // unit
+        upto = min(prompts[i] + outputs[i] - 1, len(theirs) * unit)
+        if upto > whole * unit and whole == prompts[i] // unit \
+                and prompts[j] >= prompts[i] + outputs[i] \
+                and (not whole or theirs[whole - 1] == mine[whole - 1]):  # (a chain key
+            # names its whole prefix)
+            out[i] = theirs[:-(-upto // unit)]
+    return out
+
+
+def _turn_pairs(keys, sessions, hash_ids):
+    """``(i, j, keys[i], keys[j])`` for each request ``i`` whose conversation's next turn is
+    ``j``, both with ``hash_ids``."""
+    named = [len(ids) > 0 for ids in _id_lists(hash_ids)]
+    for i, j in enumerate(next_turns(sessions)):
+        if j >= 0 and named[i] and named[j]:
+            yield i, j, keys[i], keys[j]

@@ -105,7 +105,9 @@ class PrefixCachingBlockManager(BlockManager):
     held == num_blocks``; a lookup answers what :meth:`hits` and :meth:`pinned` from the first
     key answer. The array grows to hold the ids of every :meth:`lookup` (a request is looked up
     before it is admitted); the other methods take ids a lookup has seen, or below
-    ``num_keys``. It costs 4 bytes per id up to the largest seen, per replica.
+    ``num_keys``, or given to :meth:`cache_answer` (which makes room too: a finished
+    request's answer blocks, named by its conversation's next turn, which may not have been
+    looked up yet). It costs 4 bytes per id up to the largest seen, per replica.
     """
 
     __slots__ = ("_queue", "_state", "_serial", "_entries", "num_evictions", "ref_changes",
@@ -123,12 +125,21 @@ class PrefixCachingBlockManager(BlockManager):
 
     def lookup(self, keys) -> PrefixLookup:
         """A lookup of the id array ``keys`` (room made for its ids)."""
+        self._make_room(keys)
+        return PrefixLookup(keys)
+
+    def _make_room(self, keys) -> None:
         top = int(keys.max()) + 1 if len(keys) else 0
         size = len(self._state)
         if top > size:  # grow geometrically: ids arrive in first-appearance order
             grow = max(top, 2 * size) - size
             self._state = np.concatenate((self._state, np.zeros(grow, dtype=np.int32)))
-        return PrefixLookup(keys)
+
+    def cache_answer(self, keys):
+        """:meth:`register` of a finished request's answer blocks (``keys``: ids its
+        conversation's next turn names, which no lookup may have seen yet: room made)."""
+        self._make_room(keys)
+        return self.register(keys)
 
     def hits(self, keys, start: int, limit: int) -> int:
         """How many of ``keys[:limit]`` are cached from the first on, given that the first

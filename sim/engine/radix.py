@@ -24,8 +24,15 @@ nodes are the hash ids' spans (``unit`` tokens), so eviction frees at most ``uni
 time and a partial match references the whole node it ends in (where that would keep a
 request out for good - pinned over its run it would take more than the pool - the replica
 leaves the node unreferenced: matched tokens are computed again, and a prompt ending inside
-the node keeps its own tokens there; ``Replica._admit_cached``, ``Replica._insert``). Output
-tokens have no names in a workload and are not cached.
+the node keeps its own tokens there; ``Replica._admit_cached``, ``Replica._insert``).
+
+A finished turn of a conversation caches its answer too (SGLang's ``cache_finished_req``
+inserts ``(req.origin_input_ids + req.output_ids)[:-1]``): its prompt and output less the last
+token enter the tree under the names its conversation's next turn gives them
+(``Request.output_keys``, :func:`workloads.prefix.answer_unit_keys`). A prompt ending inside a
+node names that node by its own partial id, which the next turn's full id does not match: the
+node, when only that request made and holds it, gives way (:meth:`unlink`) to the next turn's,
+whose tokens are the same and continue into the answer; otherwise the answer stays uncached.
 
 Invariants (tests/test_radix.py checks them every iteration of random runs):
 ``num_free == truly free pages + evictable``, ``evictable`` = pages of unreferenced nodes;
@@ -152,6 +159,22 @@ class RadixBlockManager(BlockManager):
             covered = end
             k += 1
         return covered
+
+    def is_own_leaf(self, c, tokens: int) -> bool:
+        """Whether node ``c`` holds exactly ``tokens`` tokens, all of one request's making:
+        one reference (the asker's), no children."""
+        return self._ref.get(c) == 1 and not self._kids[c] and self._len[c] == tokens
+
+    def unlink(self, c) -> None:
+        """Take the node ``c`` (an own leaf: :meth:`is_own_leaf`) out of the tree: its pages
+        go back to the request that referenced it, as its own. A cached prefix shrinks, so it
+        counts as an eviction for the lookups' memos."""
+        pages = self._len.pop(c) // self.block_size
+        del self._ref[c], self._kids[c], self._stamp[c]
+        parent = self._parent.pop(c)
+        if parent is not None:
+            self._kids[parent] -= 1
+        self.num_evictions += pages
 
     def release(self, held, num_own: int) -> None:
         """A request frees its ``num_own`` own pages and its references on ``held`` (root

@@ -21,7 +21,9 @@ preempting victims if the pool is short - every running decode emits a token eve
 (1..k+1 tokens under speculative decoding, its k lookahead slots' blocks included) -
 then calls the policy, which adds prefill work, and snapshots the batch for the cost model
 (:meth:`batch` takes the same snapshot at any time); :meth:`postprocess` applies its effects
-when the iteration ends.
+when the iteration ends. A request that finishes here with ``output_keys`` (a conversation's
+turn) leaves its answer cached in the blocks it held before freeing them (:meth:`_cache_answer`:
+no block taken; tests/test_answer_cache.py).
 
 Invariants (tests/test_replica.py; the engine's brute-force per-token trace under hypothesis):
 - ``blocks.num_free + sum(held_blocks(r) for r running) == blocks.num_blocks``, never below 0
@@ -357,6 +359,36 @@ class Replica:
             if len(new):
                 r.kv_keys = np.concatenate((r.kv_keys, new)) if len(r.kv_keys) else new
 
+    def _cache_answer(self, r):
+        """Finished ``r``'s answer's full blocks become cached under its ``output_keys`` (as
+        vLLM v1 caches every full block of a request's tokens, prompt and output, and SGLang's
+        ``cache_finished_req`` inserts its prompt and output less the last token): they hold
+        the KV of its first ``prompt + output - 1`` tokens, computed while it decoded, so
+        caching them takes no block. Block mode: the blocks are its own (anonymous) ones; a
+        key already cached stays in an anonymous block, as at :meth:`_register`. Radix mode:
+        its tokens past its prompt's whole nodes enter the tree under the next turn's nodes
+        (its prompt's last, partly filled node, where only it made and holds it, gives way to
+        the next turn's: :meth:`RadixBlockManager.unlink`); else its answer stays its own."""
+        keys = r.output_keys
+        blocks = self.blocks
+        if not self.radix:
+            new = blocks.cache_answer(keys)
+            if len(new):
+                r.kv_keys = np.concatenate((r.kv_keys, new)) if len(r.kv_keys) else new
+            return
+        unit, covered, held = blocks.unit, r.tree_tokens, r.kv_keys
+        whole = covered // unit
+        if covered % unit and len(held) == whole + 1 and blocks.is_own_leaf(
+                held[-1], covered - whole * unit):  # its prompt's last node, partly filled
+            blocks.unlink(held.pop())  # under its own id: the next turn's takes its tokens
+            covered = r.tree_tokens = whole * unit
+        elif covered % unit or len(held) != whole:
+            return
+        bs = self.block_size
+        upto = min(r.num_prompt_tokens + r.num_output_tokens - 1, len(keys) * unit) // bs * bs
+        if upto > covered:
+            r.tree_tokens = blocks.insert(keys, r.kv_keys, covered, upto)
+
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""
         if self.caching:  # its own blocks: all but the cached ones it references
@@ -568,6 +600,8 @@ class Replica:
                     emits_single_token(r, c)
                 else:  # a prefill-only iteration: a token outside the decode clock
                     r.segments.append((-1 - i, -1))
+                if r.output_keys is not None and self.caching:
+                    self._cache_answer(r)
                 self._free_blocks(r, -(-r.num_computed // bs))
                 _del_running(self.running, r.index)
                 self._finish(r, now)
@@ -608,6 +642,8 @@ class Replica:
         for r in decodes.finish_at.pop(c):
             if r.status == DECODE and r.finish_iteration == c:  # else preempted since
                 if self.caching:
+                    if r.output_keys is not None:
+                        self._cache_answer(r)
                     self._free_blocks(r, decodes.finish(r, c))
                 else:
                     freed += decodes.finish(r, c)
@@ -660,6 +696,7 @@ class Replica:
         _set_running(self.running, r.index, r)
         r.kv_keys = ()
         r.tree_tokens = 0
+        r.output_keys = None  # its prompt's blocks are not cached here: neither is its answer
         self.decodes.start(r, self.clock if in_flight else self.clock - 1)
 
     def __repr__(self):

@@ -37,8 +37,8 @@ class Request:
         "status", "num_generated", "num_computed", "prefill_target",
         "decode_base_tokens", "decode_base_generated", "decode_start", "block_phase",
         "finish_iteration", "scheduled_iteration", "num_preemptions", "num_prefill_computed",
-        "num_cached_tokens", "block_keys", "kv_keys", "first_scheduled_time", "first_token_time",
-        "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
+        "num_cached_tokens", "block_keys", "output_keys", "kv_keys", "first_scheduled_time",
+        "first_token_time", "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
         "spec_accepted", "spec_overshoot", "paused_first", "tree_tokens",
     )
 
@@ -69,6 +69,10 @@ class Request:
         # hits); the cached blocks (radix: tree nodes) it holds references on; radix mode: its
         # leading tokens those nodes cover
         self.block_keys = None
+        # the keys its answer's full blocks are cached under when it finishes (its
+        # conversation's next turn names them: workloads.prefix.answer_block_keys, radix mode
+        # answer_unit_keys); None: its answer is not cached
+        self.output_keys = None
         self.kv_keys = ()
         self.tree_tokens = 0
         self.first_scheduled_time = None
