@@ -38,13 +38,11 @@ def in_file(check, config, *args):
 
 
 def _has(owner):
-    """Whether a sweep's points have ``owner`` (a config object): the base's, the grid's own
-    values, or a grid field of it (``sim.tools.sweep.PARTS``)."""
+    """Whether a sweep's points have ``owner`` (a config object):
+    :func:`sim.tools.sweep.has_object`."""
     def has(slo, cfg, grid):
-        from ..tools.sweep import PARTS  # (on use: sim run's start-up loads no sweep)
-        return (getattr(cfg, owner) is not None
-                or any(v is not None for v in grid.get(owner, ()))
-                or any(PARTS.get(k, ("",))[0] == owner for k in grid))
+        from ..tools.sweep import has_object  # (on use: sim run's start-up loads no sweep)
+        return has_object(cfg, grid, owner)
     return has
 
 

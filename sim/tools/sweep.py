@@ -76,6 +76,15 @@ PARTS = {"closed_loop_users": ("closed_loop", "num_users"),
          "draft_cost_ratio": ("speculative", "draft_cost_ratio")}
 
 
+def has_object(base, grid, owner) -> bool:
+    """Whether some point of ``grid`` over ``base`` has the config object ``owner``
+    (``speculative``, ``disaggregation``, ``closed_loop``): the base's, a value of the grid's
+    own field, or one made from a :data:`PARTS` field of it."""
+    return (getattr(base, owner, None) is not None
+            or any(v is not None for v in grid.get(owner, ()))
+            or any(PARTS[k][0] == owner for k in grid if k in PARTS))
+
+
 def point_config(base, point):
     """The config of one grid ``point``: ``base`` with the point's ``SimConfig`` fields, then
     its :data:`PARTS` set on the config objects they belong to (the point's or the base's
@@ -320,9 +329,8 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
     from ..checks import positive_int
     import workloads as wl
     positive_int("repeats", repeats)
-    speculating = getattr(base, "speculative", None) is not None or isinstance(grid, dict) and (
-        any(v is not None for v in grid.get("speculative", ()))
-        or any(PARTS.get(k, ("",))[0] == "speculative" for k in grid))
+    speculating = getattr(base, "speculative", None) is not None or (
+        isinstance(grid, dict) and has_object(base, grid, "speculative"))  # (else: check_grid)
     if repeats > 1 and not callable(df) and not speculating:
         raise ValueError(f"repeats={repeats} needs a workload that depends on the seed: pass a "
                          f"function seed -> DataFrame, e.g. functools.partial(workloads.load, "
