@@ -227,9 +227,9 @@ class SimConfig:
         sched = self.scheduler  # whose memory accounting sizes the pool (_accounting; a
         # policy object with memory_accounting = "tensorrt-llm" carries its own fraction)
         policy, accounting = self._accounting()
-        budget = self.pool_from_budget()
+        from_budget = self.pool_from_budget()
         if self.block_size is None or (self.gpu_memory_utilization is None
-                                       and accounting == "vllm" and budget):
+                                       and accounting == "vllm" and from_budget):
             return self.resolved().resolved_kv_blocks()
         if accounting != "vllm" and self.gpu_memory_utilization is not None:
             raise ValueError(
@@ -238,7 +238,7 @@ class SimConfig:
                 f"{accounting}'s accounting (sim memory --accounting {accounting} shows the "
                 f"terms); give kv_blocks to set the pool yourself")
         draft = self.speculative.draft_model if self.speculative is not None else None
-        if budget:  # (model, gpu and the rest: each given, or its default)
+        if from_budget:  # (model, gpu and the rest: each given, or its default)
             from ..specs.gpus import get_gpu
             from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
             from ..specs.models import get_model
@@ -333,4 +333,3 @@ def as_config(config, name="config") -> SimConfig:
                 if isinstance(config, dict) else "")
         raise TypeError(f"{name} must be a sim.SimConfig or None, got {config!r}{hint}")
     return config
-
