@@ -303,32 +303,30 @@ def _cluster_timeline(result, path, bins):
     return _finish(fig, path, plt)
 
 
-GANTT_PHASES = (("waiting", "arrival_time", "first_scheduled_time", "tab:gray"),
-                ("prefill", "first_scheduled_time", "first_token_time", "tab:orange"),
-                ("decode", "first_token_time", "finish_time", "tab:blue"))
+# the columns every Gantt reads (a request path and disaggregation add their own)
+GANTT_COLUMNS = ("arrival_time", "first_scheduled_time", "first_token_time", "finish_time")
 
 
 def gantt_phases(result, fin) -> list:
     """``(label, start, end, color)`` per phase of the finished requests ``fin``: waiting,
-    prefill and decode (:data:`GANTT_PHASES`), with a request path (``engine_arrival_time``)
-    its time in (arrival to the engine) and out (``out_s`` on the last token) as phases of
-    their own, and with disaggregation (``kv_transfer_time``) the KV transfer between prefill
-    and decode (the first token streams when it has landed)."""
+    prefill and decode, with a request path (``engine_arrival_time``) its time in (arrival to
+    the engine) and out (``out_s`` on the last token) as phases of their own, and with
+    disaggregation (``kv_transfer_time``) the KV transfer between prefill and decode (the
+    first token streams when it has landed)."""
     path = getattr(result.config, "request_path", None)
     out = float(path.out_s) if path is not None else 0.0
     first = fin["first_token_time"] - out  # the engine's times (the client's less out_s)
     end = fin["finish_time"] - out
-    prefilled = first
     phases = []
+    queued = fin["arrival_time"]
     if "engine_arrival_time" in fin:
-        phases.append(("request path", fin["arrival_time"], fin["engine_arrival_time"],
-                       "tab:purple"))
-    queued = fin["engine_arrival_time"] if "engine_arrival_time" in fin else fin["arrival_time"]
-    if "kv_transfer_time" in fin:
-        prefilled = first - fin["kv_transfer_time"].fillna(0.0)  # (NaN: 1 token, no transfer)
+        queued = fin["engine_arrival_time"]
+        phases.append(("request path", fin["arrival_time"], queued, "tab:purple"))
+    transfer = fin["kv_transfer_time"].fillna(0.0) if "kv_transfer_time" in fin else None
+    prefilled = first if transfer is None else first - transfer  # (NaN: 1 token, no transfer)
     phases += [("waiting", queued, fin["first_scheduled_time"], "tab:gray"),
                ("prefill", fin["first_scheduled_time"], prefilled, "tab:orange")]
-    if "kv_transfer_time" in fin:
+    if transfer is not None:
         phases.append(("KV transfer", prefilled, first, "tab:green"))
     phases.append(("decode", first, end, "tab:blue"))
     if path is not None:
@@ -344,8 +342,7 @@ def plot_gantt(result, path=None, max_requests=100):
     if isinstance(max_requests, bool) or not isinstance(max_requests, int) or max_requests < 1:
         raise ValueError(f"max_requests must be a positive integer, got {max_requests!r}")
     req = result.requests
-    need_columns(req, ["status"] + [c for _, a, b, _ in GANTT_PHASES for c in (a, b)],
-                 "plot_gantt")
+    need_columns(req, ["status", *GANTT_COLUMNS], "plot_gantt")
     shown = req.sort_values("arrival_time", kind="stable").iloc[:max_requests]
     fin = shown[shown["status"] == "finished"]
     if not len(fin):
