@@ -7,8 +7,8 @@ conversation it holds, and the next conversation (in order of first turns) once 
 over, as multi-turn benchmark clients do (vLLM's ``benchmark_serving_multi_turn.py``: a client
 sends a conversation's turns in order, each after the answer to the previous one). So a turn
 is never issued before the turn it follows finished (its history is in the prompt); a
-rejected turn is skipped and the conversation goes on. Without conversations the two rules
-are the same.
+rejected turn is skipped and the conversation goes on. Without conversations each request is
+a conversation of its own: the next request in workload order.
 
 Shared by one replica (:mod:`sim.engine.simulation`) and a cluster or disaggregated pools
 (:mod:`sim.engine.cluster`): ``submit(r) -> bool`` queues (or routes) a request issued now,
@@ -57,41 +57,27 @@ def conversations(df, requests):
 
 
 class ClosedLoopClients:
-    """The users of ``loop`` (a ``workloads.ClosedLoop``) issuing ``requests`` in order, or
-    the ``conversations`` (lists of requests, see :func:`conversations`) one per user."""
+    """The users of ``loop`` (a ``workloads.ClosedLoop``) issuing the ``conversations`` (lists
+    of requests, see :func:`conversations`) one per user, or, without, ``requests`` in
+    order: each one a conversation of its own."""
 
     def __init__(self, env, replicas, requests, submit, loop, conversations=None):
         self.env, self.submit = env, submit
         self.think = float(loop.think_time)
-        self.by_turns = conversations is not None
-        if self.by_turns:
-            self.pending = iter(conversations)
-            self.turns = {}  # user -> iterator over the turns left of its conversation
-            self.user_of = {}  # request index -> the user who issued it (until it finishes)
-        else:
-            self.pending = iter(requests)
+        self.pending = iter(conversations) if conversations is not None else (
+            [r] for r in requests)
+        self.turns = {}  # user -> iterator over the turns left of its conversation
+        self.user_of = {}  # request index -> the user who issued it (until it finishes)
         for rep in replicas:
             rep.on_finish = chain(rep.on_finish, self._done)
         for user in range(int(loop.num_users)):
-            if self.by_turns:
-                self._issue_turn(user)
-            else:
-                self._issue()
+            self._issue(user)
 
-    def _issue(self, _event=None):
-        # A loop, not _issue -> _done -> _issue: with no think time a user moves straight on
-        # after a rejection, and a run of rejections (a workload of prompts over max_model_len)
-        # would otherwise recurse once per request, past Python's recursion limit.
-        while (r := next(self.pending, None)) is not None:
-            r.arrival_time = self.env.now
-            if self.submit(r):
-                return
-            if self.think > 0:
-                self.env.timeout(self.think).callbacks.append(self._issue)
-                return
-
-    def _issue_turn(self, user, _event=None):
-        """``user``'s next turn (a loop over rejections, as :meth:`_issue`)."""
+    def _issue(self, user, _event=None):
+        """``user``'s next turn. A loop, not _issue -> _done -> _issue: with no think time a
+        user moves straight on after a rejection, and a run of rejections (a workload of
+        prompts over max_model_len) would otherwise recurse once per request, past Python's
+        recursion limit."""
         while True:
             turns = self.turns.get(user)
             r = None if turns is None else next(turns, None)
@@ -108,20 +94,15 @@ class ClosedLoopClients:
                 return
             del self.user_of[r.index]
             if self.think > 0:
-                self.env.timeout(self.think).callbacks.append(partial(self._issue_turn, user))
+                self.env.timeout(self.think).callbacks.append(partial(self._issue, user))
                 return
 
     def _done(self, r, _now):
-        if self.by_turns:
-            user = self.user_of.pop(r.index)
-            if self.think > 0:
-                self.env.timeout(self.think).callbacks.append(partial(self._issue_turn, user))
-            else:
-                self._issue_turn(user)
-        elif self.think > 0:
-            self.env.timeout(self.think).callbacks.append(self._issue)
+        user = self.user_of.pop(r.index)
+        if self.think > 0:
+            self.env.timeout(self.think).callbacks.append(partial(self._issue, user))
         else:
-            self._issue()
+            self._issue(user)
 
 
 def chain(first, then):
