@@ -86,9 +86,16 @@ def main(argv=None):
     t0 = time.perf_counter()
     kernels = check_kernels(xp)
     (out / "kernel_check.json").write_text(json.dumps(kernels, indent=1))
-    print(f"[{time.perf_counter() - t0:.0f}s] kernels on {device}: {kernels}")
+    print(f"[{time.perf_counter() - t0:.0f}s] kernels on {device}: {kernels}", flush=True)
     model = a.model if xp is not np else None  # the CPU runs the small CPU model
-    profile = calibrate(model, budget_s=a.budget, device=a.device,
+
+    # one line per timing pass and one before the engine fit: a run cut short shows where
+    def progress(p):
+        what = (f"timing pass {p.passes} of {p.num_ops} ops, {p.elapsed_s:.0f}/{p.budget_s:g} s"
+                if p.stage == "timing" else f"engine fit on {p.num_requests} executed requests")
+        print(f"[{time.perf_counter() - t0:.0f}s] {what}", flush=True)
+
+    profile = calibrate(model, budget_s=a.budget, device=a.device, on_progress=progress,
                         engine_requests=a.engine_requests, grid=QUICK_GRID if a.quick else None)
     save_profile(profile, out / "profile.json")
     print(f"[{time.perf_counter() - t0:.0f}s] calibrated {profile['model']['name']}: held-out "

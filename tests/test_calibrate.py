@@ -132,11 +132,13 @@ def test_validate_mechanics_small(small_profile):
     assert len(out["simulated"].requests) == len(out["executed"][0].requests) == 30
 
 
-def test_gpu_check_script_runs_its_pipeline_on_the_cpu(tmp_path, load_script):
+def test_gpu_check_script_runs_its_pipeline_on_the_cpu(tmp_path, load_script, capsys):
     gpu_check = load_script("experiments/gpu_check.py")
     s = gpu_check.main(["--device", "cpu", "--budget", "1", "-n", "20", "--repeats", "1",
                         "--engine-requests", "30", "--quick", "-o", str(tmp_path)])
     assert s["kernels_passed"]
+    printed = capsys.readouterr().out  # a line per timing pass, one as the engine fit begins
+    assert "timing pass 3 of 26 ops" in printed and "engine fit on 30 executed" in printed
     for f in ("kernel_check.json", "profile.json", "validation.csv", "summary.json"):
         assert (tmp_path / f).exists()
     assert len(pd.read_csv(tmp_path / "validation.csv")) == len(METRICS)

@@ -403,3 +403,35 @@ def test_mean_terms_of_gpus_without_a_fit():
                    "f8": 0.6, "h": 16.0}
     assert isinstance(got["n"], int)
     assert mean_terms([{"f8": None}, {"f8": None}]) == {}
+
+
+def test_h200_gemms_measured_here_compute_bound_within_10_percent():
+    """Our own H200 run (sim/data/NOTICE.md): Llama-3.1-8B's four dense GEMMs timed as CuPy
+    fp16 products. From 2,048 tokens on (compute-bound) the shipped roofline, fitted to other
+    GPUs' published timings and never to these rows, prices them within 10 % (median 6 %). At
+    512 tokens and below it is optimistic (13-88 % under) - most at 1-32 tokens, where CuPy's own GEMMs take 100-170 us for what
+    Vidur's cuBLAS timings on an H100 do in 16-64 us, so those rows are not a test of it."""
+    import pandas as pd
+    with resources.files("sim").joinpath("data/profiles/h200_gemm_cupy_fp16.csv").open() as f:
+        rows = pd.read_csv(f)
+    assert set(rows.device) == {"NVIDIA H200"} and len(rows) == 44
+    cost = RooflineCost("llama-3.1-8b", "h200")
+    priced = [cost.op_times(t)[op] for op, t in zip(rows.op, rows.tokens)]
+    err = 100 * (np.array(priced) / rows.measured_s.to_numpy() - 1)
+    big, small = (rows.tokens >= 2048).to_numpy(), (rows.tokens <= 512).to_numpy()
+    assert np.median(np.abs(err[big])) <= 8 and np.abs(err[big]).max() <= 10.5
+    assert (err[small] < 0).all()  # optimistic below: a known gap, pinned so a change shows
+
+
+def test_gemm_check_times_the_shapes_the_roofline_prices(tmp_path, load_script):
+    """experiments/gemm_check.py on the CPU: its GEMM shapes are the roofline's (FLOPs 2·t·k·n
+    of op_work) and it writes one row per op and token count."""
+    gemm_check = load_script("experiments/gemm_check.py")
+    cost = RooflineCost("tinyllama-1.1b", "h200")
+    for op, (k, n) in gemm_check.shapes(cost.model).items():
+        assert cost.op_work(7)[op][0] == 2 * 7 * k * n
+    out = tmp_path / "g.csv"
+    df = gemm_check.main(["--device", "cpu", "--model", "tinyllama-1.1b", "--tokens", "1", "4",
+                          "--repeats", "1", "-o", str(out)])
+    assert len(df) == 8 and (df.measured_s > 0).all() and out.exists()
+    assert df.roofline_s.tolist() == [cost.op_times(t)[op] for op, t in zip(df.op, df.tokens)]
