@@ -1,5 +1,6 @@
 """Closed-loop clients (sim.engine.clients): a conversation's turns are issued by one user, in
-order, each after the previous turn finished; without conversations, workload order."""
+order, each after the previous turn finished; a rejected turn ends its conversation (the rest
+come out abandoned at once); without conversations, workload order."""
 
 import numpy as np
 import pandas as pd
@@ -96,12 +97,76 @@ def test_each_user_holds_one_conversation_at_a_time():
     assert (order["session_id"] != order["session_id"].shift()).sum() == len(firsts)
 
 
-def test_rejected_turns_are_skipped_and_the_conversation_goes_on():
+def _expected_statuses(df, limit):
+    """By hand from the workload: in each conversation (turn order), the turns before the
+    first one over ``limit`` finish, that one is rejected for its length, the rest are
+    abandoned (vLLM's multi-turn client drops a conversation whose request failed)."""
+    want = pd.Series("finished", index=df.index)
+    over = df["num_prompt_tokens"] + df["num_output_tokens"] > limit
+    for _, g in df.sort_values("turn", kind="stable").groupby("session_id", sort=False):
+        hit = over[g.index].to_numpy().nonzero()[0]
+        if len(hit):
+            want[g.index[hit[0]]] = "context_length"
+            want[g.index[hit[0] + 1:]] = "conversation_abandoned"
+    return want
+
+
+def _kinds(req):
+    return req["reason"].str.split(":").str[0].where(req["status"] == "rejected", "finished")
+
+
+def test_a_rejected_turn_ends_its_conversation():
+    # before: the user went on sending the conversation's later turns, each after a think
+    # time, each rejected too (its prompt holds the rejected one's)
     df = _conversations(30, seed=5)
     limit = int(df["num_prompt_tokens"].quantile(0.6)) + 50
-    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(3), max_model_len=limit).requests
-    assert (res["status"] == "rejected").any() and (res["status"] == "finished").any()
-    assert len(res) == len(df)
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(3, 0.05), max_model_len=limit,
+              check=True)
+    req = res.requests
+    want = _expected_statuses(df, limit)
+    assert (want == "conversation_abandoned").sum() >= 5  # (the case is exercised)
+    assert _kinds(req).tolist() == want.tolist()
+    s = res.summary()
+    assert (s["num_rejected"], s["num_rejected_context_length"],
+            s["num_rejected_conversation_abandoned"]) == (
+        (want != "finished").sum(), (want == "context_length").sum(),
+        (want == "conversation_abandoned").sum())
+    assert res.abandoned().tolist() == (want == "conversation_abandoned").tolist()
+    # each abandoned turn names the rejected turn of its conversation and comes out at the
+    # moment it was rejected
+    gone = req[res.abandoned()]
+    cause = gone["reason"].str.extract(r"\(request (\d+)\)")[0].astype(int)
+    assert (df.loc[gone.index, "session_id"].to_numpy()
+            == df.loc[cause.to_numpy(), "session_id"].to_numpy()).all()
+    assert (gone["arrival_time"].to_numpy()
+            == req.loc[cause.to_numpy(), "arrival_time"].to_numpy()).all()
+    codes = [f.code for f in res.diagnose()]
+    assert "conversation_abandoned" in codes and "rejected" not in codes  # not the KV pool's
+    from sim.cli.run import format_summary
+    assert (f"({s['num_rejected_context_length']} over max_model_len, "
+            f"{s['num_rejected_conversation_abandoned']} turns of abandoned conversations)"
+            in format_summary(s))
+
+
+@pytest.mark.parametrize("think", [0.0, 0.5])
+def test_after_a_rejected_turn_the_user_starts_its_next_conversation(think):
+    # one user, conversation a: 100 tokens, then 9,000 (over the model's 4,096), then two
+    # more turns; conversation b: one turn. b starts one think time after the rejection
+    # (as after any request), the abandoned turns taking none of the user's time
+    df = pd.DataFrame({"arrival_time": 0.0, "num_prompt_tokens": [100, 9000, 9100, 9200, 50],
+                       "num_output_tokens": 10, "session_id": ["a"] * 4 + ["b"],
+                       "turn": [0, 1, 2, 3, 0]})
+    res = run(df, model="llama-2-7b", cost_model=COST, kv_blocks=4000,
+              closed_loop=wl.ClosedLoop(1, think), check=True)
+    req = res.requests
+    assert _kinds(req).tolist() == ["finished", "context_length", "conversation_abandoned",
+                                    "conversation_abandoned", "finished"]
+    rejected_at = req["finish_time"][0] + think  # turn 1 issued, rejected at once
+    assert req["arrival_time"][1] == rejected_at
+    assert (req["arrival_time"][2:4] == rejected_at).all()
+    assert req["arrival_time"][4] == rejected_at + think  # (before: rejected_at + 3 think)
+    assert req["reason"][2] == ("conversation_abandoned: an earlier turn of its conversation "
+                                "(request 1) was rejected")
 
 
 def test_without_sessions_the_order_is_the_workloads():
@@ -127,3 +192,30 @@ def test_every_turn_comes_out_once_in_order(n, users, think, seed):
     res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(users, think), check=True)
     assert len(res.requests) == len(df) and res.requests["request_id"].is_unique
     _check_turns(df, res.requests, think)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 20), users=st.integers(1, 8), think=st.sampled_from([0.0, 0.01]),
+       seed=st.integers(0, 50), quantile=st.floats(0.0, 1.0),
+       layout=st.sampled_from([{}, dict(replicas=2, router="round_robin"),
+                               dict(disaggregation=Disaggregation(1, 1))]))
+def test_every_turn_comes_out_once_and_a_rejection_ends_its_conversation(
+        n, users, think, seed, quantile, layout):
+    """Nothing lost with rejections on one replica, a cluster and pools: every turn comes out
+    once, as the workload alone says (finished, rejected for its length, or abandoned after
+    an earlier turn's rejection), the turns issued in order after their answers."""
+    df = _conversations(n, seed=seed)
+    limit = int(df["num_prompt_tokens"].quantile(quantile)) + 20
+    res = run(df, cost_model=COST, closed_loop=wl.ClosedLoop(users, think),
+              max_model_len=limit, check=True, **layout)
+    req = res.requests
+    assert len(req) == len(df) and req["request_id"].is_unique
+    assert _kinds(req).tolist() == _expected_statuses(df, limit).tolist()
+    gone = res.abandoned()
+    assert (req.loc[gone, "replica"] == (-1 if layout else 0)).all()  # never routed
+    if "prefill_replica" in req:
+        assert (req.loc[gone, "prefill_replica"] == -1).all()
+    sent = df.assign(abandoned=res.abandoned())
+    sent = sent[~sent["abandoned"]]
+    done = req.loc[sent.index]
+    _check_turns(sent[done["status"] == "finished"], done[done["status"] == "finished"], think)

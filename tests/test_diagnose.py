@@ -85,6 +85,25 @@ def test_prompts_over_max_num_tokens_are_their_own_finding_not_the_pools():
     assert codes["max_num_tokens"] == 10 and codes["rejected"] == 10
 
 
+def test_abandoned_conversations_are_their_own_finding_not_the_pools():
+    """A closed-loop user drops a conversation whose turn could never fit the pool: the
+    pool's finding counts that turn, this one the turns never sent; without conversations
+    nothing is abandoned."""
+    df = pd.DataFrame({"arrival_time": 0.0, "num_prompt_tokens": [50, 400, 450, 500, 60, 70],
+                       "num_output_tokens": 10, "session_id": ["a", "a", "a", "a", "b", "c"],
+                       "turn": [0, 1, 2, 3, 0, 0]})
+    kw = dict(scheduler="continuous", cost_model=COST, kv_blocks=8, block_size=16,
+              closed_loop=workloads.ClosedLoop(2, 0.1))  # 128 tokens: 400 never fits
+    res = sim.run(df, **kw)
+    codes = {f.code: f.value for f in res.diagnose()}
+    assert codes["rejected"] == 1 and codes["conversation_abandoned"] == 2
+    f = next(f for f in res.diagnose() if f.code == "conversation_abandoned")
+    assert f.message.startswith("2 of 6 requests were never sent")
+    alone = sim.run(df.drop(columns=["session_id", "turn"]), **kw)
+    codes = {f.code: f.value for f in alone.diagnose()}
+    assert codes["rejected"] == 3 and "conversation_abandoned" not in codes
+
+
 def test_idle_slots_under_static_batching_only():
     # one long output per batch keeps the slots of its finished neighbours empty
     outputs = np.where(np.arange(200) % 8 == 0, 400, 5)

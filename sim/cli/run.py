@@ -283,9 +283,11 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
     row with the cache's hit rate, saying so when the workload names no prefix block
     (``names_prefixes`` False: nothing can hit)."""
-    why = ", ".join(f"{n:,} over {limit}" for n, limit in (
-        (summary.get("num_rejected_context_length"), "max_model_len"),
-        (summary.get("num_rejected_max_num_tokens"), "max_num_tokens")) if n)
+    why = ", ".join(f"{n:,} {what}" for n, what in (
+        (summary.get("num_rejected_context_length"), "over max_model_len"),
+        (summary.get("num_rejected_max_num_tokens"), "over max_num_tokens"),
+        (summary.get("num_rejected_conversation_abandoned"), "turns of abandoned "
+                                                              "conversations")) if n)
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
                          f"rejected of {summary['num_requests']:,}"
                          + (f" ({why})" if why else ""))]

@@ -6,24 +6,38 @@ conversations (a ``session_id`` column: :func:`conversations`) - the next turn o
 conversation it holds, and the next conversation (in order of first turns) once that one is
 over, as multi-turn benchmark clients do (vLLM's ``benchmark_serving_multi_turn.py``: a client
 sends a conversation's turns in order, each after the answer to the previous one). So a turn
-is never issued before the turn it follows finished (its history is in the prompt); a
-rejected turn is skipped and the conversation goes on. Without conversations each request is
-a conversation of its own: the next request in workload order.
+is never issued before the turn it follows finished (its history is in the prompt).
+
+A rejected turn ends its conversation, as in that client (vllm-project/vllm@00d39539,
+benchmarks/multi_turn/benchmark_serving_multi_turn.py, ``client_main``: a turn that fails
+after its retries - none by default, ``--max-retries 0`` - counts as a failure and its
+conversation is removed from the active ones, "should not be used again"; the client then
+sleeps as after any request and takes up its next conversation). The conversation's later
+turns are never sent: they come out rejected at that moment (``arrival_time`` now, reason
+starting with :data:`~sim.results.metrics.CONVERSATION_ABANDONED`), taking none of the user's
+time; the user issues the first turn of its next conversation ``think_time`` after the
+rejection, as after any other. (That client also stops altogether on a timeout or an
+exception; no request here times out.) Without conversations each request is a conversation
+of its own: the next request in workload order, nothing abandoned.
 
 Shared by one replica (:mod:`sim.engine.simulation`) and a cluster or disaggregated pools
 (:mod:`sim.engine.cluster`): ``submit(r) -> bool`` queues (or routes) a request issued now,
 False when it was rejected; each replica's ``on_finish`` hook reports a completion (chained
-after a hook already there). Bound methods, not closures that refer to one another: no
-reference cycle keeps the requests alive once the run is over.
+after a hook already there); abandoned turns are recorded by the first replica's ``reject``
+verb (never routed: their ``replica`` reads -1 in a cluster). Bound methods, not closures that
+refer to one another: no reference cycle keeps the requests alive once the run is over.
 
-Invariants (tests/test_clients.py): every request is issued once; at most ``num_users``
-requests are out at once; a conversation's turns are issued in order, each at or after the
-previous turn's finish (+ ``think_time``).
+Invariants (tests/test_clients.py): every request comes out once, issued (finished or
+rejected) or abandoned; at most ``num_users`` requests are out at once; a conversation's turns
+are issued in order, each at or after the previous turn's finish (+ ``think_time``); the turns
+after a rejected one are abandoned, none issued.
 """
 
 from __future__ import annotations
 
 from functools import partial
+
+from ..results.metrics import CONVERSATION_ABANDONED
 
 
 def conversations(df, requests):
@@ -68,6 +82,7 @@ class ClosedLoopClients:
             [r] for r in requests)
         self.turns = {}  # user -> iterator over the turns left of its conversation
         self.user_of = {}  # request index -> the user who issued it (until it finishes)
+        self.reject = replicas[0].reject  # (abandoned turns: never routed)
         for rep in replicas:
             rep.on_finish = chain(rep.on_finish, self._done)
         for user in range(int(loop.num_users)):
@@ -93,9 +108,19 @@ class ClosedLoopClients:
             if self.submit(r):
                 return
             del self.user_of[r.index]
+            self._abandon(turns, r)
             if self.think > 0:
                 self.env.timeout(self.think).callbacks.append(partial(self._issue, user))
                 return
+
+    def _abandon(self, turns, rejected):
+        """Reject now the turns left in ``turns``, the conversation whose turn ``rejected``
+        was just rejected (exhausting the iterator: the user's next is a new conversation)."""
+        now = self.env.now
+        for r in turns:
+            r.arrival_time = now
+            self.reject(r, f"{CONVERSATION_ABANDONED}: an earlier turn of its conversation "
+                           f"(request {rejected.request_id}) was rejected")
 
     def _done(self, r, _now):
         user = self.user_of.pop(r.index)

@@ -18,7 +18,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
   tensorrt-llm preset's ``max_num_tokens`` without chunked context, as TensorRT-LLM refuses
   them;
 - ``rejected`` - requests that can never fit in the KV pool (the rejections of neither kind
-  above);
+  above nor below);
+- ``conversation_abandoned`` - a closed loop's turns never sent: each user dropped the rest of
+  a conversation whose turn was rejected (:mod:`sim.engine.clients`);
 - ``idle_slots`` - static batching leaves batch slots empty while requests wait;
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes (or, with the ``sglang`` preset, alone while
@@ -136,8 +138,9 @@ def diagnose(result) -> list:
             "turn on TensorRT-LLM's chunked context (enable_chunked_context=True, sim run "
             "--enable-chunked-context) or raise max_num_tokens (token_budget, sim run "
             "--token-budget)", float(over_budget)))
-    if s["num_rejected"] > too_long + over_budget:
-        n = s["num_rejected"] - too_long - over_budget
+    abandoned = s["num_rejected_conversation_abandoned"]
+    if s["num_rejected"] > too_long + over_budget + abandoned:
+        n = s["num_rejected"] - too_long - over_budget - abandoned
         out.append(Finding(
             "rejected",
             f"{n:,} of {plural(len(req), 'request')} "
@@ -145,6 +148,15 @@ def diagnose(result) -> list:
             f"blocks than the whole pool ({s['kv_blocks']:,}) holds",
             "enlarge the KV pool (kv_blocks, memory, quantized KV, more GPUs) or cap the "
             "requests' lengths", float(n)))
+    if abandoned:
+        out.append(Finding(
+            "conversation_abandoned",
+            f"{abandoned:,} of {plural(len(req), 'request')} "
+            f"{'was' if abandoned == 1 else 'were'} never sent: later turns of conversations "
+            f"whose turn was rejected, dropped by their users (as vLLM's multi-turn benchmark "
+            f"client drops a conversation whose request failed)",
+            "remove the rejections that ended those conversations (the findings above); a "
+            "later turn's prompt holds the rejected one's", float(abandoned)))
     name = str(result.scheduler_name)
     if name == "static" and len(it):
         waiting = (it["num_waiting"] > 0).to_numpy()

@@ -8,9 +8,13 @@ nothing of the engine: it holds columns and computes summaries from them.
 ``max_model_len`` (a reason starting with :data:`CONTEXT_LENGTH`, the model's context length
 unless set; vLLM's and SGLang's servers refuse such a request), its prompt exceeds the
 tensorrt-llm preset's ``max_num_tokens`` without chunked context (a reason starting with
-:data:`MAX_NUM_TOKENS`; TensorRT-LLM refuses it), or it could never fit the KV pool. A rejected
+:data:`MAX_NUM_TOKENS`; TensorRT-LLM refuses it), or it could never fit the KV pool; or, in a
+closed loop with conversations, it is a later turn of a conversation whose turn was rejected,
+never sent (a reason starting with :data:`CONVERSATION_ABANDONED`; its ``arrival_time`` is when
+its user dropped the conversation, as vLLM's multi-turn benchmark client drops it). A rejected
 request's times and latencies are NaN. The summary counts every kind in ``num_rejected``, the
-first also in ``num_rejected_context_length``, the second in ``num_rejected_max_num_tokens``.
+first also in ``num_rejected_context_length``, the second in ``num_rejected_max_num_tokens``,
+the last in ``num_rejected_conversation_abandoned``.
 Per request
 (n = ``num_output_tokens``):
 
@@ -62,10 +66,11 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
   / ``max_batch_size``; ``kv_usage_mean`` likewise for ``kv_blocks_used`` / ``kv_blocks``;
   ``kv_usage_max`` the peak fraction.
 - A cluster (``replicas`` > 1, :mod:`sim.engine.cluster`): ``requests`` and ``iterations``
-  have a ``replica`` column (0 for one replica; ``iteration`` counts each replica's own); the
-  summary stays whole-cluster (occupancy means are per replica, over all replicas' busy time)
-  and adds ``num_replicas`` and ``num_gpus`` (replicas x ``tensor_parallel``), and with an SLO
-  ``goodput_per_gpu``; :meth:`Result.replica_summary` gives one row per replica.
+  have a ``replica`` column (0 for one replica; in a cluster -1 for an abandoned turn, never
+  routed; ``iteration`` counts each replica's own); the summary stays whole-cluster
+  (occupancy means are per replica, over all replicas' busy time) and adds ``num_replicas``
+  and ``num_gpus`` (replicas x ``tensor_parallel``), and with an SLO ``goodput_per_gpu``;
+  :meth:`Result.replica_summary` gives one row per replica.
   Disaggregation: ``replica`` is where a request decoded (its prefill replica when it finished
   there), ``prefill_replica`` where it prefilled, ``kv_transfer_time`` from prefill done to its
   KV landed (NaN when not transferred), summarised as ``kv_transfer_time_mean/_p50/_p99``;
@@ -84,6 +89,7 @@ import numpy as np
 PCTS = (50, 90, 95, 99)
 CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
 MAX_NUM_TOKENS = "max_num_tokens"  # ... of a prompt over TensorRT-LLM's max_num_tokens
+CONVERSATION_ABANDONED = "conversation_abandoned"  # ... of a turn after a rejected one
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
@@ -165,6 +171,12 @@ class Result:
         :data:`MAX_NUM_TOKENS`."""
         return self._rejected_for(MAX_NUM_TOKENS)
 
+    def abandoned(self) -> np.ndarray:
+        """Which requests were turns of a conversation dropped by its closed-loop user after
+        an earlier turn was rejected, never sent: their reason starts with
+        :data:`CONVERSATION_ABANDONED`."""
+        return self._rejected_for(CONVERSATION_ABANDONED)
+
     def _rejected_for(self, prefix) -> np.ndarray:
         req = self.requests
         out = np.array(req["status"] == "rejected", dtype=bool)
@@ -219,7 +231,8 @@ class Result:
                "num_requests": len(req), "num_finished": len(fin),
                "num_rejected": int((req["status"] == "rejected").sum()),
                "num_rejected_context_length": int(self.over_max_model_len().sum()),
-               "num_rejected_max_num_tokens": int(self.over_max_num_tokens().sum())}
+               "num_rejected_max_num_tokens": int(self.over_max_num_tokens().sum()),
+               "num_rejected_conversation_abandoned": int(self.abandoned().sum())}
         for key in ("ttft", "tpot", "e2e", "queueing_delay"):
             col = fin[key].dropna().to_numpy()
             out[f"{key}_mean"] = float(col.mean()) if col.size else float("nan")
