@@ -13,14 +13,19 @@ comparison says nothing about the roofline; it only runs the pipeline.
 
 from __future__ import annotations
 
-import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from sim.cli.arguments import number, output_file, preset
+from sim.cli.device import check_device
+from sim.cli.main import Parser
 from sim.costs.kernels import array_module, synchronize
 from sim.costs.roofline import RooflineCost
+from sim.specs.gpus import get_gpu, gpu_presets
+from sim.specs.models import get_model
 
 OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 TOKENS = (1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
@@ -60,19 +65,41 @@ def time_gemm(xp, tokens, k, n, dtype, repeats, rng) -> float:
     return float(np.median(times))
 
 
+def parse(argv=None):
+    """The flags, checked before any timing: each bad value (an unknown ``--model`` or
+    ``--gpu``, ``--tokens 0``, ``--repeats 0``, an output that cannot be written, ``--device
+    gpu`` without a GPU) is one line, ``gemm_check: error: ...``, and exit status 2."""
+    ap = Parser(prog="gemm_check", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=["gpu", "cpu", "auto"], default="gpu",
+                    help="gpu: CuPy, float16 (default); cpu: NumPy, float32, which runs the "
+                         "pipeline but says nothing about the roofline; auto: a GPU if usable")
+    ap.add_argument("--model", default="llama-3.1-8b",
+                    help="model preset whose layer GEMMs are timed (an unknown name lists them) "
+                         "(default llama-3.1-8b)")
+    ap.add_argument("--gpu", default="h200",
+                    help=f"the GPU preset whose roofline prices them: {', '.join(gpu_presets())} "
+                         f"(default h200)")
+    ap.add_argument("--tokens", type=number(int), nargs="+", default=list(TOKENS), metavar="N",
+                    help=f"token counts (each GEMM's rows), each >= 1 (default "
+                         f"{' '.join(map(str, TOKENS))})")
+    ap.add_argument("--repeats", type=number(int), default=20, metavar="N",
+                    help="timed products per GEMM and token count, >= 1, after 3 warm-ups; "
+                         "their median is kept (default 20)")
+    ap.add_argument("--output", "-o", default="gemm_check.csv", metavar="CSV",
+                    help="the CSV file to write, its folder created if missing "
+                         "(default gemm_check.csv)")
+
+    def check(a):
+        check_device(a.device)
+        output_file(a.output, "--output")
+        preset(get_model, a.model, "--model")
+        preset(get_gpu, a.gpu, "--gpu")
+    return ap.parse_checked(argv, check)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=["gpu", "cpu", "auto"], default="gpu")
-    ap.add_argument("--model", default="llama-3.1-8b")
-    ap.add_argument("--gpu", default="h200", help="the roofline's GPU preset to compare with")
-    ap.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--output", "-o", default="gemm_check.csv")
-    a = ap.parse_args(argv)
-    try:
-        xp, device = array_module(a.device)
-    except (RuntimeError, ValueError) as e:
-        raise SystemExit(f"gemm_check: error: {e} (use --device cpu to run the pipeline here)")
+    a = parse(argv)
+    xp, device = array_module(a.device)
     cost = RooflineCost(a.model, a.gpu)
     dtype = np.float32 if xp is np else np.float16
     rng = np.random.default_rng(0)
@@ -86,6 +113,7 @@ def main(argv=None):
                          "tflops": 2.0 * tokens * k * n / measured / 1e12,
                          "error_pct": 100.0 * (priced[op] - measured) / measured})
     df = pd.DataFrame(rows)
+    Path(a.output).parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(a.output, index=False)
     print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"median |error| {df['error_pct'].abs().median():.1f}% over {len(df)} GEMMs "

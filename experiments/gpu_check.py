@@ -1,12 +1,14 @@
 """One script for every GPU check: CuPy kernels vs NumPy, calibration, validation.
 
-    python experiments/gpu_check.py --output gpu-results/            # on an NVIDIA GPU, < 5 min
+    python experiments/gpu_check.py --output gpu-results/            # on an NVIDIA GPU
     python experiments/gpu_check.py --device cpu --budget 10 -n 40  # the same pipeline on a CPU
 
 1. Correctness: the CuPy ``RawKernel`` paged decode attention and the CuPy paths of
    ``paged_decode_attention`` / ``prefill_chunk_attention`` against the NumPy reference and
    ``tiled_softmax_dot`` (max abs error), on random paged caches.
-2. Calibration of one model (``--model``, default TinyLlama-1.1B dims) on the device.
+2. Calibration of one model (``--model``; default TinyLlama-1.1B's dims on a GPU, the small
+   CPU model on a CPU) on the device, printing a line per timing pass (the first H200 run had
+   not finished it at 6 minutes with the 90 s budget).
 3. Validation: the engine's schedule executed on the device vs simulated with the profile.
 
 Writes ``kernel_check.json``, ``profile.json``, ``validation.csv`` and ``summary.json``.
@@ -14,16 +16,19 @@ Writes ``kernel_check.json``, ``profile.json``, ``validation.csv`` and ``summary
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import numpy as np
 
+from sim.cli.arguments import number, output_folder, preset
+from sim.cli.device import check_device, progress_line
+from sim.cli.main import Parser
 from sim.costs.kernels import (array_module, paged_decode_attention, paged_decode_attention_cuda,
                                prefill_chunk_attention, tiled_softmax_dot)
 from sim.costs.timing import QUICK_GRID, save_profile
+from sim.specs.models import get_model
 from sim.tools.calibration import calibrate
 from sim.tools.validation import validate_profile
 
@@ -65,35 +70,56 @@ def check_kernels(xp, seed=0) -> dict:
     return out
 
 
+def parse(argv=None):
+    """The flags, checked before any work: each bad value (an unknown ``--model``, a count or
+    budget not > 0, an output folder that cannot be written, ``--device gpu`` without a GPU) is
+    one line, ``gpu_check: error: ...``, and exit status 2."""
+    ap = Parser(prog="gpu_check", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=["gpu", "cpu", "auto"], default="gpu",
+                    help="gpu: CuPy (default); cpu: NumPy, the same pipeline on a CPU; auto: a "
+                         "GPU if usable")
+    ap.add_argument("--model", default=None,
+                    help="model preset to calibrate (an unknown name lists them) (default: "
+                         "tinyllama-1.1b on a GPU, the small 2-layer CPU model on a CPU)")
+    ap.add_argument("--budget", type=number(float), default=90.0, metavar="SECONDS",
+                    help="calibration seconds, > 0; at least 3 timing passes, so longer where a "
+                         "pass takes more than a third of it (default 90)")
+    ap.add_argument("-n", "--requests", type=number(int), default=300, metavar="N",
+                    help="requests of the validation workload, >= 1 (default 300)")
+    ap.add_argument("--repeats", type=number(int), default=2, metavar="N",
+                    help="executed validation runs, >= 1 (default 2)")
+    ap.add_argument("--quick", action="store_true",
+                    help="coarse calibration grid (smoke runs) (default: the full grid)")
+    ap.add_argument("--engine-requests", type=number(int), default=300, metavar="N",
+                    help="requests executed in the engine during calibration, >= 1 "
+                         "(default 300)")
+    ap.add_argument("--output", "-o", default="gpu-results", metavar="FOLDER",
+                    help="folder of the four result files, created if missing "
+                         "(default gpu-results)")
+
+    def check(a):
+        check_device(a.device)
+        output_folder(a.output, "--output")
+        if a.model is not None:
+            preset(get_model, a.model, "--model")
+    return ap.parse_checked(argv, check)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", choices=["gpu", "cpu", "auto"], default="gpu")
-    ap.add_argument("--model", default="tinyllama-1.1b")
-    ap.add_argument("--budget", type=float, default=90.0, help="calibration seconds")
-    ap.add_argument("-n", "--requests", type=int, default=300)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="coarse calibration grid (smoke runs)")
-    ap.add_argument("--engine-requests", type=int, default=300,
-                    help="requests executed in the engine during calibration")
-    ap.add_argument("--output", "-o", default="gpu-results")
-    a = ap.parse_args(argv)
-    try:
-        xp, device = array_module(a.device)
-    except (RuntimeError, ValueError) as e:  # e.g. --device gpu (the default) without a GPU
-        raise SystemExit(f"gpu_check: error: {e} (use --device cpu to run the pipeline here)")
+    a = parse(argv)
+    xp, device = array_module(a.device)
     out = Path(a.output)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     kernels = check_kernels(xp)
     (out / "kernel_check.json").write_text(json.dumps(kernels, indent=1))
     print(f"[{time.perf_counter() - t0:.0f}s] kernels on {device}: {kernels}", flush=True)
-    model = a.model if xp is not np else None  # the CPU runs the small CPU model
+    # a GPU calibrates TinyLlama-1.1B's dims unless told; a CPU the small CPU model (None)
+    model = a.model if a.model is not None or xp is np else "tinyllama-1.1b"
 
-    # one line per timing pass and one before the engine fit: a run cut short shows where
-    def progress(p):
-        what = (f"timing pass {p.passes} of {p.num_ops} ops, {p.elapsed_s:.0f}/{p.budget_s:g} s"
-                if p.stage == "timing" else f"engine fit on {p.num_requests} executed requests")
-        print(f"[{time.perf_counter() - t0:.0f}s] {what}", flush=True)
+    def progress(p):  # one line per timing pass and one as the engine fit begins, as sim
+        # calibrate prints them: a run cut short shows where it was
+        print(f"[{time.perf_counter() - t0:.0f}s] {progress_line(p)}", flush=True)
 
     profile = calibrate(model, budget_s=a.budget, device=a.device, on_progress=progress,
                         engine_requests=a.engine_requests, grid=QUICK_GRID if a.quick else None)

@@ -137,8 +137,10 @@ def test_gpu_check_script_runs_its_pipeline_on_the_cpu(tmp_path, load_script, ca
     s = gpu_check.main(["--device", "cpu", "--budget", "1", "-n", "20", "--repeats", "1",
                         "--engine-requests", "30", "--quick", "-o", str(tmp_path)])
     assert s["kernels_passed"]
-    printed = capsys.readouterr().out  # a line per timing pass, one as the engine fit begins
-    assert "timing pass 3 of 26 ops" in printed and "engine fit on 30 executed" in printed
+    printed = capsys.readouterr().out  # a line per timing pass, one as the engine fit begins,
+    # in sim calibrate's words (sim.cli.device.progress_line), after the seconds since the start
+    assert "] calibrating: pass 3: 26 ops timed, " in printed and " of the 1 s budget" in printed
+    assert "fitting the weights on an executed engine run of 30 requests" in printed
     for f in ("kernel_check.json", "profile.json", "validation.csv", "summary.json"):
         assert (tmp_path / f).exists()
     assert len(pd.read_csv(tmp_path / "validation.csv")) == len(METRICS)

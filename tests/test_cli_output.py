@@ -152,7 +152,8 @@ def test_run_help_gives_the_valid_range_of_each_number_and_short_metavars():
                 "--tp": "must divide the model's KV heads or be a multiple of them",
                 "--max-batch-size": ">= 1", "--chunk-size": ">= 1", "--token-budget": ">= 1",
                 "--kv-blocks": ">= 1", "--block-size": ">= 1",
-                "--draft-model": "model preset (listed by 'sim memory')",
+                "--draft-model": "a model preset (as --model)",
+                "--model": "model preset such as llama-3.1-70b (an unknown name lists them)",
                 "--rate": "length-only set such as sharegpt, where it is required",
                 "--cost": "linear:BASE,PREFILL,DECODE,CONTEXT (all four numbers)"}
     for flag, text in expected.items():

@@ -1,8 +1,14 @@
 """Checks of what the user names on any command, before any work: :func:`number` (an argparse
 ``type``: a finite number > 0 or >= 0), :func:`output_folder` and :func:`output_file` (writable,
-created by nothing here) and :func:`read_profile` (a calibration profile's JSON object). Each
-raises ``ValueError`` naming the flag and the value (``argparse.ArgumentTypeError`` for
-:func:`number`), which ``sim`` prints as one line."""
+created by nothing here), :func:`read_profile` (a calibration profile's JSON object),
+:func:`not_beside_file` (a TOML file's relative path that exists only beside the file),
+:func:`as_flag` and :func:`preset` (a library message in the flag's words). Each raises
+``ValueError`` naming the flag and the value (``argparse.ArgumentTypeError`` for
+:func:`number`), which ``sim`` prints as one line.
+
+A relative path in a TOML file (``workload``, ``profile``, ``output``) is read from the working
+directory, as a flag's is, not from the TOML file's folder; :func:`not_beside_file` only makes
+the error say so when the file's folder holds the path."""
 
 from __future__ import annotations
 
@@ -65,6 +71,41 @@ def output_file(path, name="--output") -> Path:
         raise ValueError(f"{name} {str(path)!r} is a folder; give a file name")
     _writable(path.parent, name, path)
     return path
+
+
+def not_beside_file(path, key, config) -> None:
+    """Raise when ``path``, which the TOML file ``config`` gave as ``key``, is relative, does not
+    exist from the working directory (where it is read) but does from ``config``'s folder: the
+    message names the file and key, the path tried and the path that exists. Else nothing (the
+    caller's own check reports a path missing everywhere)."""
+    path = Path(path)
+    if config is None or path.is_absolute() or path.exists():
+        return
+    beside = Path(config).parent / path
+    if not beside.exists():
+        return
+    also = "" if beside.is_absolute() else " (or an absolute path)"
+    raise ValueError(f"{config}: {key} {str(path)!r} does not exist: a relative path in a TOML "
+                     f"file is read from the working directory, not from the file's folder "
+                     f"(tried {Path.cwd() / path}); {str(beside)!r} exists: write {key} = "
+                     f"\"{beside.as_posix()}\"{also}, or run from {str(Path(config).parent)!r}")
+
+
+def as_flag(error, flag, key) -> ValueError:
+    """``error`` (a library ``ValueError`` about its argument ``key``: ``model 'x' is not a
+    preset ...``) in the words of ``flag``: ``--model 'x' is not a preset ...``."""
+    msg = str(error)
+    return ValueError(f"{flag}{msg[len(key):]}" if msg.startswith(f"{key} ") else
+                      f"{flag}: {msg}")
+
+
+def preset(get, value, flag):
+    """``get(value)`` (``get_model``, ``get_gpu``: a preset by name); its ``ValueError`` in the
+    words of ``flag`` (``--model 'x' is not a preset ...``)."""
+    try:
+        return get(value)
+    except ValueError as e:
+        raise as_flag(e, flag, flag.lstrip("-")) from None
 
 
 def read_profile(path, name="--profile") -> dict:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ..checks import plural
-from .arguments import number, output_file, output_folder, read_profile
+from .arguments import number, output_file, output_folder, preset, read_profile
 
 
 def check_device(device) -> None:
@@ -50,6 +50,9 @@ def cmd_calibrate(args) -> int:
     from ..tools.calibration import calibrate
     check_device(args.device)
     output_file(args.output, "--output")
+    if args.model is not None:
+        from ..specs.models import get_model
+        preset(get_model, args.model, "--model")
     profile = calibrate(args.model, budget_s=args.budget, device=args.device, dtype=args.dtype,
                         on_progress=print_progress)
     q = profile["quality"]
@@ -122,7 +125,8 @@ def add_parsers(sub):
     p.add_argument("--device", choices=["auto", "cpu", "gpu"], default="auto",
                    help="where to time (default auto: a GPU with CuPy if present, else the CPU)")
     p.add_argument("--model", default=None,
-                   help="model preset or Hugging Face config.json (default: a small CPU model)")
+                   help="model preset such as llama-3.1-8b (default: a small 2-layer CPU "
+                        "model)")
     p.add_argument("--dtype", default=None, help="array dtype (default float32)")
     p.add_argument("--output", "-o", default="profile.json", metavar="JSON",
                    help="the profile file to write (default profile.json)")

@@ -130,7 +130,8 @@ def add_parsers(sub):
     p_wl.add_argument("--plot", metavar="PNG", help="write a PNG of the workload (default none)")
     p_wl.set_defaults(func=cmd_workload)
     p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
-    p_mem.add_argument("model", help="model preset or Hugging Face config.json")
+    p_mem.add_argument("model", help="model preset such as llama-3.1-70b (an unknown name "
+                                      "lists them)")
     p_mem.add_argument("--gpu", default="h100", help="GPU preset (default h100)")
     p_mem.add_argument("--gpu-memory-gb", type=float,
                        help="override the memory the GPU reports, GB = 1e9 bytes (default: the "

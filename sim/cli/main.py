@@ -26,6 +26,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def parse_checked(self, argv, check):
+        """``parse_args(argv)``, then ``check(args)``, whose ``ValueError`` (a value no ``type``
+        can judge alone: an unknown preset, an output path, a missing GPU) ends the same way:
+        for a command without sub-commands (``experiments/gemm_check.py``)."""
+        args = self.parse_args(argv)
+        try:
+            check(args)
+        except ValueError as e:
+            self.error(one_line(e))
+        return args
+
 
 def one_line(message) -> str:
     return " ".join(str(message).split())

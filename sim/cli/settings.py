@@ -22,6 +22,7 @@ from ..engine.speculation import MAX_SPECULATIVE_TOKENS
 from ..engine.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
 from ..engine.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
 from ..results.metrics import SLO_KEYS
+from .arguments import not_beside_file
 
 
 def _first_line(cls) -> str:
@@ -97,8 +98,8 @@ def add_run_args(p):
     p.add_argument("--scheduler", "-s", type=str.lower, choices=sorted(POLICIES), metavar="NAME",
                    help="; ".join(f"{name}: {_first_line(cls)}" for name, cls in POLICIES.items())
                    + " (default chunked)")
-    p.add_argument("--model", help="model preset (see 'sim memory') or a Hugging Face "
-                                    "config.json (default llama-3.1-8b)")
+    p.add_argument("--model", help="model preset such as llama-3.1-70b (an unknown name lists "
+                                    "them) (default llama-3.1-8b)")
     p.add_argument("--gpu", help="GPU preset: a100, h100, h200, l40s, b200, mi300x (default h100)")
     p.add_argument("--tp", type=int, dest="tensor_parallel", metavar="GPUS",
                    help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a "
@@ -205,7 +206,7 @@ def add_run_args(p):
                                          "probability, in [0, 1], until the first rejection "
                                          "(default 0.8)")
     p.add_argument("--draft-model", dest="spec_draft_model", metavar="NAME",
-                   help="speculative: the draft model, a model preset (listed by 'sim memory'), "
+                   help="speculative: the draft model, a model preset (as --model), "
                         "priced on the same GPU (default none)")
     p.add_argument("--draft-cost-ratio", type=float, dest="spec_draft_cost_ratio",
                    metavar="C", help="speculative: a draft step costs C x the target's decode "
@@ -350,6 +351,10 @@ def check_settings(s, names=None, given=()) -> dict:
     typed("profile", (str, Path), "a profile file path")
     typed("output", (str, Path), "a folder path")
     typed("plots", bool, "true or false")
+    from workloads import trace_names
+    for key in ("workload", "profile"):  # read from the working directory, not the file's folder
+        if key in names.from_file and s[key] is not None and str(s[key]) not in trace_names():
+            not_beside_file(s[key], key, names.config)
     for key in ("scheduler", "router", "weight_dtype", "kv_dtype", "prefix_caching",
                 "capacity_scheduler_policy", "context_chunking_policy"):
         if isinstance(s[key], str):  # names take any case, as the flags do
