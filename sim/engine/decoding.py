@@ -270,23 +270,28 @@ class SpecDecodes:
         bs, mask = self.block_size, self.mask
         plans = [r.spec_plan for r in reqs]
         runs = [plan[0][:-1] for plan in plans]
-        ms = np.fromiter(map(len, runs), dtype=np.int64, count=len(runs))
-        first = np.cumsum(ms) - ms  # where each request's verifications begin
+        ms = np.array([len(run) for run in runs])
+        ends = ms.cumsum()
         sums = np.concatenate(runs)
         slots = sums + np.repeat([plan[2] for plan in plans], ms)
-        held = (slots + (bs - 1)) // bs  # blocks held after each verification
+        held = slots + (bs - 1)
+        held //= bs  # blocks held after each verification ...
         before = np.empty_like(held)  # ... and before it
         before[1:] = held[:-1]
-        before[first] = [-(-r.decode_base_tokens // bs) for r in reqs]
-        at = (np.arange(len(slots)) + np.repeat([r.decode_start + 1 for r in reqs] - first, ms)
-              ) & mask
+        ends -= ms  # where each request's verifications begin
+        before[ends] = [-(-r.decode_base_tokens // bs) for r in reqs]
+        held -= before
+        at = np.repeat([r.decode_start + 1 for r in reqs] - ends, ms)
+        at += np.arange(len(at))
+        at &= mask
         np.add.at(self.ctx, at, slots)
-        np.add.at(self.need, at, held - before)
+        np.add.at(self.need, at, held)
         if self.clip:  # tokens left after steps decode_start + j, each at most clip
-            ends = [r.num_output_tokens - r.decode_base_generated + plan[1]
-                    for r, plan in zip(reqs, plans)]
-            np.add.at(self.left, (at - 1) & mask,
-                      np.minimum(np.repeat(ends, ms) - sums, self.clip))
+            left = np.repeat([r.num_output_tokens - r.decode_base_generated + plan[1]
+                              for r, plan in zip(reqs, plans)], ms) - sums
+            at -= 1
+            at &= mask
+            np.add.at(self.left, at, np.minimum(left, self.clip, out=left))
 
     def _add_plan(self, r, steps: int, sign: int) -> None:
         """Add ``sign`` x ``r``'s vectors from its verification ``steps`` on into the rings
@@ -356,7 +361,8 @@ class SpecDecodes:
         return self._held(r, i - r.decode_start - (0 if reserved else 1))
 
     def finish(self, r, i: int) -> int:
-        held = self._held(r, len(r.spec_plan[0]) - 1)
+        run, _, off, _ = r.spec_plan  # (_held(r, m), inlined: one call per request)
+        held = -(-(run.item(-2) + off) // self.block_size)
         self.stop(r, i)
         return held
 
