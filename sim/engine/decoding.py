@@ -316,8 +316,6 @@ class SpecDecodes:
             self._ring_add(self.left, lo, left if sign > 0 else np.negative(left, out=left))
 
     def stop(self, r, last: int) -> None:
-        if self.pending:  # (the replica flushed after its starts: this is a safety net)
-            self.flush()
         run, base, _, over = r.spec_plan
         steps = last - r.decode_start  # verifications done
         if steps == len(run) - 1:  # finished: its last verification's drafts beyond the end
