@@ -262,7 +262,7 @@ class SpecDecodes:
         for r in reqs:
             if len(r.spec_plan[0]) > self.mask:  # m + 1 steps must fit: grow the rings
                 self._grow(r.decode_start, len(r.spec_plan[0]))
-        if len(reqs) < 2:
+        if len(reqs) < 2:  # (one start an iteration, the common case below saturation)
             if reqs:
                 self._add_plan(reqs.pop(), 0, 1)
             return
@@ -298,18 +298,25 @@ class SpecDecodes:
         """Add ``sign`` x ``r``'s vectors from its verification ``steps`` on into the rings
         (``sign`` -1: a preemption takes its future iterations back)."""
         run, base, off, _ = r.spec_plan
-        bs = self.block_size
+        bs, mask = self.block_size, self.mask
         slots = run[steps:-1] + off
-        held = (slots + (bs - 1)) // bs
-        need = np.empty_like(held)
-        need[0] = held.item(0) - self._held(r, steps)
-        np.subtract(held[1:], held[:-1], need[1:])
+        held = slots + (bs - 1)
+        held //= bs  # blocks held after each verification ...
+        need = held.copy()
+        need[1:] -= held[:-1]  # ... less those held before it
+        need[0] -= self._held(r, steps)
         if sign < 0:
             np.negative(slots, out=slots)
             np.negative(need, out=need)
         lo = r.decode_start + steps
-        self._ring_add(self.ctx, lo + 1, slots)
-        self._ring_add(self.need, lo + 1, need)
+        start = (lo + 1) & mask
+        end = start + len(slots)
+        if end <= mask + 1:  # (no wrap-around: both rings inline, one bounds check)
+            self.ctx[start:end] += slots
+            self.need[start:end] += need
+        else:
+            self._ring_add(self.ctx, lo + 1, slots)
+            self._ring_add(self.need, lo + 1, need)
         if self.clip:  # (and its tokens left from step lo on, each at most clip)
             left = np.minimum(r.num_output_tokens - r.decode_base_generated + base
                               - run[steps:-1], self.clip)
