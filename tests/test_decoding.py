@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.engine.decoding import Decodes, inter_token_gaps
+from sim.engine.decoding import Decodes, SpecDecodes, inter_token_gaps
 from sim.engine.request import DECODE, Request
+from sim.engine.speculation import EmissionSource, SpeculativeConfig
 
 
 @settings(max_examples=60, deadline=None)
@@ -46,6 +47,71 @@ def test_lazy_tracker_matches_a_per_token_brute_force(bs, specs):
             assert (r.block_phase == nxt % bs) == ((Decodes.context_length(r, nxt) - 1) % bs == 0)
             assert d.held_blocks(r, nxt, False) == -(-(Decodes.context_length(r, nxt) - 1) // bs)
     assert not active and d.context_offset == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 4, 16]), st.integers(1, 5), st.sampled_from([None, 1, 7]),
+       st.integers(0, 3),
+       st.lists(st.tuples(st.integers(1, 60), st.integers(0, 5), st.integers(2, 90),
+                          st.integers(0, 12), st.integers(0, 40), st.sampled_from([None, 0.5])),
+                min_size=1, max_size=24))
+def test_spec_rings_match_a_per_request_brute_force(bs, k, clip, seed, specs):
+    """Speculative decodes start at a few iterations (several at once: one batched flush; one
+    alone: the single path), some are preempted: at each iteration the rings' totals equal the
+    sums over the running requests of their context slots, new blocks and clipped tokens left,
+    computed from the emissions each one drew, and each request's scalars agree."""
+    source = EmissionSource(SpeculativeConfig(num_speculative_tokens=k, acceptance_rate=0.7,
+                                              method="ngram"), np.random.default_rng(seed))
+    drawn = {}
+
+    def draw(r, n):  # records each request's tokens after j verifications, e[j]
+        run, base, over = source(n, r.acceptance_rate)
+        drawn[r.index] = [int(x) - base for x in run[:-1]] + [n]
+        return run, base, over
+
+    d = SpecDecodes(bs, k, draw, clip)
+    reqs, start_at, stop_at = [], {}, {}
+    for j, (cached, generated, n_out, start, stop, rate) in enumerate(specs):
+        r = Request(j, j, 0.0, cached, max(n_out, generated + 1))
+        r.num_computed, r.num_generated, r.acceptance_rate = cached, generated, rate
+        start_at[j], stop_at[j] = start, start + stop
+        reqs.append(r)
+    active = []
+    for i in range(max(start_at.values()) + 100):
+        for r in reqs:
+            if start_at[r.index] == i:
+                d.start(r, i)
+                active.append(r)
+        d.flush()
+        for r in list(active):
+            e, steps = drawn[r.index], i - r.decode_start
+            if r.finish_iteration == i:
+                held = d.finish(r, i)
+                assert held == -(-(r.decode_base_tokens + k + 1 + e[-2]) // bs)
+            elif stop_at[r.index] == i:
+                d.stop(r, i)
+            else:
+                continue
+            assert r.num_generated == r.decode_base_generated + e[steps]
+            active.remove(r)
+        nxt = i + 1
+        slots, need, left = 0, 0, 0
+        for r in active:
+            e, c, j = drawn[r.index], r.decode_base_tokens, nxt - 1 - r.decode_start
+            slots += c + k + 1 + e[j]
+            before = -(-(c + k + 1 + e[j - 1]) // bs) if j else -(-c // bs)
+            need += -(-(c + k + 1 + e[j]) // bs) - before
+            assert d.context_length(r, nxt) == c + k + 1 + e[j]
+            assert d.held_blocks(r, nxt, False) == before
+            assert d.generated(r, i) == r.decode_base_generated + e[j]
+            left += min(r.num_output_tokens - r.decode_base_generated - e[j], clip or 0)
+        assert d.count == len(active)
+        assert (d.context_tokens(nxt), d.blocks_needed(nxt)) == (slots, need)
+        if clip:
+            assert d.clipped_left(i) == left
+            d.left[(i - 1) & d.mask] = 0
+        d.ctx[i & d.mask] = d.need[i & d.mask] = 0  # (the replica clears the steps it used)
+    assert not active and not d.ctx.any() and not d.need.any()
 
 
 def test_stop_records_progress_and_the_run_of_tokens():

@@ -459,3 +459,31 @@ def test_cupy_gemms_measured_on_h200_are_slower_than_engines_below_2048_tokens()
     assert len(ratio) == 10  # 1-4,096 tokens (Vidur stops there)
     assert (ratio[ratio.index <= 1024] >= 1.4).all() and ratio.max() < 10
     assert (abs(ratio[ratio.index >= 2048] - 1) <= 0.15).all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(name=st.sampled_from([("llama-3.1-8b", "h100", 1), ("llama-2-70b", "a100", 4),
+                             ("mixtral-8x7b", "h100", 2), ("deepseek-v3", "h200", 8),
+                             ("falcon-7b", "a100", 1), ("falcon-40b", "h100", 2),
+                             ("gpt-j-6b", "h100", 1), ("qwen3-30b-a3b", "h100", 1)]),
+       tokens=st.lists(st.integers(1, 20_000), min_size=1, max_size=6),
+       sampled=st.integers(0, 600))
+def test_linear_time_table_is_the_scalar_sum_bit_for_bit(name, tokens, sampled):
+    """``linear_time`` prices a block of token counts at once (``layers_time``'s array pass):
+    each entry equals the scalar sum of the per-op times and all-reduces exactly, wherever
+    the token count falls in its block."""
+    model, gpu, tp = name
+    c = RooflineCost(model, gpu, tensor_parallel=tp)
+    m, p = c.model, c.params
+    for n in tokens:
+        ops = c.op_times(n)
+        layer = sum(ops.values()) + ops["add"]
+        layer += c._allreduces_per_layer * c.allreduce_time(n * m.hidden_size * 2)
+        expected = m.num_hidden_layers * layer
+        assert c.layers_time(n) == expected
+        if sampled:
+            v = m.vocab_size / tp
+            expected += max(2.0 * sampled * m.hidden_size * v / (c.peak * c._gemm_ce),
+                            (m.hidden_size * v * c.wb + sampled * (m.hidden_size + v) * 2)
+                            / (c.bw * p.gemm_memory_eff), p.kernel_floor_s)
+        assert c.linear_time(n, sampled) == expected

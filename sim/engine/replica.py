@@ -616,6 +616,8 @@ class Replica:
                 r.paused_first = i
         if completed:
             self.prefilling = tuple([r for r in self.prefilling if r.status == PREFILL])
+            if self.num_spec_tokens:  # the decodes started now: their vectors into the rings
+                decodes.flush()
         if running:
             if c in decodes.finish_at:
                 self.finish_decodes(c, now)
@@ -698,6 +700,8 @@ class Replica:
         r.tree_tokens = 0
         r.output_keys = None  # its prompt's blocks are not cached here: neither is its answer
         self.decodes.start(r, self.clock if in_flight else self.clock - 1)
+        if self.num_spec_tokens:
+            self.decodes.flush()
 
     def __repr__(self):
         counts = {name: 0 for name in STATUS_NAMES}

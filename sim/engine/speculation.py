@@ -162,11 +162,13 @@ def emission_draws(spec: SpeculativeConfig, rng, n: int, alpha=None, *,
 
 
 class EmissionSource:
-    """A run's emissions: ``source(n, alpha) -> (cum, over)``, the cumulative tokens after each
-    verification of a request with ``n`` tokens left (``cum[-1] == n``) and the accepted drafts
-    its last verification drew beyond them. Requests under the run's acceptance model take
-    consecutive stretches of one pre-drawn pool (``POOL`` verifications drawn and summed at
-    once: ~3 NumPy calls per request instead of ~12); a request with its own
+    """A run's emissions: ``source(n, alpha) -> (run, base, over)`` for a request with ``n``
+    tokens left: ``run[j] - base`` tokens come out of its first ``j`` verifications (``j < m =
+    len(run) - 1``; ``run[0] == base``), its ``m``-th verification reaches ``n`` and drew
+    ``over`` accepted drafts beyond them (``run[m] - base == n + over``, or ``n``). Requests
+    under the run's acceptance model take consecutive stretches of one pre-drawn pool
+    (``POOL`` verifications drawn and summed at once): ``run`` is a view of the pool's running
+    sums, so a request costs one ``searchsorted`` and a slice, no copy; a request with its own
     ``acceptance_rate`` draws for itself (:func:`emission_draws`). Same seed, same output."""
 
     POOL = 1 << 16
@@ -176,6 +178,7 @@ class EmissionSource:
         self.k = spec.num_speculative_tokens
         self.pos = 0
         self.sums = np.zeros(1, dtype=np.int64)  # sums[j]: tokens of the pool's first j
+        self.at = self.total = 0  # sums[pos], sums[-1] (Python ints: read per request)
 
     def _refill(self):
         spec = self.spec
@@ -183,25 +186,26 @@ class EmissionSource:
                        self.k)
         self.sums = np.zeros(self.POOL + 1, dtype=np.int64)
         np.cumsum(e, out=self.sums[1:])
-        self.pos = 0
+        self.pos = self.at = 0
+        self.total = int(self.sums[-1])
 
     def __call__(self, n: int, alpha=None):
         spec = self.spec
         if (alpha is not None and (spec.acceptance_lengths is not None
                                    or alpha != spec.acceptance_rate)) or n > self.POOL:
             e, over = emission_draws(spec, self.rng, n, alpha, with_overshoot=True)
-            return np.cumsum(e), over
-        sums, p = self.sums, self.pos
-        target = int(sums[p]) + n
-        if target > sums[-1]:
+            run = np.zeros(len(e) + 1, dtype=np.int64)
+            np.cumsum(e, out=run[1:])
+            return run, 0, over
+        base = self.at
+        target = base + n
+        if target > self.total:
             self._refill()
-            sums, p, target = self.sums, 0, n
-        q = int(sums.searchsorted(target))  # the verification reaching n tokens
-        cum = sums[p + 1:q + 1] - sums[p]
-        over = int(cum[-1]) - n
-        cum[-1] = n
-        self.pos = q
-        return cum, over
+            base, target = 0, n
+        p = self.pos
+        q = int(self.sums.searchsorted(target))  # the verification reaching n tokens
+        self.pos, self.at = q, int(self.sums[q])
+        return self.sums[p:q + 1], base, self.at - target
 
 
 def make_drawer(config, stream: int = 0):
