@@ -293,16 +293,29 @@ class PrefixCachingBlockManager(BlockManager):
                 n -= count
                 continue
             serial, keys, pos = item  # cached blocks: the next n entries, the stale skipped
-            chunk = keys[pos:pos + n]
-            item[2] = pos = pos + len(chunk)
-            if pos == len(keys):
+            end = len(keys)
+            if n <= 6:  # a decode's few blocks: per key (measured: 0.5 vs 1.5 us for two)
+                live, j, free = [], pos, -serial
+                while n and j < end:
+                    k = keys[j]
+                    j += 1
+                    if state[k] == free:
+                        state[k] = 0
+                        live.append(k)
+                        n -= 1
+            else:
+                j = min(pos + n, end)
+                chunk = keys[pos:j]
+                live = chunk[state[chunk] == -serial]
+                if len(live):
+                    state[live] = 0
+                    n -= len(live)
+            item[2] = j
+            if j == end:
                 queue.popleft()
-            self._entries -= len(chunk)
-            live = chunk[state[chunk] == -serial]
-            if len(live):  # they reach the head: evicted
-                state[live] = 0
+            self._entries -= j - pos
+            if len(live):  # they reached the head: evicted
                 self.num_evictions += len(live)
-                n -= len(live)
                 self._logged(live)
 
     def _logged(self, evicted) -> None:
