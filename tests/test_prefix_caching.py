@@ -322,6 +322,44 @@ def test_a_prefill_chunk_s_evictions_cut_a_lookup_at_its_first_evicted_key(monke
     assert pool.refresh(look, 19) == 5 and pool.refresh_pinned(look) == 5
 
 
+def test_the_engine_s_remembered_lookups_match_a_fresh_walk_on_a_full_pool(monkeypatch):
+    """On Mooncake's conversations with a full pool (a blocked queue head asked every
+    iteration, evictions almost every iteration, answers cached, preemptions), every remembered
+    lookup's hit and free blocks equal a walk from the first key; after evictions the hit is
+    kept or cut by the eviction check, not walked again."""
+    walk, refresh = PrefixCachingBlockManager.hits, PrefixCachingBlockManager.refresh
+    pinned = PrefixCachingBlockManager.refresh_pinned
+    asks = {"after evictions": 0, "cut": 0, "walked from the first key": 0}
+
+    def checked_refresh(pool, look, limit):
+        evicted, before = look.evictions not in (-1, pool.num_evictions), look.hit
+        hit = refresh(pool, look, limit)
+        assert hit == walk(pool, look.keys, 0, limit)
+        if evicted:
+            asks["after evictions"] += 1
+            asks["cut"] += hit < before
+        return hit
+
+    def checked_pinned(pool, look):
+        assert pinned(pool, look) == pool.pinned(look.keys, look.hit)
+        return look.pinned
+
+    def counted_walk(pool, keys, start, limit):
+        asks["walked from the first key"] += start == 0 and pool.num_evictions > 0
+        return walk(pool, keys, start, limit)
+
+    monkeypatch.setattr(PrefixCachingBlockManager, "hits", counted_walk)
+    monkeypatch.setattr(PrefixCachingBlockManager, "refresh", checked_refresh)
+    monkeypatch.setattr(PrefixCachingBlockManager, "refresh_pinned", checked_pinned)
+    res = sim.run(workloads.load("mooncake-conversation", n=200), scheduler="vllm",
+                  kv_blocks=2000)
+    assert res.summary()["num_preemptions"] > 0 and res.summary()["prefix_hit_rate"] > 0
+    assert asks["after evictions"] > 1000 and asks["cut"] > 10
+    # (the walks from the first key are the lookups' first asks: each ask after evictions was
+    # one before the eviction check)
+    assert asks["walked from the first key"] < asks["after evictions"] / 4, asks
+
+
 @pytest.mark.parametrize("hash_bs, bs", [(16, 16), (64, 16), (24, 16), (16, 32), (40, 24)])
 def test_key_ids_are_equal_exactly_when_the_keys_are(hash_bs, bs):
     """The engine's key ids: one int64 array per prompt, equal ids exactly where
