@@ -235,7 +235,8 @@ class PrefixCachingBlockManager(BlockManager):
     def _place(self, look, upto: int) -> bool:
         """Record the block positions of ``look``'s keys up to ``upto``; False (and ``look``
         walks from the first key from then on: ``placed`` -1) when one of them was placed at
-        another position. A placed position never changes."""
+        another position. A placed position never changes. (A request's keys are distinct, as
+        every method of the pool assumes: a chained key names its whole prefix.)"""
         ids = look.keys[look.placed:upto]
         at = np.arange(look.placed + 1, upto + 1, dtype=np.int32)
         seen = self._pos[ids]
