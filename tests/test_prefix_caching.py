@@ -213,22 +213,27 @@ def test_lookups_are_remembered_only_for_requests_queued_here(mode):
 
 
 @settings(max_examples=120, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["admit", "finish", "ask", "fill"]), st.integers(0, 5),
-                          st.integers(0, 3)), min_size=40, max_size=150),
-       st.integers(4, 30))
-def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
-    """A PrefixLookup, kept or resumed between asks, answers what a walk from the first key
+@given(st.lists(st.tuples(st.sampled_from(["admit", "finish", "ask", "fill", "churn"]),
+                          st.integers(0, 5), st.integers(0, 3)), min_size=40, max_size=150),
+       st.integers(4, 30), st.booleans())
+def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks, moved):
+    """A PrefixLookup, kept, cut or resumed between asks, answers what a walk from the first key
     answers: the hit and the free blocks among it (hypothesis: requests sharing prefixes
-    admitted, finished and asked in any order, evicting one another, and anonymous blocks taken
-    and given back to force evictions)."""
+    admitted, finished and asked in any order, evicting one another, anonymous blocks taken and
+    given back to force evictions, more evictions than the pool logs between two asks; with
+    ``moved``, the last request's keys are the first one's in reverse order: ids at two
+    positions, which no chained key gives)."""
     pool = PrefixCachingBlockManager(num_blocks, 16)
     # six requests over three shared prefixes: (prefix, j) keys, lengths 3..8 blocks, interned
     names = [[(("p", i % 3) if j < 2 + i % 3 else ("own", i), j) for j in range(3 + i)]
              for i in range(6)]
     ids = {}
     keys = [np.array([ids.setdefault(n, len(ids)) for n in k]) for k in names]
+    if moved:
+        keys[5] = np.concatenate((keys[0][::-1], keys[5][3:]))
     looks = [pool.lookup(k) for k in keys]
     held = {}
+    churned = 0
     for op, i, extra in ops:
         k = keys[i]
         limit = max(0, len(k) - 1 - extra)
@@ -251,6 +256,14 @@ def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
             n = min(pool.num_free, 1 + i + extra)
             pool.allocate(n)
             pool.free(n // 2)
+        elif op == "churn":  # a request with keys of its own, many times over the pool: more
+            churned += 1  # evictions than the pool logs (the last 2 x num_blocks + 64 at most)
+            fresh = np.arange(3 * num_blocks + 70) + 1000 * churned
+            pool.lookup(fresh)
+            for part in np.array_split(fresh, 4):
+                n = min(pool.num_free, len(part))
+                pool.allocate(n)
+                pool.release(pool.register(part[:n]), 0)
     for look, k in zip(looks, keys):  # one more ask each, after everything
         assert pool.refresh(look, len(k) - 1) == pool.hits(k, 0, len(k) - 1)
         assert pool.refresh_pinned(look) == pool.pinned(k, look.hit)
@@ -258,8 +271,9 @@ def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks):
 
 def test_a_lookup_is_kept_while_nothing_changes_and_resumed_while_nothing_is_evicted(
         monkeypatch):
-    """A blocked queue head is asked every iteration: no walk while nothing was cached or
-    evicted, a walk from the old hit after additions, from the first key after an eviction."""
+    """A blocked queue head is asked every iteration: no walk while nothing was cached and none
+    of its hit's keys evicted, a walk from the old hit after additions, the hit cut at its
+    first evicted key without a walk, and from there after additions."""
     pool = PrefixCachingBlockManager(4, 16)
     a = np.arange(4)
     look = pool.lookup(a)
@@ -281,8 +295,69 @@ def test_a_lookup_is_kept_while_nothing_changes_and_resumed_while_nothing_is_evi
     pool.release(a, 0)  # all four free, still cached (a3 first in the queue, a0 last)
     assert pool.refresh(look, 3) == 3 and pool.refresh_pinned(look) == 3
     pool.allocate(2)  # evicts a3, a2
-    assert pool.refresh(look, 3) == 2 and starts[-1] == 0  # walked again from the first key
+    walks = len(starts)
+    assert pool.refresh(look, 3) == 2 and len(starts) == walks  # cut at a2: no walk
     assert pool.refresh_pinned(look) == 2
+    pool.allocate(1)  # evicts a1: cut again
+    assert pool.refresh(look, 3) == 1 and len(starts) == walks
+    assert pool.refresh_pinned(look) == 1
+    pool.register(a[1:3])  # two of the blocks just taken hold a1 and a2 again: resumed
+    assert pool.refresh(look, 3) == 3 and starts[-1] == 1
+    assert pool.refresh_pinned(look) == 1  # a0 free, a1 and a2 held
+
+
+def test_a_prefill_chunk_s_evictions_cut_a_lookup_at_its_first_evicted_key(monkeypatch):
+    """Many keys evicted at once (a prefill chunk's blocks) are checked against a remembered
+    hit in one pass: it is cut at the first position evicted, with no walk."""
+    pool = PrefixCachingBlockManager(40, 16)
+    a = np.arange(20)
+    look = pool.lookup(a)
+    pool.allocate(20)
+    pool.register(a)
+    pool.release(a, 0)  # queue: 20 anonymous blocks, then a19 ... a0
+    assert pool.refresh(look, 19) == 19 and pool.refresh_pinned(look) == 19
+    monkeypatch.setattr(PrefixCachingBlockManager, "hits", None)  # no walk from here on
+    pool.allocate(35)  # the anonymous blocks, then a19 ... a5 evicted
+    assert pool.num_evictions == 15
+    assert pool.refresh(look, 19) == 5 and pool.refresh_pinned(look) == 5
+
+
+def test_the_engine_s_remembered_lookups_match_a_fresh_walk_on_a_full_pool(monkeypatch):
+    """On Mooncake's conversations with a full pool (a blocked queue head asked every
+    iteration, evictions almost every iteration, answers cached, preemptions), every remembered
+    lookup's hit and free blocks equal a walk from the first key; after evictions the hit is
+    kept or cut by the eviction check, not walked again."""
+    walk, refresh = PrefixCachingBlockManager.hits, PrefixCachingBlockManager.refresh
+    pinned = PrefixCachingBlockManager.refresh_pinned
+    asks = {"after evictions": 0, "cut": 0, "walked from the first key": 0}
+
+    def checked_refresh(pool, look, limit):
+        evicted, before = look.evictions not in (-1, pool.num_evictions), look.hit
+        hit = refresh(pool, look, limit)
+        assert hit == walk(pool, look.keys, 0, limit)
+        if evicted:
+            asks["after evictions"] += 1
+            asks["cut"] += hit < before
+        return hit
+
+    def checked_pinned(pool, look):
+        assert pinned(pool, look) == pool.pinned(look.keys, look.hit)
+        return look.pinned
+
+    def counted_walk(pool, keys, start, limit):
+        asks["walked from the first key"] += start == 0 and pool.num_evictions > 0
+        return walk(pool, keys, start, limit)
+
+    monkeypatch.setattr(PrefixCachingBlockManager, "hits", counted_walk)
+    monkeypatch.setattr(PrefixCachingBlockManager, "refresh", checked_refresh)
+    monkeypatch.setattr(PrefixCachingBlockManager, "refresh_pinned", checked_pinned)
+    res = sim.run(workloads.load("mooncake-conversation", n=200), scheduler="vllm",
+                  kv_blocks=2000)
+    assert res.summary()["num_preemptions"] > 0 and res.summary()["prefix_hit_rate"] > 0
+    assert asks["after evictions"] > 1000 and asks["cut"] > 10
+    # (the walks from the first key are the lookups' first asks: each ask after evictions was
+    # one before the eviction check)
+    assert asks["walked from the first key"] < asks["after evictions"] / 4, asks
 
 
 @pytest.mark.parametrize("hash_bs, bs", [(16, 16), (64, 16), (24, 16), (16, 32), (40, 24)])
