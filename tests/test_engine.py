@@ -226,16 +226,46 @@ def test_same_seed_same_result_bit_for_bit():
 
 
 def _count_events(monkeypatch) -> dict:
-    """SimPy's scheduled events, counted in the returned ``{"n": ...}``."""
+    """Events put in SimPy's queue, counted in the returned ``{"n": ...}``: SimPy's own
+    (``schedule``) and the engine's pre-made ones (``sim.engine.events``)."""
+    from sim.engine import events
     count = {"n": 0}
-    original = simpy.Environment.schedule
+    original, push = simpy.Environment.schedule, events.heappush
 
     def counting(self, event, priority=1, delay=0):
         count["n"] += 1
         return original(self, event, priority, delay)
 
+    def counting_push(queue, entry):
+        count["n"] += 1
+        return push(queue, entry)
+
     monkeypatch.setattr(simpy.Environment, "schedule", counting)
+    monkeypatch.setattr(events, "heappush", counting_push)
     return count
+
+
+def _simpys_own_events(monkeypatch):
+    """The engine's waits as SimPy's own events, never skipping: ``Timeout(delay)`` for a
+    sleep, an ``Event`` scheduled at the priority for a wake-up, SimPy's ``run``."""
+    from sim.engine import events
+
+    def resume(wakeup):
+        return lambda _event: wakeup.resume[0](wakeup)
+
+    def sleep(self, delay, wakeup):
+        self.timeout(delay).callbacks.append(resume(wakeup))
+        return False
+
+    def wake(self, wakeup, delay=0.0, priority=events.NORMAL):
+        ev = simpy.Event(self)
+        ev._ok, ev._value = True, None
+        ev.callbacks.append(resume(wakeup))
+        self.schedule(ev, priority, delay)
+
+    monkeypatch.setattr(events.Environment, "sleep", sleep)
+    monkeypatch.setattr(events.Environment, "wake", wake)
+    monkeypatch.setattr(events.Environment, "run", simpy.Environment.run)
 
 
 def test_one_simpy_event_per_iteration(monkeypatch):
@@ -263,8 +293,10 @@ def _frames(res):
 ])
 def test_alone_in_the_environment_the_clock_is_set_not_scheduled(monkeypatch, kw):
     # A replica alone in the environment sets the clock itself (what SimPy's step would do
-    # with its timeout the only event): the same results, bit for bit, as yielding every
-    # timeout, and in a saturated open loop no event per iteration.
+    # with its timeout the only event), and every other wait is a pre-made event in SimPy's
+    # queue (sim.engine.events): the same results, bit for bit, as yielding SimPy's own
+    # Timeout and Event objects every time (and SimPy's run), and in a saturated open loop
+    # no event per iteration.
     rng = np.random.default_rng(5)
     n = 300
     df = _df(np.sort(rng.uniform(0, 3.0, n)), rng.integers(20, 900, n), rng.integers(1, 120, n))
@@ -276,8 +308,7 @@ def test_alone_in_the_environment_the_clock_is_set_not_scheduled(monkeypatch, kw
     count = _count_events(monkeypatch)
     fast = run(df, **kw)
     skipped = count["n"]
-    from sim.engine import simulation
-    monkeypatch.setattr(simulation._Environment, "skip_to", lambda self, t: False)
+    _simpys_own_events(monkeypatch)
     count["n"] = 0
     slow = run(df, **kw)
     for a, b in zip(_frames(fast), _frames(slow)):
@@ -431,3 +462,36 @@ def test_model_or_gpu_alone_sizes_the_pool_with_the_others_default():
         run(df, model="llama-3.1-70b")  # a 70B model on one (default) H100
     assert run(df).kv_blocks == sim.KV_BLOCKS_AVAILABLE  # neither: the cheat sheet's pool
     assert SimConfig(gpu="a100").resolved_cost_model().model.name == "llama-3.1-8b"
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),
+    dict(replicas=3, router="least_outstanding"),
+    dict(disaggregation=sim.Disaggregation(prefill_replicas=2, decode_replicas=1)),
+    dict(disaggregation=sim.Disaggregation(prefill_replicas=1, decode_replicas=1),
+         closed_loop=ClosedLoop(num_users=4, think_time=0.05)),
+])
+def test_no_replica_outlives_its_run_without_the_cyclic_collector(monkeypatch, kw):
+    # Every process, dispatcher, retry and landing event is closed or dropped when the run
+    # ends: no reference cycle keeps a replica (and its requests) alive until a collection.
+    import gc
+    import weakref
+    from sim.engine.replica import Replica
+    made, init = [], Replica.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+
+    monkeypatch.setattr(Replica, "__init__", recording)
+    rng = np.random.default_rng(2)
+    df = _df(np.sort(rng.uniform(0, 1.0, 60)), rng.integers(20, 600, 60), rng.integers(1, 60, 60))
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        res = run(df, model="llama-3.1-8b", gpu="h100", scheduler="chunked", **kw)
+        assert made and not [w for w in made if w() is not None]
+    finally:
+        if was:
+            gc.enable()
+    assert (res.requests["status"] == "finished").all()

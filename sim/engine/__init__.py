@@ -12,6 +12,7 @@ columns), ``routers`` (which replica serves a request), ``clients`` (closed-loop
 ``cluster`` (replicas behind a router),
 ``disaggregation`` (prefill and decode pools joined by KV-transfer links),
 ``request_path`` (the client's time outside the engine: front end, tokeniser),
+``events`` (the SimPy environment and the engine's pre-made events, in SimPy's order),
 ``simulation`` (``run``).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default

@@ -43,11 +43,10 @@ import time
 from array import array
 
 import numpy as np
-import simpy
-from simpy.core import URGENT
 
 from ..results.metrics import CONTEXT_LENGTH
 from .clients import ClosedLoopClients
+from .events import URGENT, Wakeup
 from .invariants import check_finished
 from .records import ITERATION_COLUMNS, build_result, release
 from .replica import Replica
@@ -72,18 +71,6 @@ def delay_until(now: float, t: float) -> float:
             break
         delay = smaller
     return delay
-
-
-class _Dispatch(simpy.events.Event):
-    """An event that is already triggered and fires after ``delay`` with URGENT priority (a
-    ``Timeout`` with priority: it runs before the NORMAL events of the same instant)."""
-
-    def __init__(self, env, delay, callback):
-        super().__init__(env)
-        self._ok = True
-        self._value = None
-        self.callbacks.append(callback)
-        env.schedule(self, URGENT, delay)
 
 
 class Cluster:
@@ -117,6 +104,7 @@ class Cluster:
         if config.progress:
             from tqdm.auto import tqdm
             self.bar = tqdm(total=len(requests), unit="req", desc="routing", leave=False)
+        self._dispatch = None  # the dispatcher's event (open loop): one arrival time at a time
 
     def pick(self, r) -> int:
         """The replica the router picks for ``r`` now (checked)."""
@@ -155,8 +143,9 @@ class Cluster:
                     proc.fast_forward = True
                     proc.next_arrival = self.next_arrival
         if self.requests:
-            _Dispatch(self.env, delay_until(self.env.now, self.requests[0].arrival_time),
-                      self._arrive)
+            self._dispatch = Wakeup(self._arrive)
+            self.env.wake(self._dispatch, delay_until(self.env.now,
+                                                      self.requests[0].arrival_time), URGENT)
 
     def next_arrival(self) -> float:
         """When the dispatcher routes next (infinity once every request is routed)."""
@@ -175,7 +164,7 @@ class Cluster:
             i += 1
         self._next = i
         if i < n:
-            _Dispatch(self.env, delay_until(now, arrivals[i].arrival_time), self._arrive)
+            self.env.wake(self._dispatch, delay_until(now, arrivals[i].arrival_time), URGENT)
 
     def closed_loop(self, loop, conversations=None):
         """``num_users`` users; each issues its next request (or turn of ``conversations``)
@@ -193,6 +182,7 @@ class Cluster:
         the cycles that would keep every request alive until a garbage collection)."""
         if self.bar is not None:
             self.bar.close()
+        self._dispatch = None
         for proc in self.processes:
             proc.close()
 

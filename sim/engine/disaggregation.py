@@ -157,6 +157,7 @@ class Transfers:
     def __init__(self, env, prefill, decode, disagg, model, bandwidth, kv_dtype="fp16"):
         from ..specs.memory import bytes_per_value, kv_cache_bytes, kv_cache_bytes_of
         from ..specs.models import get_model
+        from .events import Wakeup  # (on use: the CLI's parser reads this module without SimPy)
         self.env, self.prefill, self.decode = env, prefill, decode
         self.tp = prefill.config.tensor_parallel
         kv_cache_bytes(0, model=model, dtype=kv_dtype, tensor_parallel=self.tp)  # (checked)
@@ -169,6 +170,9 @@ class Transfers:
         self.pending = [deque() for _ in decode.replicas]
         self.in_flight = [0] * len(decode.replicas)
         self.retry = [False] * len(decode.replicas)
+        # a decode replica's retry event (one at a time: retry[d]); a landing's, per transfer
+        self.retry_events = [Wakeup(self._retry, d) for d in range(len(decode.replicas))]
+        self.landing = partial(Wakeup, self._land)
         n = len(prefill.requests)
         self.prefill_done = np.full(n, np.nan)
         self.transfer_time = np.full(n, np.nan)
@@ -178,6 +182,12 @@ class Transfers:
             rep.on_prefilled = self._hook(k)
         for k, rep in enumerate(decode.replicas):
             rep.on_finish = self._finished_hook(k, rep.on_finish)
+
+    def close(self):
+        """The environment has run: drop the events that refer back to this object (their
+        bound methods), so that no reference cycle keeps the pools, and with them every
+        request, alive until the cyclic garbage collector runs."""
+        self.retry_events = self.landing = None
 
     def _hook(self, k):
         def prefilled(r, now):
@@ -195,16 +205,15 @@ class Transfers:
         def finished(r, now):
             if self.pending[d] and not self.retry[d]:  # once the replica has freed its blocks
                 self.retry[d] = True                   # (after its postprocess): same instant
-                self.env.timeout(0).callbacks.append(self._retry(d))
+                self.env.wake(self.retry_events[d])
             if previous is not None:
                 previous(r, now)
         return finished
 
-    def _retry(self, d):
-        def retry(_event):
-            self.retry[d] = False
-            self._start(d)
-        return retry
+    def _retry(self, event):
+        d = event.value
+        self.retry[d] = False
+        self._start(d)
 
     def _start(self, d):
         """Start the pending transfers to decode replica ``d`` that fit, in order."""
@@ -219,22 +228,21 @@ class Transfers:
             now = self.env.now
             nbytes = self.kv_bytes(r.num_computed)
             landing = self.links[self.source[r.index]].send(now, nbytes)
-            self.env.timeout(landing - now).callbacks.append(self._lander(r, d))
+            self.env.wake(self.landing((r, d)), landing - now)
 
-    def _lander(self, r, d):
-        def land(_event):
-            now = self.env.now
-            k = self.source.pop(r.index)
-            self.prefill.replicas[k].release(r)
-            self.prefill.processes[k].wake()  # it may wait for these blocks
-            rep = self.decode.replicas[d]
-            self.in_flight[d] -= 1
-            rep.num_incoming -= 1
-            rep.receive(r)
-            r.first_token_time = now
-            self.transfer_time[r.index] = now - self.prefill_done[r.index]
-            self.decode.processes[d].wake()
-        return land
+    def _land(self, event):
+        r, d = event.value
+        now = self.env.now
+        k = self.source.pop(r.index)
+        self.prefill.replicas[k].release(r)
+        self.prefill.processes[k].wake()  # it may wait for these blocks
+        rep = self.decode.replicas[d]
+        self.in_flight[d] -= 1
+        rep.num_incoming -= 1
+        rep.receive(r)
+        r.first_token_time = now
+        self.transfer_time[r.index] = now - self.prefill_done[r.index]
+        self.decode.processes[d].wake()
 
 
 def run_disaggregated(env, requests, config, wall, *, process, submit, given=None,
@@ -272,6 +280,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
     simulate(env, config, prefill, decode,
              busy=lambda: any(transfers.pending) or bool(transfers.source),
              conversations=conversations)
+    transfers.close()
     if config.check:
         check_finished(requests, prefill.replicas + decode.replicas)
     # where each request's token runs were recorded: its decode replica once handed off

@@ -1,21 +1,24 @@
 """The SimPy serving engine and ``run(workload, config) -> Result``.
 
-One SimPy environment; one replica process running **one SimPy event per engine iteration**,
-at most::
+One SimPy environment (:class:`sim.engine.events.Environment`); one replica process running
+**one SimPy event per engine iteration**, at most::
 
     batch = replica.form_batch(policy.schedule, now)
         # reserve the decodes' KV blocks (preempting if short), let the policy add prefill
         # work through the replica's verbs, snapshot the batch (immutable)
     dt = cost_model(batch)               # price it
-    yield env.timeout(dt)                # the iteration runs
+    if not env.sleep(dt, wakeup): yield  # the iteration runs (SimPy's Timeout(dt), in place)
     replica.postprocess(env.now)         # emit tokens, finish, free blocks
 
-When no other event is scheduled (one replica in an open loop pulls its arrivals, so it is
-alone in the environment), the process does not yield its timeout: it sets the clock to
-``now + dt`` itself (:meth:`_Environment.skip_to`) and goes on, which is what SimPy's ``step``
-would do next with that timeout the only event - no other process could act before it, and
-the clock reads the same float. The same for its sleep until the next arrival and a
-fast-forwarded stretch's end. Measured: 7-12 % of a saturated replica's run time.
+The replica's generator is resumed by its own pre-made event (:class:`~sim.engine.events.
+Wakeup`), scheduled where SimPy's ``Timeout``, succeeded ``Event`` or ``Process`` start would
+be: the same order of events, no SimPy object per iteration. When no other event is scheduled
+(one replica in an open loop pulls its arrivals, so it is alone in the environment), the
+process does not yield at all: ``env.sleep`` sets the clock to ``now + dt`` and the loop goes
+on, which is what SimPy's ``step`` would do next with that timeout the only event - no other
+process could act before it, and the clock reads the same float. The same for its sleep until
+the next arrival and a fast-forwarded stretch's end. Measured: 7-12 % of a saturated
+replica's run time.
 
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
@@ -51,7 +54,6 @@ from functools import partial
 
 import numpy as np
 import pandas as pd
-import simpy
 
 from ..results.metrics import Result
 from .batch import decode_pricer
@@ -59,6 +61,7 @@ from .clients import ClosedLoopClients, conversations
 from .cluster import delay_until, new_replica, reject_too_long, run_cluster
 from .config import SimConfig, as_config
 from .disaggregation import run_disaggregated
+from .events import URGENT, Environment, Wakeup
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
 from .schedulers import override, resolve
@@ -169,7 +172,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     client = enter(requests, config.request_path)  # None: no time outside the engine
     turns = conversations(df, requests) if config.closed_loop is not None else None
     wall = time.perf_counter()
-    env = _Environment()
+    env = Environment()
     if config.disaggregation is not None:
         return as_client_sees(run_disaggregated(
             env, requests, config, wall, process=_ReplicaProcess, submit=_submit, given=given,
@@ -203,20 +206,6 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                                        wall_seconds=time.perf_counter() - wall, policy=policy,
                                        cost_model=cost, paused=replica.paused),
                           client, config.request_path)
-
-
-class _Environment(simpy.Environment):
-    """SimPy's environment and one shortcut for a process alone in it (:meth:`skip_to`)."""
-
-    def skip_to(self, t: float) -> bool:
-        """With no event scheduled, set the clock to ``t`` and return True: what ``step``
-        would do next were the caller to yield its timeout ending at ``t`` (``now + delay``,
-        the same float), the only event, so that no other process acts before it. Else
-        False: the caller yields its timeout."""
-        if self._queue:
-            return False
-        self._now = t
-        return True
 
 
 def _submit(replica, process, r) -> bool:
@@ -267,27 +256,36 @@ class _ReplicaProcess:
         # the clients' next issue after a think time
         self.closed = False
         self.pending_finish = None
-        self.idle = None
+        self.idle = False  # waiting for work: woken by the next arrival or transfer (wake())
         self._loop = None
+        self._wakeup = None
         self.bar = None
         if progress:
             from tqdm.auto import tqdm
             self.bar = tqdm(total=total, unit="req", desc="simulating", leave=False)
 
     def start(self):
+        """Start the loop where ``env.process`` would (URGENT, now): its generator is
+        resumed by its own :class:`~sim.engine.events.Wakeup` each time (an iteration's end,
+        a wake-up)."""
         self._loop = self.loop()
-        self.env.process(self._loop)
+        next(self._loop)  # (to its first yield, before anything: started, not yet run)
+        self._wakeup = Wakeup(self._loop.send)
+        self.env.wake(self._wakeup, URGENT)
 
     def wake(self):
-        if self.idle is not None and not self.idle.triggered:
-            self.idle.succeed()
+        """New work: an idle loop is resumed now (once, however many arrive meanwhile)."""
+        if self.idle:
+            self.idle = False
+            self.env.wake(self._wakeup)
 
     def loop(self):
+        yield  # (start(): resumed from here when the environment starts it)
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
         # one flat row of ITERATION_COLUMNS per iteration, packed (records.ROW: 3x faster than
         # array.extend of a tuple, which parses each value alone; the same bytes)
         write, pack = self.records.frombytes, ROW.pack
-        timeout, skip_to = env.timeout, env.skip_to
+        sleep, wakeup = env.sleep, self._wakeup
         schedule = policy.schedule
         form_batch, postprocess = replica.form_batch, replica.postprocess
         detail = bool(getattr(cost, "needs_decode_lengths", False))
@@ -310,12 +308,11 @@ class _ReplicaProcess:
             if not running and not waiting:
                 if nxt < n_arrivals:
                     delay = delay_until(now, arrivals[nxt].arrival_time)
-                    if not skip_to(now + delay):
-                        yield timeout(delay)
+                    if not sleep(delay, wakeup):
+                        yield
                 else:
-                    self.idle = env.event()
-                    yield self.idle
-                    self.idle = None
+                    self.idle = True
+                    yield
                 continue
             if fast and not waiting and not replica.prefilling:  # only decodes run
                 if self.closed:
@@ -327,8 +324,8 @@ class _ReplicaProcess:
                 first = replica.iteration
                 delay = decode_stretch(self, now, until)
                 if delay is not None:  # one event for the stretch: env.now is its end
-                    if not skip_to(now + delay):
-                        yield timeout(delay)
+                    if not sleep(delay, wakeup):
+                        yield
                     if self.pending_finish is not None:  # (closed loop: its hooks issue now)
                         replica.finish_decodes(self.pending_finish, env.now)
                         self.pending_finish = None
@@ -345,9 +342,8 @@ class _ReplicaProcess:
             if not batch.prefills and not batch.num_decode_tokens:
                 if replica.num_in_transit:  # disaggregation: blocks held by KV in transit
                     replica.stand_by()
-                    self.idle = env.event()
-                    yield self.idle  # woken when a transfer frees them, or by an arrival
-                    self.idle = None
+                    self.idle = True
+                    yield  # woken when a transfer frees them, or by an arrival
                     continue
                 # forming it preempted every running request (vLLM admits none in a step that
                 # preempted; SGLang's retraction): form it anew, its preemptions counted in the
@@ -369,8 +365,8 @@ class _ReplicaProcess:
                        batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
                        replica.num_preempted_now + dropped))
             dropped = 0
-            if not skip_to(now + dt):  # (alone: the clock set as SimPy's step would)
-                yield timeout(dt)
+            if not sleep(dt, wakeup):  # (alone: the clock set as SimPy's step would)
+                yield
             postprocess(env.now)
             if bar is not None and not replica.iteration & 1023:
                 bar.n = len(replica.finished)
@@ -379,14 +375,14 @@ class _ReplicaProcess:
     def close(self):
         """The environment has run: close the progress bar and break the reference cycles
         that would keep the replica, and with it every request, alive until the cyclic
-        garbage collector ran (the suspended loop's SimPy process and its wake-up event; the
+        garbage collector ran (the suspended loop's generator and its wake-up event; the
         hooks of closed-loop clients and disaggregation). Measured at 1M requests: 1.3 GB
         otherwise held through the summary, the files and the plots."""
         if self.bar is not None:
             self.bar.n = len(self.replica.finished)
             self.bar.close()
         self._loop.close()
-        self.idle = None
+        self._wakeup = None
         self.arrivals = ()
         self.next_arrival = None  # (a cluster's bound method: the cluster holds this process)
         self.replica.on_finish = self.replica.on_prefilled = None
