@@ -257,7 +257,7 @@ def _simpys_own_events(monkeypatch):
         self.timeout(delay).callbacks.append(resume(wakeup))
         return False
 
-    def wake(self, wakeup, delay=0.0, priority=events.NORMAL):
+    def wake(self, wakeup, delay=0.0, *, priority=events.NORMAL):
         ev = simpy.Event(self)
         ev._ok, ev._value = True, None
         ev.callbacks.append(resume(wakeup))
@@ -495,3 +495,29 @@ def test_no_replica_outlives_its_run_without_the_cyclic_collector(monkeypatch, k
         if was:
             gc.enable()
     assert (res.requests["status"] == "finished").all()
+
+
+def test_a_replica_loop_starts_and_wakes_where_simpy_would():
+    # env.process(gen) schedules its start URGENT at now, Event.succeed() NORMAL at now: the
+    # replica loop's own start and wake-up events go to the same places (a NORMAL start would
+    # run after the NORMAL events of its instant).
+    from array import array
+    from sim.engine import events, simulation
+    from sim.engine.cluster import new_replica
+    from sim.engine.schedulers import resolve
+    config, policy = resolve(SimConfig(cost_model=ConstantCost(0.01), kv_blocks=100))
+    env = events.Environment()
+    env.timeout(0.0)  # a NORMAL event of the instant, scheduled first
+    proc = simulation._ReplicaProcess(env, new_replica(config, policy, 100), policy,
+                                      config.resolved_cost_model(), array("d"), False, 0)
+    proc.start()
+    env.process(x for x in ())
+    started, simpys, normal = sorted(env._queue)
+    assert (started[3], simpys[3].__class__.__name__) == (proc._wakeup, "Initialize")
+    assert started[:2] == simpys[:2] == (0, events.URGENT) and normal[1] == events.NORMAL
+    env.run()  # (the loop runs: nothing queued, it waits for work)
+    assert proc.idle and not env._queue
+    proc.wake()
+    proc.wake()  # (once: already woken)
+    assert [entry[:2] for entry in env._queue] == [(0, events.NORMAL)]  # Event.succeed()'s
+    proc.close()

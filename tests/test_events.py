@@ -28,7 +28,7 @@ def _with_wakeups(program, others):
                 if not env.sleep(delay, wakeup):
                     yield
             else:
-                env.wake(wakeup, delay, priority)
+                env.wake(wakeup, delay, priority=priority)
                 yield
             log.append((k, j, env.now))
         yield  # done: parked, as a replica loop waits for work (never woken here)
@@ -37,7 +37,7 @@ def _with_wakeups(program, others):
         gen = actor(k, steps)
         next(gen)
         wakeups[k] = Wakeup(gen.send)
-        env.wake(wakeups[k], 0.0, URGENT)
+        env.wake(wakeups[k], priority=URGENT)
     _others(env, others, log)
     env.run()
     return log
@@ -96,7 +96,7 @@ def test_a_wakeup_carries_its_value_to_its_callback_and_runs_again_once_reschedu
     w = Wakeup(lambda e: seen.append((e.value, env.now)), value="x")
     env.wake(w, 0.5)
     env.run()
-    env.wake(w, 0.25, URGENT)
+    env.wake(w, 0.25, priority=URGENT)
     env.run()
     assert seen == [("x", 0.5), ("x", 0.75)]
     assert w.callbacks is None  # popped: step cleared it, as SimPy does

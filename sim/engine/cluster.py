@@ -145,7 +145,8 @@ class Cluster:
         if self.requests:
             self._dispatch = Wakeup(self._arrive)
             self.env.wake(self._dispatch, delay_until(self.env.now,
-                                                      self.requests[0].arrival_time), URGENT)
+                                                      self.requests[0].arrival_time),
+                          priority=URGENT)
 
     def next_arrival(self) -> float:
         """When the dispatcher routes next (infinity once every request is routed)."""
@@ -164,7 +165,8 @@ class Cluster:
             i += 1
         self._next = i
         if i < n:
-            self.env.wake(self._dispatch, delay_until(now, arrivals[i].arrival_time), URGENT)
+            self.env.wake(self._dispatch, delay_until(now, arrivals[i].arrival_time),
+                          priority=URGENT)
 
     def closed_loop(self, loop, conversations=None):
         """``num_users`` users; each issues its next request (or turn of ``conversations``)

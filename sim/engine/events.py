@@ -63,7 +63,7 @@ class Environment(simpy.Environment):
         heappush(queue, (self._now + delay, NORMAL, next(self._eid), wakeup))
         return False
 
-    def wake(self, wakeup: Wakeup, delay: float = 0.0, priority=NORMAL) -> None:
+    def wake(self, wakeup: Wakeup, delay: float = 0.0, *, priority=NORMAL) -> None:
         """Schedule ``wakeup`` after ``delay``: where ``Timeout(delay)`` goes (NORMAL), where
         a succeeded event goes (NORMAL, no delay), or with ``URGENT`` before the NORMAL
         events of its instant (a process's start; the dispatcher's arrivals)."""

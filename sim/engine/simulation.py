@@ -271,13 +271,13 @@ class _ReplicaProcess:
         self._loop = self.loop()
         next(self._loop)  # (to its first yield, before anything: started, not yet run)
         self._wakeup = Wakeup(self._loop.send)
-        self.env.wake(self._wakeup, URGENT)
+        self.env.wake(self._wakeup, priority=URGENT)
 
     def wake(self):
         """New work: an idle loop is resumed now (once, however many arrive meanwhile)."""
         if self.idle:
             self.idle = False
-            self.env.wake(self._wakeup)
+            self.env.wake(self._wakeup)  # (where Event.succeed() puts it: NORMAL, now)
 
     def loop(self):
         yield  # (start(): resumed from here when the environment starts it)
