@@ -493,3 +493,27 @@ def test_repeated_id_minus_one_keeps_the_pool_exact(mode):
                   cost_model=sim.ConstantCost(0.01))
     assert (res.requests["status"] == "finished").all()
     assert res.summary()["prefix_hit_rate"] > 0.5
+
+
+@pytest.mark.parametrize("hash_bs, bs", [(16, 16), (64, 16), (48, 16), (16, 8)])
+def test_key_ids_of_whole_block_ids_follow_the_closed_form(hash_bs, bs):
+    """Where each hash id covers ``r = H / block_size`` whole blocks, block ``j`` of a prompt
+    has the id ``chain · r + j % r`` (``chain``: its prefix ``hash_ids[0..j // r]`` numbered
+    in order of first appearance), for prompts that use all their ids, stop inside one, or
+    name fewer blocks than their ids; empty lists between them change nothing."""
+    from workloads.prefix import block_key_ids
+    r = hash_bs // bs
+    rng = np.random.default_rng(hash_bs * bs)
+    lists = [[], None] + [rng.integers(0, 3, size=rng.integers(1, 6)).tolist() for _ in range(60)]
+    lists[5] = []
+    prompts = [int(rng.integers(1, 7 * hash_bs)) for _ in lists]
+    chain = {}
+    for ids in lists:
+        for k in range(len(ids or ())):
+            chain.setdefault(tuple(ids[:k + 1]), len(chain))
+    want = [[chain[tuple(ids[:j // r + 1])] * r + j % r
+             for j in range(min(p, len(ids) * hash_bs) // bs)] if ids else []
+            for ids, p in zip(lists, prompts)]
+    got = block_key_ids(lists, hash_bs, prompts, bs)
+    assert [g.tolist() for g in got] == want
+    assert any(len(w) < len(ids or ()) * r for w, ids in zip(want, lists))  # (cut prompts)
