@@ -551,3 +551,20 @@ def test_a_request_holding_all_its_keys_references_a_view_of_them():
     rep.enqueue(other)
     rep.form_batch(lambda r, now: r.admit(other, 40), 2.0)
     assert other.kv_keys.tolist() == [7]
+
+
+def test_chains_are_the_same_made_a_span_of_powers_at_a_time(monkeypatch):
+    """The chain keys' powers of P are made a span at a time: spans of 4 ids (lists across
+    their borders, a last span cut short, empty lists between) give the keys a single span
+    gives, and ids of one block each are their chains' (views, no renumbering)."""
+    from workloads import prefix
+    rng = np.random.default_rng(7)
+    lists = [rng.integers(-1, 4, size=n).tolist() for n in rng.integers(0, 9, 40)]
+    prompts = [16 * len(ids) + int(rng.integers(0, 16)) for ids in lists]
+    whole = prefix.block_keys_all(lists, 16, prompts, 16)
+    ids = prefix.block_key_ids(lists, 16, prompts, 16)
+    monkeypatch.setattr(prefix, "_SPAN", 4)
+    assert prefix.block_keys_all(lists, 16, prompts, 16) == whole
+    assert [i.tolist() for i in prefix.block_key_ids(lists, 16, prompts, 16)] == \
+        [i.tolist() for i in ids]
+    assert all(i.base is ids[0].base for i in ids)
