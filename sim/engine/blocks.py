@@ -313,7 +313,7 @@ class PrefixCachingBlockManager(BlockManager):
                         live.append(k)
                         n -= 1
             elif serial not in self._stale:  # none of its entries went stale: all evicted
-                j = min(pos + n, end)  # (measured: 6.4 -> 4.4 us per allocate, scenario 2)
+                j = min(pos + n, end)  # (measured: 6.4 -> 5.1 us per allocate, scenario 2)
                 live = keys[pos:j]
                 state[live] = 0
                 n -= j - pos
