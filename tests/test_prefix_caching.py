@@ -122,6 +122,15 @@ def test_a_preempted_request_hits_its_own_blocks_when_it_comes_back():
     assert rep.blocks.num_evictions == 0  # its own blocks came back, none was reused meanwhile
 
 
+def _check_stale_marks(pool):
+    """Each queued run of cached entries whose serial the pool does not mark stale holds only
+    live entries from its position on (allocate evicts them without looking)."""
+    for item in pool._queue:
+        if len(item) == 3 and item[0] not in pool._stale:
+            serial, keys, pos = item
+            assert (pool._state[keys[pos:]] == -serial).all()
+
+
 class _PoolCheck:
     """Wraps a policy; after each schedule checks that free + distinct blocks held == pool."""
 
@@ -143,6 +152,7 @@ class _PoolCheck:
         assert pool.num_free + anonymous + len(keyed) == pool.num_blocks
         free_cached = int(np.count_nonzero(pool._state < 0))  # each with one live entry:
         assert free_cached == queued - sum(item[0] for item in pool._queue if len(item) == 1)
+        _check_stale_marks(pool)
         self.checks += 1
 
 
@@ -218,7 +228,8 @@ def test_lookups_are_remembered_only_for_requests_queued_here(mode):
        st.integers(4, 30), st.booleans())
 def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks, moved):
     """A PrefixLookup, kept, cut or resumed between asks, answers what a walk from the first key
-    answers: the hit and the free blocks among it (hypothesis: requests sharing prefixes
+    answers: the hit and the free blocks among it, and the queue's runs the pool does not mark
+    stale hold only live entries (hypothesis: requests sharing prefixes
     admitted, finished and asked in any order, evicting one another, anonymous blocks taken and
     given back to force evictions, more evictions than the pool logs between two asks; with
     ``moved``, the last request's keys are the first one's in reverse order: ids at two
@@ -264,6 +275,7 @@ def test_remembered_lookups_match_a_fresh_walk(ops, num_blocks, moved):
                 n = min(pool.num_free, len(part))
                 pool.allocate(n)
                 pool.release(pool.register(part[:n]), 0)
+        _check_stale_marks(pool)
     for look, k in zip(looks, keys):  # one more ask each, after everything
         assert pool.refresh(look, len(k) - 1) == pool.hits(k, 0, len(k) - 1)
         assert pool.refresh_pinned(look) == pool.pinned(k, look.hit)
@@ -493,3 +505,66 @@ def test_repeated_id_minus_one_keeps_the_pool_exact(mode):
                   cost_model=sim.ConstantCost(0.01))
     assert (res.requests["status"] == "finished").all()
     assert res.summary()["prefix_hit_rate"] > 0.5
+
+
+@pytest.mark.parametrize("hash_bs, bs", [(16, 16), (64, 16), (48, 16), (16, 8)])
+def test_key_ids_of_whole_block_ids_follow_the_closed_form(hash_bs, bs):
+    """Where each hash id covers ``r = H / block_size`` whole blocks, block ``j`` of a prompt
+    has the id ``chain · r + j % r`` (``chain``: its prefix ``hash_ids[0..j // r]`` numbered
+    in order of first appearance), for prompts that use all their ids, stop inside one, or
+    name fewer blocks than their ids; empty lists between them change nothing."""
+    from workloads.prefix import block_key_ids
+    r = hash_bs // bs
+    rng = np.random.default_rng(hash_bs * bs)
+    lists = [[], None] + [rng.integers(0, 3, size=rng.integers(1, 6)).tolist() for _ in range(60)]
+    lists[5] = []
+    prompts = [int(rng.integers(1, 7 * hash_bs)) for _ in lists]
+    chain = {}
+    for ids in lists:
+        for k in range(len(ids or ())):
+            chain.setdefault(tuple(ids[:k + 1]), len(chain))
+    want = [[chain[tuple(ids[:j // r + 1])] * r + j % r
+             for j in range(min(p, len(ids) * hash_bs) // bs)] if ids else []
+            for ids, p in zip(lists, prompts)]
+    got = block_key_ids(lists, hash_bs, prompts, bs)
+    assert [g.tolist() for g in got] == want
+    assert any(len(w) < len(ids or ()) * r for w, ids in zip(want, lists))  # (cut prompts)
+
+
+def test_a_request_holding_all_its_keys_references_a_view_of_them():
+    """A request whose prefill chunks register every key they complete holds its first keys as
+    a view of its key array (chunks tile it), not a copy per chunk; one whose content another
+    block already caches holds only the keys it registered."""
+    keys = np.arange(6)
+    rep = Replica(40, 16, 8, prefix_caching=True)
+    first = Request(0, 0, 0.0, 96, 4)
+    first.block_keys = keys
+    rep.enqueue(first)
+    rep.form_batch(lambda r, now: r.admit(first, 40), 0.0)  # blocks 0, 1 complete
+    assert first.kv_keys.tolist() == [0, 1] and np.shares_memory(first.kv_keys, keys)
+    rep.postprocess(1.0)
+    rep.form_batch(lambda r, now: r.schedule_chunk(first, 56), 1.0)  # blocks 2..5
+    assert first.kv_keys.tolist() == list(range(6)) and np.shares_memory(first.kv_keys, keys)
+    rep.postprocess(2.0)
+    other = Request(1, 1, 0.0, 40, 4)  # keys 4, 5 cached by the first, 7 not: holds only 7
+    other.block_keys = np.array([7, 4, 5])
+    rep.enqueue(other)
+    rep.form_batch(lambda r, now: r.admit(other, 40), 2.0)
+    assert other.kv_keys.tolist() == [7]
+
+
+def test_chains_are_the_same_made_a_span_of_powers_at_a_time(monkeypatch):
+    """The chain keys' powers of P are made a span at a time: spans of 4 ids (lists across
+    their borders, a last span cut short, empty lists between) give the keys a single span
+    gives, and ids of one block each are their chains' (views, no renumbering)."""
+    from workloads import prefix
+    rng = np.random.default_rng(7)
+    lists = [rng.integers(-1, 4, size=n).tolist() for n in rng.integers(0, 9, 40)]
+    prompts = [16 * len(ids) + int(rng.integers(0, 16)) for ids in lists]
+    whole = prefix.block_keys_all(lists, 16, prompts, 16)
+    ids = prefix.block_key_ids(lists, 16, prompts, 16)
+    monkeypatch.setattr(prefix, "_SPAN", 4)
+    assert prefix.block_keys_all(lists, 16, prompts, 16) == whole
+    assert [i.tolist() for i in prefix.block_key_ids(lists, 16, prompts, 16)] == \
+        [i.tolist() for i in ids]
+    assert all(i.base is ids[0].base for i in ids)

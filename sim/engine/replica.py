@@ -355,8 +355,11 @@ class Replica:
         keys = r.block_keys
         if keys is not None:
             bs = self.block_size
-            new = self.blocks.register(keys[done // bs:min(len(keys), upto // bs)])
-            if len(new):
+            start, stop = done // bs, min(len(keys), upto // bs)
+            new = self.blocks.register(keys[start:stop])
+            if len(new) == stop - start > 0 and len(r.kv_keys) == start:  # it holds all its
+                r.kv_keys = keys[:stop]  # keys so far (chunks tile them): a view, not a copy
+            elif len(new):
                 r.kv_keys = np.concatenate((r.kv_keys, new)) if len(r.kv_keys) else new
 
     def _cache_answer(self, r):
