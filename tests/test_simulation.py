@@ -233,3 +233,45 @@ def test_a_config_that_is_not_a_simconfig_is_a_type_error_naming_it(config, hint
     with pytest.raises(TypeError, match="^config must be a sim.SimConfig or None"):
         sim.max_rate(df, {"ttft": 1.0}, config=config)
     assert sim.run(df, None).summary()["num_finished"] == 5
+
+
+class _FreezeWatcher:
+    """A cost model that records how many objects the collector holds frozen as it prices."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, batch):
+        if len(self.seen) < 20:  # (the count walks the frozen objects: the first 20 prices)
+            self.seen.append(gc.get_freeze_count())
+        return 0.01
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(replicas=3, router="least_outstanding")],
+                         ids=["one", "cluster"])
+def test_the_event_loop_runs_with_the_requests_frozen_and_thaws_them(kw):
+    """gc_frozen: while the loop runs, every object made before it (the 300 requests among
+    them) is in the permanent generation, so the loop's collections skip them; after the run
+    nothing stays frozen. A caller's own freeze is left as it was (nothing thawed or added)."""
+    watch = _FreezeWatcher()
+    res = sim.run(_workload(), cost_model=watch, **kw)
+    assert (res.requests["status"] == "finished").all()
+    assert min(watch.seen) > 300 and gc.get_freeze_count() == 0
+    watch, df = _FreezeWatcher(), _workload()
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        sim.run(df, cost_model=watch, **kw)
+        assert max(watch.seen) <= frozen  # nothing more frozen (only what died left) ...
+        assert gc.get_freeze_count() > 0  # ... and nothing thawed
+    finally:
+        gc.unfreeze()
+
+
+def test_gc_frozen_thaws_on_an_error():
+    from sim.engine.records import gc_frozen
+    with pytest.raises(RuntimeError):
+        with gc_frozen():
+            assert gc.get_freeze_count() > 0
+            raise RuntimeError("boom")
+    assert gc.get_freeze_count() == 0

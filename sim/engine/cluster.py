@@ -48,7 +48,7 @@ from ..results.metrics import CONTEXT_LENGTH
 from .clients import ClosedLoopClients
 from .events import URGENT, Wakeup
 from .invariants import check_finished
-from .records import ITERATION_COLUMNS, build_result, release
+from .records import ITERATION_COLUMNS, build_result, gc_frozen, release
 from .replica import Replica
 from .routers import ReplicaView, make_router
 from .schedulers import POLICIES, resolve
@@ -291,7 +291,8 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None,
         entry.closed_loop(config.closed_loop, conversations)
     for pool in (entry, *others):
         pool.start()
-    env.run()
+    with gc_frozen():  # the requests are not traversed by the loop's collections
+        env.run()
     for pool in (entry, *others):
         pool.close()
     lost = len(entry.requests) - sum(pool.num_out() for pool in (entry, *others))

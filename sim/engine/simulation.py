@@ -65,7 +65,7 @@ from .events import URGENT, Environment, Wakeup
 from .fastforward import can_fast_forward, decode_stretch
 from .invariants import check_finished, check_replica
 from .schedulers import override, resolve
-from .records import ROW, build_result, gc_paused
+from .records import ROW, build_result, gc_frozen, gc_paused
 from .request import Request
 from .request_path import as_client_sees, enter
 
@@ -195,7 +195,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
         ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
                           config.closed_loop, turns)
     process.start()
-    env.run()
+    with gc_frozen():  # the requests are not traversed by the loop's collections
+        env.run()
     process.close()
     if len(replica.finished) != len(requests):  # a bug, never a silent loss
         raise RuntimeError(f"{len(requests) - len(replica.finished)} request(s) neither finished "
