@@ -22,7 +22,7 @@ import pandas as pd
 from sim.cli.arguments import number, output_file, preset
 from sim.cli.device import check_device
 from sim.cli.main import Parser
-from sim.costs.kernels import array_module, synchronize
+from sim.costs.kernels import array_module
 from sim.costs.roofline import RooflineCost
 from sim.specs.gpus import get_gpu, gpu_presets
 from sim.specs.models import get_model
@@ -61,7 +61,6 @@ def time_gemm(xp, tokens, k, n, dtype, repeats, rng) -> float:
             end.record()
             end.synchronize()
             times.append(xp.cuda.get_elapsed_time(start, end) / 1e3)
-    synchronize(xp)
     return float(np.median(times))
 
 
