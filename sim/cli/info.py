@@ -7,8 +7,9 @@ import numbers
 
 from ..checks import each_gpu, plural
 from .arguments import number, output_file
-from .run import as_written
-from .settings import FREE_GPU_MEMORY_FRACTION_HELP, HASH_BLOCK_TOKENS_HELP, Names
+from .build import as_written
+from .settings import Names
+from .table import BY_KEY, FREE_GPU_MEMORY_FRACTION_HELP, help_text
 
 
 def accounting_block_size(accounting) -> int:
@@ -126,7 +127,7 @@ def add_parsers(sub):
     p_wl.add_argument("--seed", type=number(int, allow_zero=True), default=0,
                       help="seed of sampled arrivals, >= 0 (default 0)")
     p_wl.add_argument("--hash-block-tokens", type=number(int), metavar="TOKENS",
-                      help=HASH_BLOCK_TOKENS_HELP)
+                      help=help_text(BY_KEY["hash_block_tokens"]))
     p_wl.add_argument("--plot", metavar="PNG", help="write a PNG of the workload (default none)")
     p_wl.set_defaults(func=cmd_workload)
     p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
