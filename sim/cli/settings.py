@@ -162,6 +162,19 @@ def given_value(args, s, key):
     return (row.check(shown, value) if row.check else value), shown
 
 
+def flag_values(args, keys) -> dict:
+    """The values of the flags of ``keys`` on a command that reads no TOML file (``sim workload
+    describe``, ``sim memory``), by their rows' API fields: each given one checked by its row,
+    the others their rows' defaults."""
+    out = {}
+    for key in keys:
+        row = BY_KEY[key]
+        value = getattr(args, row.dest, None)
+        out[row.api_field] = row.default if value is None else (
+            row.check(row.flags[0], value) if row.check else value)
+    return out
+
+
 def _check_rows(s, names) -> None:
     """Every row's own check, in the table's order (the engine's knobs: SimConfig's)."""
     for table in TABLES:

@@ -27,7 +27,7 @@ from .build import build_rescaled, parts
 from .settings import Names, add_flags, given_value, settings_from
 from .table import BY_KEY
 
-METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
+METRICS = list(BY_KEY["metrics"].default)
 
 
 def in_file(check, config, *args):
@@ -79,7 +79,7 @@ def cmd_sweep(args) -> int:
     metrics = s["extra"].get("metrics", METRICS)
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
-    repeats = given_value(args, s, "repeats")[0] or 1
+    repeats = given_value(args, s, "repeats")[0] or BY_KEY["repeats"].default
     out = output_folder(s["output"], names("output"))
     # a trace's own timing, or a length-only set's arrivals at a reference rate: each grid
     # rate re-scales them (a grid of closed_loop_users: its users ignore them)

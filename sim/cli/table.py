@@ -33,10 +33,12 @@ from ..engine.schedulers import POLICIES
 from ..engine.speculation import MAX_SPECULATIVE_TOKENS
 from ..engine.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
 from ..engine.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
+from ..results.metrics import SLO_KEYS
 from .arguments import (at_least_zero, count, count_or_zero, name_any_case, num_requests, number,
                         positive, prefix_caching, repeats, typed)
 
 SHARED = ("run", "capacity", "sweep")  # the commands that read sim run's settings
+SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
 # where a value goes: the config object or the part of the command that reads it
 TARGETS = {"workload": "workloads.load (the workload's argument of that name)",
            "config": "SimConfig (the field of that name)",
@@ -265,7 +267,7 @@ SETTINGS = (
            "of acceptance_rate)", default_help="default: from acceptance_rate"),
     *(S(f"slo.{key}", (f"--slo-{key}",), ("slo",), parse=float, metavar="SECONDS",
         check=positive, help=f"{key.upper()} SLO in seconds, > 0", default_help="default none")
-      for key in ("ttft", "itl", "tpot", "e2e")),
+      for key in SLO_KEYS),
     S("output", ("--output", "-o"), ("output",), metavar="FOLDER", default="sim-out",
       check=typed((str, Path), "a folder path"), help="output folder",
       default_help="default sim-out", kind="folder path"),
@@ -291,11 +293,11 @@ SETTINGS = (
            "one field of a config object, each with its list of values",
       default_help="required"),
     S("metrics", (), ("sweep",), commands=("sweep",), kind="list of summary keys",
-      help="the summary keys to tabulate and plot",
-      default_help="default ttft_p99, itl_p99, request_throughput"),
+      help="the summary keys to tabulate and plot", default=SWEEP_METRICS,
+      default_help=f"default {', '.join(SWEEP_METRICS)}"),
     S("repeats", ("--repeats",), ("sweep",), parse=number(int), metavar="N", check=repeats,
       commands=("sweep",),
-      help="runs per point, seeds seed, seed+1, ...",
+      default=1, help="runs per point, seeds seed, seed+1, ...",
       default_help="default: the file's repeats, else 1", kind="integer >= 1"),
 )
 del S
