@@ -19,8 +19,8 @@ from pathlib import Path
 
 from ..checks import did_you_mean
 from .arguments import not_beside_file
-from .table import (BY_KEY, DEFAULTS, SETTINGS, TABLES, flag_of, help_text, reference_rows,
-                    rows_for, table_keys, toml_keys)
+from .table import (BY_KEY, DEFAULTS, SETTINGS, TABLES, choices_of, flag_of, help_text,
+                    reference_rows, rows_for, table_keys, toml_keys)
 
 __all__ = ["DEFAULTS", "Names", "add_flags", "check_router_used", "check_settings",
            "is_default_scenario", "read_toml", "reference_rows", "settings_from"]
@@ -46,7 +46,7 @@ def add_flags(p, rows, hide=()) -> None:
                 p.add_argument(off, action="store_false", default=None, dest=row.dest,
                                help=argparse.SUPPRESS if row.key in hide else row.off_help)
             continue
-        p.add_argument(*row.flags, type=row.parse, choices=row.choices or None,
+        p.add_argument(*row.flags, type=row.parse, choices=choices_of(row) or None,
                        metavar=row.metavar, dest=row.dest, help=shown)
 
 

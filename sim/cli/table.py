@@ -39,17 +39,17 @@ from .arguments import (at_least_zero, count, count_or_zero, name_any_case, num_
 
 SHARED = ("run", "capacity", "sweep")  # the commands that read sim run's settings
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
-# where a value goes: the config object or the part of the command that reads it
-TARGETS = {"workload": "workloads.load (the workload's argument of that name)",
-           "config": "SimConfig (the field of that name)",
-           "cost": "SimConfig.cost_model (built from cost and profile)",
-           "closed_loop": "SimConfig.closed_loop: workloads.ClosedLoop",
-           "disaggregation": "SimConfig.disaggregation: sim.Disaggregation",
-           "speculative": "SimConfig.speculative: sim.SpeculativeConfig",
+# where a value goes, ``{field}`` its row's API field
+TARGETS = {"workload": "workloads.load(..., {field}=)",
+           "config": "SimConfig.{field}",
+           "cost": "SimConfig.cost_model (from cost, or a profile)",
+           "closed_loop": "SimConfig.closed_loop: workloads.ClosedLoop.{field}",
+           "disaggregation": "SimConfig.disaggregation: sim.Disaggregation.{field}",
+           "speculative": "SimConfig.speculative: sim.SpeculativeConfig.{field}",
            "request_path": "SimConfig.request_path: sim.RequestPath",
-           "slo": "Result.summary(slo=...): the SLO limits in seconds",
+           "slo": "Result.summary(slo={{'{field}': seconds}})",
            "output": "the files and lines the command writes",
-           "sweep": "sim sweep's grid (sim.tools.sweep)"}
+           "sweep": "sim sweep's {field}"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,8 @@ class Setting:
     a switch, ``store_true``; a second flag switches it off); ``check(value, shown)``: the value
     checked and normalised, ``shown`` the setting as the user wrote it; ``default_help``: the
     parenthesis ending its help; ``kind``: its type in words for the reference (else from
-    ``parse`` and ``choices``)."""
+    ``parse`` and ``choices``). ``help`` and ``choices`` may be functions, read when a parser
+    is built (:func:`help_of`, :func:`choices_of`)."""
 
     key: str
     flags: tuple = ()
@@ -113,7 +114,12 @@ def _router(shown, value):
     return value
 
 
-_SCHEDULER_HELP = "; ".join(f"{name}: {first_line(cls)}" for name, cls in POLICIES.items())
+def _scheduler_names() -> tuple:
+    return tuple(sorted(POLICIES))  # (read when a parser is built: a policy added is listed)
+
+
+def _scheduler_help() -> str:
+    return "; ".join(f"{name}: {first_line(cls)}" for name, cls in POLICIES.items())
 FREE_GPU_MEMORY_FRACTION_HELP = ("TensorRT-LLM's free_gpu_memory_fraction: the KV cache's share of "
                                  "the memory left free, in (0, 1)")
 HASH_BLOCK_TOKENS_HELP = ("tokens each hash_ids entry of a CSV/JSONL workload file stands for "
@@ -136,8 +142,8 @@ SETTINGS = (
     S("rate", ("--rate",), ("workload",), parse=float, metavar="REQ_PER_S", check=positive,
       help="requests/s > 0: time-scales a trace, or the Poisson rate of a length-only set such "
            "as sharegpt, where it is required", default_help="default: the trace's own timing"),
-    S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=tuple(sorted(POLICIES)),
-      metavar="NAME", check=name_any_case, default="chunked", help=_SCHEDULER_HELP,
+    S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=_scheduler_names,
+      metavar="NAME", check=name_any_case, default="chunked", help=_scheduler_help,
       default_help="default chunked"),
     S("model", ("--model",), default="llama-3.1-8b", help="model preset such as llama-3.1-70b "
                                                           "(an unknown name lists them)",
@@ -326,9 +332,19 @@ def table_keys(table) -> list:
     return [row.key.split(".", 1)[1] for row in SETTINGS if row.key.startswith(table + ".")]
 
 
+def help_of(row) -> str:
+    """The row's help, read now (the scheduler's names ``POLICIES``')."""
+    return row.help() if callable(row.help) else row.help
+
+
 def help_text(row) -> str:
     """The row's ``--help``: its help and its default."""
-    return f"{row.help} ({row.default_help})" if row.default_help else row.help
+    return f"{help_of(row)} ({row.default_help})" if row.default_help else help_of(row)
+
+
+def choices_of(row) -> tuple:
+    """The row's allowed values (``()``: any), read now: the scheduler's are ``POLICIES``'."""
+    return row.choices() if callable(row.choices) else row.choices
 
 
 def flag_of(key) -> str:
@@ -347,8 +363,8 @@ DEFAULTS = {top: ({} if top in TABLES else BY_KEY[top].default) for top in toml_
 def _kind(row) -> str:
     if row.kind:
         return row.kind
-    if row.choices:
-        return " | ".join(row.choices)
+    if choices_of(row):
+        return " | ".join(choices_of(row))
     return {int: "integer", float: "number", bool: "true | false"}.get(row.parse, "string")
 
 
@@ -358,9 +374,11 @@ def reference_rows() -> list[dict]:
     setting), ``flags`` (e.g. ``"--num-requests, -n"``, ``""`` for a TOML-only one), ``type``
     (the type or allowed values in words), ``default`` (the value, None when it is the
     target's or computed), ``default_help`` (the default in words), ``help``, ``target`` (where
-    the value goes, in words) and ``commands`` (those that read it)."""
+    the value goes: ``SimConfig.kv_blocks``, ``workloads.load(..., n=)``) and ``commands``
+    (those that read it)."""
     return [{"key": row.key if row.in_toml else None, "flags": ", ".join(row.flags),
              "type": _kind(row), "default": row.default, "default_help": row.default_help,
-             "help": row.help, "target": TARGETS[row.to[-1]] if row.to[-1] != "config"
-             else f"SimConfig.{row.api_field}", "commands": list(row.commands)}
+             "help": help_of(row), "target": " and ".join(TARGETS[to].format(field=row.api_field)
+                                                 for to in row.to),
+             "commands": list(row.commands)}
             for row in SETTINGS]
