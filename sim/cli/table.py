@@ -54,9 +54,11 @@ TARGETS = {"workload": "workloads.load(..., {field}=)",
 
 @dataclass(frozen=True, slots=True)
 class Setting:
-    """One setting: see the module docstring. ``parse``: the flag's argparse ``type`` (``bool``:
-    a switch, ``store_true``; a second flag switches it off); ``check(value, shown)``: the value
-    checked and normalised, ``shown`` the setting as the user wrote it; ``default_help``: the
+    """One setting: see the module docstring. ``to``: its targets (:data:`TARGETS`); ``field``:
+    its API field there when that is not the key's last part (``num_requests``: the loader's
+    ``n``); ``parse``: the flag's argparse ``type`` (``bool``: a switch, ``store_true``; a
+    second flag switches it off); ``check(shown, value)``: the value checked and normalised,
+    ``shown`` the setting as the user wrote it (:mod:`sim.cli.arguments`); ``default_help``: the
     parenthesis ending its help; ``kind``: its type in words for the reference (else from
     ``parse`` and ``choices``). ``help`` and ``choices`` may be functions, read when a parser
     is built (:func:`help_of`, :func:`choices_of`)."""
