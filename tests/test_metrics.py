@@ -343,3 +343,40 @@ def test_itl_is_sorted_once_per_result(monkeypatch):
     assert first["itl_p50"] == 2.0
     res._itl = (np.array([5.0]), np.array([3]), np.zeros(0))
     assert res.summary()["itl_p50"] == 5.0 and len(calls) == 2
+
+
+_SUMMARY_UNDER_A_KERNEL = """
+import json, numpy as np, sim, workloads as wl
+from sim.results.metrics import dot
+r = np.random.default_rng(0)
+a, b = r.random(100_003), r.integers(1, 50, 100_003)
+df = wl.synthetic(400, rate=30.0, prompt=wl.LogNormal(500, 0.8, max_tokens=4000),
+                  output=wl.LogNormal(200, 0.8, max_tokens=2000), seed=5)
+s = sim.run(df, scheduler="vllm", model="llama-3.1-8b", gpu="h100", replicas=2).summary()
+s.pop("wall_seconds")
+print(json.dumps({"dot": dot(a, b).hex(), "blas": float(a @ b).hex(),
+                  "summary": {k: v.hex() if isinstance(v, float) else v for k, v in s.items()}}))
+"""
+
+
+def test_summary_is_the_same_whichever_blas_kernel_runs():
+    """The means weighted by iteration durations and ITL run lengths are summed in a fixed
+    order (``metrics.dot``), not by a BLAS dot product, whose kernel (chosen per CPU) sums in
+    its own order: under two OpenBLAS kernels the summary is the same bit for bit, where the
+    BLAS dot of the same arrays differs (a no-op without OpenBLAS: then it checks nothing of
+    the kernels, and says so)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    out = []
+    for core in ("Nehalem", "Sandybridge"):
+        env = dict(os.environ, OPENBLAS_CORETYPE=core)
+        done = subprocess.run([sys.executable, "-c", _SUMMARY_UNDER_A_KERNEL], env=env,
+                              capture_output=True, text=True, timeout=300, check=True)
+        out.append(json.loads(done.stdout))
+    assert out[0]["summary"] == out[1]["summary"]
+    assert out[0]["dot"] == out[1]["dot"]
+    if out[0]["blas"] == out[1]["blas"]:
+        pytest.skip("the two OpenBLAS kernels summed alike here (NumPy without OpenBLAS?): "
+                    "only the summaries' equality was checked")

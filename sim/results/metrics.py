@@ -93,6 +93,13 @@ CONVERSATION_ABANDONED = "conversation_abandoned"  # ... of a turn after a rejec
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
+def dot(a, b) -> float:
+    """``a @ b`` in a fixed order: elementwise products, then NumPy's pairwise sum. A BLAS
+    dot product's accumulation order depends on the kernel the CPU selects (the last digit of
+    a mean moved between an Intel and an AMD machine); this does not, on any CPU."""
+    return float(np.add.reduce(np.multiply(a, b, dtype=np.float64)))
+
+
 def weighted_cdf(values, weights):
     """``(v, cum)``: the entries of weight > 0 sorted by value (stable) and their cumulative
     weights, ``cum[-1]`` the total; what :func:`cdf_percentiles` reads."""
@@ -212,7 +219,7 @@ class Result:
         """Mean of :meth:`itl`, without materialising it; NaN when there is no gap."""
         gaps, weights, extra = self._itl
         n = weights.sum() + len(extra)
-        return float((gaps @ weights + extra.sum()) / n) if n else float("nan")
+        return float((dot(gaps, weights) + extra.sum()) / n) if n else float("nan")
 
     def summary(self, slo=None) -> dict:
         """Flat dict of metrics (conventions in the module docstring).
@@ -256,9 +263,9 @@ class Result:
         replicas, gpus = fleet() if fleet else (1, 1)
         out["busy_fraction"] = busy / duration / replicas if duration > 0 else float("nan")
         out["num_iterations"] = len(it)
-        out["mean_batch_size"] = float(w @ it["num_running"].to_numpy() / busy) if busy else 0.0
+        out["mean_batch_size"] = dot(w, it["num_running"].to_numpy()) / busy if busy else 0.0
         out["slot_utilization"] = out["mean_batch_size"] / self.config.max_batch_size
-        out["kv_usage_mean"] = (float(w @ it["kv_blocks_used"].to_numpy() / busy / self.kv_blocks)
+        out["kv_usage_mean"] = (dot(w, it["kv_blocks_used"].to_numpy()) / busy / self.kv_blocks
                                 if busy else 0.0)
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
@@ -266,9 +273,9 @@ class Result:
             blocks, slots = (np.asarray(x, dtype=np.float64)[it["replica"].to_numpy()]
                              for x in self.replica_pools)
             used = it["kv_blocks_used"].to_numpy() / blocks
-            out["slot_utilization"] = float(w @ (it["num_running"].to_numpy() / slots) / busy) \
+            out["slot_utilization"] = dot(w, it["num_running"].to_numpy() / slots) / busy \
                 if busy else 0.0
-            out["kv_usage_mean"] = float(w @ used / busy) if busy else 0.0
+            out["kv_usage_mean"] = dot(w, used) / busy if busy else 0.0
             out["kv_usage_max"] = float(used.max())
         out["num_replicas"] = replicas
         out["num_gpus"] = gpus
@@ -336,7 +343,7 @@ class Result:
             done = mine[mine["status"] == "finished"]
             w = its["duration"].to_numpy()
             busy = float(w.sum())
-            batch = float(w @ its["num_running"].to_numpy() / busy) if busy else 0.0
+            batch = dot(w, its["num_running"].to_numpy()) / busy if busy else 0.0
             prompt = float(done["num_prompt_tokens"].sum())
             ttft = done["ttft"].dropna().to_numpy()
             p50, p99 = np.percentile(ttft, (50, 99)) if ttft.size else (np.nan, np.nan)
@@ -346,8 +353,8 @@ class Result:
                 "busy_fraction": busy / window if window > 0 else float("nan"),
                 "mean_batch_size": batch,
                 "slot_utilization": batch / pools[1][k],
-                "kv_usage_mean": (float(w @ its["kv_blocks_used"].to_numpy() / busy
-                                        / pools[0][k]) if busy else 0.0),
+                "kv_usage_mean": (dot(w, its["kv_blocks_used"].to_numpy()) / busy / pools[0][k]
+                                   if busy else 0.0),
                 "num_iterations": len(its),
                 "num_preemptions": int(mine["num_preemptions"].sum()),
                 "prefix_hit_rate": (float(done["num_cached_tokens"].sum()) / prompt
