@@ -61,7 +61,7 @@ def _imports(name, path):
 def _sim_deps(name):
     deps = set()
     for imp in _imports(name, MODULES[name]):
-        while imp and imp not in KNOWN:  # "sim.engine.replica.Replica" -> the module
+        while imp and imp not in KNOWN:  # "sim.engine.core.replica.Replica" -> the module
             imp = imp.rpartition(".")[0]
         if imp and imp.startswith("sim") and imp != name:
             deps.add(imp)

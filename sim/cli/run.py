@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 from ..checks import plural
-from ..engine.policies import KNOBS
+from ..engine.core.policies import KNOBS
 from ..results import FIGURES
 from .arguments import output_file, output_folder, read_profile
 from .settings import (DEFAULT_SCENARIO, SPEC_FLAGS, Names, add_run_args, check_router_used,
@@ -93,7 +93,7 @@ def disaggregation_from(s):
     """The settings' ``Disaggregation`` (None: colocated)."""
     if s["prefill_replicas"] is None and s["decode_replicas"] is None:
         return None
-    from ..engine.disaggregation import Disaggregation
+    from ..engine.fleet.disaggregation import Disaggregation
     return Disaggregation(s["prefill_replicas"] or 1, s["decode_replicas"] or 1,
                           link_bandwidth_gbps=s["link_bandwidth_gbps"],
                           link_latency_s=s["link_latency_s"])
@@ -221,7 +221,7 @@ def _config(s, names=None):
 def request_path_from(spec, shown="--request-path"):
     """``--request-path`` (or the TOML key, ``shown`` as written): ``triton`` (the sourced
     front end, ``sim.engine.request_path``), ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off``."""
-    from ..engine.request_path import RequestPath, triton_path
+    from ..engine.fleet.request_path import RequestPath, triton_path
     if not isinstance(spec, str):
         raise ValueError(f"{shown} must be a string: triton, off or IN_MS,US_PER_TOKEN,OUT_MS, "
                          f"got {spec!r}")

@@ -1,6 +1,6 @@
 """The SimPy serving engine and ``run(workload, config) -> Result``.
 
-One SimPy environment (:class:`sim.engine.events.Environment`); one replica process running
+One SimPy environment (:class:`sim.engine.core.events.Environment`); one replica process running
 **one SimPy event per engine iteration**, at most::
 
     batch = replica.form_batch(policy.schedule, now)
@@ -10,7 +10,7 @@ One SimPy environment (:class:`sim.engine.events.Environment`); one replica proc
     if not env.sleep(dt, wakeup): yield  # the iteration runs (SimPy's Timeout(dt), in place)
     replica.postprocess(env.now)         # emit tokens, finish, free blocks
 
-The replica's generator is resumed by its own pre-made event (:class:`~sim.engine.events.
+The replica's generator is resumed by its own pre-made event (:class:`~sim.engine.core.events.
 Wakeup`), scheduled where SimPy's ``Timeout``, succeeded ``Event`` or ``Process`` start would
 be: the same order of events, no SimPy object per iteration. When no other event is scheduled
 (one replica in an open loop pulls its arrivals, so it is alone in the environment), the
@@ -23,13 +23,13 @@ replica's run time.
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
-**Fast-forward** (:mod:`sim.engine.fastforward`): stretches of pure-decode iterations run in
+**Fast-forward** (:mod:`sim.engine.core.fastforward`): stretches of pure-decode iterations run in
 one event, priced and recorded one by one, results bit-identical: in an open loop up to the
 next arrival; in a closed loop up to the users' next issue (``env.peek()``) and the first
 iteration finishing decodes, finished by the loop at its end (the users' hooks issue then).
 
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
-iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
+iteration one more (:mod:`sim.engine.core.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
 a reason; a request lost is a bug and raises. Rejected at arrival (``_submit``), in this order:
 a request whose prompt + output tokens exceed ``max_model_len`` (the model's context length
@@ -56,18 +56,18 @@ import numpy as np
 import pandas as pd
 
 from ..results.metrics import Result
-from .batch import decode_pricer
-from .clients import ClosedLoopClients, conversations
-from .cluster import delay_until, new_replica, reject_too_long, run_cluster
+from .core.batch import decode_pricer
+from .fleet.clients import ClosedLoopClients, conversations
+from .fleet.cluster import delay_until, new_replica, reject_too_long, run_cluster
 from .config import SimConfig, as_config
-from .disaggregation import run_disaggregated
-from .events import URGENT, Environment, Wakeup
-from .fastforward import can_fast_forward, decode_stretch
-from .invariants import check_finished, check_replica
+from .fleet.disaggregation import run_disaggregated
+from .core.events import URGENT, Environment, Wakeup
+from .core.fastforward import can_fast_forward, decode_stretch
+from .core.invariants import check_finished, check_replica
 from .schedulers import override, resolve
-from .records import ROW, build_result, gc_frozen, gc_paused
-from .request import Request
-from .request_path import as_client_sees, enter
+from .core.records import ROW, build_result, gc_frozen, gc_paused
+from .core.request import Request
+from .fleet.request_path import as_client_sees, enter
 
 
 def _requests_from(workload, block_size=None, mode="block", speculative=True):
@@ -267,7 +267,7 @@ class _ReplicaProcess:
 
     def start(self):
         """Start the loop where ``env.process`` would (URGENT, now): its generator is
-        resumed by its own :class:`~sim.engine.events.Wakeup` each time (an iteration's end,
+        resumed by its own :class:`~sim.engine.core.events.Wakeup` each time (an iteration's end,
         a wake-up)."""
         self._loop = self.loop()
         next(self._loop)  # (to its first yield, before anything: started, not yet run)

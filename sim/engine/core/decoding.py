@@ -3,7 +3,7 @@
 Without speculation (:class:`Decodes`) **a decoding request emits exactly one token in every
 iteration** from the iteration after its prefill completed until its last token, and writes
 that token's KV into its cache. With speculative decoding (:class:`SpecDecodes`) it emits
-``1..k+1`` tokens per iteration, drawn in advance (:mod:`sim.engine.speculation`). Both give
+``1..k+1`` tokens per iteration, drawn in advance (:mod:`sim.engine.speculation.settings`). Both give
 the replica the same few calls; neither does per-token work. Both count in *decode steps*: the
 replica passes its decode clock, which equals the iteration index unless a policy paused the
 decodes in prefill-only iterations (SGLang; see ``Replica.run_decodes``).
@@ -113,7 +113,7 @@ class Decodes:
 
 class ClippedDecodes(Decodes):
     """:class:`Decodes` that also keep ``sum over DECODE requests of min(tokens left, clip)``
-    (SGLang's admission reservation, ``sim.engine.sglang`` rule 3), where a scan of the running
+    (SGLang's admission reservation, ``sim.engine.presets.sglang`` rule 3), where a scan of the running
     set every iteration cost O(running) (measured: 1.8 ms per iteration at 790 running).
 
     A request that started decoding at ``f`` has ``finish_iteration - last`` tokens left after
@@ -170,7 +170,7 @@ class SpecDecodes:
 
     When ``r`` starts decoding after iteration ``f`` with ``c`` KV tokens and ``n`` tokens
     left, its emissions ``e_0..e_{m-1}`` are drawn at once: ``draw(r, n) -> (run, base, over)``
-    (:class:`~sim.engine.speculation.EmissionSource`), ``run[j] - base = e_0 + ... + e_{j-1}``.
+    (:class:`~sim.engine.speculation.settings.EmissionSource`), ``run[j] - base = e_0 + ... + e_{j-1}``.
     Its ``j``-th verification (iteration ``f + 1 + j``) writes ``slots_j = c + k + 1 + run[j] -
     base`` KV slots (the ``k`` lookahead slots included) and holds ``ceil(slots_j /
     block_size)`` blocks (``ceil(c / block_size)`` before the first): the rejected slots are

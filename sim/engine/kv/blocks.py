@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from ..checks import positive_int
+from ...checks import positive_int
 
 
 def blocks_for(tokens: int, block_size: int) -> int:
@@ -39,7 +39,7 @@ class BlockManager:
         self.block_size = positive_int("block_size", block_size)
         self.num_free = self.num_blocks
         # 1 % of the pool, rounded down (vLLM v0's and Vidur's int(0.01 * blocks)): the
-        # admission watermark of the policies that keep it free (sim.engine.policies)
+        # admission watermark of the policies that keep it free (sim.engine.core.policies)
         self.watermark = self.num_blocks // 100
 
     @property

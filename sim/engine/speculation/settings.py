@@ -20,7 +20,7 @@ Verification: a speculating decode runs ``k + 1`` query tokens (the batch's
 ``1 + accepted`` tokens, never more than it has left. :class:`EmissionSource` gives a
 request's whole sequence of emissions at once (vectorised, from the run's one seeded
 generator, in the engine's deterministic order), so its finish and its KV block demands are known when it
-starts decoding (:class:`~sim.engine.decoding.SpecDecodes`); after a preemption it is drawn
+starts decoding (:class:`~sim.engine.core.decoding.SpecDecodes`); after a preemption it is drawn
 anew for the tokens left.
 
 Invariants (tests/test_speculation.py): emissions are in ``1..k+1`` and sum to the tokens left;
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..checks import fraction, positive_float, positive_int
-from .batch import decode_pricer, make_batch
+from ...checks import fraction, positive_float, positive_int
+from ..core.batch import decode_pricer, make_batch
 
 METHODS = ("draft", "ngram")
 MAX_SPECULATIVE_TOKENS = 64  # a draft longer than this is a typo, not a setting
@@ -104,7 +104,7 @@ class SpeculativeConfig:
         if self.draft_cost_ratio is not None:
             positive_float("draft_cost_ratio", self.draft_cost_ratio, allow_zero=True)
         if self.draft_model is not None:
-            from ..specs.models import get_model
+            from ...specs.models import get_model
             try:
                 get_model(self.draft_model)  # a clear error for an unknown preset, now
             except (ValueError, TypeError) as e:
@@ -235,7 +235,7 @@ class DraftCost:
         self.needs_decode_lengths = bool(getattr(target, "needs_decode_lengths", False)
                                          or getattr(draft, "needs_decode_lengths", False))
         self.name = getattr(target, "name", type(target).__name__)
-        # pure when what it adds up is (sim.engine.batch.decode_pricer): the engine may then
+        # pure when what it adds up is (sim.engine.core.batch.decode_pricer): the engine may then
         # fast-forward pure-decode stretches, pricing each step's batch ahead of time; a batch
         # of decodes without drafts is the target's alone
         target_price = decode_pricer(target)

@@ -1,8 +1,8 @@
 """One serving replica's state, and the few verbs a batching policy acts through.
 
 The replica owns the waiting queue, the running set (admission order, oldest first), the KV
-pool (:class:`~sim.engine.blocks.BlockManager`) and the decoding requests
-(:class:`~sim.engine.decoding.Decodes`). A policy (:mod:`sim.engine.policies`) sees the queue
+pool (:class:`~sim.engine.kv.blocks.BlockManager`) and the decoding requests
+(:class:`~sim.engine.core.decoding.Decodes`). A policy (:mod:`sim.engine.core.policies`) sees the queue
 and the running set read-only and changes them only through these verbs:
 
 - :meth:`Replica.admit` ``(r, num_tokens)`` - move any waiting request into the running set to
@@ -44,9 +44,9 @@ from functools import partial
 import numpy as np
 
 from .batch import Batch, make_batch
-from .blocks import BlockManager, PrefixCachingBlockManager, blocks_for
+from ..kv.blocks import BlockManager, PrefixCachingBlockManager, blocks_for
 from .decoding import ClippedDecodes, Decodes, SpecDecodes, emits_single_token
-from .radix import RadixBlockManager
+from ..kv.radix import RadixBlockManager
 from .request import DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING
 
 
@@ -200,7 +200,7 @@ class Replica:
         ``(tokens, tree nodes)``. A cached prefix only shrinks by evictions and only grows by
         additions, so the last answer per request is kept (a blocked queue head is asked every
         iteration: a full walk each time cost 117 us per ask on Mooncake's 850-block prompts):
-        block mode, as a :class:`~sim.engine.blocks.PrefixLookup` the pool keeps or resumes;
+        block mode, as a :class:`~sim.engine.kv.blocks.PrefixLookup` the pool keeps or resumes;
         radix mode, reused while neither happened and resumed while no eviction did."""
         blocks = self.blocks
         keys = r.block_keys
@@ -663,7 +663,7 @@ class Replica:
         if self.on_finish is not None:
             self.on_finish(r, now)
 
-    # -- disaggregation (sim.engine.disaggregation): KV leaves one replica for another -------
+    # -- disaggregation (sim.engine.fleet.disaggregation): KV leaves one replica for another -------
     def _hand_off(self, r, now) -> None:
         """``r`` completed its prefill here and decodes elsewhere: it leaves the running set
         (its batch slot is free) but keeps its blocks until :meth:`release` (its KV is being

@@ -1,6 +1,6 @@
 """Engine presets: real engines' scheduling rules and defaults, rule by rule.
 
-Each preset is a policy (see :mod:`sim.engine.policies` for the contract) whose
+Each preset is a policy (see :mod:`sim.engine.core.policies` for the contract) whose
 ``engine_defaults`` bring its engine's defaults for every knob the user leaves ``None`` (an
 explicit ``max_batch_size``, ``chunk_size``, ``block_size``, ``prefix_caching`` ... still wins),
 and whose docstring lists its rules with the source they follow. Each rule has a regression test
@@ -10,9 +10,9 @@ under *Deviations*.
 
 from __future__ import annotations
 
-from ..specs.gpus import get_gpu
-from .policies import ChunkedPrefill, ContinuousBatching, refuse_unused_knobs
-from .request import PREFILL
+from ...specs.gpus import get_gpu
+from ..core.policies import ChunkedPrefill, ContinuousBatching, refuse_unused_knobs
+from ..core.request import PREFILL
 
 GIB = 1 << 30
 
@@ -147,7 +147,7 @@ class Orca(ContinuousBatching):
     name = "orca"
 
     def schedule(self, replica, now):
-        from .policies import admit_whole_prompts
+        from ..core.policies import admit_whole_prompts
         admit_whole_prompts(replica, 0, self.token_budget)
 
     def __repr__(self):

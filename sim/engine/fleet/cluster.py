@@ -4,7 +4,7 @@ Each replica is the single-replica engine's process (``simulation._ReplicaProces
 in: one event per iteration, its own policy object, KV pool and iteration
 records); only the arrivals differ. A dispatcher wakes once per distinct arrival time and hands
 every request due to the replica the router picks (``route(request, views, now) -> index``,
-:mod:`sim.engine.routers`), where it is queued (or rejected, when it could never fit that
+:mod:`sim.engine.fleet.routers`), where it is queued (or rejected, when it could never fit that
 replica's pool) and an idle replica is woken. The dispatcher's events are scheduled with
 SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch
 at ``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and
@@ -18,7 +18,7 @@ the replica: it must keep no per-replica state).
 
 A policy that pauses the decodes (``pauses_decodes``: SGLang's prefill-only iterations) runs on
 each replica's decode clock: that replica's token runs count its decode steps and its first
-tokens of prefill-only iterations are points in iteration units (:mod:`sim.engine.decoding`).
+tokens of prefill-only iterations are points in iteration units (:mod:`sim.engine.core.decoding`).
 The records are concatenated replica by replica, so a run is shifted by the decode steps of
 the replicas before it and a point by their iterations; the paused iterations, renumbered the
 same way, are removed from the end times of the steps (``build_result(paused=...)``).
@@ -44,15 +44,15 @@ from array import array
 
 import numpy as np
 
-from ..results.metrics import CONTEXT_LENGTH
+from ...results.metrics import CONTEXT_LENGTH
 from .clients import ClosedLoopClients
-from .events import URGENT, Wakeup
-from .invariants import check_finished
-from .records import ITERATION_COLUMNS, build_result, gc_frozen, release
-from .replica import Replica
+from ..core.events import URGENT, Wakeup
+from ..core.invariants import check_finished
+from ..core.records import ITERATION_COLUMNS, build_result, gc_frozen, release
+from ..core.replica import Replica
 from .routers import ReplicaView, make_router
-from .schedulers import POLICIES, resolve
-from .speculation import make_drawer
+from ..schedulers import POLICIES, resolve
+from ..speculation.settings import make_drawer
 
 
 def delay_until(now: float, t: float) -> float:
@@ -171,7 +171,7 @@ class Cluster:
     def closed_loop(self, loop, conversations=None):
         """``num_users`` users; each issues its next request (or turn of ``conversations``)
         ``think_time`` after the last finished or was rejected, routed when issued
-        (:mod:`sim.engine.clients`)."""
+        (:mod:`sim.engine.fleet.clients`)."""
         ClosedLoopClients(self.env, self.replicas + list(self.more_replicas), self.requests,
                           self.submit, loop, conversations)
 
@@ -203,7 +203,7 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     paused on demand if it pauses them), drawing speculative emissions from ``stream``;
     ``max_model_len``: the limit its arrivals are checked against (None: no check, as when no
     request of the run exceeds it: ``simulation.context_limit``); the policy's optional
-    ``reject_reason(r)`` checks them next (:mod:`sim.engine.policies`)."""
+    ``reject_reason(r)`` checks them next (:mod:`sim.engine.core.policies`)."""
     rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
@@ -284,7 +284,7 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None,
     replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
     loss; ``busy``: some other work was left behind). ``fast_forward``: see
     :meth:`Cluster.open_loop` (open loop only); ``conversations``: a closed loop's
-    (:func:`~sim.engine.clients.conversations`)."""
+    (:func:`~sim.engine.fleet.clients.conversations`)."""
     if config.closed_loop is None:
         entry.open_loop(fast_forward)
     else:
