@@ -28,14 +28,14 @@ finish (``Result.summary()['output_token_throughput']``); ``ttft_mean``; ``itl_m
 gap between tokens (with fixed output lengths the same as the mean TPOT).
 
 Each engine's settings (:data:`ENGINES`) are its documented defaults for the run the source
-describes, not fits; what the simulator cannot express is said there. The KV pool comes from
-the memory budget: TensorRT-LLM's accounting for its rows (``free_gpu_memory_fraction`` of the
-memory left free after the weights, the engine's activations and the rest in use; the fraction
-its published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's. The
-TensorRT-LLM rows run the ``"tensorrt-llm"`` preset (:mod:`sim.engine.presets.tensorrt_llm`): its default
-GUARANTEED_NO_EVICT scheduler, which admits a request only when the KV of its whole run fits
-beside what every running request still needs, so nothing is preempted; 0.14 behind Triton
-too, whose backend defaults to that policy when ``batch_scheduler_policy`` is not set.
+describes, not fits; what the simulator cannot express is said there. The KV pool comes from the
+memory budget: TensorRT-LLM's accounting for its rows (``free_gpu_memory_fraction`` of the memory
+left free after the weights, the engine's activations and the rest in use; the fraction its
+published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's. The TensorRT-LLM
+rows run the ``"tensorrt-llm"`` preset (:mod:`sim.engine.presets.tensorrt_llm`): its default
+GUARANTEED_NO_EVICT scheduler, which admits a request only when the KV of its whole run fits beside
+what every running request still needs, so nothing is preempted; 0.14 behind Triton too, whose
+backend defaults to that policy when ``batch_scheduler_policy`` is not set.
 
 Every row runs the number of requests its source ran (30,000 at most; the engine fast-forwards
 pure-decode stretches). ``--max-requests`` cuts them for a quick look (the report says how many
@@ -134,8 +134,8 @@ ENGINES = {
     # v0.14 behind Triton's TensorRT-LLM backend (same file): trtllm-build's defaults
     # (max_batch_size 2048, max_num_tokens 8192), enable_chunked_context off (the backend's
     # default; every prompt of these rows is below 8,192); the backend's batch_scheduler_policy
-    # defaults to GUARANTEED_NO_EVICT (model_instance_state.cc, sim.engine.presets.tensorrt_llm); the
-    # client's and server's own time per request (HTTP, tokenisation) is not modelled.
+    # defaults to GUARANTEED_NO_EVICT (model_instance_state.cc,
+    # sim.engine.presets.tensorrt_llm); the client's and server's own time per request (HTTP, tokenisation) is not modelled.
     "tensorrt-llm-0.14-triton": EngineSettings("tensorrt-llm", 2048, 8192, NO_DECODE_GAPS, False,
                                                _TRT_POOL + "; Triton's request path is not "
                                                "modelled", TRTLLM_FREE_GPU_MEMORY_FRACTION),

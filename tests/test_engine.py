@@ -502,15 +502,14 @@ def test_a_replica_loop_starts_and_wakes_where_simpy_would():
     # replica loop's own start and wake-up events go to the same places (a NORMAL start would
     # run after the NORMAL events of its instant).
     from array import array
-    from sim.engine import simulation
-    from sim.engine.core import events
+    from sim.engine.core import events, process
     from sim.engine.fleet.cluster import new_replica
     from sim.engine.schedulers import resolve
     config, policy = resolve(SimConfig(cost_model=ConstantCost(0.01), kv_blocks=100))
     env = events.Environment()
     env.timeout(0.0)  # a NORMAL event of the instant, scheduled first
-    proc = simulation._ReplicaProcess(env, new_replica(config, policy, 100), policy,
-                                      config.resolved_cost_model(), array("d"), False, 0)
+    proc = process.ReplicaProcess(env, new_replica(config, policy, 100), policy,
+                                 config.resolved_cost_model(), array("d"), False, 0)
     proc.start()
     env.process(x for x in ())
     started, simpys, normal = sorted(env._queue)

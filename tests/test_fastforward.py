@@ -246,7 +246,7 @@ def test_fast_forward_with_speculation_across_rings_that_grow(monkeypatch, sched
     ~1,500 needs ~4,700 steps), on pools that preempt: stretches read and clear the grown
     rings as stepping does, bit for bit."""
     import pandas as pd
-    from sim.engine.core.decoding import SpecDecodes
+    from sim.engine.core.spec_decoding import SpecDecodes
     grown = []
     real = SpecDecodes._grow
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import sim
 import workloads
-from sim.engine.kv.blocks import PrefixCachingBlockManager
+from sim.engine.kv.prefix_cache import PrefixCachingBlockManager
 from sim.engine.core.replica import Replica
 from sim.engine.core.request import Request
 

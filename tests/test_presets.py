@@ -1,4 +1,4 @@
-"""Engine presets, one test per rule on a small hand-built scenario (sim/engine/presets/vllm.py)."""
+"""Engine presets, one test per rule on a small hand-built scenario (sim/engine/presets/)."""
 
 import pandas as pd
 import pytest

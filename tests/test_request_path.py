@@ -1,4 +1,5 @@
-"""``sim.engine.fleet.request_path``: the client's time outside the engine (front end, tokeniser)."""
+"""``sim.engine.fleet.request_path``: the client's time outside the engine (front end,
+tokeniser)."""
 
 import math
 

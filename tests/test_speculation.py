@@ -14,7 +14,8 @@ from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import run
 from sim.engine.core.batch import make_batch
 from sim.engine.core.request import DECODE, PREFILL
-from sim.engine.speculation.settings import DraftCost, emission_draws
+from sim.engine.speculation.acceptance import emission_draws
+from sim.engine.speculation.draft_cost import DraftCost
 
 from test_invariants import prefill_tokens
 
@@ -412,7 +413,7 @@ def test_a_draft_cost_is_declared_pure_only_over_pure_parts_and_not_in_a_reprici
     its target and draft do, and not in a subclass that overrides ``__call__``."""
     from sim.costs.roofline import RooflineCost
     from sim.engine.core.batch import decode_pricer
-    from sim.engine.speculation.settings import DraftCost
+    from sim.engine.speculation.draft_cost import DraftCost
 
     class Noisy:
         def __call__(self, batch):

@@ -24,8 +24,8 @@ import importlib
 # scheduler and router names without loading the simulation (pandas, SimPy) for ``--help``
 _PUBLIC = {"Batch": "core.batch", "SimConfig": "config", "Disaggregation": "fleet.disaggregation",
            "ChunkedPrefill": "core.policies", "ContinuousBatching": "core.policies",
-           "StaticBatching": "core.policies", "VLLM": "presets.vllm", "Orca": "presets.vllm",
-           "Sarathi": "presets.vllm", "SGLang": "presets.sglang", "POLICIES": "schedulers",
+           "StaticBatching": "core.policies", "VLLM": "presets.vllm", "Orca": "presets.orca",
+           "Sarathi": "presets.sarathi", "SGLang": "presets.sglang", "POLICIES": "schedulers",
            "run": "simulation", "SpeculativeConfig": "speculation.settings",
            "RequestPath": "fleet.request_path"}
 

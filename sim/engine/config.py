@@ -24,8 +24,9 @@ peak (the fp8 peak where the GPU has one). A model that does not fit is an error
 budget's advice (quantize, or add GPUs). A speculative ``draft_model`` shares the GPUs: its
 weights come off the budget and each KV block also holds its KV (as vLLM allocates them).
 ``replicas`` > 1: a cluster of identical replicas (each of ``tensor_parallel`` GPUs, with the
-knobs above) behind ``router`` (:mod:`sim.engine.fleet.routers`, :mod:`sim.engine.fleet.cluster`). Use
-``dataclasses.replace`` for variants; the config is validated when built.
+knobs above) behind ``router`` (:mod:`sim.engine.fleet.routers`,
+:mod:`sim.engine.fleet.cluster`). Use ``dataclasses.replace`` for variants; the config is
+validated when built.
 
 ``max_model_len`` (vLLM's ``--max-model-len``, SGLang's ``context_length``): the prompt +
 output tokens a request may hold; ``None`` takes the model's context length
@@ -44,11 +45,12 @@ from dataclasses import dataclass
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from ..specs.memory_terms import check_free_gpu_memory_fraction
-from .fleet.disaggregation import Disaggregation
 from .core.policies import PREFIX_CACHING_MODES
+from .fleet.disaggregation import Disaggregation
 from .fleet.routers import check_router
 from .schedulers import POLICIES, POOL_SIZING, resolve
-from .speculation.settings import DraftCost, SpeculativeConfig
+from .speculation.draft_cost import DraftCost
+from .speculation.settings import SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
 WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
@@ -87,7 +89,8 @@ class SimConfig:
     request_path: object = None  # sim.RequestPath: time outside the engine (request_path.py)
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
-    check: bool = False  # check the engine's invariants every iteration (sim.engine.core.invariants)
+    # check the engine's invariants every iteration (sim.engine.core.invariants)
+    check: bool = False
 
     def __post_init__(self):
         for flag in ("progress", "check"):
@@ -302,7 +305,8 @@ class SimConfig:
     def resolved_cost_model(self):
         """The cost model a run prices iterations with: ``cost_model``, else the roofline of
         ``model`` on ``gpu`` at the run's precisions; with speculative decoding, plus the
-        draft's cost (:class:`~sim.engine.speculation.settings.DraftCost`; none for ``ngram``)."""
+        draft's cost (:class:`~sim.engine.speculation.draft_cost.DraftCost`; none for
+        ``ngram``)."""
         from ..costs.roofline import RooflineCost
         target = self.cost_model
         if target is None:

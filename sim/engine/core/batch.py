@@ -19,7 +19,7 @@ iteration more than once; without it (or where a subclass overrides ``__call__``
   ``decode_context_tokens`` tokens in all (their new tokens included). Decode tokens per
   request come from :mod:`sim.engine.core.decoding`;
 - ``num_spec_tokens``: draft tokens each decoding request verifies (speculative decoding,
-  :mod:`sim.engine.speculation.settings`; 0 without): a decode then runs ``1 + num_spec_tokens`` query
+  :mod:`sim.engine.speculation`; 0 without): a decode then runs ``1 + num_spec_tokens`` query
   tokens (``num_decode_query_tokens`` in all) and its context counts those slots.
 
 Per-request detail costs O(running) per iteration, so it is opt-in: a cost model with a class

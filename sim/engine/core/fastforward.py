@@ -38,7 +38,7 @@ import math
 
 from ...checks import declared_with
 from .batch import make_batch
-from ..fleet.cluster import delay_until
+from .events import delay_until
 from .invariants import check_replica
 from .records import ITERATION_COLUMNS, packed_rows
 

@@ -81,7 +81,7 @@ class Request:
         self.reason = ""
         self.segments = []
         self.paused_first = -1  # the prefill-only iteration of its first token (SGLang), or -1
-        # speculative decoding (sim.engine.speculation.settings): the request's own acceptance rate
+        # speculative decoding (sim.engine.speculation): the request's own acceptance rate
         # (None: the run's), its drawn plan while decoding, verifications and accepted drafts
         self.acceptance_rate = None
         self.spec_plan = None

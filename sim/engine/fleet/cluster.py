@@ -1,15 +1,15 @@
 """A cluster: ``SimConfig.replicas`` replicas behind a router, in one SimPy environment.
 
-Each replica is the single-replica engine's process (``simulation._ReplicaProcess``, passed
-in: one event per iteration, its own policy object, KV pool and iteration
-records); only the arrivals differ. A dispatcher wakes once per distinct arrival time and hands
-every request due to the replica the router picks (``route(request, views, now) -> index``,
-:mod:`sim.engine.fleet.routers`), where it is queued (or rejected, when it could never fit that
-replica's pool) and an idle replica is woken. The dispatcher's events are scheduled with
-SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch
-at ``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and
-a router sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet
-post-processed). Closed loop: each user's next request is routed when it is issued.
+Each replica is the single-replica engine's process
+(:class:`~sim.engine.core.process.ReplicaProcess`: one event per iteration, its own policy object,
+KV pool and iteration records); only the arrivals differ. A dispatcher wakes once per distinct
+arrival time and hands every request due to the replica the router picks (``route(request, views,
+now) -> index``, :mod:`sim.engine.fleet.routers`), where it is queued (or rejected, when it could
+never fit that replica's pool) and an idle replica is woken. The dispatcher's events are scheduled
+with SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch at
+``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and a router
+sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet post-processed).
+Closed loop: each user's next request is routed when it is issued.
 
 A named scheduler is built once per replica; so is a policy object of a named scheduler's
 class (a copy per replica: SGLang keeps per-replica state, its ``new_token_ratio`` and chunked
@@ -44,33 +44,17 @@ from array import array
 
 import numpy as np
 
-from ...results.metrics import CONTEXT_LENGTH
-from .clients import ClosedLoopClients
-from ..core.events import URGENT, Wakeup
+from ..core.events import URGENT, Wakeup, delay_until
 from ..core.invariants import check_finished
+from ..core.process import reject_too_long
 from ..core.records import ITERATION_COLUMNS, build_result, gc_frozen, release
 from ..core.replica import Replica
-from .routers import ReplicaView, make_router
 from ..schedulers import POLICIES, resolve
-from ..speculation.settings import make_drawer
+from ..speculation.acceptance import make_drawer
+from .clients import ClosedLoopClients
+from .routers import ReplicaView, make_router
 
 
-def delay_until(now: float, t: float) -> float:
-    """The delay after which SimPy's clock (``now + delay``, rounded) reads ``t``, or the
-    first float after it: ``t - now`` rounds, and ``now + (t - now)`` can land one ulp below
-    ``t`` (arrivals 0.134 and 1.389: the second was routed, and scheduled, at
-    1.3889999999999998) or above it."""
-    if t <= now:  # due already (the loops below would never end for a time in the past)
-        return 0.0
-    delay = t - now  # exact, and now + delay == t, unless delay is as large as now
-    while now + delay < t:  # then one ulp of delay is about one of the sum: a few steps
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > t:
-        smaller = math.nextafter(delay, 0.0)
-        if now + smaller < t:
-            break
-        delay = smaller
-    return delay
 
 
 class Cluster:
@@ -214,16 +198,6 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     return rep
 
 
-def reject_too_long(replica, r) -> bool:
-    """Reject ``r`` at ``replica`` if its prompt + output tokens exceed the replica's
-    ``max_model_len`` (vLLM's OpenAI server: prompt + max_tokens > max_model_len, checked
-    before the request reaches the scheduler); True if rejected."""
-    limit, total = replica.max_model_len, r.num_prompt_tokens + r.num_output_tokens
-    if limit is None or total <= limit:
-        return False
-    replica.reject(r, f"{CONTEXT_LENGTH}: {total:,} tokens ({r.num_prompt_tokens:,} prompt + "
-                      f"{r.num_output_tokens:,} output) exceed max_model_len {limit:,}")
-    return True
 
 
 def replica_policy(config, policy):

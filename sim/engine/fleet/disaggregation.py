@@ -157,7 +157,8 @@ class Transfers:
     def __init__(self, env, prefill, decode, disagg, model, bandwidth, kv_dtype="fp16"):
         from ...specs.memory import bytes_per_value, kv_cache_bytes, kv_cache_bytes_of
         from ...specs.models import get_model
-        from ..core.events import Wakeup  # (on use: the CLI's parser reads this module without SimPy)
+        # (on use: the CLI's parser reads this module without SimPy)
+        from ..core.events import Wakeup
         self.env, self.prefill, self.decode = env, prefill, decode
         self.tp = prefill.config.tensor_parallel
         kv_cache_bytes(0, model=model, dtype=kv_dtype, tensor_parallel=self.tp)  # (checked)

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 from ...specs.memory_terms import sglang_defaults
 from ..core.policies import refuse_unused_knobs
-from .vllm import _device_gib
 from ..core.request import DECODE, PREFILL
+from .vllm import _device_gib
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang's CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, DECAY_STEPS = 0.7, 0.1, 600
