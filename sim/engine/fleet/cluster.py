@@ -41,12 +41,14 @@ import copy
 import math
 import time
 from array import array
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..core.events import URGENT, Wakeup, delay_until
 from ..core.invariants import check_finished
-from ..core.process import reject_too_long
+from ..core.fastforward import can_fast_forward
+from ..core.process import ReplicaProcess, reject_too_long, submit
 from ..core.records import ITERATION_COLUMNS, build_result, gc_frozen, release
 from ..core.replica import Replica
 from ..schedulers import POLICIES, resolve
@@ -57,22 +59,43 @@ from .routers import ReplicaView, make_router
 
 
 
+@dataclass(slots=True)
+class RunContext:
+    """One run as every runner gets it (``simulation.run`` makes it once): the environment,
+    the requests, the settings resolved (``given``: as the user gave them, for the pools of a
+    disaggregated run to resolve their own), the policy, cost model and KV pool size of the
+    run's scheduler, the wall clock at the start and what the workload sets (``cache_unit``,
+    ``max_model_len``: ``simulation.cache_unit``, ``context_limit``; ``conversations``: a
+    closed loop's turns)."""
+
+    env: object
+    requests: list
+    config: object
+    given: object
+    policy: object
+    cost: object
+    kv_blocks: int
+    wall: float
+    cache_unit: int | None = None
+    max_model_len: int | None = None
+    conversations: object = None
+
+
 class Cluster:
     """The replicas, their processes, the router and where each request went."""
 
-    def __init__(self, env, config, policy, cost, kv_blocks, requests, process, submit,
-                 stream=0, cache_unit=None, max_model_len=None):
-        self.env = env
-        self._submit = submit
-        self.requests = requests
+    def __init__(self, ctx, config, policy, cost, kv_blocks, stream=0):
+        # config, policy, cost, kv_blocks: the pool's (a disaggregated run's pools differ)
+        env = self.env = ctx.env
+        self.requests = ctx.requests
         n = config.replicas
         self.replicas, self.processes, self.records = [], [], []
         for k in range(n):
             pol = policy if k == 0 else replica_policy(config, policy)
-            rep = new_replica(config, pol, kv_blocks, cache_unit, stream + k,  # its own draws
-                              max_model_len)
+            rep = new_replica(config, pol, kv_blocks, ctx.cache_unit, stream + k,  # its own
+                              ctx.max_model_len)  # draws
             rec = array("d")
-            proc = process(env, rep, pol, cost, rec, False, 0)
+            proc = ReplicaProcess(env, rep, pol, cost, rec, False, 0)
             proc.check = config.check
             self.replicas.append(rep)
             self.processes.append(proc)
@@ -80,14 +103,14 @@ class Cluster:
         self.config = config
         self.views = tuple(ReplicaView(rep, k) for k, rep in enumerate(self.replicas))
         self.route = make_router(config.router, config.seed)
-        self.replica_of = np.full(len(requests), -1, dtype=np.int64)
+        self.replica_of = np.full(len(ctx.requests), -1, dtype=np.int64)
         self.max_tokens = None  # disaggregation: (tokens, blocks) a decode replica can hold
         self.decode_lookahead = 0  # disaggregation: a decode replica's speculative slots
         self.more_replicas = ()  # disaggregation: the decode pool (closed-loop completions)
         self.bar = None
         if config.progress:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=len(requests), unit="req", desc="routing", leave=False)
+            self.bar = tqdm(total=len(ctx.requests), unit="req", desc="routing", leave=False)
         self._dispatch = None  # the dispatcher's event (open loop): one arrival time at a time
 
     def pick(self, r) -> int:
@@ -112,7 +135,7 @@ class Cluster:
                                            f"pool holds {self.max_tokens[0]} "
                                            f"({self.max_tokens[1]} blocks)")
             return False
-        return self._submit(self.replicas[k], self.processes[k], r)
+        return submit(self.replicas[k], self.processes[k], r)
 
     def open_loop(self, fast_forward=None):
         """Route each request at its ``arrival_time`` (requests sorted by arrival);
@@ -274,16 +297,13 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None,
         raise RuntimeError(f"{lost} request(s) neither finished nor rejected")
 
 
-def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
-                submit, cache_unit=None, fast_forward=None, max_model_len=None,
-                conversations=None) -> "Result":
-    """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
-    ``submit``: the single-replica engine's process class and arrival verb
-    (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
-    cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
-                      cache_unit=cache_unit, max_model_len=max_model_len)
-    simulate(env, config, cluster, fast_forward=fast_forward, conversations=conversations)
+def run_cluster(ctx: RunContext) -> "Result":
+    """Simulate ``config.replicas`` replicas behind ``config.router``."""
+    config = ctx.config
+    cluster = Cluster(ctx, config, ctx.policy, ctx.cost, ctx.kv_blocks)
+    simulate(ctx.env, config, cluster, fast_forward=can_fast_forward,
+             conversations=ctx.conversations)
     if config.check:
-        check_finished(requests, cluster.replicas)
-    return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
-                          policy=policy, cost_model=cost)
+        check_finished(ctx.requests, cluster.replicas)
+    return cluster.result(config, ctx.kv_blocks, wall_seconds=time.perf_counter() - ctx.wall,
+                          policy=ctx.policy, cost_model=ctx.cost)

@@ -246,29 +246,25 @@ class Transfers:
         self.decode.processes[d].wake()
 
 
-def run_disaggregated(env, requests, config, wall, *, process, submit, given=None,
-                      cache_unit=None, max_model_len=None, conversations=None):
-    """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
-    single-replica engine's process class and arrival verb, as for a cluster; ``config``
-    resolved, ``given`` as the user gave it: each pool resolves the knobs left unset with
-    its own scheduler)."""
+def run_disaggregated(ctx):
+    """Simulate ``config.disaggregation``'s two pools (each resolves the knobs ``ctx.given``
+    leaves unset with its own scheduler)."""
     from .cluster import Cluster, concatenate, shift_segments, simulate
     from ..core.invariants import check_finished
     from ..core.records import build_result
     from .routers import make_router
     from ..schedulers import resolve
+    env, requests, config = ctx.env, ctx.requests, ctx.config
     disagg = config.disaggregation
     pools = []
-    for name, cfg in zip(("prefill", "decode"),
-                         disagg.pool_configs(given or config, shared=config)):
+    for name, cfg in zip(("prefill", "decode"), disagg.pool_configs(ctx.given, shared=config)):
         try:  # (checked as late as a run's own pool: an error names its pool)
             cfg, policy = resolve(cfg)
             cost, kv_blocks = cfg.resolved_cost_model(), cfg.resolved_kv_blocks()
         except (ValueError, TypeError) as e:
             raise type(e)(f"{name}: {e}") from None
-        pools.append(Cluster(env, cfg, policy, cost, kv_blocks, requests, process, submit,
-                             stream=sum(len(p.replicas) for p in pools),
-                             cache_unit=cache_unit, max_model_len=max_model_len))
+        pools.append(Cluster(ctx, cfg, policy, cost, kv_blocks,
+                             stream=sum(len(p.replicas) for p in pools)))
     prefill, decode = pools
     # its own instance of a named router, RoundRobin or Random (random: its own stream)
     decode.route = make_router(config.router, config.seed, stream=1)
@@ -280,7 +276,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
                           disagg.bandwidth_bytes(prefill.config), prefill.config.kv_dtype)
     simulate(env, config, prefill, decode,
              busy=lambda: any(transfers.pending) or bool(transfers.source),
-             conversations=conversations)
+             conversations=ctx.conversations)
     transfers.close()
     if config.check:
         check_finished(requests, prefill.replicas + decode.replicas)
@@ -293,7 +289,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
     streamed = _trim_first_runs(requests, moved)  # (before the shift: a run may start at -1)
     shift_segments(requests, runs_at, offsets)
     first_gaps = _first_gaps(streamed, records, paused)
-    kwargs = dict(wall_seconds=time.perf_counter() - wall, policy=prefill.processes[0].policy,
+    kwargs = dict(wall_seconds=time.perf_counter() - ctx.wall, policy=prefill.processes[0].policy,
                   cost_model=prefill.processes[0].cost)
     res = build_result(requests, records, config, decode.replicas[0].blocks.num_blocks,
                        replicas=(runs_at, counts), first_gaps=first_gaps, paused=paused,
