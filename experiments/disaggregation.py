@@ -27,7 +27,7 @@ import pandas as pd
 
 import workloads
 from sim.engine import run
-from sim.engine.disaggregation import Disaggregation
+from sim.engine.fleet.disaggregation import Disaggregation
 
 COLUMNS = ["slo_attainment", "goodput_per_gpu", "ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99",
            "kv_transfer_time_p99", "num_gpus"]

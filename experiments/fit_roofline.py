@@ -386,7 +386,7 @@ def predict_published(rows: pd.DataFrame, params: RooflineParams, *,
     (``parallel_block_allreduces``; False: the default one); an ``int4`` row with a
     ``weight_group_size`` reads that group size's scales and zeros. ``tok/s/gpu`` is the
     throughput over the tensor-parallel GPUs."""
-    from sim.engine.batch import Batch
+    from sim.engine.core.batch import Batch
     out = []
     for r in rows.itertuples():
         b, n, o = int(r.batch_size), int(r.input_tokens), int(r.output_tokens)

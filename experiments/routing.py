@@ -26,7 +26,7 @@ import pandas as pd
 
 import workloads
 from sim.engine import run
-from sim.engine.routers import ROUTERS
+from sim.engine.fleet.routers import ROUTERS
 
 COLUMNS = ["prefix_hit_rate", "ttft_p50", "ttft_p99", "tpot_p50", "e2e_p50", "e2e_p99",
            "request_throughput", "busiest_share"]

@@ -28,14 +28,14 @@ finish (``Result.summary()['output_token_throughput']``); ``ttft_mean``; ``itl_m
 gap between tokens (with fixed output lengths the same as the mean TPOT).
 
 Each engine's settings (:data:`ENGINES`) are its documented defaults for the run the source
-describes, not fits; what the simulator cannot express is said there. The KV pool comes from
-the memory budget: TensorRT-LLM's accounting for its rows (``free_gpu_memory_fraction`` of the
-memory left free after the weights, the engine's activations and the rest in use; the fraction
-its published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's. The
-TensorRT-LLM rows run the ``"tensorrt-llm"`` preset (:mod:`sim.engine.tensorrt_llm`): its default
-GUARANTEED_NO_EVICT scheduler, which admits a request only when the KV of its whole run fits
-beside what every running request still needs, so nothing is preempted; 0.14 behind Triton
-too, whose backend defaults to that policy when ``batch_scheduler_policy`` is not set.
+describes, not fits; what the simulator cannot express is said there. The KV pool comes from the
+memory budget: TensorRT-LLM's accounting for its rows (``free_gpu_memory_fraction`` of the memory
+left free after the weights, the engine's activations and the rest in use; the fraction its
+published runs used, see ``ENGINES``), vLLM's at 0.9 utilisation for LMDeploy's. The TensorRT-LLM
+rows run the ``"tensorrt-llm"`` preset (:mod:`sim.engine.presets.tensorrt_llm`): its default
+GUARANTEED_NO_EVICT scheduler, which admits a request only when the KV of its whole run fits beside
+what every running request still needs, so nothing is preempted; 0.14 behind Triton too, whose
+backend defaults to that policy when ``batch_scheduler_policy`` is not set.
 
 Every row runs the number of requests its source ran (30,000 at most; the engine fast-forwards
 pure-decode stretches). ``--max-requests`` cuts them for a quick look (the report says how many
@@ -44,7 +44,7 @@ reruns in part and compares exactly.
 
 ``--request-path`` (off by default, never written): the rows whose client reached the engine
 through a front end with published timings also get its request path
-(:mod:`sim.engine.request_path`; :data:`REQUEST_PATHS`): Triton's for the TensorRT-LLM 0.14
+(:mod:`sim.engine.fleet.request_path`; :data:`REQUEST_PATHS`): Triton's for the TensorRT-LLM 0.14
 rows, as if their client sent text (the source does not say). LMDeploy 0.1's client is a
 Python thread in the engine's process calling TurboMind, no HTTP or gRPC front end: no path.
 """
@@ -134,8 +134,8 @@ ENGINES = {
     # v0.14 behind Triton's TensorRT-LLM backend (same file): trtllm-build's defaults
     # (max_batch_size 2048, max_num_tokens 8192), enable_chunked_context off (the backend's
     # default; every prompt of these rows is below 8,192); the backend's batch_scheduler_policy
-    # defaults to GUARANTEED_NO_EVICT (model_instance_state.cc, sim.engine.tensorrt_llm); the
-    # client's and server's own time per request (HTTP, tokenisation) is not modelled.
+    # defaults to GUARANTEED_NO_EVICT (model_instance_state.cc,
+    # sim.engine.presets.tensorrt_llm); the client's and server's own time per request (HTTP, tokenisation) is not modelled.
     "tensorrt-llm-0.14-triton": EngineSettings("tensorrt-llm", 2048, 8192, NO_DECODE_GAPS, False,
                                                _TRT_POOL + "; Triton's request path is not "
                                                "modelled", TRTLLM_FREE_GPU_MEMORY_FRACTION),
@@ -149,7 +149,7 @@ ENGINES = {
 
 
 # engine -> the request path of the front end its published runs went through (by name in
-# sim.engine.request_path), for --request-path
+# sim.engine.fleet.request_path), for --request-path
 REQUEST_PATHS = {"tensorrt-llm-0.14-triton": "triton_path"}
 
 
@@ -216,7 +216,7 @@ def config(row, request_path=False) -> SimConfig:
     (:data:`REQUEST_PATHS`), where it has one."""
     cfg = _config(row)
     if request_path and row.engine in REQUEST_PATHS:
-        from sim.engine import request_path as paths
+        from sim.engine.fleet import request_path as paths
         cfg = dataclasses.replace(cfg, request_path=getattr(paths, REQUEST_PATHS[row.engine])())
     return cfg
 
@@ -303,7 +303,7 @@ def main(argv=None):
     ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
     ap.add_argument("--request-path", action="store_true",
                     help="add the published front end's request path to the rows that have "
-                         "one (Triton's; see sim.engine.request_path); not with --write")
+                         "one (Triton's; see sim.engine.fleet.request_path); not with --write")
     args = ap.parse_args(argv)
     if args.max_requests is not None and args.max_requests < 1:
         ap.error(f"--max-requests must be >= 1, got {args.max_requests}")

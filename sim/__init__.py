@@ -7,7 +7,8 @@ Packages, in layer order (each may import only the ones before it; tests/test_la
 - ``sim.cheatsheet`` - the cheat sheet's reference primitives;
 - ``sim.costs`` - cost models (simple, roofline, calibrated), kernels, executor, kernel timing;
 - ``sim.results`` - ``Result`` (metrics) and plots;
-- ``sim.engine`` - requests, KV blocks, batch snapshot, replica, policies, ``SimConfig``, ``run``;
+- ``sim.engine`` - the KV pools (``kv``), the replica and its loop (``core``), speculation,
+  the engine presets, the fleet (routers, clusters, disaggregation), ``SimConfig``, ``run``;
 - ``sim.tools`` - sweeps, calibration in the engine, validation;
 - ``sim.cli`` - the ``sim`` command.
 

@@ -137,7 +137,7 @@ def test_engine_reaches_the_ideal_hit_rate_with_answers(mode, page):
                         ("continuous", "radix", 4), ("chunked", "block", 4)]),
        st.booleans(), st.booleans())
 def test_nothing_is_lost_and_the_pool_stays_exact(seed, kv_blocks, setup, closed, spec):
-    from sim.engine.speculation import SpeculativeConfig
+    from sim.engine.speculation.settings import SpeculativeConfig
     scheduler, mode, page = setup
     df = workloads.multi_turn(6, turns=workloads.Uniform(1, 4),
                               user_tokens=workloads.LogNormal(30, 1.0, max_tokens=120),
@@ -159,7 +159,7 @@ def test_nothing_is_lost_and_the_pool_stays_exact(seed, kv_blocks, setup, closed
 def test_disaggregated_answers_stay_on_the_decode_pool_uncached(mode):
     # the answer's KV is on a decode replica, the next turn prefills on a prefill replica:
     # no pool holds the prompt and the answer, so turn 2 hits turn 1's prompt only
-    from sim.engine.disaggregation import Disaggregation
+    from sim.engine.fleet.disaggregation import Disaggregation
     df = _two_turns(100, 60, 40)
     res = sim.run(df, cost_model=sim.ConstantCost(0.01), prefix_caching=mode, check=True,
                   disaggregation=Disaggregation(1, 1))

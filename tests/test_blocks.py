@@ -3,7 +3,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from sim.engine.blocks import BlockManager, blocks_for
+from sim.engine.kv.blocks import BlockManager, blocks_for
 
 
 def test_blocks_for_is_ceiling_division():

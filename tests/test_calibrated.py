@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 import sim
 from sim.costs.calibrated import (DEFAULT_WEIGHTS, PROFILE_FORMAT, TERMS, CalibratedCost,
                                   _bilinear, _loglog_interp, shipped_cpu_profile)
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 
 # closed forms of the synthetic tables
 LIN = lambda n: 2e-5 * n ** 0.9  # noqa: E731  linear layers vs tokens

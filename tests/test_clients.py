@@ -1,4 +1,4 @@
-"""Closed-loop clients (sim.engine.clients): a conversation's turns are issued by one user, in
+"""Closed-loop clients (sim.engine.fleet.clients): a conversation's turns are issued by one user, in
 order, each after the previous turn finished; a rejected turn ends its conversation (the rest
 come out abandoned at once); without conversations, workload order."""
 
@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import workloads as wl
 from sim.costs.simple import LinearCost
 from sim.engine import Disaggregation, run
-from sim.engine.clients import conversations
+from sim.engine.fleet.clients import conversations
 
 COST = LinearCost(0.002, 1e-5, 1e-4, 0.0)
 

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import workloads as wl
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import SimConfig, run
-from sim.engine.cluster import delay_until
-from sim.engine.disaggregation import Disaggregation
+from sim.engine.fleet.cluster import delay_until
+from sim.engine.fleet.disaggregation import Disaggregation
 
 COST = LinearCost(0.02, 2e-5, 1e-4, 0.0)  # 20 ms per iteration + per-token terms
 KEYS = ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99")
@@ -196,7 +196,7 @@ def test_a_cluster_run_with_a_progress_bar_gives_the_same_result(capsys):
 def test_a_request_is_never_routed_before_it_arrives():
     """now + (t - now) can land an ulp short of t: the dispatcher waits until t itself (the
     invariant checks found a request scheduled 1 ulp before its arrival)."""
-    from sim.engine.cluster import delay_until
+    from sim.engine.fleet.cluster import delay_until
     now, t = 0.05092723418683988, 0.1806779839308437
     assert now + (t - now) < t  # the float trap
     assert now + delay_until(now, t) >= t and delay_until(t, now) == 0.0

@@ -15,8 +15,8 @@ import workloads as wl
 from sim.cli import main
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import SimConfig, SpeculativeConfig, run
-from sim.engine.disaggregation import Disaggregation
-from sim.engine.sglang import SGLang
+from sim.engine.fleet.disaggregation import Disaggregation
+from sim.engine.presets.sglang import SGLang
 
 COST = LinearCost(0.02, 2e-5, 1e-4, 0.0)
 POOL = 30000  # tokens (SGLang's page size is 1 token)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from sim.costs.simple import ConstantCost, LinearCost
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 
 FIELDS = ("base", "per_prefill_token", "per_decode_token", "per_context_token")
 
@@ -203,7 +203,7 @@ def test_pure_decode_cost_is_the_batch_price_bit_for_bit(coeffs, decodes, contex
 def test_decode_pricer_trusts_pure_decode_cost_only_where_it_prices_what_call_does():
     """``decode_pricer``: a cost model's own ``pure_decode_cost`` (class or instance), none
     for a subclass overriding ``__call__`` alone, nor for a plain function."""
-    from sim.engine.batch import decode_pricer
+    from sim.engine.core.batch import decode_pricer
 
     class Scaled(LinearCost):
         def __call__(self, b):

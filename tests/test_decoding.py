@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from sim.engine.decoding import Decodes, SpecDecodes, inter_token_gaps
-from sim.engine.request import DECODE, Request
-from sim.engine.speculation import EmissionSource, SpeculativeConfig
+from sim.engine.core.decoding import Decodes, inter_token_gaps
+from sim.engine.core.request import DECODE, Request
+from sim.engine.core.spec_decoding import SpecDecodes
+from sim.engine.speculation.acceptance import EmissionSource
+from sim.engine.speculation.settings import SpeculativeConfig
 
 
 @settings(max_examples=60, deadline=None)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import workloads as wl
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import SimConfig, run
-from sim.engine.disaggregation import Disaggregation, Link
+from sim.engine.fleet.disaggregation import Disaggregation, Link
 from sim.specs.memory import kv_cache_bytes
 
 COST = LinearCost(0.01, 1e-4, 1e-3, 0.0)
@@ -139,7 +139,7 @@ def test_bad_disaggregation_settings_name_the_field():
         Disaggregation(1, 1, decode={"colour": "red"})
     from dataclasses import fields
 
-    from sim.engine.disaggregation import POOL_KNOBS, SHARED_KNOBS
+    from sim.engine.fleet.disaggregation import POOL_KNOBS, SHARED_KNOBS
     assert sorted(POOL_KNOBS + SHARED_KNOBS) == sorted(f.name for f in fields(SimConfig))
     with pytest.raises(TypeError, match="decode must be a dict"):
         Disaggregation(decode=3)
@@ -219,9 +219,9 @@ def test_a_result_of_pools_with_their_own_schedulers_summarises(prefill, decode)
 def test_a_replica_standing_by_decodes_a_landed_request_in_its_next_iteration():
     """A replica whose batch came out empty (its blocks wait on transfers) runs no iteration:
     a request landing then decodes in the next one, over its context plus the new token."""
-    from sim.engine.policies import ContinuousBatching
-    from sim.engine.replica import Replica
-    from sim.engine.request import Request
+    from sim.engine.core.policies import ContinuousBatching
+    from sim.engine.core.replica import Replica
+    from sim.engine.core.request import Request
     rep, schedule = Replica(10, 16, 4), ContinuousBatching().schedule
     landed = Request(0, "landed", 0.0, 64, 5)
     landed.num_computed, landed.num_generated = 64, 1
@@ -248,7 +248,7 @@ def test_random_routing_draws_the_decode_pool_from_its_own_stream():
                 disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
     pd.testing.assert_frame_equal(res.requests, again.requests)
     # a Random(7) instance routes as the name with seed 7, in both pools, run after run
-    from sim.engine.routers import Random
+    from sim.engine.fleet.routers import Random
     config = SimConfig(cost_model=COST, router=Random(7),
                        disaggregation=Disaggregation(3, 3, link_bandwidth_gbps=math.inf))
     for _ in range(2):
@@ -295,7 +295,7 @@ def test_usage_is_measured_against_each_pools_own_size():
 def test_a_transfers_bytes_are_kv_cache_bytes_exactly(model, kv, tp):
     """The KV a transfer carries is ``kv_cache_bytes`` of its tokens (its factors read once,
     not per transfer: the same product, bit for bit)."""
-    from sim.engine.disaggregation import Transfers
+    from sim.engine.fleet.disaggregation import Transfers
 
     class _Pool:
         replicas, requests = (), ()

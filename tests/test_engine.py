@@ -12,7 +12,7 @@ from sim import simulate_continuous_batching, simulate_static_batching
 from sim.constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import ChunkedPrefill, ContinuousBatching, SimConfig, StaticBatching, run
-from sim.engine.request import DECODE, PREFILL
+from sim.engine.core.request import DECODE, PREFILL
 
 
 def _knobs(sched, chunk_size):
@@ -227,8 +227,8 @@ def test_same_seed_same_result_bit_for_bit():
 
 def _count_events(monkeypatch) -> dict:
     """Events put in SimPy's queue, counted in the returned ``{"n": ...}``: SimPy's own
-    (``schedule``) and the engine's pre-made ones (``sim.engine.events``)."""
-    from sim.engine import events
+    (``schedule``) and the engine's pre-made ones (``sim.engine.core.events``)."""
+    from sim.engine.core import events
     count = {"n": 0}
     original, push = simpy.Environment.schedule, events.heappush
 
@@ -248,7 +248,7 @@ def _count_events(monkeypatch) -> dict:
 def _simpys_own_events(monkeypatch):
     """The engine's waits as SimPy's own events, never skipping: ``Timeout(delay)`` for a
     sleep, an ``Event`` scheduled at the priority for a wake-up, SimPy's ``run``."""
-    from sim.engine import events
+    from sim.engine.core import events
 
     def resume(wakeup):
         return lambda _event: wakeup.resume[0](wakeup)
@@ -294,7 +294,7 @@ def _frames(res):
 def test_alone_in_the_environment_the_clock_is_set_not_scheduled(monkeypatch, kw):
     # A replica alone in the environment sets the clock itself (what SimPy's step would do
     # with its timeout the only event), and every other wait is a pre-made event in SimPy's
-    # queue (sim.engine.events): the same results, bit for bit, as yielding SimPy's own
+    # queue (sim.engine.core.events): the same results, bit for bit, as yielding SimPy's own
     # Timeout and Event objects every time (and SimPy's run), and in a saturated open loop
     # no event per iteration.
     rng = np.random.default_rng(5)
@@ -476,7 +476,7 @@ def test_no_replica_outlives_its_run_without_the_cyclic_collector(monkeypatch, k
     # ends: no reference cycle keeps a replica (and its requests) alive until a collection.
     import gc
     import weakref
-    from sim.engine.replica import Replica
+    from sim.engine.core.replica import Replica
     made, init = [], Replica.__init__
 
     def recording(self, *args, **kwargs):
@@ -502,14 +502,14 @@ def test_a_replica_loop_starts_and_wakes_where_simpy_would():
     # replica loop's own start and wake-up events go to the same places (a NORMAL start would
     # run after the NORMAL events of its instant).
     from array import array
-    from sim.engine import events, simulation
-    from sim.engine.cluster import new_replica
+    from sim.engine.core import events, process
+    from sim.engine.fleet.cluster import new_replica
     from sim.engine.schedulers import resolve
     config, policy = resolve(SimConfig(cost_model=ConstantCost(0.01), kv_blocks=100))
     env = events.Environment()
     env.timeout(0.0)  # a NORMAL event of the instant, scheduled first
-    proc = simulation._ReplicaProcess(env, new_replica(config, policy, 100), policy,
-                                      config.resolved_cost_model(), array("d"), False, 0)
+    proc = process.ReplicaProcess(env, new_replica(config, policy, 100), policy,
+                                 config.resolved_cost_model(), array("d"), False, 0)
     proc.start()
     env.process(x for x in ())
     started, simpys, normal = sorted(env._queue)

@@ -1,10 +1,10 @@
-"""sim.engine.events: pre-made events in SimPy's queue run in SimPy's order, ties included."""
+"""sim.engine.core.events: pre-made events in SimPy's queue run in SimPy's order, ties included."""
 
 import pytest
 import simpy
 from hypothesis import given, settings, strategies as st
 
-from sim.engine.events import NORMAL, URGENT, Environment, Wakeup
+from sim.engine.core.events import NORMAL, URGENT, Environment, Wakeup
 
 # few delays, so that ties (same instant, same priority) are common; 0.1 + 0.2 != 0.3
 DELAYS = st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.25])

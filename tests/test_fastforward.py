@@ -1,4 +1,4 @@
-"""``sim.engine.fastforward``: stretches of pure-decode iterations run in one event give the
+"""``sim.engine.core.fastforward``: stretches of pure-decode iterations run in one event give the
 results of forming every iteration, bit for bit (a policy behind a wrapper that hides
 ``quiet_when_decoding`` is stepped: :func:`_fast_and_stepped`)."""
 
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import sim
 import workloads as wl
-from sim.engine.policies import KNOBS, ChunkedPrefill
+from sim.engine.core.policies import KNOBS, ChunkedPrefill
 
 GPU = dict(model="llama-3.1-8b", gpu="h100")
 
@@ -208,7 +208,7 @@ def test_a_stretch_is_cut_back_to_an_end_the_clock_can_land_on(monkeypatch):
     """SimPy's clock is ``now + delay``: a stretch ending at a time no delay reaches exactly
     is cut back, iteration by iteration (and before a finish), to one it does. Simulated
     here by refusing every third end time: results stay bit-identical to stepping."""
-    import sim.engine.fastforward as fastforward
+    import sim.engine.core.fastforward as fastforward
     real = fastforward.delay_until
     refused = []
 
@@ -246,7 +246,7 @@ def test_fast_forward_with_speculation_across_rings_that_grow(monkeypatch, sched
     ~1,500 needs ~4,700 steps), on pools that preempt: stretches read and clear the grown
     rings as stepping does, bit for bit."""
     import pandas as pd
-    from sim.engine.decoding import SpecDecodes
+    from sim.engine.core.spec_decoding import SpecDecodes
     grown = []
     real = SpecDecodes._grow
 
@@ -275,7 +275,7 @@ def test_fast_forward_replays_sglangs_ratio_decay():
     decode step (rule 4): ``decoded_quietly`` replays the decay of the steps a stretch skips,
     so its later admissions (rule 3) are those of stepping, bit for bit, on a trace whose
     reservations bind."""
-    from sim.engine.sglang import MIN_NEW_TOKEN_RATIO, SGLang
+    from sim.engine.presets.sglang import MIN_NEW_TOKEN_RATIO, SGLang
     p, q = SGLang(), SGLang()
     q.chunked = object()
     for n in (1, 7, 599, 600, 5000):
@@ -319,7 +319,7 @@ def test_a_subclass_that_reprices_iterations_is_not_priced_by_its_parents_decode
     plain = sim.run(df, scheduler="chunked", **GPU)
     first = fast.iterations["duration"].iloc[0]
     assert first == pytest.approx(1.25 * plain.iterations["duration"].iloc[0], rel=1e-12)
-    from sim.engine.batch import decode_pricer
+    from sim.engine.core.batch import decode_pricer
     assert decode_pricer(_Slower()) is None
     assert decode_pricer(sim.RooflineCost()) is not None  # the roofline itself: fast-forwarded
 
@@ -381,8 +381,8 @@ def test_a_policy_subclass_overriding_schedule_is_stepped_unless_it_declares_qui
     fast = sim.run(df, scheduler=_Decaying(), **GPU)
     stepped = sim.run(df, scheduler=_Stepped(_Decaying()), **GPU)
     _same_results(fast, stepped)
-    from sim.engine.fastforward import can_fast_forward
-    from sim.engine.replica import Replica
+    from sim.engine.core.fastforward import can_fast_forward
+    from sim.engine.core.replica import Replica
     replica = Replica(100, 16, 8)
     assert not can_fast_forward(_Decaying(), replica)
     assert all(can_fast_forward(cls(), replica) for cls in sim.POLICIES.values())

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import sim
 import workloads
 from sim.checks import declared_with
-from sim.engine.disaggregation import Disaggregation
-from sim.engine.invariants import InvariantError
-from sim.engine.request import FINISHED
-from sim.engine.routers import ROUTERS
+from sim.engine.fleet.disaggregation import Disaggregation
+from sim.engine.core.invariants import InvariantError
+from sim.engine.core.request import FINISHED
+from sim.engine.fleet.routers import ROUTERS
 from sim.engine.schedulers import POLICIES
 
 
@@ -35,7 +35,7 @@ def prefill_tokens(r) -> int:
 
 class _Check:
     """Wraps a policy and counts the batches it forms (the engine itself checks the pool and
-    the running set after each: ``SimConfig(check=True)``, sim.engine.invariants). Each replica
+    the running set after each: ``SimConfig(check=True)``, sim.engine.core.invariants). Each replica
     gets its own copy of the policy (SGLang's state is per replica), as a named scheduler
     would."""
 
@@ -179,8 +179,8 @@ def test_check_catches_a_policy_that_leaks_kv_blocks():
 
 
 def test_check_at_the_end_of_a_run_finds_a_lost_token():
-    from sim.engine.invariants import check_finished
-    from sim.engine.request import Request
+    from sim.engine.core.invariants import check_finished
+    from sim.engine.core.request import Request
     r = Request(0, 0, 0.0, 10, 3)
     r.status, r.num_generated = FINISHED, 2
     r.first_scheduled_time, r.first_token_time, r.finish_time = 0.0, 0.1, 0.2

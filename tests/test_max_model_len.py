@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 import workloads
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import SimConfig, run
-from sim.engine.disaggregation import SHARED_KNOBS, Disaggregation
+from sim.engine.fleet.disaggregation import SHARED_KNOBS, Disaggregation
 from sim.specs.models import get_model
 from sim.tools.sweep import sweep
 

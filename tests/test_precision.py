@@ -9,7 +9,7 @@ import pytest
 import sim
 from sim import SimConfig, memory_budget, get_gpu
 from sim.cli import main
-from sim.engine.batch import make_batch
+from sim.engine.core.batch import make_batch
 
 
 def test_fp8_kv_doubles_the_blocks_of_fp16():

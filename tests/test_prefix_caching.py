@@ -8,9 +8,9 @@ from hypothesis import given, settings, strategies as st
 
 import sim
 import workloads
-from sim.engine.blocks import PrefixCachingBlockManager
-from sim.engine.replica import Replica
-from sim.engine.request import Request
+from sim.engine.kv.prefix_cache import PrefixCachingBlockManager
+from sim.engine.core.replica import Replica
+from sim.engine.core.request import Request
 
 
 

@@ -1,11 +1,11 @@
-"""Engine presets, one test per rule on a small hand-built scenario (sim/engine/presets.py)."""
+"""Engine presets, one test per rule on a small hand-built scenario (sim/engine/presets/)."""
 
 import pandas as pd
 import pytest
 
 import sim
 from sim.engine import VLLM, SimConfig
-from sim.engine.request import PREFILL
+from sim.engine.core.request import PREFILL
 
 
 def _df(arrivals, prompts, outputs):

@@ -8,9 +8,9 @@ from hypothesis import given, settings, strategies as st
 
 import sim
 import workloads
-from sim.engine.radix import RadixBlockManager
-from sim.engine.replica import Replica
-from sim.engine.request import Request
+from sim.engine.kv.radix import RadixBlockManager
+from sim.engine.core.replica import Replica
+from sim.engine.core.request import Request
 from test_prefix_caching import _df, _ids
 
 

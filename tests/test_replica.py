@@ -2,8 +2,8 @@
 
 import pytest
 
-from sim.engine.replica import Replica
-from sim.engine.request import DECODE, PREFILL, WAITING, Request
+from sim.engine.core.replica import Replica
+from sim.engine.core.request import DECODE, PREFILL, WAITING, Request
 
 
 def _held_total(replica):

@@ -1,4 +1,4 @@
-"""sim/engine/request.py: the request record and its state machine.
+"""sim/engine/core/request.py: the request record and its state machine.
 
 Through ``sim.run``, every request follows the module's diagram (WAITING -> PREFILL -> DECODE ->
 FINISHED, preemption back to WAITING, REJECTED only on arrival) and reaches exactly one terminal
@@ -11,8 +11,8 @@ import pytest
 
 import sim
 import sim.engine.simulation as simulation
-from sim.engine import request as request_module
-from sim.engine.request import (DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING,
+from sim.engine.core import request as request_module
+from sim.engine.core.request import (DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING,
                                 Request)
 
 

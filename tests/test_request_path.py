@@ -1,4 +1,5 @@
-"""``sim.engine.request_path``: the client's time outside the engine (front end, tokeniser)."""
+"""``sim.engine.fleet.request_path``: the client's time outside the engine (front end,
+tokeniser)."""
 
 import math
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 import sim
 import workloads as wl
 from sim.cli import main
-from sim.engine.request_path import (RequestPath, engine_arrivals, held_out_errors, overheads,
+from sim.engine.fleet.request_path import (RequestPath, engine_arrivals, held_out_errors, overheads,
                                      triton_path)
 from test_serving_fidelity import vs  # noqa: F401 (the serving check's module, a fixture)
 

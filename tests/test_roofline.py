@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sim import ModelConfig, get_gpu, get_model
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 from sim.costs.roofline import GEMM_OPS, RooflineCost, fitted_params
 
 

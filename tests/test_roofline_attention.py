@@ -12,7 +12,7 @@ import pytest
 
 from sim import get_gpu, get_model
 from sim.costs.roofline import RooflineCost, _allreduce_table, fitted_params
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from sim.costs.roofline import RooflineCost, RooflineParams, fitted_params
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 
 
 @pytest.fixture

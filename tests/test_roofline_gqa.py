@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from sim import get_gpu, get_model
 from sim.costs.roofline import RooflineCost, RooflineParams, fitted_params
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 
 
 def _decode(cost, batch_size, context):

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from sim.costs.roofline import RooflineCost, RooflineParams, fitted_params
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 
 
 def _published(metric):

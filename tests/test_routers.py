@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from sim.engine import SimConfig
-from sim.engine.replica import Replica
-from sim.engine.request import Request
-from sim.engine.routers import (ROUTERS, PrefixAffinity, Random, ReplicaView, RoundRobin,
+from sim.engine.core.replica import Replica
+from sim.engine.core.request import Request
+from sim.engine.fleet.routers import (ROUTERS, PrefixAffinity, Random, ReplicaView, RoundRobin,
                                 least_kv, least_outstanding, make_router)
 
 
@@ -134,7 +134,7 @@ def test_cache_aware_keeps_a_burst_of_one_prompt_on_one_replica_until_imbalanced
     # 33 more outstanding than the least loaded (> balance_abs_threshold 32, > min * 1.0001);
     # then the least loaded, lowest index first; once balanced again (33 - 1 = 32), the best
     # match, the less loaded of the tied trees
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     views = _views((0, 0, 0, 0))
     same = [_request(i, np.array([7, 8, 9, 10])) for i in range(40)]
     got = _route_all(CacheAware(), views, same)
@@ -151,7 +151,7 @@ def test_cache_aware_keeps_a_burst_of_one_prompt_on_one_replica_until_imbalanced
 
 
 def test_cache_aware_sends_an_unmatched_prompt_to_the_smallest_tree():
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     route, views = CacheAware(), _views((0, 0, 0))
     # distinct prompts: no match, so the smallest tree (ties: less loaded, lower index)
     got = _route_all(route, views, [_request(i, np.arange(10 * i, 10 * i + n))
@@ -166,7 +166,7 @@ def test_cache_aware_sends_an_unmatched_prompt_to_the_smallest_tree():
 
 
 def test_cache_aware_evicts_least_recently_used_leaves_every_interval():
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     views = _views((0, 0))
     route = CacheAware(eviction_interval=10.0, max_tree_tokens=16 * 3)  # 3 blocks of 16
     route(_request(0, np.array([1, 2, 3, 4])), views, 0.0)
@@ -184,7 +184,7 @@ def test_cache_aware_match_rate_is_of_the_whole_prompt_not_of_its_keys():
     # SGLang divides the matched text by the whole request text: a 64-token prompt whose
     # hash_ids name only its first 32 tokens (2 keys of 16) matches 32 / 64 = 0.5 at best, not
     # 2 / 2 keys: not above cache_threshold, so the smallest tree serves it
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     route, views = CacheAware(), _views((0, 0))
     assert route(_request(0, np.array([1, 2])), views, 0.0) == 0
     assert route(_request(1, np.array([1, 2])), views, 0.0) == 1
@@ -212,7 +212,7 @@ def test_cache_aware_match_rate_counts_a_radix_hash_ids_tokens():
 def test_cache_aware_evicts_at_the_interval_ticks_not_an_interval_after_a_late_request():
     # SGLang's eviction thread wakes every eviction_interval from the start (10, 20, 30, ...):
     # a request at 19 sees the tick of 10, one at 21 the tick of 20 (not 19 + 10)
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     route, views = CacheAware(eviction_interval=10.0, max_tree_tokens=16), _views((0, 0))
     route(_request(0, np.array([1, 2])), views, 9.0)
     assert [len(t) for t in route.trees] == [2, 0]
@@ -225,7 +225,7 @@ def test_cache_aware_evicts_at_the_interval_ticks_not_an_interval_after_a_late_r
 def test_cache_aware_a_match_below_the_threshold_still_refreshes_the_matched_path():
     # SGLang's prefix_match stamps the matched tenant's path as used before the rate is
     # compared: its prefix then outlives older leaves at eviction
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     route = CacheAware(eviction_interval=10.0, max_tree_tokens=16 * 2)
     views = _views((0, 0))
     assert route(_request(0, np.array([5, 6]), 32), views, 0.0) == 0
@@ -242,7 +242,7 @@ def test_cache_aware_instance_keeps_separate_trees_per_pool_of_replicas():
     # a disaggregated run calls one router instance for its 2 prefill and 3 decode replicas:
     # each pool has trees of its own (before, the decode pool shared the prefill pool's 2
     # trees, so its third replica was never chosen and prefill records steered decodes)
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     route, prefill, decode = CacheAware(), _views((0, 0)), _views((0, 0, 0))
     assert [route(_request(i, np.array([i]), 16), prefill, 0.0) for i in (1, 2)] == [0, 1]
     assert [route(_request(i, np.array([i]), 16), decode, 0.0) for i in (1, 2, 3)] == [0, 1, 2]
@@ -254,7 +254,7 @@ def test_cache_aware_instance_pickles_with_its_settings_and_no_trees():
     # a sweep sends its configs to worker processes: the router pickles (its weakly keyed
     # per-pool trees stay behind) and routes as a fresh one with the same settings
     import pickle
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     route, views = CacheAware(cache_threshold=0.2, eviction_interval=7.0), _views((0, 0))
     route(_request(0, np.array([1, 2, 3])), views, 8.0)
     copy = pickle.loads(pickle.dumps(route))
@@ -266,9 +266,9 @@ def test_cache_aware_instance_pickles_with_its_settings_and_no_trees():
 
 def test_router_objects_with_settings_are_told_apart_by_their_repr():
     # a sweep keys each grid value by its repr (addresses dropped): two CacheAware settings
-    # had one key, "<sim.engine.routers.CacheAware object>", and shared one point's result
+    # had one key, "<sim.engine.fleet.routers.CacheAware object>", and shared one point's result
     import workloads
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     from sim.tools.sweep import sweep
     assert repr(PrefixAffinity(4)) == "PrefixAffinity(max_imbalance=4)"
     assert repr(CacheAware(cache_threshold=0.3)) == (
@@ -367,7 +367,7 @@ def test_cache_aware_instance_starts_each_run_empty():
     # instance must route as a fresh one does, not from the trees the first run left
     import workloads
     from sim.engine import run
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     def wl(seed):
         return workloads.shared_prefix(200, n_groups=8, system_prompt_tokens=500, rate=60,
                                        user_tokens=workloads.LogNormal(100, 1.5, max_tokens=2000),
@@ -389,6 +389,6 @@ def test_cache_aware_instance_starts_each_run_empty():
     (dict(eviction_interval=float("inf")), "eviction_interval"),
     (dict(max_tree_tokens=True), "max_tree_tokens")])
 def test_cache_aware_refuses_bad_settings_naming_them(kw, match):
-    from sim.engine.routers import CacheAware
+    from sim.engine.fleet.routers import CacheAware
     with pytest.raises(ValueError, match=match):
         CacheAware(**kw)

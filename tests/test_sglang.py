@@ -1,4 +1,4 @@
-"""The SGLang preset, rule by rule (sim/engine/sglang.py), and the decode clock it needs:
+"""The SGLang preset, rule by rule (sim/engine/presets/sglang.py), and the decode clock it needs:
 prefill-only iterations pause the decodes, and every token is still timed exactly."""
 
 import numpy as np
@@ -8,7 +8,7 @@ import pytest
 import sim
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import run
-from sim.engine.sglang import (INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, SGLang,
+from sim.engine.presets.sglang import (INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, SGLang,
                                chunked_prefill_size)
 
 
@@ -173,7 +173,7 @@ class _Counted(SGLang):
     clip_left = 50  # (SGLang's is 4,096: short outputs cross it)
 
     def _left(self, replica, r):
-        _Counted.decode_reads += r.status == sim.engine.request.DECODE
+        _Counted.decode_reads += r.status == sim.engine.core.request.DECODE
         return super()._left(replica, r)
 
 
@@ -224,8 +224,8 @@ def test_the_kept_reservation_is_the_running_requests_sum(kv_blocks, outputs, re
 def test_clipped_decodes_sum_by_hand():
     """ClippedDecodes by hand: tokens left after decode step ``last`` are ``finish_iteration -
     last``, each clipped at ``clip``; a stop takes the request out of either phase."""
-    from sim.engine.decoding import ClippedDecodes
-    from sim.engine.request import Request
+    from sim.engine.core.decoding import ClippedDecodes
+    from sim.engine.core.request import Request
     d = ClippedDecodes(16, clip=10)
     a, b = Request(0, 0, 0.0, 5, 30), Request(1, 1, 0.0, 5, 8)
     for r in (a, b):

@@ -7,7 +7,7 @@ import pytest
 
 import sim
 import workloads as wl
-from sim.engine.request import Request
+from sim.engine.core.request import Request
 
 GPU = dict(model="llama-3.1-8b", gpu="h100")
 
@@ -70,7 +70,7 @@ def test_requests_are_built_without_a_collector_pass():
 
 
 def test_gc_paused_restores_the_collector_as_found():
-    from sim.engine.records import gc_paused
+    from sim.engine.core.records import gc_paused
     assert gc.isenabled()
     with gc_paused():
         assert not gc.isenabled()
@@ -115,7 +115,7 @@ def test_a_record_buffer_still_viewed_is_kept_not_an_error():
 
     import numpy as np
 
-    from sim.engine.records import release
+    from sim.engine.core.records import release
     buf = array("d", [1.0, 2.0])
     view = np.frombuffer(buf, dtype=np.float64)
     release(buf)
@@ -141,13 +141,13 @@ def test_the_preemptions_of_a_batch_formed_anew_are_recorded_in_the_iteration_th
                        "num_output_tokens": [1300, 1], "hash_ids": [[1000], [1000, 1001]]})
     df.attrs["block_size"] = 512
     formed = []
-    from sim.engine.replica import Replica
+    from sim.engine.core.replica import Replica
 
     class Counted(Replica):
         def form_batch(self, *args, **kwargs):
             formed.append(self.iteration)
             return super().form_batch(*args, **kwargs)
-    import sim.engine.cluster as cluster  # (where new_replica builds every replica)
+    import sim.engine.fleet.cluster as cluster  # (where new_replica builds every replica)
     real, cluster.Replica = cluster.Replica, Counted
     try:
         res = sim.run(df, scheduler=scheduler, prefix_caching="radix", block_size=16,
@@ -269,7 +269,7 @@ def test_the_event_loop_runs_with_the_requests_frozen_and_thaws_them(kw):
 
 
 def test_gc_frozen_thaws_on_an_error():
-    from sim.engine.records import gc_frozen
+    from sim.engine.core.records import gc_frozen
     with pytest.raises(RuntimeError):
         with gc_frozen():
             assert gc.get_freeze_count() > 0

@@ -12,9 +12,10 @@ from sim import SpeculativeConfig, speculative_speedup
 from sim.costs.roofline import RooflineCost
 from sim.costs.simple import ConstantCost, LinearCost
 from sim.engine import run
-from sim.engine.batch import make_batch
-from sim.engine.request import DECODE, PREFILL
-from sim.engine.speculation import DraftCost, emission_draws
+from sim.engine.core.batch import make_batch
+from sim.engine.core.request import DECODE, PREFILL
+from sim.engine.speculation.acceptance import emission_draws
+from sim.engine.speculation.draft_cost import DraftCost
 
 from test_invariants import prefill_tokens
 
@@ -411,8 +412,8 @@ def test_a_draft_cost_is_declared_pure_only_over_pure_parts_and_not_in_a_reprici
     """``DraftCost`` declares ``pure_decode_cost`` (so the engine may fast-forward) only when
     its target and draft do, and not in a subclass that overrides ``__call__``."""
     from sim.costs.roofline import RooflineCost
-    from sim.engine.batch import decode_pricer
-    from sim.engine.speculation import DraftCost
+    from sim.engine.core.batch import decode_pricer
+    from sim.engine.speculation.draft_cost import DraftCost
 
     class Noisy:
         def __call__(self, batch):

@@ -1,4 +1,4 @@
-"""The TensorRT-LLM preset (sim/engine/tensorrt_llm.py), rule by rule: GUARANTEED_NO_EVICT's
+"""The TensorRT-LLM preset (sim/engine/presets/tensorrt_llm.py), rule by rule: GUARANTEED_NO_EVICT's
 reservation by hand on a small pool, FCFS head-of-line blocking, the token budget without
 chunking, no preemption ever (hypothesis), the running total equal to TensorRT-LLM's sum over
 the running requests, the preset's defaults and memory accounting, and bad input."""
@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import sim
 from sim.costs.simple import ConstantCost
 from sim.engine import SimConfig, run
-from sim.engine.tensorrt_llm import TensorRTLLM
+from sim.engine.presets.tensorrt_llm import TensorRTLLM
 
 DT = 2.0 ** -7  # a constant iteration time whose sums are exact
 COST = ConstantCost(DT)
@@ -342,7 +342,7 @@ def test_the_preset_brings_tensorrt_llms_defaults_and_memory_accounting():
     mine = SimConfig(scheduler="tensorrt-llm", max_batch_size=64, block_size=64).resolved()
     assert (mine.max_batch_size, mine.block_size) == (64, 64)
     assert sim.POLICIES["tensorrt-llm"] is TensorRTLLM
-    from sim.engine import tensorrt_llm
+    from sim.engine.presets import tensorrt_llm
     assert "Rules (sources" in tensorrt_llm.__doc__ and "Deviations:" in tensorrt_llm.__doc__
 
 

@@ -1,9 +1,9 @@
-"""TensorRT-LLM's chunk rules (sim/engine/tensorrt_llm_chunking.py): hand cases from
+"""TensorRT-LLM's chunk rules (sim/engine/presets/tensorrt_llm_chunking.py): hand cases from
 microBatchScheduler.cpp's loops, and the invariants under hypothesis."""
 
 from hypothesis import given, strategies as st
 
-from sim.engine.tensorrt_llm_chunking import equal_progress_chunks, fcfs_chunk
+from sim.engine.presets.tensorrt_llm_chunking import equal_progress_chunks, fcfs_chunk
 
 
 def _fcfs(rests, capacity, unit):

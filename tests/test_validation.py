@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sim.costs.calibrated import TERMS, CalibratedCost, shipped_cpu_profile
-from sim.engine.batch import Batch
+from sim.engine.core.batch import Batch
 from sim.tools.calibration import calibrate
 from sim.tools.validation import METRICS, validate_profile
 

@@ -37,7 +37,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in ("sim/data/gpus.csv", "sim/data/models.csv", "sim/data/roofline_fit.json",
                    "sim/data/profiles/vidur_all_reduce_ms.csv",
-                   "sim/data/profiles/cpu_calibration.json", "sim/engine/replica.py",
+                   "sim/data/profiles/cpu_calibration.json", "sim/engine/core/replica.py",
                    "sim/cli/main.py", "workloads/data/NOTICE.md"):
         assert needed in names, f"{needed} missing from {wheel.name}"
     target = tmp_path / "site"

@@ -15,7 +15,7 @@ import sys
 import warnings
 
 from ..checks import plural
-from ..engine.policies import KNOBS
+from ..engine.core.policies import KNOBS
 from .arguments import output_file, output_folder
 from .build import build, with_request_path
 from .output import format_summary, write_outputs

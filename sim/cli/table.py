@@ -28,11 +28,11 @@ from pathlib import Path
 from ..checks import did_you_mean
 from ..constants import CHUNK_SIZE
 from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
-from ..engine.routers import ROUTERS
+from ..engine.fleet.routers import ROUTERS
 from ..engine.schedulers import POLICIES
-from ..engine.speculation import MAX_SPECULATIVE_TOKENS
-from ..engine.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
-from ..engine.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
+from ..engine.speculation.settings import MAX_SPECULATIVE_TOKENS
+from ..engine.presets.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
+from ..engine.presets.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
 from ..results.metrics import SLO_KEYS
 from .arguments import (at_least_zero, count, count_or_zero, name_any_case, num_requests, number,
                         positive, prefix_caching, repeats, typed)

@@ -1,6 +1,6 @@
 """Cost models: one call ``cost(batch) -> seconds`` prices an engine iteration.
 
-A batch (:class:`~sim.engine.batch.Batch`) says how many prefill tokens it computes (per
+A batch (:class:`~sim.engine.core.batch.Batch`) says how many prefill tokens it computes (per
 request: new tokens and cached context), how many requests decode one token, and the context
 they attend over. Any callable with that signature is a cost model; these are the simple ones.
 The roofline and calibrated models live in :mod:`sim.costs.roofline` and
@@ -28,7 +28,7 @@ class ConstantCost:
 
     def pure_decode_cost(self, num_decodes: int):
         """The price of ``num_decodes`` decodes alone, as ``f(context_tokens)`` (the engine's
-        fast-forward; :mod:`sim.engine.batch`)."""
+        fast-forward; :mod:`sim.engine.core.batch`)."""
         seconds = self.seconds
         return lambda context_tokens: seconds
 
@@ -62,7 +62,7 @@ class LinearCost:
     def pure_decode_cost(self, num_decodes: int):
         """The price of ``num_decodes`` decodes alone (no speculation) as ``f(context_tokens)``,
         equal bit for bit to ``self(batch)``: the same terms in the same order (the engine's
-        fast-forward; :mod:`sim.engine.batch`)."""
+        fast-forward; :mod:`sim.engine.core.batch`)."""
         t = (self.base + self.per_prefill_token * 0
              + self.per_decode_token * num_decodes * (1 + 0))
         per_ctx = self.per_context_token

@@ -1,19 +1,17 @@
-"""The engine core: the SimPy process, the replica and its KV pool, requests and policies.
+"""The engine: the SimPy process, the replica and its KV pool, requests, policies, the fleet.
 
-Modules: ``request`` (the request state machine), ``decoding`` (how many tokens an iteration
-emits: the lazy decode bookkeeping and ITL from token runs), ``blocks`` (the KV block pool, the
-one owner of KV accounting), ``batch`` (the immutable snapshot a cost model prices),
-``replica`` (queue, running set and the verbs policies act through), ``policies`` (the policy
-contract and our simple policies), ``presets`` (vLLM, Sarathi, Orca rule by rule),
-``sglang`` (SGLang's scheduler: prefill-only iterations on the decode clock),
-``schedulers`` (the table of names and knob resolution), ``speculation`` (speculative decoding:
-settings, acceptance draws, the draft's cost), ``config`` (``SimConfig``), ``records`` (results
-columns), ``routers`` (which replica serves a request), ``clients`` (closed-loop users),
-``cluster`` (replicas behind a router),
-``disaggregation`` (prefill and decode pools joined by KV-transfer links),
-``request_path`` (the client's time outside the engine: front end, tokeniser),
-``events`` (the SimPy environment and the engine's pre-made events, in SimPy's order),
-``simulation`` (``run``).
+Sub-packages, in layer order (each may import only those before it; tests/test_layout.py):
+
+- ``kv`` - the KV pools: blocks, the block-hash prefix cache, the radix tree, prefix hits;
+- ``core`` - requests, the replica and its iteration loop (the SimPy process), decoding,
+  the batch snapshot, the policy contract, events, records, fast-forward, invariants;
+- ``speculation`` - speculative decoding's settings, acceptance draws and draft price;
+  ``presets`` - vLLM, Sarathi, Orca, SGLang, TensorRT-LLM rule by rule (both on ``core``,
+  independent of each other);
+- ``schedulers`` (module) - the table of scheduler names and knob resolution;
+- ``fleet`` - routers, clusters, disaggregated pools, closed-loop clients, the request path;
+- ``config`` (module) - ``SimConfig``, every knob of a run;
+- ``simulation`` (module) - ``run(workload, config) -> Result``.
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs``, ``sim.costs`` (the default
 roofline), ``sim.results`` (the ``Result`` it returns) and ``workloads`` (validation). Never
@@ -24,12 +22,12 @@ import importlib
 
 # public name -> its module, imported on first use (PEP 562): the CLI's parser reads the
 # scheduler and router names without loading the simulation (pandas, SimPy) for ``--help``
-_PUBLIC = {"Batch": "batch", "SimConfig": "config", "Disaggregation": "disaggregation",
-           "ChunkedPrefill": "policies", "ContinuousBatching": "policies",
-           "StaticBatching": "policies", "VLLM": "presets", "Orca": "presets",
-           "Sarathi": "presets", "SGLang": "sglang", "POLICIES": "schedulers",
-           "run": "simulation", "SpeculativeConfig": "speculation",
-           "RequestPath": "request_path"}
+_PUBLIC = {"Batch": "core.batch", "SimConfig": "config", "Disaggregation": "fleet.disaggregation",
+           "ChunkedPrefill": "core.policies", "ContinuousBatching": "core.policies",
+           "StaticBatching": "core.policies", "VLLM": "presets.vllm", "Orca": "presets.orca",
+           "Sarathi": "presets.sarathi", "SGLang": "presets.sglang", "POLICIES": "schedulers",
+           "run": "simulation", "SpeculativeConfig": "speculation.settings",
+           "RequestPath": "fleet.request_path"}
 
 
 def __getattr__(name):

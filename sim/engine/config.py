@@ -1,7 +1,7 @@
 """``SimConfig``: everything a run needs besides the workload, in one frozen dataclass.
 
 Flat knobs (what users sweep and write in TOML). A knob left ``None`` takes the scheduler's
-default (:mod:`sim.engine.policies`: a preset brings its engine's defaults; the simple policies
+default (:mod:`sim.engine.core.policies`: a preset brings its engine's defaults; the simple policies
 bring ``ENGINE_DEFAULTS``); an explicit knob always wins. Policy knobs (``chunk_size``,
 ``token_budget``; the tensorrt-llm preset's ``free_gpu_memory_fraction``,
 ``enable_chunked_context``, ``capacity_scheduler_policy`` and ``context_chunking_policy``) are
@@ -24,8 +24,9 @@ peak (the fp8 peak where the GPU has one). A model that does not fit is an error
 budget's advice (quantize, or add GPUs). A speculative ``draft_model`` shares the GPUs: its
 weights come off the budget and each KV block also holds its KV (as vLLM allocates them).
 ``replicas`` > 1: a cluster of identical replicas (each of ``tensor_parallel`` GPUs, with the
-knobs above) behind ``router`` (:mod:`sim.engine.routers`, :mod:`sim.engine.cluster`). Use
-``dataclasses.replace`` for variants; the config is validated when built.
+knobs above) behind ``router`` (:mod:`sim.engine.fleet.routers`,
+:mod:`sim.engine.fleet.cluster`). Use ``dataclasses.replace`` for variants; the config is
+validated when built.
 
 ``max_model_len`` (vLLM's ``--max-model-len``, SGLang's ``context_length``): the prompt +
 output tokens a request may hold; ``None`` takes the model's context length
@@ -44,11 +45,12 @@ from dataclasses import dataclass
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from ..specs.memory_terms import check_free_gpu_memory_fraction
-from .disaggregation import Disaggregation
-from .policies import PREFIX_CACHING_MODES
-from .routers import check_router
+from .core.policies import PREFIX_CACHING_MODES
+from .fleet.disaggregation import Disaggregation
+from .fleet.routers import check_router
 from .schedulers import POLICIES, POOL_SIZING, resolve
-from .speculation import DraftCost, SpeculativeConfig
+from .speculation.draft_cost import DraftCost
+from .speculation.settings import SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
 WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
@@ -80,14 +82,15 @@ class SimConfig:
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
-    replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.cluster)
-    router: object = "round_robin"  # a name in sim.engine.routers.ROUTERS or a callable
-    disaggregation: object = None  # sim.engine.disaggregation.Disaggregation: two pools
+    replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.fleet.cluster)
+    router: object = "round_robin"  # a name in sim.engine.fleet.routers.ROUTERS or a callable
+    disaggregation: object = None  # sim.engine.fleet.disaggregation.Disaggregation: two pools
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     request_path: object = None  # sim.RequestPath: time outside the engine (request_path.py)
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
-    check: bool = False  # check the engine's invariants every iteration (sim.engine.invariants)
+    # check the engine's invariants every iteration (sim.engine.core.invariants)
+    check: bool = False
 
     def __post_init__(self):
         for flag in ("progress", "check"):
@@ -151,7 +154,7 @@ class SimConfig:
                                                  and hasattr(self.closed_loop, "think_time")):
             raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
         if self.request_path is not None:  # (the module loads numpy: not for the CLI's parser)
-            from .request_path import check_request_path
+            from .fleet.request_path import check_request_path
             check_request_path(self.request_path, self.closed_loop)
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
@@ -302,7 +305,8 @@ class SimConfig:
     def resolved_cost_model(self):
         """The cost model a run prices iterations with: ``cost_model``, else the roofline of
         ``model`` on ``gpu`` at the run's precisions; with speculative decoding, plus the
-        draft's cost (:class:`~sim.engine.speculation.DraftCost`; none for ``ngram``)."""
+        draft's cost (:class:`~sim.engine.speculation.draft_cost.DraftCost`; none for
+        ``ngram``)."""
         from ..costs.roofline import RooflineCost
         target = self.cost_model
         if target is None:

@@ -1,8 +1,8 @@
 """The scheduler table: one line per name, and how a config's scheduler becomes a policy.
 
 :data:`POLICIES` is the one table of named schedulers: our simple policies
-(:mod:`sim.engine.policies`) and the engine presets (:mod:`sim.engine.presets`,
-:mod:`sim.engine.sglang`, :mod:`sim.engine.tensorrt_llm`). The CLI's
+(:mod:`sim.engine.core.policies`) and the engine presets (:mod:`sim.engine.presets`: vLLM,
+Sarathi, Orca, SGLang, TensorRT-LLM). The CLI's
 ``--scheduler`` choices and help come from it. :func:`resolve` fills the knobs a config leaves
 ``None`` with the scheduler's defaults and builds the policy.
 """
@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from .policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatching,
+from .core.policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatching,
                        StaticBatching)
-from .presets import VLLM, Orca, Sarathi
-from .sglang import SGLang
-from .tensorrt_llm import TensorRTLLM
+from .presets.orca import Orca
+from .presets.sarathi import Sarathi
+from .presets.sglang import SGLang
+from .presets.tensorrt_llm import TensorRTLLM
+from .presets.vllm import VLLM
 
 POLICIES = {
     "static": StaticBatching,

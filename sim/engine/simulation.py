@@ -1,6 +1,6 @@
 """The SimPy serving engine and ``run(workload, config) -> Result``.
 
-One SimPy environment (:class:`sim.engine.events.Environment`); one replica process running
+One SimPy environment (:class:`sim.engine.core.events.Environment`); one replica process running
 **one SimPy event per engine iteration**, at most::
 
     batch = replica.form_batch(policy.schedule, now)
@@ -10,7 +10,7 @@ One SimPy environment (:class:`sim.engine.events.Environment`); one replica proc
     if not env.sleep(dt, wakeup): yield  # the iteration runs (SimPy's Timeout(dt), in place)
     replica.postprocess(env.now)         # emit tokens, finish, free blocks
 
-The replica's generator is resumed by its own pre-made event (:class:`~sim.engine.events.
+The replica's generator is resumed by its own pre-made event (:class:`~sim.engine.core.events.
 Wakeup`), scheduled where SimPy's ``Timeout``, succeeded ``Event`` or ``Process`` start would
 be: the same order of events, no SimPy object per iteration. When no other event is scheduled
 (one replica in an open loop pulls its arrivals, so it is alone in the environment), the
@@ -23,15 +23,16 @@ replica's run time.
 With nothing to do the replica sleeps until the next arrival (open loop: arrivals due by each
 iteration are pulled from the sorted workload; closed loop: the next issued request wakes it).
 
-**Fast-forward** (:mod:`sim.engine.fastforward`): stretches of pure-decode iterations run in
+**Fast-forward** (:mod:`sim.engine.core.fastforward`): stretches of pure-decode iterations run in
 one event, priced and recorded one by one, results bit-identical: in an open loop up to the
 next arrival; in a closed loop up to the users' next issue (``env.peek()``) and the first
 iteration finishing decodes, finished by the loop at its end (the users' hooks issue then).
 
 Token convention (vLLM): the iteration completing a prefill emits the first token, every later
-iteration one more (:mod:`sim.engine.decoding`). ``run`` is pure: no files, no global state;
+iteration one more (:mod:`sim.engine.core.decoding`). ``run`` is pure: no files, no global state;
 same inputs, same output, bit for bit. Every request comes out once, finished or rejected with
-a reason; a request lost is a bug and raises. Rejected at arrival (``_submit``), in this order:
+a reason; a request lost is a bug and raises. Rejected at arrival
+(:func:`~sim.engine.core.process.submit`), in this order:
 a request whose prompt + output tokens exceed ``max_model_len`` (the model's context length
 unless set: vLLM's OpenAI server refuses prompt + max_tokens > max_model_len before the
 scheduler sees it - vllm-project/vllm@7ded96b3, vllm/entrypoints/openai/serving_engine.py,
@@ -42,11 +43,21 @@ the policy refuses (its optional ``reject_reason(r)``: the tensorrt-llm preset's
 ``max_num_tokens`` without chunked context), then one that could never fit the KV pool. An
 empty batch raises (a policy must make progress), unless its forming preempted running requests: the iteration is then formed anew,
 those preemptions recorded in the one that runs, as long as each round leaves fewer running.
+
+**Runners.** ``run`` resolves the settings once into a
+:class:`~sim.engine.fleet.cluster.RunContext` and hands it to one of three runners:
+:func:`run_replica` (one replica), :func:`~sim.engine.fleet.cluster.run_cluster` (replicas
+behind a router) or :func:`~sim.engine.fleet.disaggregation.run_disaggregated` (two pools).
+One replica keeps a runner of its own, not a cluster of one, because that is slower: the
+cluster's dispatcher wakes once per arrival, so the replica no longer pulls its arrivals and is
+never alone in the environment (every iteration yields to SimPy), and a closed loop's
+stretches are not fast-forwarded. Measured on the chunked benchmark scenario (50k requests,
+CPU time, 7 alternated pairs): a cluster of one took 1.078x the single replica's median (same
+checksum), past the 3 % the engine may lose.
 """
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from array import array
@@ -56,18 +67,18 @@ import numpy as np
 import pandas as pd
 
 from ..results.metrics import Result
-from .batch import decode_pricer
-from .clients import ClosedLoopClients, conversations
-from .cluster import delay_until, new_replica, reject_too_long, run_cluster
 from .config import SimConfig, as_config
-from .disaggregation import run_disaggregated
-from .events import URGENT, Environment, Wakeup
-from .fastforward import can_fast_forward, decode_stretch
-from .invariants import check_finished, check_replica
+from .core.events import Environment
+from .core.fastforward import can_fast_forward
+from .core.invariants import check_finished
+from .core.process import ReplicaProcess, submit
+from .core.records import build_result, gc_frozen, gc_paused
+from .core.request import Request
+from .fleet.clients import ClosedLoopClients, conversations
+from .fleet.cluster import RunContext, new_replica, run_cluster
+from .fleet.disaggregation import run_disaggregated
+from .fleet.request_path import as_client_sees, enter
 from .schedulers import override, resolve
-from .records import ROW, build_result, gc_frozen, gc_paused
-from .request import Request
-from .request_path import as_client_sees, enter
 
 
 def _requests_from(workload, block_size=None, mode="block", speculative=True):
@@ -172,28 +183,31 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     client = enter(requests, config.request_path)  # None: no time outside the engine
     turns = conversations(df, requests) if config.closed_loop is not None else None
     wall = time.perf_counter()
-    env = Environment()
-    if config.disaggregation is not None:
-        return as_client_sees(run_disaggregated(
-            env, requests, config, wall, process=_ReplicaProcess, submit=_submit, given=given,
-            cache_unit=unit, max_model_len=limit, conversations=turns), client,
-            config.request_path)
-    if config.replicas > 1:
-        return as_client_sees(run_cluster(
-            env, requests, config, policy, cost, kv_blocks, wall, process=_ReplicaProcess,
-            submit=_submit, cache_unit=unit, fast_forward=can_fast_forward,
-            max_model_len=limit, conversations=turns), client, config.request_path)
-    replica = new_replica(config, policy, kv_blocks, unit, max_model_len=limit)
+    ctx = RunContext(Environment(), requests, config, given, policy, cost, kv_blocks, wall,
+                     cache_unit=unit, max_model_len=limit, conversations=turns)
+    runner = (run_disaggregated if config.disaggregation is not None
+              else run_cluster if config.replicas > 1 else run_replica)
+    return as_client_sees(runner(ctx), client, config.request_path)
+
+
+def run_replica(ctx: RunContext) -> Result:
+    """Simulate one replica: it pulls its open-loop arrivals itself (no dispatcher) and, alone
+    in the environment, runs without yielding (the module docstring); a closed loop's users
+    submit to it directly."""
+    env, requests, config, policy = ctx.env, ctx.requests, ctx.config, ctx.policy
+    replica = new_replica(config, policy, ctx.kv_blocks, ctx.cache_unit,
+                          max_model_len=ctx.max_model_len)
     records = array("d")  # ITERATION_COLUMNS per iteration, flat (records.iterations_frame)
-    process = _ReplicaProcess(env, replica, policy, cost, records, config.progress, len(requests))
+    process = ReplicaProcess(env, replica, policy, ctx.cost, records, config.progress,
+                             len(requests))
     process.check = config.check
     process.fast_forward = can_fast_forward(policy, replica)
     if config.closed_loop is None:
         process.arrivals = requests  # open loop: the replica pulls arrivals due by each iteration
     else:  # stretches stop at the clients' next issue and leave finishes to the loop's time
         process.closed = True
-        ClosedLoopClients(env, [replica], requests, partial(_submit, replica, process),
-                          config.closed_loop, turns)
+        ClosedLoopClients(env, [replica], requests, partial(submit, replica, process),
+                          config.closed_loop, ctx.conversations)
     process.start()
     with gc_frozen():  # the requests are not traversed by the loop's collections
         env.run()
@@ -203,187 +217,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                            f"nor rejected")
     if config.check:
         check_finished(requests, [replica])
-    return as_client_sees(build_result(requests, records, config, kv_blocks,
-                                       wall_seconds=time.perf_counter() - wall, policy=policy,
-                                       cost_model=cost, paused=replica.paused),
-                          client, config.request_path)
+    return build_result(requests, records, config, ctx.kv_blocks,
+                        wall_seconds=time.perf_counter() - ctx.wall, policy=policy,
+                        cost_model=ctx.cost, paused=replica.paused)
 
 
-def _submit(replica, process, r) -> bool:
-    """Queue an arriving request, or reject it when it exceeds ``max_model_len``, the policy
-    refuses it or it could never fit the pool; True if queued."""
-    if replica.max_model_len is not None and reject_too_long(replica, r):
-        return False
-    if replica.reject_reason is not None:  # the policy's own (TensorRT-LLM's max_num_tokens)
-        reason = replica.reject_reason(r)
-        if reason:
-            replica.reject(r, reason)
-            return False
-    need = r.num_prompt_tokens + r.num_output_tokens + replica.num_spec_tokens
-    if need > replica.capacity_tokens:
-        spec = (f" (with {replica.num_spec_tokens} speculative lookahead slots)"
-                if replica.num_spec_tokens else "")
-        replica.reject(r, f"needs {-(-need // replica.block_size)} KV blocks for "
-                          f"{need} tokens{spec} but the pool has {replica.blocks.num_blocks}")
-        return False
-    replica.enqueue(r)
-    process.wake()
-    return True
-
-
-class _ReplicaProcess:
-    """One serving replica: one SimPy process, one event per iteration.
-
-    Open-loop arrivals are pulled, not pushed: before forming each batch the replica queues
-    every request whose ``arrival_time`` has come (in order), and an idle replica sleeps until
-    the next arrival. That is the same arrival process as one SimPy event per request, minus
-    those events (measured: ~15% of the run time at 100k requests).
-    """
-
-    def __init__(self, env, replica, policy, cost, records, progress, total):
-        self.env, self.replica, self.policy, self.cost = env, replica, policy, cost
-        self.records = records
-        self.arrivals = ()
-        self.check = False  # SimConfig.check: the invariants after every batch formed
-        # pure-decode stretches in one event (fastforward.py): only where nothing but arrivals
-        # can act meanwhile (see can_fast_forward); a cluster's replicas stop at its next
-        # arrival (next_arrival(): when the dispatcher next routes)
-        self.fast_forward = False
-        self.pricer = None  # the cost model's pure_decode_cost, where it may be used
-        self.next_arrival = None
-        # a closed loop: a finish issues the next request at its time (clients' hooks), so a
-        # stretch ends at its first finishing iteration, which the loop finishes once the
-        # clock is there (pending_finish: that decode step); stretches stop at env.peek(),
-        # the clients' next issue after a think time
-        self.closed = False
-        self.pending_finish = None
-        self.idle = False  # waiting for work: woken by the next arrival or transfer (wake())
-        self._loop = None
-        self._wakeup = None
-        self.bar = None
-        if progress:
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=total, unit="req", desc="simulating", leave=False)
-
-    def start(self):
-        """Start the loop where ``env.process`` would (URGENT, now): its generator is
-        resumed by its own :class:`~sim.engine.events.Wakeup` each time (an iteration's end,
-        a wake-up)."""
-        self._loop = self.loop()
-        next(self._loop)  # (to its first yield, before anything: started, not yet run)
-        self._wakeup = Wakeup(self._loop.send)
-        self.env.wake(self._wakeup, priority=URGENT)
-
-    def wake(self):
-        """New work: an idle loop is resumed now (once, however many arrive meanwhile)."""
-        if self.idle:
-            self.idle = False
-            self.env.wake(self._wakeup)  # (where Event.succeed() puts it: NORMAL, now)
-
-    def loop(self):
-        yield  # (start(): resumed from here when the environment starts it)
-        env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
-        # one flat row of ITERATION_COLUMNS per iteration, packed (records.ROW: 3x faster than
-        # array.extend of a tuple, which parses each value alone; the same bytes)
-        write, pack = self.records.frombytes, ROW.pack
-        sleep, wakeup = env.sleep, self._wakeup
-        schedule = policy.schedule
-        form_batch, postprocess = replica.form_batch, replica.postprocess
-        detail = bool(getattr(cost, "needs_decode_lengths", False))
-        blocks = replica.blocks
-        running, waiting = replica.running, replica.waiting
-        arrivals = self.arrivals
-        n_arrivals = len(arrivals)
-        bar = self.bar
-        # fast-forward only with a cost model declared pure (decode_pricer: a stateful one
-        # is called once per iteration, in time order, as it would be stepping)
-        self.pricer = decode_pricer(cost) if self.fast_forward and not detail else None
-        fast = self.pricer is not None
-        nxt = 0
-        dropped = 0  # preemptions made forming batches that came out empty (formed anew)
-        while True:
-            now = env.now
-            while nxt < n_arrivals and arrivals[nxt].arrival_time <= now:
-                _submit(replica, self, arrivals[nxt])
-                nxt += 1
-            if not running and not waiting:
-                if nxt < n_arrivals:
-                    delay = delay_until(now, arrivals[nxt].arrival_time)
-                    if not sleep(delay, wakeup):
-                        yield
-                else:
-                    self.idle = True
-                    yield
-                continue
-            if fast and not waiting and not replica.prefilling:  # only decodes run
-                if self.closed:
-                    until = env.peek()  # (the next event: no other process acts before it)
-                elif self.next_arrival is not None:
-                    until = self.next_arrival()
-                else:
-                    until = arrivals[nxt].arrival_time if nxt < n_arrivals else math.inf
-                first = replica.iteration
-                delay = decode_stretch(self, now, until)
-                if delay is not None:  # one event for the stretch: env.now is its end
-                    if not sleep(delay, wakeup):
-                        yield
-                    if self.pending_finish is not None:  # (closed loop: its hooks issue now)
-                        replica.finish_decodes(self.pending_finish, env.now)
-                        self.pending_finish = None
-                        if self.check:
-                            check_replica(replica)
-                    if bar is not None and first >> 10 != replica.iteration >> 10:
-                        bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
-                        bar.refresh()
-                    continue
-            n_running = len(running)
-            batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
-            if self.check:
-                check_replica(replica)
-            if not batch.prefills and not batch.num_decode_tokens:
-                if replica.num_in_transit:  # disaggregation: blocks held by KV in transit
-                    replica.stand_by()
-                    self.idle = True
-                    yield  # woken when a transfer frees them, or by an arrival
-                    continue
-                # forming it preempted every running request (vLLM admits none in a step that
-                # preempted; SGLang's retraction): form it anew, its preemptions counted in the
-                # iteration that runs. Each such round shrinks the running set (an empty batch
-                # keeps no request it admitted), so a policy that only preempts what it has
-                # just admitted raises instead of forming the same batch forever.
-                if replica.num_preempted_now and len(running) < n_running:
-                    dropped += replica.num_preempted_now
-                    continue
-                raise RuntimeError(f"scheduler {policy!r} formed an empty batch with "
-                                   f"{len(replica.waiting)} waiting and {len(replica.running)} "
-                                   f"running" + (" (it preempted only requests it had just "
-                                                 "admitted)" if replica.num_preempted_now
-                                                 else ""))
-            dt = cost(batch)
-            if not dt >= 0 or dt == math.inf:
-                raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}")
-            write(pack(now, dt, len(running), len(waiting), batch.num_prefill_tokens,
-                       batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
-                       replica.num_preempted_now + dropped))
-            dropped = 0
-            if not sleep(dt, wakeup):  # (alone: the clock set as SimPy's step would)
-                yield
-            postprocess(env.now)
-            if bar is not None and not replica.iteration & 1023:
-                bar.n = len(replica.finished)
-                bar.refresh()
-
-    def close(self):
-        """The environment has run: close the progress bar and break the reference cycles
-        that would keep the replica, and with it every request, alive until the cyclic
-        garbage collector ran (the suspended loop's generator and its wake-up event; the
-        hooks of closed-loop clients and disaggregation). Measured at 1M requests: 1.3 GB
-        otherwise held through the summary, the files and the plots."""
-        if self.bar is not None:
-            self.bar.n = len(self.replica.finished)
-            self.bar.close()
-        self._loop.close()
-        self._wakeup = None
-        self.arrivals = ()
-        self.next_arrival = None  # (a cluster's bound method: the cluster holds this process)
-        self.replica.on_finish = self.replica.on_prefilled = None

@@ -20,7 +20,7 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 - ``rejected`` - requests that can never fit in the KV pool (the rejections of neither kind
   above nor below);
 - ``conversation_abandoned`` - a closed loop's turns never sent: each user dropped the rest of
-  a conversation whose turn was rejected (:mod:`sim.engine.clients`);
+  a conversation whose turn was rejected (:mod:`sim.engine.fleet.clients`);
 - ``idle_slots`` - static batching leaves batch slots empty while requests wait;
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes (or, with the ``sglang`` preset, alone while

@@ -1,6 +1,6 @@
 """Results: per-request and per-iteration DataFrames, and summaries in the usual conventions.
 
-A :class:`Result` is built by the engine (:mod:`sim.engine.records`); this module knows
+A :class:`Result` is built by the engine (:mod:`sim.engine.core.records`); this module knows
 nothing of the engine: it holds columns and computes summaries from them.
 
 ``requests``: one row per request, in workload order. ``status`` is ``"finished"`` or
@@ -65,7 +65,7 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
   ``mean_batch_size`` = sum(duration x num_running) / sum(duration); ``slot_utilization`` = that
   / ``max_batch_size``; ``kv_usage_mean`` likewise for ``kv_blocks_used`` / ``kv_blocks``;
   ``kv_usage_max`` the peak fraction.
-- A cluster (``replicas`` > 1, :mod:`sim.engine.cluster`): ``requests`` and ``iterations``
+- A cluster (``replicas`` > 1, :mod:`sim.engine.fleet.cluster`): ``requests`` and ``iterations``
   have a ``replica`` column (0 for one replica; in a cluster -1 for an abandoned turn, never
   routed; ``iteration`` counts each replica's own); the summary stays whole-cluster
   (occupancy means are per replica, over all replicas' busy time) and adds ``num_replicas``
@@ -162,7 +162,7 @@ class Result:
         self.scheduler_name = scheduler_name
         self.cost_model_name = cost_model_name
         # requests whose prompt names at least one cacheable prefix block (their hash_ids cover
-        # a full block); 0 without prefix caching. Set by the engine (sim.engine.records)
+        # a full block); 0 without prefix caching. Set by the engine (sim.engine.core.records)
         self.num_prefix_keyed = 0
         self._itl = itl_data  # (gap values per iteration, weights, extra gaps)
         self._itl_sorted = (None, None)  # (the _itl it was computed from, its weighted_cdf)

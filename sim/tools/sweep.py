@@ -128,9 +128,9 @@ def _owner_class(owner):
         from workloads import ClosedLoop
         return ClosedLoop
     if owner == "disaggregation":
-        from ..engine.disaggregation import Disaggregation
+        from ..engine.fleet.disaggregation import Disaggregation
         return Disaggregation
-    from ..engine.speculation import SpeculativeConfig
+    from ..engine.speculation.settings import SpeculativeConfig
     return SpeculativeConfig
 
 

@@ -3,7 +3,7 @@ each check is O(running + the cached blocks they hold + queue): with 1-token pag
 token held; the tests turn it on).
 
 After every batch is formed, and after each segment of a fast-forwarded pure-decode stretch
-(:func:`sim.engine.fastforward.decode_stretch`), on every replica (:func:`check_replica`):
+(:func:`sim.engine.core.fastforward.decode_stretch`), on every replica (:func:`check_replica`):
 
 - the KV pool is exact: ``num_free`` + blocks the running requests hold ``== num_blocks``
   (a cached block shared by several requests counts once; radix mode: the pages of the tree

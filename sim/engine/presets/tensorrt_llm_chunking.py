@@ -1,5 +1,5 @@
 """TensorRT-LLM's chunked context: how the contexts of an iteration share what the decodes leave
-of ``max_num_tokens`` (rule 4 of :mod:`sim.engine.tensorrt_llm`).
+of ``max_num_tokens`` (rule 4 of :mod:`sim.engine.presets.tensorrt_llm`).
 
 Source: NVIDIA/TensorRT-LLM ``cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp``
 ``setCtxRequestsChunkSize`` @ 0a949d3128bfaf4ddedefb0259125622a9ec830f; the unit is the KV

@@ -6,7 +6,7 @@ Rules:
 1. **prefill priority**: each step, if a prefill batch can be formed it runs *alone* (mixed
    chunks are off by default) and the running decodes wait; otherwise every running request
    decodes. The engine pauses the decodes through ``pauses_decodes`` and
-   :meth:`~sim.engine.replica.Replica.run_decodes` (a decode clock: a paused iteration emits
+   :meth:`~sim.engine.core.replica.Replica.run_decodes` (a decode clock: a paused iteration emits
    no decode token);
 2. the prefill batch: the chunked request first (**one chunked request at a time**: a request
    that does not fit the remaining ``chunked_prefill_size`` (``chunk_size``) is truncated to it
@@ -25,25 +25,25 @@ Rules:
    the KV pool from SGLang's accounting (``mem_fraction_static`` x device memory - weights,
    :mod:`sim.specs.memory_terms`) unless ``kv_blocks`` is given; ``max_batch_size`` 1,024.
 
-7. the radix prefix cache (``prefix_caching="radix"``, :mod:`sim.engine.radix`): a waiting
+7. the radix prefix cache (``prefix_caching="radix"``, :mod:`sim.engine.kv.radix`): a waiting
    request's cached prefix is served (capped at prompt - 1), its computed prompt enters the tree
    after each chunk, unreferenced leaves are evicted least recently used first; the free tokens
    of rule 3 include the evictable ones, less those the request's own hit references.
 
 Deviations: ``max_running_requests`` is derived from the pool by SGLang (1,024 here); the
 admission's reservation is kept by the replica's decode tracker (``clip_left``:
-:class:`~sim.engine.decoding.ClippedDecodes`, or under speculation a ring of
-:class:`~sim.engine.decoding.SpecDecodes`), not read request by request as SGLang's loop does
+:class:`~sim.engine.core.decoding.ClippedDecodes`, or under speculation a ring of
+:class:`~sim.engine.core.decoding.SpecDecodes`), not read request by request as SGLang's loop does
 (same sum), and a retraction reads every running request (as SGLang's does). In clusters and disaggregated pools every replica runs its own
-copy of the policy (sim.engine.cluster).
+copy of the policy (sim.engine.fleet.cluster).
 """
 
 from __future__ import annotations
 
-from ..specs.memory_terms import sglang_defaults
-from .policies import refuse_unused_knobs
-from .presets import _device_gib
-from .request import DECODE, PREFILL
+from ...specs.memory_terms import sglang_defaults
+from ..core.policies import refuse_unused_knobs
+from ..core.request import DECODE, PREFILL
+from .vllm import _device_gib
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang's CLIP_MAX_NEW_TOKENS_ESTIMATION
 INIT_NEW_TOKEN_RATIO, MIN_NEW_TOKEN_RATIO, DECAY_STEPS = 0.7, 0.1, 600

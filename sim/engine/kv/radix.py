@@ -7,7 +7,7 @@ the id's ``unit`` tokens are cached (a multiple of the page size ``block_size``;
 ``page_size``, 1 by default). A node's parent is the chain key before it; a node has children
 only once all its ``unit`` tokens are cached.
 
-Rules (SGLang v0.4 ``mem_cache/radix_cache.py``; the engine in :mod:`sim.engine.replica`):
+Rules (SGLang v0.4 ``mem_cache/radix_cache.py``; the engine in :mod:`sim.engine.core.replica`):
 - a match walks the request's chain keys from the root and takes every cached token, capped at
   ``prompt - 1`` tokens rounded down to a page (the last token is computed for its logits);
 - a running request references (``lock_ref``) every node of its cached path, from the root;

@@ -51,7 +51,7 @@ from functools import partial
 
 import numpy as np
 
-from ..checks import did_you_mean, positive_float, positive_int
+from ...checks import did_you_mean, positive_float, positive_int
 
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel",
@@ -106,7 +106,7 @@ class Disaggregation:
         same = {} if shared is None else {"block_size": shared.block_size,
                                           "prefix_caching": shared.prefix_caching}
         base = dataclasses.replace(config, disaggregation=None, replicas=1, **same)
-        from .schedulers import override  # (on use: as run_disaggregated imports resolve)
+        from ..schedulers import override  # (on use: as run_disaggregated imports resolve)
         pools = []
         for pool, n, over in (("prefill", self.prefill_replicas, self.prefill),
                               ("decode", self.decode_replicas, self.decode)):
@@ -129,7 +129,7 @@ class Disaggregation:
         """Link bandwidth in bytes/s: the given figure, else the prefill GPU's scale-up link."""
         if self.link_bandwidth_gbps is not None:
             return self.link_bandwidth_gbps * 1e9
-        from ..specs.gpus import get_gpu
+        from ...specs.gpus import get_gpu
         gpu = get_gpu(config.resolved_gpu())
         if not gpu.link_bandwidth_gbps:
             raise ValueError(f"gpu {gpu.name!r} has no scale-up link in the presets: give "
@@ -155,9 +155,10 @@ class Transfers:
     """Hands requests from the prefill pool to the decode pool (the hooks of both)."""
 
     def __init__(self, env, prefill, decode, disagg, model, bandwidth, kv_dtype="fp16"):
-        from ..specs.memory import bytes_per_value, kv_cache_bytes, kv_cache_bytes_of
-        from ..specs.models import get_model
-        from .events import Wakeup  # (on use: the CLI's parser reads this module without SimPy)
+        from ...specs.memory import bytes_per_value, kv_cache_bytes, kv_cache_bytes_of
+        from ...specs.models import get_model
+        # (on use: the CLI's parser reads this module without SimPy)
+        from ..core.events import Wakeup
         self.env, self.prefill, self.decode = env, prefill, decode
         self.tp = prefill.config.tensor_parallel
         kv_cache_bytes(0, model=model, dtype=kv_dtype, tensor_parallel=self.tp)  # (checked)
@@ -245,29 +246,25 @@ class Transfers:
         self.decode.processes[d].wake()
 
 
-def run_disaggregated(env, requests, config, wall, *, process, submit, given=None,
-                      cache_unit=None, max_model_len=None, conversations=None):
-    """Simulate ``config.disaggregation``'s two pools (``process`` and ``submit``: the
-    single-replica engine's process class and arrival verb, as for a cluster; ``config``
-    resolved, ``given`` as the user gave it: each pool resolves the knobs left unset with
-    its own scheduler)."""
+def run_disaggregated(ctx):
+    """Simulate ``config.disaggregation``'s two pools (each resolves the knobs ``ctx.given``
+    leaves unset with its own scheduler)."""
     from .cluster import Cluster, concatenate, shift_segments, simulate
-    from .invariants import check_finished
-    from .records import build_result
+    from ..core.invariants import check_finished
+    from ..core.records import build_result
     from .routers import make_router
-    from .schedulers import resolve
+    from ..schedulers import resolve
+    env, requests, config = ctx.env, ctx.requests, ctx.config
     disagg = config.disaggregation
     pools = []
-    for name, cfg in zip(("prefill", "decode"),
-                         disagg.pool_configs(given or config, shared=config)):
+    for name, cfg in zip(("prefill", "decode"), disagg.pool_configs(ctx.given, shared=config)):
         try:  # (checked as late as a run's own pool: an error names its pool)
             cfg, policy = resolve(cfg)
             cost, kv_blocks = cfg.resolved_cost_model(), cfg.resolved_kv_blocks()
         except (ValueError, TypeError) as e:
             raise type(e)(f"{name}: {e}") from None
-        pools.append(Cluster(env, cfg, policy, cost, kv_blocks, requests, process, submit,
-                             stream=sum(len(p.replicas) for p in pools),
-                             cache_unit=cache_unit, max_model_len=max_model_len))
+        pools.append(Cluster(ctx, cfg, policy, cost, kv_blocks,
+                             stream=sum(len(p.replicas) for p in pools)))
     prefill, decode = pools
     # its own instance of a named router, RoundRobin or Random (random: its own stream)
     decode.route = make_router(config.router, config.seed, stream=1)
@@ -279,7 +276,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
                           disagg.bandwidth_bytes(prefill.config), prefill.config.kv_dtype)
     simulate(env, config, prefill, decode,
              busy=lambda: any(transfers.pending) or bool(transfers.source),
-             conversations=conversations)
+             conversations=ctx.conversations)
     transfers.close()
     if config.check:
         check_finished(requests, prefill.replicas + decode.replicas)
@@ -292,7 +289,7 @@ def run_disaggregated(env, requests, config, wall, *, process, submit, given=Non
     streamed = _trim_first_runs(requests, moved)  # (before the shift: a run may start at -1)
     shift_segments(requests, runs_at, offsets)
     first_gaps = _first_gaps(streamed, records, paused)
-    kwargs = dict(wall_seconds=time.perf_counter() - wall, policy=prefill.processes[0].policy,
+    kwargs = dict(wall_seconds=time.perf_counter() - ctx.wall, policy=prefill.processes[0].policy,
                   cost_model=prefill.processes[0].cost)
     res = build_result(requests, records, config, decode.replicas[0].blocks.num_blocks,
                        replicas=(runs_at, counts), first_gaps=first_gaps, paused=paused,
@@ -325,7 +322,7 @@ def _first_gaps(streamed, records, paused):
     its next token - the end of its first run's first decode step, or of the prefill-only
     iteration of a point ``(-1 - p, -1)`` (re-prefilled after a retraction) - for the ITL
     pool (the segments already in the concatenated numbering)."""
-    from .records import ITERATION_COLUMNS
+    from ..core.records import ITERATION_COLUMNS
     rec = np.frombuffer(records, dtype=np.float64).reshape(-1, len(ITERATION_COLUMNS)) \
         if len(records) else np.zeros((0, len(ITERATION_COLUMNS)))
     end = rec[:, 0] + rec[:, 1]

@@ -1,7 +1,7 @@
 """Routers: which replica of a cluster serves an arriving request.
 
 A router is any callable ``route(request, replicas, now) -> index``: ``request`` is the
-arriving :class:`~sim.engine.request.Request` (read it, never change it), ``replicas`` a tuple
+arriving :class:`~sim.engine.core.request.Request` (read it, never change it), ``replicas`` a tuple
 of :class:`ReplicaView` (read-only: counts and the prefix-cache lookup of one live replica,
 computed when read), ``now`` the arrival time. The engine calls it once per request, at the
 request's arrival, and queues the request at ``replicas[index]``. The named routers
@@ -41,7 +41,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ..checks import did_you_mean
+from ...checks import did_you_mean
 
 
 class ReplicaView:

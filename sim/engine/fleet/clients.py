@@ -21,7 +21,7 @@ exception; no request here times out.) Without conversations each request is a c
 of its own: the next request in workload order, nothing abandoned.
 
 Shared by one replica (:mod:`sim.engine.simulation`) and a cluster or disaggregated pools
-(:mod:`sim.engine.cluster`): ``submit(r) -> bool`` queues (or routes) a request issued now,
+(:mod:`sim.engine.fleet.cluster`): ``submit(r) -> bool`` queues (or routes) a request issued now,
 False when it was rejected; each replica's ``on_finish`` hook reports a completion (chained
 after a hook already there); abandoned turns are recorded by the first replica's ``reject``
 verb (never routed: their ``replica`` reads -1 in a cluster). Bound methods, not closures that
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..results.metrics import CONVERSATION_ABANDONED
+from ...results.metrics import CONVERSATION_ABANDONED
 
 
 def conversations(df, requests):

@@ -17,7 +17,7 @@ iteration more than once; without it (or where a subclass overrides ``__call__``
   prefill this iteration, ``num_prefill_tokens`` their new tokens in all;
 - ``num_decode_tokens``: requests decoding this iteration, attending over
   ``decode_context_tokens`` tokens in all (their new tokens included). Decode tokens per
-  request come from :mod:`sim.engine.decoding`;
+  request come from :mod:`sim.engine.core.decoding`;
 - ``num_spec_tokens``: draft tokens each decoding request verifies (speculative decoding,
   :mod:`sim.engine.speculation`; 0 without): a decode then runs ``1 + num_spec_tokens`` query
   tokens (``num_decode_query_tokens`` in all) and its context counts those slots.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..checks import declared_with
+from ...checks import declared_with
 
 FIELDS = ("iteration", "prefills", "num_prefill_tokens", "num_decode_tokens",
           "decode_context_tokens", "prefill_ids", "decode_ids", "decode_lengths", "num_spec_tokens")

@@ -6,7 +6,7 @@ waits, nothing prefills, the policy declares ``quiet_when_decoding`` (all built-
 replays its ``new_token_ratio`` decay in ``decoded_quietly``; a subclass overriding
 ``schedule`` declares it again) and the cost model declares itself a pure function of the
 batch (``pure_decode_cost``: the roofline, ``LinearCost``, ``ConstantCost``, and ``DraftCost``
-over those; see :func:`~sim.engine.batch.decode_pricer`), the iterations up to the next
+over those; see :func:`~sim.engine.core.batch.decode_pricer`), the iterations up to the next
 arrival or decode preemption are pure decodes that change nothing but the clocks, the pool
 and, at a decode's last token, the running set (decode progress is lazy): they are priced and
 recorded one by one as the engine's loop would (:mod:`sim.engine.simulation`) - the same
@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import math
 
-from ..checks import declared_with
+from ...checks import declared_with
 from .batch import make_batch
-from .cluster import delay_until
+from .events import delay_until
 from .invariants import check_replica
 from .records import ITERATION_COLUMNS, packed_rows
 
@@ -49,7 +49,7 @@ def can_fast_forward(policy, replica) -> bool:
     """Whether ``replica``'s pure-decode stretches may be fast-forwarded (the caller knows no
     other process acts on it but open-loop arrivals): its policy is quiet when only decodes
     run (``quiet_when_decoding``, declared where ``schedule`` is defined or below: not a flag
-    a subclass overriding ``schedule`` inherits; see :mod:`sim.engine.policies`)."""
+    a subclass overriding ``schedule`` inherits; see :mod:`sim.engine.core.policies`)."""
     return (bool(getattr(policy, "quiet_when_decoding", False))
             and declared_with(policy, "quiet_when_decoding", "schedule"))
 

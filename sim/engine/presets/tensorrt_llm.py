@@ -106,12 +106,12 @@ from __future__ import annotations
 
 import weakref
 
-from ..checks import positive_int
-from ..results.metrics import MAX_NUM_TOKENS as MAX_NUM_TOKENS_REASON
-from ..specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NUM_TOKENS,
+from ...checks import positive_int
+from ...results.metrics import MAX_NUM_TOKENS as MAX_NUM_TOKENS_REASON
+from ...specs.memory_terms import (TRTLLM_FREE_GPU_MEMORY_FRACTION, TRTLLM_MAX_NUM_TOKENS,
                                   check_free_gpu_memory_fraction)
-from .policies import refuse_unused_knobs
-from .request import PREFILL
+from ..core.policies import refuse_unused_knobs
+from ..core.request import PREFILL
 from .tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES, equal_progress_chunks, fcfs_chunk
 
 MAX_NUM_TOKENS = TRTLLM_MAX_NUM_TOKENS  # BuildConfig.max_num_tokens

@@ -12,7 +12,7 @@ State machine::
 - PREFILL: admitted (holds a batch slot and the KV blocks of its ``num_computed`` tokens);
   prompt chunks run until ``num_computed == prefill_target``. The iteration that completes the
   prefill emits a token (vLLM's convention).
-- DECODE: emits tokens lazily - see :mod:`sim.engine.decoding`, the one module that knows how
+- DECODE: emits tokens lazily - see :mod:`sim.engine.core.decoding`, the one module that knows how
   many tokens an iteration emits; the ``decode_*`` fields below are its bookkeeping.
 - FINISHED / REJECTED: terminal. Every request reaches exactly one of them exactly once;
   ``reason`` says why a request was rejected (one that could never fit in the KV pool).
@@ -52,7 +52,7 @@ class Request:
         self.num_generated = 0  # output tokens emitted (valid outside DECODE)
         self.num_computed = 0  # tokens whose KV is in the cache (prefill progress)
         self.prefill_target = num_prompt_tokens  # prompt (+ generated, after a preemption)
-        # lazy decode bookkeeping (sim.engine.decoding): KV tokens and tokens generated at
+        # lazy decode bookkeeping (sim.engine.core.decoding): KV tokens and tokens generated at
         # iteration decode_start, the iteration phase at which it crosses into a new KV
         # block, and the iteration emitting its last token
         self.decode_base_tokens = 0
@@ -64,7 +64,7 @@ class Request:
         self.num_preemptions = 0
         self.num_prefill_computed = 0  # prefill tokens computed, recomputation included
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at admission
-        # prefix caching (sim.engine.blocks, sim.engine.radix): the keys of its full prompt
+        # prefix caching (sim.engine.kv.blocks, sim.engine.kv.radix): the keys of its full prompt
         # blocks, or in radix mode of its hash ids' prefixes (None: no token identity, never
         # hits); the cached blocks (radix: tree nodes) it holds references on; radix mode: its
         # leading tokens those nodes cover

@@ -4,7 +4,7 @@
 ``schedule(replica, now)`` is one; pass it as ``SimConfig(scheduler=obj)`` (it carries its own
 settings). Every iteration the replica first reserves the KV blocks of all running decodes (each
 emits one token per iteration whatever the policy does), then calls ``schedule``, which acts
-only through the replica's verbs (:mod:`sim.engine.replica`):
+only through the replica's verbs (:mod:`sim.engine.core.replica`):
 
 - ``replica.admit(r, num_tokens)``: a waiting request (any position) starts, computing
   ``num_tokens`` prompt tokens now, after the ``replica.prefix_hit(r)`` tokens the prefix cache
@@ -23,9 +23,9 @@ first), ``replica.blocks.num_free``, ``replica.decodes.count`` (decoding request
 ``replica.max_batch_size``, ``replica.block_size``, ``replica.iteration``,
 ``replica.num_preempted_now`` (preemptions so far this iteration), ``replica.num_generated(r)``,
 ``replica.held_blocks(r)``, ``replica.finished`` (finished and rejected requests, in order,
-append-only: a policy may keep a cursor into it, as :mod:`sim.engine.tensorrt_llm` does);
+append-only: a policy may keep a cursor into it, as :mod:`sim.engine.presets.tensorrt_llm` does);
 and per request ``index``, ``arrival_time``, ``num_prompt_tokens``, ``num_output_tokens``,
-``prefill_target``, ``num_computed``, ``status`` (:mod:`sim.engine.request`). Partial prefills
+``prefill_target``, ``num_computed``, ``status`` (:mod:`sim.engine.core.request`). Partial prefills
 advance only when the policy schedules their chunks, and the engine refuses an iteration with
 no work (requests waiting, nothing admitted, nothing running): a policy must make progress
 (an iteration whose forming preempted running requests and left no work is formed anew).
@@ -70,8 +70,8 @@ the CLI's ``--scheduler`` choices and help come from the table.
 
 from __future__ import annotations
 
-from ..checks import positive_int
-from ..constants import CHUNK_SIZE, KV_BLOCK_SIZE
+from ...checks import positive_int
+from ...constants import CHUNK_SIZE, KV_BLOCK_SIZE
 from .request import PREFILL
 
 # SimConfig fields that belong to a policy

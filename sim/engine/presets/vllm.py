@@ -1,18 +1,18 @@
-"""Engine presets: real engines' scheduling rules and defaults, rule by rule.
+"""The vLLM v1 preset (:class:`VLLM`): vLLM's scheduler rule by rule, and its defaults.
 
-Each preset is a policy (see :mod:`sim.engine.policies` for the contract) whose
-``engine_defaults`` bring its engine's defaults for every knob the user leaves ``None`` (an
-explicit ``max_batch_size``, ``chunk_size``, ``block_size``, ``prefix_caching`` ... still wins),
-and whose docstring lists its rules with the source they follow. Each rule has a regression test
-on a small hand-built scenario (tests/test_presets.py). What the engine cannot express is said
-under *Deviations*.
+Each preset of this package is a policy (see :mod:`sim.engine.core.policies` for the contract)
+whose ``engine_defaults`` bring its engine's defaults for every knob the user leaves ``None``
+(an explicit ``max_batch_size``, ``chunk_size``, ``block_size``, ``prefix_caching`` ... still
+wins), and whose docstring lists its rules with the source they follow. Each rule has a
+regression test on a small hand-built scenario (tests/test_presets.py). What the engine cannot
+express is said under *Deviations*.
 """
 
 from __future__ import annotations
 
-from ..specs.gpus import get_gpu
-from .policies import ChunkedPrefill, ContinuousBatching, refuse_unused_knobs
-from .request import PREFILL
+from ...specs.gpus import get_gpu
+from ..core.policies import refuse_unused_knobs
+from ..core.request import PREFILL
 
 GIB = 1 << 30
 
@@ -99,56 +99,3 @@ class VLLM:
 
     def __repr__(self):
         return f"VLLM(max_num_batched_tokens={self.max_num_batched_tokens})"
-
-
-class Sarathi(ChunkedPrefill):
-    """Sarathi-Serve (Agrawal et al., OSDI'24; Vidur's ``SarathiReplicaScheduler``):
-    stall-free batching.
-
-    Rules:
-    1. token budget ``chunk_size`` (default ``CHUNK_SIZE`` = 512) per iteration, decodes first
-       (one token each), then the partial prefill(s), then new prompts chunked to fit;
-    2. a new prompt is admitted only when blocks for its whole prompt plus a watermark (1 % of
-       the pool) are free;
-    3. ``max_batch_size`` 128 (Vidur's ``batch_size_cap``), block size 16, no prefix caching;
-    4. under block pressure the newest running request is preempted by recompute.
-
-    Deviations: Vidur takes the whole prompt's blocks at admission; here the admission check is
-    the same but blocks are taken chunk by chunk, so growing decodes may use the rest meanwhile;
-    Vidur also preempts when no block is free even for decodes not crossing into a new block;
-    ``gpu_memory_utilization`` is vLLM's 0.9 (Vidur's replica default is 0.8).
-    """
-
-    name = "sarathi"
-
-    @classmethod
-    def engine_defaults(cls, config) -> dict:
-        return {"max_batch_size": 128, "block_size": 16, "gpu_memory_utilization": 0.9,
-                "prefix_caching": False}
-
-    def __repr__(self):
-        return f"Sarathi(chunk_size={self.chunk_size})"
-
-
-class Orca(ContinuousBatching):
-    """Orca (Yu et al., OSDI'22): iteration-level scheduling.
-
-    Rules:
-    1. every iteration, running requests decode one token and waiting ones are admitted FCFS
-       with their whole prompt (no chunking), mixed with the decodes;
-    2. admission while a batch slot and the prompt's blocks are free; no watermark;
-    3. optional ``token_budget`` on prompt tokens per iteration (default none).
-
-    Deviations: Orca reserves KV for a request's maximum length at admission; here blocks are
-    taken as tokens are written, and under pressure the newest request is preempted.
-    """
-
-    quiet_when_decoding = True  # nothing waiting or prefilling: schedule does nothing
-    name = "orca"
-
-    def schedule(self, replica, now):
-        from .policies import admit_whole_prompts
-        admit_whole_prompts(replica, 0, self.token_budget)
-
-    def __repr__(self):
-        return f"Orca(token_budget={self.token_budget})"

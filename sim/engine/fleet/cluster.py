@@ -1,15 +1,15 @@
 """A cluster: ``SimConfig.replicas`` replicas behind a router, in one SimPy environment.
 
-Each replica is the single-replica engine's process (``simulation._ReplicaProcess``, passed
-in: one event per iteration, its own policy object, KV pool and iteration
-records); only the arrivals differ. A dispatcher wakes once per distinct arrival time and hands
-every request due to the replica the router picks (``route(request, views, now) -> index``,
-:mod:`sim.engine.routers`), where it is queued (or rejected, when it could never fit that
-replica's pool) and an idle replica is woken. The dispatcher's events are scheduled with
-SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch
-at ``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and
-a router sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet
-post-processed). Closed loop: each user's next request is routed when it is issued.
+Each replica is the single-replica engine's process
+(:class:`~sim.engine.core.process.ReplicaProcess`: one event per iteration, its own policy object,
+KV pool and iteration records); only the arrivals differ. A dispatcher wakes once per distinct
+arrival time and hands every request due to the replica the router picks (``route(request, views,
+now) -> index``, :mod:`sim.engine.fleet.routers`), where it is queued (or rejected, when it could
+never fit that replica's pool) and an idle replica is woken. The dispatcher's events are scheduled
+with SimPy's URGENT priority, so an arrival at ``t`` is routed before any replica forms its batch at
+``t``: the single replica's rule (it pulls every arrival with ``arrival_time <= now``), and a router
+sees each replica as it stands at the arrival (an iteration ending at ``t`` not yet post-processed).
+Closed loop: each user's next request is routed when it is issued.
 
 A named scheduler is built once per replica; so is a policy object of a named scheduler's
 class (a copy per replica: SGLang keeps per-replica state, its ``new_token_ratio`` and chunked
@@ -18,7 +18,7 @@ the replica: it must keep no per-replica state).
 
 A policy that pauses the decodes (``pauses_decodes``: SGLang's prefill-only iterations) runs on
 each replica's decode clock: that replica's token runs count its decode steps and its first
-tokens of prefill-only iterations are points in iteration units (:mod:`sim.engine.decoding`).
+tokens of prefill-only iterations are points in iteration units (:mod:`sim.engine.core.decoding`).
 The records are concatenated replica by replica, so a run is shifted by the decode steps of
 the replicas before it and a point by their iterations; the paused iterations, renumbered the
 same way, are removed from the end times of the steps (``build_result(paused=...)``).
@@ -41,54 +41,61 @@ import copy
 import math
 import time
 from array import array
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..results.metrics import CONTEXT_LENGTH
+from ..core.events import URGENT, Wakeup, delay_until
+from ..core.invariants import check_finished
+from ..core.fastforward import can_fast_forward
+from ..core.process import ReplicaProcess, reject_too_long, submit
+from ..core.records import ITERATION_COLUMNS, build_result, gc_frozen, release
+from ..core.replica import Replica
+from ..schedulers import POLICIES, resolve
+from ..speculation.acceptance import make_drawer
 from .clients import ClosedLoopClients
-from .events import URGENT, Wakeup
-from .invariants import check_finished
-from .records import ITERATION_COLUMNS, build_result, gc_frozen, release
-from .replica import Replica
 from .routers import ReplicaView, make_router
-from .schedulers import POLICIES, resolve
-from .speculation import make_drawer
 
 
-def delay_until(now: float, t: float) -> float:
-    """The delay after which SimPy's clock (``now + delay``, rounded) reads ``t``, or the
-    first float after it: ``t - now`` rounds, and ``now + (t - now)`` can land one ulp below
-    ``t`` (arrivals 0.134 and 1.389: the second was routed, and scheduled, at
-    1.3889999999999998) or above it."""
-    if t <= now:  # due already (the loops below would never end for a time in the past)
-        return 0.0
-    delay = t - now  # exact, and now + delay == t, unless delay is as large as now
-    while now + delay < t:  # then one ulp of delay is about one of the sum: a few steps
-        delay = math.nextafter(delay, math.inf)
-    while now + delay > t:
-        smaller = math.nextafter(delay, 0.0)
-        if now + smaller < t:
-            break
-        delay = smaller
-    return delay
+
+
+@dataclass(slots=True)
+class RunContext:
+    """One run as every runner gets it (``simulation.run`` makes it once): the environment,
+    the requests, the settings resolved (``given``: as the user gave them, for the pools of a
+    disaggregated run to resolve their own), the policy, cost model and KV pool size of the
+    run's scheduler, the wall clock at the start and what the workload sets (``cache_unit``,
+    ``max_model_len``: ``simulation.cache_unit``, ``context_limit``; ``conversations``: a
+    closed loop's turns)."""
+
+    env: object
+    requests: list
+    config: object
+    given: object
+    policy: object
+    cost: object
+    kv_blocks: int
+    wall: float
+    cache_unit: int | None = None
+    max_model_len: int | None = None
+    conversations: object = None
 
 
 class Cluster:
     """The replicas, their processes, the router and where each request went."""
 
-    def __init__(self, env, config, policy, cost, kv_blocks, requests, process, submit,
-                 stream=0, cache_unit=None, max_model_len=None):
-        self.env = env
-        self._submit = submit
-        self.requests = requests
+    def __init__(self, ctx, config, policy, cost, kv_blocks, stream=0):
+        # config, policy, cost, kv_blocks: the pool's (a disaggregated run's pools differ)
+        env = self.env = ctx.env
+        self.requests = ctx.requests
         n = config.replicas
         self.replicas, self.processes, self.records = [], [], []
         for k in range(n):
             pol = policy if k == 0 else replica_policy(config, policy)
-            rep = new_replica(config, pol, kv_blocks, cache_unit, stream + k,  # its own draws
-                              max_model_len)
+            rep = new_replica(config, pol, kv_blocks, ctx.cache_unit, stream + k,  # its own
+                              ctx.max_model_len)  # draws
             rec = array("d")
-            proc = process(env, rep, pol, cost, rec, False, 0)
+            proc = ReplicaProcess(env, rep, pol, cost, rec, False, 0)
             proc.check = config.check
             self.replicas.append(rep)
             self.processes.append(proc)
@@ -96,14 +103,14 @@ class Cluster:
         self.config = config
         self.views = tuple(ReplicaView(rep, k) for k, rep in enumerate(self.replicas))
         self.route = make_router(config.router, config.seed)
-        self.replica_of = np.full(len(requests), -1, dtype=np.int64)
+        self.replica_of = np.full(len(ctx.requests), -1, dtype=np.int64)
         self.max_tokens = None  # disaggregation: (tokens, blocks) a decode replica can hold
         self.decode_lookahead = 0  # disaggregation: a decode replica's speculative slots
         self.more_replicas = ()  # disaggregation: the decode pool (closed-loop completions)
         self.bar = None
         if config.progress:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=len(requests), unit="req", desc="routing", leave=False)
+            self.bar = tqdm(total=len(ctx.requests), unit="req", desc="routing", leave=False)
         self._dispatch = None  # the dispatcher's event (open loop): one arrival time at a time
 
     def pick(self, r) -> int:
@@ -128,7 +135,7 @@ class Cluster:
                                            f"pool holds {self.max_tokens[0]} "
                                            f"({self.max_tokens[1]} blocks)")
             return False
-        return self._submit(self.replicas[k], self.processes[k], r)
+        return submit(self.replicas[k], self.processes[k], r)
 
     def open_loop(self, fast_forward=None):
         """Route each request at its ``arrival_time`` (requests sorted by arrival);
@@ -171,7 +178,7 @@ class Cluster:
     def closed_loop(self, loop, conversations=None):
         """``num_users`` users; each issues its next request (or turn of ``conversations``)
         ``think_time`` after the last finished or was rejected, routed when issued
-        (:mod:`sim.engine.clients`)."""
+        (:mod:`sim.engine.fleet.clients`)."""
         ClosedLoopClients(self.env, self.replicas + list(self.more_replicas), self.requests,
                           self.submit, loop, conversations)
 
@@ -203,7 +210,7 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     paused on demand if it pauses them), drawing speculative emissions from ``stream``;
     ``max_model_len``: the limit its arrivals are checked against (None: no check, as when no
     request of the run exceeds it: ``simulation.context_limit``); the policy's optional
-    ``reject_reason(r)`` checks them next (:mod:`sim.engine.policies`)."""
+    ``reject_reason(r)`` checks them next (:mod:`sim.engine.core.policies`)."""
     rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
@@ -214,16 +221,6 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     return rep
 
 
-def reject_too_long(replica, r) -> bool:
-    """Reject ``r`` at ``replica`` if its prompt + output tokens exceed the replica's
-    ``max_model_len`` (vLLM's OpenAI server: prompt + max_tokens > max_model_len, checked
-    before the request reaches the scheduler); True if rejected."""
-    limit, total = replica.max_model_len, r.num_prompt_tokens + r.num_output_tokens
-    if limit is None or total <= limit:
-        return False
-    replica.reject(r, f"{CONTEXT_LENGTH}: {total:,} tokens ({r.num_prompt_tokens:,} prompt + "
-                      f"{r.num_output_tokens:,} output) exceed max_model_len {limit:,}")
-    return True
 
 
 def replica_policy(config, policy):
@@ -284,7 +281,7 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None,
     replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
     loss; ``busy``: some other work was left behind). ``fast_forward``: see
     :meth:`Cluster.open_loop` (open loop only); ``conversations``: a closed loop's
-    (:func:`~sim.engine.clients.conversations`)."""
+    (:func:`~sim.engine.fleet.clients.conversations`)."""
     if config.closed_loop is None:
         entry.open_loop(fast_forward)
     else:
@@ -300,16 +297,13 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None,
         raise RuntimeError(f"{lost} request(s) neither finished nor rejected")
 
 
-def run_cluster(env, requests, config, policy, cost, kv_blocks, wall, *, process,
-                submit, cache_unit=None, fast_forward=None, max_model_len=None,
-                conversations=None) -> "Result":
-    """Simulate ``config.replicas`` replicas behind ``config.router``; ``process`` and
-    ``submit``: the single-replica engine's process class and arrival verb
-    (:mod:`sim.engine.simulation` passes them: it imports this module, not the reverse)."""
-    cluster = Cluster(env, config, policy, cost, kv_blocks, requests, process, submit,
-                      cache_unit=cache_unit, max_model_len=max_model_len)
-    simulate(env, config, cluster, fast_forward=fast_forward, conversations=conversations)
+def run_cluster(ctx: RunContext) -> "Result":
+    """Simulate ``config.replicas`` replicas behind ``config.router``."""
+    config = ctx.config
+    cluster = Cluster(ctx, config, ctx.policy, ctx.cost, ctx.kv_blocks)
+    simulate(ctx.env, config, cluster, fast_forward=can_fast_forward,
+             conversations=ctx.conversations)
     if config.check:
-        check_finished(requests, cluster.replicas)
-    return cluster.result(config, kv_blocks, wall_seconds=time.perf_counter() - wall,
-                          policy=policy, cost_model=cost)
+        check_finished(ctx.requests, cluster.replicas)
+    return cluster.result(config, ctx.kv_blocks, wall_seconds=time.perf_counter() - ctx.wall,
+                          policy=ctx.policy, cost_model=ctx.cost)

@@ -3,7 +3,7 @@
 Columns are built once, at the end, from the request objects and the flat float64 buffer of
 per-iteration rows the engine filled (``ITERATION_COLUMNS``, read without a copy). Token times are never stored: ITL comes from each
 request's runs of emitting iterations and the iteration end times
-(:func:`sim.engine.decoding.inter_token_gaps`). Metric definitions: :mod:`sim.results.metrics`.
+(:func:`sim.engine.core.decoding.inter_token_gaps`). Metric definitions: :mod:`sim.results.metrics`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from operator import attrgetter, is_not
 import numpy as np
 import pandas as pd
 
-from ..results.metrics import Result
+from ...results.metrics import Result
 from .decoding import inter_token_gaps
 from .request import STATUS_NAMES
 
@@ -96,7 +96,7 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
                  cost_model, replicas=None, columns=None, first_gaps=None,
                  paused=None) -> Result:
     """``replicas``: a cluster's ``(replica of each request, iterations per replica)``, the
-    records concatenated replica by replica (:mod:`sim.engine.cluster`); None: one replica.
+    records concatenated replica by replica (:mod:`sim.engine.fleet.cluster`); None: one replica.
     ``columns``: further request columns (name -> array in request order); ``first_gaps``:
     ``(request indices, gaps)`` between a first token streamed outside any iteration
     (disaggregation) and the request's next token, pooled into ITL like the others;

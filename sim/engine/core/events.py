@@ -25,12 +25,30 @@ Invariants (tests/test_events.py, tests/test_engine.py):
 
 from __future__ import annotations
 
+import math
 from heapq import heappop, heappush
 
 import simpy
 from simpy.core import NORMAL, URGENT
 
-__all__ = ["Environment", "Wakeup", "NORMAL", "URGENT"]
+__all__ = ["Environment", "Wakeup", "NORMAL", "URGENT", "delay_until"]
+
+def delay_until(now: float, t: float) -> float:
+    """The delay after which SimPy's clock (``now + delay``, rounded) reads ``t``, or the
+    first float after it: ``t - now`` rounds, and ``now + (t - now)`` can land one ulp below
+    ``t`` (arrivals 0.134 and 1.389: the second was routed, and scheduled, at
+    1.3889999999999998) or above it."""
+    if t <= now:  # due already (the loops below would never end for a time in the past)
+        return 0.0
+    delay = t - now  # exact, and now + delay == t, unless delay is as large as now
+    while now + delay < t:  # then one ulp of delay is about one of the sum: a few steps
+        delay = math.nextafter(delay, math.inf)
+    while now + delay > t:
+        smaller = math.nextafter(delay, 0.0)
+        if now + smaller < t:
+            break
+        delay = smaller
+    return delay
 
 
 class Wakeup:
