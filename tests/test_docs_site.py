@@ -174,3 +174,48 @@ def test_the_site_builds_strict(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "api" / "sim.engine" / "index.html").is_file()
+
+
+def _pages():
+    return [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _resolves(dotted) -> bool:
+    """``sim.engine.core.replica`` or ``sim.engine.core.replica.Replica.admit``: the longest
+    prefix that is a module or package on disk, then attributes of it."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        base = ROOT.joinpath(*parts[:cut])
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            break
+    else:
+        return False
+    if cut == len(parts):
+        return True
+    obj = importlib.import_module(".".join(parts[:cut]))
+    for name in parts[cut:]:
+        if not hasattr(obj, name):
+            return False
+        obj = getattr(obj, name)
+    return True
+
+
+# paths in other projects' repositories that the pages cite as sources
+EXTERNAL = {"benchmarks/multi_turn/benchmark_serving_multi_turn.py"}  # vLLM's
+
+
+def test_every_file_and_module_the_pages_name_exists():
+    """A page that names ``engine/core/replica.py``, ``benchmarks/run.py`` or
+    ``sim.engine.kv.radix`` names something that is there: a module that moves breaks this
+    test, not a reader."""
+    missing = []
+    for page in _pages():
+        text = page.read_text()
+        for path in re.findall(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|toml|json|csv|ipynb|md))`", text):
+            if path not in EXTERNAL and not any(
+                    (base / path).exists() for base in (ROOT, ROOT / "sim", ROOT / "docs")):
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+        for dotted in re.findall(r"`((?:sim|workloads)(?:\.\w+)+)", text):
+            if not _resolves(dotted):
+                missing.append(f"{page.relative_to(ROOT)}: {dotted}")
+    assert not missing, "\n".join(sorted(set(missing)))
