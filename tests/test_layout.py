@@ -16,7 +16,7 @@ LAYER = {"checks": 0, "constants": 0, "specs": 1, "cheatsheet": 2, "costs": 2, "
 # third-party imports allowed only in these modules (anywhere in them: lazy imports count)
 ONLY_IN = {
     "matplotlib": {"sim.results.plots"},
-    "dask": {"sim.tools.sweep"},
+    "dask": {"sim.tools.sweep_backends"},
     "cupy": {"sim.costs.kernels"},
 }
 ONLY_IN_PACKAGE = {"argparse": "sim.cli"}  # the command line parses argv; nothing else does
