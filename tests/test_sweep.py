@@ -1,5 +1,6 @@
-"""sim/tools/sweep.py: job validation, one row per job in job order, labels as columns, the same
-table in this process and in a process pool. (The Dask path: tests/test_experiments.py.)"""
+"""sim/tools/sweep.py with its sweep_grid, sweep_backends and sweep_resume modules: job
+validation, one row per job in job order, labels as columns, grids checked before anything runs,
+resume, the same table in this process, in a process pool and on Dask."""
 
 import dataclasses
 import functools
