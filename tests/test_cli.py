@@ -289,10 +289,10 @@ def test_sweep_refuses_a_bad_grid_before_running_naming_the_file(grid, message, 
 def test_the_sample_toml_files_are_valid(tmp_path):
     from pathlib import Path
 
-    from sim.cli.settings import _read_toml
+    from sim.cli.settings import read_toml
     root = Path(__file__).resolve().parents[1] / "examples"
-    assert _read_toml(root / "experiment.toml")["scheduler"] == "vllm"
-    assert set(_read_toml(root / "sweep.toml", extra=("grid", "metrics"))["grid"]) == {
+    assert read_toml(root / "experiment.toml")["scheduler"] == "vllm"
+    assert set(read_toml(root / "sweep.toml", "sweep")["grid"]) == {
         "rate", "scheduler"}
 
 

@@ -178,7 +178,10 @@ CASES = [
     (["validate", "--profile", "{d}/not_json.json"], "not_json.json': not a JSON file"),
     (["validate", "-n", "0"], "argument --requests/-n: must be > 0, got 0"),
     (["workload", "describe"], "describe needs a bundled trace name or a file"),
-    (["workload", "describe", "azure-code", "-n", "0"], "argument --num-requests/-n: must be > 0"),
+    # sim run's row of the table: the same check and message as sim run's -n 0
+    (["workload", "describe", "azure-code", "-n", "0"], "error: --num-requests must be >= 1, got "
+                                                        "0: an empty workload has nothing"),
+    (["workload", "describe", "azure-code", "--seed", "-1"], "error: --seed must be >= 0, got -1"),
     (["workload", "describe", "nope"], "workload 'nope' is neither a bundled trace nor a file"),
     # the loader's arguments (rate=, n=) named as the flags
     (["workload", "describe", "sharegpt"], "'sharegpt' has no arrival times: give --rate "

@@ -169,7 +169,7 @@ def test_run_help_gives_the_valid_range_of_each_number_and_short_metavars():
     ("--weight-dtype", "weight_dtype", "FP8", "fp8"), ("--kv-dtype", "kv_dtype", "Fp8", "fp8"),
     ("--scheduler", "scheduler", "VLLM", "vllm"), ("--router", "router", "Least_KV", "least_kv"),
     ("--prefix-caching", "prefix_caching", "OFF", "off"),
-    ("--spec-method", "spec_method", "NGRAM", "ngram")])
+    ("--spec-method", "speculative_method", "NGRAM", "ngram")])
 def test_choice_flags_take_any_case_as_the_toml_file_does(flag, dest, typed, value):
     assert getattr(build_parser().parse_args(["run", flag, typed]), dest) == value
 
@@ -208,7 +208,7 @@ def test_prefix_caching_radix_from_the_flag_and_the_sglang_default(tmp_path):
 
 def test_parquet_outputs_round_trip_with_dictionaries_only_on_text(tmp_path):
     import pyarrow.parquet as pq
-    from sim.cli.run import write_parquet
+    from sim.cli.output import write_parquet
     df = pd.DataFrame({"request_id": ["a", "b", "c"], "ttft": [0.5, float("nan"), 0.25],
                        "num_output_tokens": [3, 4, 5], "status": ["finished"] * 3})
     write_parquet(df, tmp_path / "r.parquet")

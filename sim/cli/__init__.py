@@ -6,6 +6,12 @@
     sim calibrate [--budget 120] [--output PROFILE.json]
     sim validate [--profile PROFILE.json]
 
+Modules: ``main`` (the parser, one-line errors), ``table`` (every setting of run, capacity and
+sweep: flag, TOML key, target, check, default, help), ``settings`` (defaults, TOML file, flags,
+checked), ``build`` (settings to workload and ``SimConfig``), ``run`` and ``output`` (``sim
+run`` and its files), ``capacity``, ``sweep``, ``info`` (workload, memory), ``device``
+(calibrate, validate), ``arguments`` (the checks every command shares).
+
 The only package that prints or parses argv. Errors the user can fix end as one line on
 stderr and exit status 2.
 

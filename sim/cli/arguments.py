@@ -4,7 +4,9 @@ created by nothing here), :func:`read_profile` (a calibration profile's JSON obj
 :func:`not_beside_file` (a TOML file's relative path that exists only beside the file),
 :func:`as_flag` and :func:`preset` (a library message in the flag's words). Each raises
 ``ValueError`` naming the flag and the value (``argparse.ArgumentTypeError`` for
-:func:`number`), which ``sim`` prints as one line.
+:func:`number`), which ``sim`` prints as one line. Last, the checks of the settings table's
+rows (:mod:`sim.cli.table`): ``check(shown, value) -> value``, the same for a flag's value and a
+TOML file's, ``shown`` being the setting as the user wrote it.
 
 A relative path in a TOML file (``workload``, ``profile``, ``output``) is read from the working
 directory, as a flag's is, not from the TOML file's folder; :func:`not_beside_file` only makes
@@ -18,6 +20,8 @@ import math
 import os
 import tempfile
 from pathlib import Path
+
+from ..checks import positive_float, positive_int
 
 
 def number(kind=float, *, allow_zero=False):
@@ -121,3 +125,56 @@ def read_profile(path, name="--profile") -> dict:
         raise ValueError(f"{name} {str(path)!r}: not a calibration profile (write one with "
                          f"'sim calibrate')")
     return profile
+
+
+# checks of a setting's value (sim.cli.table), each ``check(shown, value) -> value``: ``shown``
+# is the setting as the user wrote it
+def count(shown, value):
+    return positive_int(shown, value)
+
+
+def count_or_zero(shown, value):
+    return positive_int(shown, value, allow_zero=True)
+
+
+def positive(shown, value):
+    return positive_float(shown, value)
+
+
+def at_least_zero(shown, value):
+    return positive_float(shown, value, allow_zero=True)
+
+
+def num_requests(shown, value):
+    if value == 0 and not isinstance(value, bool):
+        raise ValueError(f"{shown} must be >= 1, got 0: an empty workload has nothing to "
+                         f"simulate")
+    return positive_int(shown, value)
+
+
+def name_any_case(shown, value):
+    """A name in any case, as the flags take it (``str.lower``); the target checks which."""
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def prefix_caching(shown, value):
+    """A prefix-cache mode in any case; ``off`` (or ``false``, ``none``) is ``False``, the
+    API's off; SimConfig checks the others."""
+    value = name_any_case(shown, value)
+    return False if value in (False, "off", "false", "none") else value
+
+
+def typed(kind, what):
+    """A check that the value is a ``kind`` (and not a bool unless ``kind`` is bool)."""
+    def check(shown, value):
+        if value is not None and (isinstance(value, bool) is not (kind is bool)
+                                  or not isinstance(value, kind)):
+            raise TypeError(f"{shown} must be {what}, got {value!r}")
+        return value
+    return check
+
+
+def repeats(shown, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{shown} must be an integer >= 1, got {value!r}")
+    return value

@@ -1,18 +1,18 @@
 """``sim capacity``: the highest request rate the configured replica serves within its SLOs.
 
 Takes the same settings as ``sim run`` (flags or a TOML file, ``--request-path`` /
-``request_path`` included) plus ``--attainment`` and ``--tol``; at least one ``--slo-*`` limit is required. Prints the rate, goodput per GPU and the
+``request_path`` included; the table's rows for ``capacity``) plus ``--attainment`` and
+``--tol``; at least one ``--slo-*`` limit is required. Prints the rate, goodput per GPU and the
 rates tried (:func:`sim.tools.capacity.max_rate`). A length-only set needs no ``--rate``: the
-search re-scales its arrivals, drawn at ``REFERENCE_RATE`` (:func:`~sim.cli.run.build_rescaled`).
+search re-scales its arrivals, drawn at ``REFERENCE_RATE``
+(:func:`~sim.cli.build.build_rescaled`).
 """
 
 from __future__ import annotations
 
-import argparse
-
 from ..checks import plural
-from .run import add_request_path_arg, build_rescaled, with_request_path
 from .arguments import number
+from .build import build_rescaled, with_request_path
 from .settings import Names, add_run_args, check_router_used, settings_from
 
 
@@ -31,7 +31,7 @@ def cmd_capacity(args) -> int:
         raise ValueError("--think-time is not used by sim capacity: it time-scales an open "
                          "loop's arrivals, with no users to think")
     names = Names(args.config)
-    s = settings_from(args, names, extra=("request_path",))
+    s = settings_from(args, names, "capacity")
     check_router_used(s, names)
     if not s["slo"]:
         raise ValueError("sim capacity needs at least one SLO: --slo-ttft, --slo-itl, "
@@ -68,11 +68,7 @@ def cmd_capacity(args) -> int:
 
 def add_parser(sub):
     p = sub.add_parser("capacity", help="the highest request rate that meets the SLOs")
-    add_run_args(p)
-    for action in p._actions:  # sim run's flags it refuses: parsed (to say so), not listed
-        if action.dest in REFUSED:
-            action.help = argparse.SUPPRESS
-    add_request_path_arg(p)
+    add_run_args(p, "capacity", hide=REFUSED)  # the refused: parsed (to say so), not listed
     p.add_argument("--attainment", type=number(float), default=0.9,
                    help="fraction of requests that must meet every SLO (default 0.9)")
     p.add_argument("--tol", type=number(float), default=0.01,

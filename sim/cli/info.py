@@ -1,14 +1,23 @@
 """``sim workload`` (list / describe bundled traces and files) and ``sim memory`` (does a model
-fit on a GPU, and how much KV cache is left)."""
+fit on a GPU, and how much KV cache is left).
+
+The settings they share with ``sim run`` are its rows of the table (:mod:`sim.cli.table`): the
+same flags, checks and help (``DESCRIBE``: the workload's; ``MEMORY``: the GPU and the tensor
+parallelism); ``sim memory``'s own knobs are each engine's memory-accounting names, and its
+precisions ``memory_budget``'s (fp32 as well)."""
 
 from __future__ import annotations
 
 import numbers
 
 from ..checks import each_gpu, plural
-from .arguments import number, output_file
-from .run import as_written
-from .settings import FREE_GPU_MEMORY_FRACTION_HELP, HASH_BLOCK_TOKENS_HELP, Names
+from .arguments import output_file
+from .build import as_written
+from .settings import Names, add_flags, flag_values
+from .table import BY_KEY, FREE_GPU_MEMORY_FRACTION_HELP, flag_of
+
+DESCRIBE = ("num_requests", "rate", "seed", "hash_block_tokens")  # sim run's rows it shares
+MEMORY = ("gpu", "tensor_parallel")  # (its precisions: memory_budget's, fp32 too)
 
 
 def accounting_block_size(accounting) -> int:
@@ -34,13 +43,11 @@ def cmd_workload(args) -> int:
         plot = output_file(args.plot, "--plot")
         if plot.suffix.lower() != ".png":
             raise ValueError(f"--plot {args.plot!r} must be a file name ending in .png")
+    load = flag_values(args, DESCRIBE)
     try:
-        df = workloads.load(args.name, n=args.num_requests, rate=args.rate, seed=args.seed,
-                            hash_block_tokens=args.hash_block_tokens)
+        df = workloads.load(args.name, **load)
     except ValueError as e:  # the loader names its arguments (n=, rate=): name the flags
-        raise ValueError(as_written(str(e), {"num_requests": args.num_requests,
-                                             "rate": args.rate, "speculative": {},
-                                             "hash_block_tokens": args.hash_block_tokens},
+        raise ValueError(as_written(str(e), {**{k: None for k in DESCRIBE}, "speculative": {}},
                                     Names(None))) from None
     d = workloads.describe(df)
     width = max(len(k) for k in d)
@@ -56,9 +63,9 @@ def cmd_workload(args) -> int:
 
 
 # memory_budget's argument -> the flag of ``sim memory`` that sets it
-MEMORY_FLAGS = {"gpu": "--gpu", "gpu_memory_gb": "--gpu-memory-gb",
+MEMORY_FLAGS = {**{k: flag_of(k) for k in MEMORY}, "gpu_memory_gb": "--gpu-memory-gb",
                 "weight_dtype": "--weight-dtype", "kv_dtype": "--kv-dtype",
-                "tensor_parallel": "--tp", "gpu_memory_utilization": "--utilization",
+                "gpu_memory_utilization": "--utilization",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
                 "max_num_seqs": "--max-num-seqs", "mem_fraction_static": "--mem-fraction-static",
                 "free_gpu_memory_fraction": "--free-gpu-memory-fraction"}
@@ -81,12 +88,13 @@ def cmd_memory(args) -> int:
             used = ", ".join(MEMORY_FLAGS[k] for k in engine_knobs if k not in unused)
             raise ValueError(f"{MEMORY_FLAGS[key]} is not used by --accounting "
                              f"{args.accounting} (its knobs: {used})")
+    shared = flag_values(args, MEMORY)  # gpu, tensor_parallel
+    name = shared.pop("gpu")
     try:
-        gpu = None if args.gpu_memory_gb is not None else get_gpu(args.gpu)
+        gpu = None if args.gpu_memory_gb is not None else get_gpu(name)
         gb = args.gpu_memory_gb if gpu is None else gpu.memory_gb
         b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype,
-                          kv_dtype=args.kv_dtype, tensor_parallel=args.tp,
-                          accounting=args.accounting,
+                          kv_dtype=args.kv_dtype, **shared, accounting=args.accounting,
                           block_size=accounting_block_size(args.accounting),
                           **{k: v for k, v in engine_knobs.items() if v is not None})
     except (ValueError, TypeError) as e:  # the library names its arguments; name the flags
@@ -118,27 +126,18 @@ def add_parsers(sub):
     p_wl.add_argument("action", choices=["list", "describe"],
                       help="list: the bundled traces; describe: statistics of one workload")
     p_wl.add_argument("name", nargs="?", help="bundled trace name or CSV/JSONL/parquet file")
-    p_wl.add_argument("--num-requests", "-n", type=number(int), metavar="N",
-                      help="the first N requests, >= 1 (default: all)")
-    p_wl.add_argument("--rate", type=number(float), metavar="REQ_PER_S",
-                      help="requests/s, > 0: time-scales a trace; needed for a length-only set "
-                           "(default: the trace's own timing)")
-    p_wl.add_argument("--seed", type=number(int, allow_zero=True), default=0,
-                      help="seed of sampled arrivals, >= 0 (default 0)")
-    p_wl.add_argument("--hash-block-tokens", type=number(int), metavar="TOKENS",
-                      help=HASH_BLOCK_TOKENS_HELP)
+    add_flags(p_wl, [BY_KEY[k] for k in DESCRIBE])
     p_wl.add_argument("--plot", metavar="PNG", help="write a PNG of the workload (default none)")
     p_wl.set_defaults(func=cmd_workload)
     p_mem = sub.add_parser("memory", help="memory budget of a model on a GPU")
     p_mem.add_argument("model", help="model preset such as llama-3.1-70b (an unknown name "
                                       "lists them)")
-    p_mem.add_argument("--gpu", default="h100", help="GPU preset (default h100)")
+    add_flags(p_mem, [BY_KEY[k] for k in MEMORY])
     p_mem.add_argument("--gpu-memory-gb", type=float,
                        help="override the memory the GPU reports, GB = 1e9 bytes (default: the "
                             "preset's)")
     p_mem.add_argument("--weight-dtype", default="fp16", help="weight precision (default fp16)")
     p_mem.add_argument("--kv-dtype", default="fp16", help="KV cache precision (default fp16)")
-    p_mem.add_argument("--tp", type=int, default=1, help="tensor-parallel GPUs (default 1)")
     p_mem.add_argument("--utilization", type=float, default=None,
                        help="vLLM's gpu_memory_utilization (default 0.9)")
     p_mem.add_argument("--accounting", choices=["vllm", "sglang", "tensorrt-llm"],

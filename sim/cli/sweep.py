@@ -22,11 +22,12 @@ import functools
 from pathlib import Path
 
 from ..checks import plural
-from .run import build_rescaled
 from .arguments import number, output_folder
-from .settings import Names, settings_from
+from .build import build_rescaled, parts
+from .settings import Names, add_flags, given_value, settings_from
+from .table import BY_KEY
 
-METRICS = ["ttft_p99", "itl_p99", "request_throughput"]
+METRICS = list(BY_KEY["metrics"].default)
 
 
 def in_file(check, config, *args):
@@ -71,7 +72,7 @@ def cmd_sweep(args) -> int:
     from ..tools.sweep import sweep
     from ..tools.sweep_grid import check_grid, check_grid_fields
     names = Names(args.config)
-    s = settings_from(args, names, extra=("grid", "metrics", "repeats"))
+    s = settings_from(args, names, "sweep")
     grid = s["extra"].get("grid")
     if not isinstance(grid, dict) or not grid:
         raise ValueError(f"{args.config}: a sweep needs a [grid] table (field = [values, ...])")
@@ -79,12 +80,7 @@ def cmd_sweep(args) -> int:
     metrics = s["extra"].get("metrics", METRICS)
     if not isinstance(metrics, list) or not all(isinstance(m, str) for m in metrics):
         raise TypeError(f"{args.config}: metrics must be a list of summary keys, got {metrics!r}")
-    if args.repeats is not None:
-        repeats = args.repeats
-    else:
-        repeats = s["extra"].get("repeats", 1)
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"{args.config}: repeats must be an integer >= 1, got {repeats!r}")
+    repeats = given_value(args, s, "repeats")[0] or BY_KEY["repeats"].default
     out = output_folder(s["output"], names("output"))
     # a trace's own timing, or a length-only set's arrivals at a reference rate: each grid
     # rate re-scales them (a grid of closed_loop_users: its users ignore them)
@@ -92,8 +88,8 @@ def cmd_sweep(args) -> int:
                                   rescaled="rate" in grid or "closed_loop_users" in grid)
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads
-        df = functools.partial(workloads.load, s["workload"], n=s["num_requests"],
-                               rate=s["rate"], hash_block_tokens=s["hash_block_tokens"])
+        load = {k: v for k, v in parts(s)["workload"].items() if k != "seed"}
+        df = functools.partial(workloads.load, **load)
         if cfg.speculative is None and df(seed=s["seed"]).equals(df(seed=s["seed"] + 1)):
             raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
                              f"for every seed (a replayed trace), so {repeats} repeats would "
@@ -142,10 +138,8 @@ def add_parser(sub):
     p.add_argument("--dask", default=None, metavar="ADDRESS",
                    help="run on a Dask scheduler, e.g. tcp://host:8786 (pip install "
                         "'.[cluster]') (default: local processes)")
-    p.add_argument("--repeats", type=number(int), default=None, metavar="N",
-                   help="runs per point, seeds seed, seed+1, ... (default: the file's repeats, "
-                        "else 1)")
+    add_flags(p, [BY_KEY["repeats"]])
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (default: one on a terminal)")
-    p.add_argument("--output", "-o", default=None, help="output folder (default sim-out)")
+    add_flags(p, [BY_KEY["output"]])
     p.set_defaults(func=cmd_sweep)

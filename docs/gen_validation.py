@@ -1,0 +1,167 @@
+"""The validation page's tables, generated at build time from the files the scripts write.
+
+Sources (each rewritten only by its script's ``--write``, so the page shows what the last run
+measured, never a number typed by hand):
+
+- ``sim/data/serving_check.json`` - ``experiments/validate_serving.py``: whole serving runs
+  against published measurements, per engine and metric;
+- ``sim/data/roofline_fit.json`` - ``experiments/fit_roofline.py``: the roofline's fitted
+  terms and the per-layer, attention-kernel, fixed-cost, decode, all-reduce reports;
+- ``sim/data/moe_fit.json`` - ``experiments/moe_kernels.py``: the fused-MoE kernel fit;
+- ``sim/data/profiles/cpu_calibration.json`` - ``sim calibrate``: the shipped CPU profile's
+  held-out errors.
+
+Errors are signed ``predicted / measured - 1``; "median |error|" is over the rows of a group,
+"worst" the signed error of largest magnitude. :data:`TABLES` names every table a page can ask
+for (``<!-- gen: validation.NAME -->``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "sim" / "data"
+
+
+def _load(name):
+    return json.loads((DATA / name).read_text())
+
+
+def _pct(x, signed=False) -> str:
+    """A fraction as a percentage: ``0.0409`` -> ``4.1 %`` (``+4.1 %`` when signed)."""
+    return f"{100 * x:+.1f} %" if signed else f"{100 * x:.1f} %"
+
+
+def table(header, rows) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def grouped(rows, keys, error="error_pct", scale=0.01):
+    """``rows`` grouped by ``keys`` (in first-seen order): ``(key values, count, median |error|,
+    worst signed error)``, errors as fractions (``scale`` turns a percentage into one)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r[k] for k in keys), []).append(r[error] * scale)
+    return [(key, len(errs), statistics.median(abs(e) for e in errs), max(errs, key=abs))
+            for key, errs in groups.items()]
+
+
+# ---- the tables ---------------------------------------------------------------------------
+
+def serving() -> str:
+    rows = sorted(_load("serving_check.json")["summary"], key=lambda s: (s["engine"], s["metric"]))
+    return table(["engine (published runs)", "metric", "split", "rows", "median \\|error\\|",
+                  "P90 \\|error\\|", "worst"],
+                 [(f"`{s['engine']}`", s["metric"], s["split"], s["rows"],
+                   _pct(s["median_abs_error"]), _pct(s["p90_abs_error"]),
+                   _pct(s["worst"], signed=True)) for s in rows])
+
+
+def per_layer() -> str:
+    fit = _load("roofline_fit.json")
+    return table(["GPU", "model", "split", "op family", "points", "median \\|error\\|", "P90"],
+                 [(r["gpu"], r["model"], r["split"], r["family"], f"{r['points']:,}",
+                   f"{r['median_ape_pct']:.1f} %", f"{r['p90_ape_pct']:.1f} %")
+                  for r in fit["report"]])
+
+
+def attention() -> str:
+    rows = _load("roofline_fit.json")["attention_report"]
+    out = grouped(rows, ("gpu", "kernel", "dtype", "head_dim", "split"))
+    return table(["GPU", "kernel", "dtype", "head dim", "split", "rows", "median \\|error\\|",
+                  "worst"],
+                 [(*key, n, _pct(med), _pct(worst, signed=True)) for key, n, med, worst in out])
+
+
+def fixed_costs() -> str:
+    """The batch-1 first tokens and static-batch throughputs that fit the fixed costs, the FP8
+    efficiency and the decode attention's bandwidth, with the error before that fit."""
+    rows = _load("roofline_fit.json")["latency_report"]
+    now = grouped(rows, ("metric", "gpu", "split"))
+    before = {key: med for key, _, med, _ in
+              grouped(rows, ("metric", "gpu", "split"), error="error_before_pct")}
+    return table(["metric", "GPU", "split", "rows", "median \\|error\\|", "worst",
+                  "median \\|error\\| before the fit"],
+                 [(*key, n, _pct(med), _pct(worst, signed=True), _pct(before[key]))
+                  for key, n, med, worst in now])
+
+
+def decode() -> str:
+    rows = _load("roofline_fit.json")["decode_report"]
+    out = grouped(rows, ("engine", "metric", "gpu", "split"))
+    return table(["engine (published)", "metric", "GPU", "split", "rows", "median \\|error\\|",
+                  "worst"],
+                 [(f"`{key[0]}`", *key[1:], n, _pct(med), _pct(worst, signed=True))
+                  for key, n, med, worst in out])
+
+
+def decode_bands() -> str:
+    rows = _load("roofline_fit.json")["decode_band_report"]
+    return table(["batch", "split", "rows", "median \\|error\\| of the time per token", "worst"],
+                 [(r["batch"], r["split"], r["points"], f"{r['median_abs_error_pct']:.1f} %",
+                   f"{r['worst_error_pct']:+.1f} %") for r in rows])
+
+
+def collectives_and_cpu() -> str:
+    fit = _load("roofline_fit.json")
+    rows = [(f"all-reduce kernel `{r['kernel']}`", r["split"], r["points"],
+             f"{r['median_abs_error_pct']:.1f} %", f"{r['worst_error_pct']:+.1f} %")
+            for r in fit["custom_allreduce_report"]]
+    rows += [("CPU time per iteration (Vidur's vLLM overheads)", r["split"], r["points"],
+              f"{r['median_ape_pct']:.1f} %", "") for r in fit["cpu_overhead_report"]]
+    for r in _load("moe_fit.json")["report"]:
+        rows.append((f"fused-MoE layer, {r['model']} ({r['gpu']}, {r['dtype']})", r["split"],
+                     r["rows"], _pct(r["median_abs"]), _pct(r["worst"], signed=True)))
+    return table(["what", "split", "rows", "median \\|error\\|", "worst"], rows)
+
+
+def per_head_decode() -> str:
+    p = _load("roofline_fit.json")["per_head_decode"]
+    return table(["fitted term", "value", "from", "measured ratio", "predicted ratio"],
+                 [("`attn_decode_reread_fraction`", p["params"]["attn_decode_reread_fraction"],
+                   f"`{p['pair'][0]}` against `{p['pair'][1]}`", p["measured_ratio"],
+                   p["predicted_ratio"])])
+
+
+def _flat(params, prefix=""):
+    for k, v in params.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def parameters() -> str:
+    """The fitted roofline terms per GPU, then the terms every GPU shares."""
+    fit = _load("roofline_fit.json")
+    gpus = list(fit["params"])
+    per_gpu = {gpu: dict(_flat(p)) for gpu, p in fit["params"].items()}
+    names = list(dict.fromkeys(n for p in per_gpu.values() for n in p))
+    rows = [(f"`{n}`", *(f"{per_gpu[g][n]:.4g}" if n in per_gpu[g] else "" for g in gpus))
+            for n in names]
+    shared = [*_flat(fit["shared"]), *_load("moe_fit.json")["shared"].items()]
+    return (table(["term", *gpus], rows) + "\nShared by every GPU:\n\n"
+            + table(["term", "value"], [(f"`{n}`", f"{v:.4g}") for n, v in shared]))
+
+
+def calibrated_profile() -> str:
+    prof = json.loads((DATA / "profiles" / "cpu_calibration.json").read_text())
+    rows = [(f"op `{op}`", "held out", e["points"], f"{e['median_ape_pct']:.1f} %",
+             f"{e['p90_ape_pct']:.1f} %") for op, e in prof["heldout_error"].items()]
+    it = prof["iteration_error"]
+    rows.append(("whole engine iterations, executed", "fit", f"{it['points']:,}",
+                 f"{it['median_ape_pct']:.1f} %", f"{it['p90_ape_pct']:.1f} %"))
+    gate = "passed" if prof["quality"]["passed"] else "failed"
+    return (f"Device `{prof['device']}`, model `{prof['model']['name']}`, measured "
+            f"{prof['date'][:10]}; quality gate {gate}.\n\n"
+            + table(["what", "split", "points", "median \\|error\\|", "P90"], rows))
+
+
+TABLES = {"serving": serving, "per-layer": per_layer, "attention": attention,
+          "fixed-costs": fixed_costs, "decode": decode, "decode-bands": decode_bands,
+          "collectives-cpu-moe": collectives_and_cpu, "per-head-decode": per_head_decode,
+          "parameters": parameters, "calibrated-profile": calibrated_profile}

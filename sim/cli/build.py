@@ -1,0 +1,253 @@
+"""From checked settings (:mod:`sim.cli.settings`) to the run's workload and ``SimConfig``.
+
+:func:`parts` reads the settings once through the table (:mod:`sim.cli.table`): each given
+value goes to its row's targets under its API field (``closed_loop_users`` to
+``ClosedLoop.num_users``, ``num_requests`` to ``workloads.load``'s ``n``). :func:`config_from`
+builds the config objects from those parts - ``SpeculativeConfig``, ``ClosedLoop``,
+``Disaggregation``, the cost model - and the ``SimConfig`` in one call; :func:`build` loads the
+workload and checks the config through to its KV pool and cost model. A library error names
+the API's field; :func:`as_written` names it as the user wrote it (``--chunk-size 100``,
+``exp.toml: chunk_size 100``). :func:`with_request_path` adds ``sim run``'s and ``sim
+capacity``'s own ``request_path`` to the config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import sys
+
+from .arguments import read_profile
+from .settings import given_value
+from .table import BY_KEY, SETTINGS
+
+# when a config object is made: a field of it given (others alone take its defaults)
+MADE_BY = {"closed_loop": ("num_users",),
+           "disaggregation": ("prefill_replicas", "decode_replicas")}
+# the workload loader's argument names for settings of other names (its message says "n=...")
+LOADER_NAMES = {row.api_field: row.key for row in SETTINGS
+                if row.to == ("workload",) and row.field and row.key != "workload"}
+
+
+def parts(s) -> dict:
+    """``{target: {field: value}}``: every value the settings ``s`` hold (None: not given, the
+    target's default) under its row's API field, for each of the row's targets."""
+    out = {}
+    for row in SETTINGS:
+        top, _, sub = row.key.partition(".")
+        if top not in s:
+            continue
+        value = s[top].get(sub) if sub else s[top]
+        if value is None:
+            continue
+        for target in row.to:
+            out.setdefault(target, {})[row.api_field] = value
+    return out
+
+
+def profile_model_mismatch(cost, s) -> str | None:
+    """Why a calibrated profile's prices and the KV pool describe different models, or None:
+    the profile prices the model it timed, while ``--model`` (on ``--gpu``) sizes the pool
+    unless ``--kv-blocks`` gives it."""
+    from ..specs.models import get_model
+    timed = cost.profile.get("model", {}).get("name")
+    sized = get_model(s["model"]).name
+    if s["kv_blocks"] is not None or not timed or timed.lower() == sized.lower():
+        return None
+    return (f"the profile prices {timed!r} (the model it timed) but the KV pool is sized for "
+            f"{sized!r} on {s['gpu']!r} (--model, --gpu): give --kv-blocks N, or --model for "
+            f"the profiled model")
+
+
+def cost_model_from(s):
+    """The cost model the settings name: ``--profile`` (a calibrated profile) wins, else
+    ``--cost``: ``roofline`` (``None``: SimConfig builds the roofline of model on gpu),
+    ``constant:SECONDS`` or ``linear:BASE,PREFILL,DECODE,CONTEXT``."""
+    from ..costs.simple import ConstantCost, LinearCost
+    if s["profile"]:
+        from ..costs.calibrated import CalibratedCost
+        cost = CalibratedCost(read_profile(s["profile"]))
+        for note in (cost.warning(), profile_model_mismatch(cost, s)):
+            if note:
+                print(f"sim run: warning: {note}", file=sys.stderr)
+        return cost
+    spec = s["cost"]
+    if spec == "roofline":
+        return None  # SimConfig resolves the roofline of model on gpu
+    usage = "use roofline, constant:SECONDS or linear:BASE,PREFILL,DECODE,CONTEXT"
+    kind, _, rest = spec.partition(":")
+    try:
+        nums = [float(x) for x in rest.split(",") if x]
+    except ValueError:
+        raise ValueError(f"cost {spec!r}: numbers expected after ':'; {usage}") from None
+    try:
+        if kind == "constant" and len(nums) == 1:
+            return ConstantCost(nums[0])
+        if kind == "linear" and len(nums) == 4:
+            return LinearCost(*nums)
+        if kind == "linear":
+            raise ValueError(f"four numbers expected (BASE,PREFILL,DECODE,CONTEXT: seconds, "
+                             f"and seconds per prefill, decode and context token; write 0 "
+                             f"for a term not wanted), got {len(nums)}")
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"cost {spec!r}: {e}") from None
+    raise ValueError(f"cost {spec!r}: {usage}")
+
+
+def _speculative(spec, names=None):
+    """The ``SpeculativeConfig`` of the ``[speculative]`` fields ``spec`` (None: off); an error
+    names the keys as written: from the file, ``exp.toml: speculative.method ...`` or
+    ``exp.toml: [speculative] ...``; from flags, each key as its flag (``--draft-model``,
+    ``--spec-method ngram``)."""
+    from ..engine import SpeculativeConfig
+    if not spec:
+        return None
+    try:
+        return SpeculativeConfig(**spec)
+    except (ValueError, TypeError) as e:
+        if names is None:
+            raise
+        msg, head = str(e), ""
+        m = _LEADING.match(msg)
+        if m and m.group(1) in spec:
+            head, msg = names(f"speculative.{m.group(1)}") + " ", m.group(2)
+        elif names.table("speculative"):
+            head = f"{names.config}: [speculative] "
+        if not names.table("speculative"):  # the flags' voice
+            msg = re.sub(r"(?<![\w.-])(\w+)(?:='(\w+)')?", lambda w: " ".join(filter(None, (
+                _spec_flag(w.group(1)), w.group(2)))) if _spec_flag(w.group(1))
+                else w.group(0), msg)
+        raise type(e)(head + msg) from None
+
+
+def _spec_flag(field):
+    """The flag of the ``[speculative]`` field ``field``, or None."""
+    row = BY_KEY.get(f"speculative.{field}")
+    return row.flags[0] if row is not None and row.flags else None
+
+
+def config_from(s, names=None):
+    """The ``SimConfig`` of the settings ``s``, with its config objects, in one pass over the
+    table (:func:`parts`)."""
+    import workloads
+    from ..engine import Disaggregation, SimConfig
+    p = parts(s)
+    speculative = _speculative(p.get("speculative"), names)
+    made = {"closed_loop": workloads.ClosedLoop, "disaggregation": Disaggregation}
+    objects = {target: cls(**p[target]) for target, cls in made.items()
+               if any(field in p.get(target, {}) for field in MADE_BY[target])}
+    return SimConfig(**p.get("config", {}), speculative=speculative,
+                     cost_model=cost_model_from(s), **objects)
+
+
+def build(s, names=None):
+    """(workload DataFrame, SimConfig) from settings, the config checked through to its KV
+    pool and cost model; ``names`` (a :class:`Names`): an error names each setting as the user
+    wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
+    import workloads
+    from ..engine.simulation import cache_unit
+    load = parts(s)["workload"]
+    try:
+        try:
+            df = workloads.load(**load)
+        except ValueError as e:  # a closed loop issues requests itself: no arrivals needed
+            if s["closed_loop_users"] is None or "no arrival times" not in str(e):
+                raise
+            df = workloads.load(**dict(load, rate=1.0))
+        cfg = config_from(s, names)
+        cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
+        cfg.resolved_cost_model()
+        cache_unit(df, cfg.resolved())  # the workload's hash ids and the prefix cache's pages
+        return df, cfg
+    except (ValueError, TypeError) as e:
+        if names is None:
+            raise
+        raise type(e)(as_written(str(e), s, names)) from None
+
+
+REFERENCE_RATE = 1.0  # req/s: a length-only set's arrivals where every run re-scales them
+
+
+def build_rescaled(s, names, rescaled=True):
+    """``(build(s, names), s)``; when ``rescaled`` (each run time-scales the workload to a rate
+    of its own: sim sweep's grid rates, sim capacity's search) a length-only set given no rate
+    draws its Poisson arrivals at ``REFERENCE_RATE`` instead of being an error, and the
+    settings returned say so. A fixed reference, not a rate of the grid: the base workload
+    (which a sweep's resume fingerprint hashes) must not change when the rates do."""
+    try:
+        return build(s, names), s
+    except ValueError as e:
+        if not rescaled or s["rate"] is not None or "no arrival times" not in str(e):
+            raise
+    s = dict(s, rate=REFERENCE_RATE)
+    return build(s, names), s
+
+
+_LEADING = re.compile(r"(\w+)(?:=| )(.*)", re.S)  # "chunk_size=100 is ...", "cost 'x': ..."
+
+
+def as_written(msg, s, names) -> str:
+    """``msg`` with the API's names of settings replaced by the user's (flag or file key): a
+    message that starts with a setting (``chunk_size 100 ...``, ``chunk_size=100 ...``) names
+    it as written (``--chunk-size 100 ...``, ``exp.toml: chunk_size 100 ...``)."""
+    m = _LEADING.match(msg)
+    if m and m.group(1) in LOADER_NAMES:  # workloads.load's count: "n=10,000,000 is more ..."
+        key = LOADER_NAMES[m.group(1)]
+        msg = f"{names(key)} {m.group(2)}".replace(f"omit {m.group(1)} ",
+                                                   f"omit {names.like(key, key)} ")
+    elif m and m.group(1) in s and m.group(1) != "speculative":
+        # a further setting it names as the API's keyword (``... which kv_blocks=100 gives``,
+        # ``... it needs enable_chunked_context=True``): as written too (``--kv-blocks 100``;
+        # from the file, its bare key: ``kv_blocks = 100``)
+        rest = re.sub(r"(?<![\w.-])(\w+)=('[^']*'|[^\s,;:)]+)", lambda w: (
+            names.like(m.group(1), w.group(1), w.group(2))
+            if w.group(1) in s and w.group(1) not in ("speculative", "extra") else w.group(0)),
+            m.group(2))
+        msg = f"{names(m.group(1))} {rest}"
+    elif m and m.group(1) in s["speculative"]:  # e.g. SimConfig's draft_model checks
+        msg = f"{names('speculative.' + m.group(1))} {m.group(2)}"
+    msg = re.sub(r"\(tensor_parallel=(\d+)\)",
+                 lambda m: f"({names('tensor_parallel')} {m.group(1)})", msg)
+    return msg.replace("give rate= (requests/s) or arrival_times=",
+                       f"give {names('rate')} REQ_PER_S")
+
+
+def request_path_from(shown, spec):
+    """The ``RequestPath`` of ``--request-path`` (or the TOML key, ``shown`` as written):
+    ``triton`` (the sourced front end, ``sim.engine.request_path``), ``IN_MS,US_PER_TOKEN,OUT_MS``
+    or ``off`` (None)."""
+    from ..engine.request_path import RequestPath, triton_path
+    if not isinstance(spec, str):
+        raise ValueError(f"{shown} must be a string: triton, off or IN_MS,US_PER_TOKEN,OUT_MS, "
+                         f"got {spec!r}")
+    text = spec.strip().lower()
+    if text == "off":
+        return None
+    if text == "triton":
+        return triton_path()
+    parts = text.split(",")
+    try:
+        in_ms, us, out_ms = (float(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"{shown} must be triton, off or IN_MS,US_PER_TOKEN,OUT_MS "
+                         f"(three numbers), got {spec!r}") from None
+    for name, value in (("IN_MS", in_ms), ("US_PER_TOKEN", us), ("OUT_MS", out_ms)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{shown} {name} must be a finite number >= 0, got "
+                             f"{value!r} in {spec!r}")
+    return RequestPath(in_s=in_ms * 1e-3, per_prompt_token_s=us * 1e-6, out_s=out_ms * 1e-3)
+
+
+def with_request_path(cfg, args, s):
+    """``cfg`` with the request path of ``--request-path`` or, without the flag, of the TOML
+    key (``s["extra"]``); unchanged when neither is given. A closed loop beside one is refused
+    naming the setting as written."""
+    spec, shown = given_value(args, s, "request_path")
+    if shown is None:
+        return cfg
+    path = request_path_from(shown, spec)
+    try:
+        return dataclasses.replace(cfg, request_path=path)
+    except ValueError as e:  # (with a closed loop)
+        raise ValueError(f"{shown}: {e}") from None

@@ -1,0 +1,148 @@
+"""What ``sim run`` prints and writes: the summary as a plain-text table
+(:func:`format_summary`), strict JSON (:func:`strict_json`: an undefined metric is ``null``
+with its reason in ``null_reasons``), parquet files, and :func:`write_outputs`, which writes
+each file under a temporary name and renames it into place."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..checks import plural
+from ..results import FIGURES
+
+
+def _num(value, spec) -> str:
+    """``value`` formatted, or ``n/a`` when it is not defined (NaN)."""
+    return "n/a" if value is None or value != value else format(value, spec)
+
+
+def format_summary(summary, max_batch_size=None, prefix_caching=None,
+                   names_prefixes=True) -> str:
+    """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
+    each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
+    row with the cache's hit rate, saying so when the workload names no prefix block
+    (``names_prefixes`` False: nothing can hit)."""
+    why = ", ".join(f"{n:,} {what}" for n, what in (
+        (summary.get("num_rejected_context_length"), "over max_model_len"),
+        (summary.get("num_rejected_max_num_tokens"), "over max_num_tokens"),
+        (summary.get("num_rejected_conversation_abandoned"), "turns of abandoned "
+                                                              "conversations")) if n)
+    rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
+                         f"rejected of {summary['num_requests']:,}"
+                         + (f" ({why})" if why else ""))]
+    for key, label in (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("e2e", "E2E")):
+        rows.append((f"{label} (s)", "  ".join(
+            f"{stat} {_num(summary[f'{key}_{stat}'], '.4g')}"
+            for stat in ("mean", "p50", "p90", "p99"))))
+    slots = f" of {max_batch_size:,}" if max_batch_size else ""
+    rows += [
+        ("throughput", f"{_num(summary['request_throughput'], '.3g')} req/s, "
+                       f"{_num(summary['output_token_throughput'], ',.0f')} output tok/s, "
+                       f"{_num(summary['total_token_throughput'], ',.0f')} total tok/s"),
+        ("batch", f"{summary['mean_batch_size']:.1f} requests running on average{slots} "
+                  f"({summary['slot_utilization']:.0%} of the batch slots)"),
+        ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
+                 f"(first arrival to last finish)"),
+        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}: "
+                     f"{summary['kv_usage_mean']:.0%} in use "
+                     f"on average, {summary['kv_usage_max']:.0%} at peak; "
+                     f"{plural(summary['num_preemptions'], 'preemption')}"),
+    ]
+    if prefix_caching:
+        rows.append(("prefix cache", f"{prefix_caching}: "
+                                     f"{_num(summary['prefix_hit_rate'], '.1%')} of prompt "
+                                     f"tokens served from the cache; prefill computed "
+                                     f"{_num(summary['prefill_compute_ratio'], '.3g')}x the "
+                                     f"prompt tokens" + ("" if names_prefixes else
+                                     " (the workload names no prefix block: no hash_ids "
+                                     "covering one, so nothing can hit)")))
+    if "spec_acceptance_rate" in summary:
+        rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
+                                    f"tokens accepted; "
+                                    f"{_num(summary['spec_mean_acceptance_length'], '.2f')} "
+                                    f"tokens per verification (bonus included)"))
+    if summary.get("num_replicas", 1) > 1:
+        rows.append(("cluster", f"{summary['num_replicas']} replicas, {summary['num_gpus']} "
+                                f"GPUs in all (busy and batch: per replica on average)"))
+    if "kv_transfer_time_mean" in summary:
+        rows.append(("KV transfer", "prefill done to KV on the decode replica: mean "
+                     f"{_num(summary['kv_transfer_time_mean'], '.4g')} s, P99 "
+                     f"{_num(summary['kv_transfer_time_p99'], '.4g')} s (in TTFT)"))
+    if "slo_attainment" in summary:
+        rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
+                             f"goodput {_num(summary['goodput'], '.3g')} req/s, "
+                             f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
+    rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _null_reason(key, summary) -> str:
+    if not summary.get("num_finished"):
+        return "no request finished"
+    if key.startswith(("tpot", "itl")):
+        return "no finished request has two or more output tokens"
+    if key.startswith(("prefix_hit", "prefill_compute")):
+        return "no prompt tokens among the finished requests"
+    if summary.get("duration", 1) <= 0:
+        return "the window from the first arrival to the last finish has zero length"
+    return "not defined for this run"
+
+
+def strict_json(doc) -> str:
+    """``doc`` as strict JSON: every NaN or infinity becomes ``null``, and the summary's
+    ``null_reasons`` says why for each such metric."""
+    def clean(x):
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if hasattr(x, "item") and not isinstance(x, (str, bytes)):  # NumPy scalars
+            x = x.item()
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        return x
+    doc = clean(doc)
+    summary = doc.get("summary")
+    if isinstance(summary, dict):
+        reasons = {k: _null_reason(k, summary) for k, v in summary.items() if v is None}
+        if reasons:
+            summary["null_reasons"] = reasons
+    return json.dumps(doc, indent=2, allow_nan=False, default=str)
+
+
+def write_parquet(df, path) -> None:
+    """``df`` as parquet, dictionary-encoding only its text columns (status, reason): on
+    numbers the encoder's dictionary attempt cost ~25 % of the write (1M requests and 2.4M
+    iterations: 1.2 -> 0.9 s) for files 4-12 % smaller."""
+    text = [c for c in df.columns if df[c].dtype.kind not in "biufcmM"]
+    df.to_parquet(path, index=False, use_dictionary=text)
+
+
+def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
+    """Write the files into a temporary folder inside ``out``, then rename each into place: an
+    interrupted run leaves the previous files or the new ones, never half a file. A figure of a
+    previous run (``FIGURES``) that this run does not write is removed."""
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
+    try:
+        write_parquet(res.requests, tmp / "requests.parquet")
+        write_parquet(res.iterations, tmp / "iterations.parquet")
+        (tmp / "summary.json").write_text(strict_json(doc))
+        written = ["requests.parquet", "iterations.parquet", "summary.json"]
+        if plots:
+            from ..results.plots import save_plots
+            written += [p.name for p in save_plots(res, tmp, slo=slo)]
+        for name in written:
+            os.replace(tmp / name, out / name)
+        for name in FIGURES:  # a previous run's figure beside this run's files would mislead
+            if name not in written:
+                (out / name).unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return written

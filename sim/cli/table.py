@@ -1,0 +1,386 @@
+"""The table of settings: one row per setting of ``sim run``, ``sim capacity`` and ``sim sweep``.
+
+A row (:class:`Setting`) says everything about one setting: its TOML key, its flag(s), where its
+value goes (``to``: the ``SimConfig`` field, the field of a config object it builds - a
+``ClosedLoop``, ``Disaggregation`` or ``SpeculativeConfig`` -, the workload loader's argument,
+an SLO, an output), how a flag's text is parsed, the check that flag and file values alike pass,
+its default and its help. From this one table the flags are generated
+(:func:`sim.cli.settings.add_flags`), a TOML file's keys are checked and the config is built in
+one pass (:mod:`sim.cli.settings`, :mod:`sim.cli.build`); :func:`reference_rows` gives it to
+the docs. A setting has one name everywhere: its key is the TOML key and the settings record's
+(``summary.json``), the API field where the API has the same concept (``field``), and its long
+flag is the key with dashes unless a shorter flag has always been its name (``--tp``).
+
+Keys with a dot are keys of a TOML table: ``slo.ttft`` is ``ttft`` in ``[slo]``. A row whose
+``check`` is ``None`` is judged by its target (``SimConfig`` checks the engine's knobs), whose
+message :func:`sim.cli.build.as_written` names as the user wrote it. ``commands``: the
+commands that read the setting; a command's own settings (``report``, ``grid``, ...) are kept
+apart in the settings' ``extra`` (:mod:`sim.cli.settings`).
+
+Loads no simulation (pandas, SimPy): ``sim --help`` builds its parser from this table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..checks import did_you_mean
+from ..constants import CHUNK_SIZE
+from ..engine.config import KV_DTYPES, WEIGHT_DTYPES
+from ..engine.routers import ROUTERS
+from ..engine.schedulers import POLICIES
+from ..engine.speculation import MAX_SPECULATIVE_TOKENS
+from ..engine.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
+from ..engine.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
+from ..results.metrics import SLO_KEYS
+from .arguments import (at_least_zero, count, count_or_zero, name_any_case, num_requests, number,
+                        positive, prefix_caching, repeats, typed)
+
+SHARED = ("run", "capacity", "sweep")  # the commands that read sim run's settings
+SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
+# where a value goes, ``{field}`` its row's API field
+TARGETS = {"workload": "workloads.load(..., {field}=)",
+           "config": "SimConfig.{field}",
+           "cost": "SimConfig.cost_model (from cost, or a profile)",
+           "closed_loop": "SimConfig.closed_loop: workloads.ClosedLoop.{field}",
+           "disaggregation": "SimConfig.disaggregation: sim.Disaggregation.{field}",
+           "speculative": "SimConfig.speculative: sim.SpeculativeConfig.{field}",
+           "request_path": "SimConfig.request_path: sim.RequestPath",
+           "slo": "Result.summary(slo={{'{field}': seconds}})",
+           "output": "the files and lines the command writes",
+           "sweep": "sim sweep's {field}"}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting: see the module docstring. ``to``: its targets (:data:`TARGETS`); ``field``:
+    its API field there when that is not the key's last part (``num_requests``: the loader's
+    ``n``); ``parse``: the flag's argparse ``type`` (``bool``: a switch, ``store_true``; a
+    second flag switches it off); ``check(shown, value)``: the value checked and normalised,
+    ``shown`` the setting as the user wrote it (:mod:`sim.cli.arguments`); ``default_help``: the
+    parenthesis ending its help; ``kind``: its type in words for the reference (else from
+    ``parse`` and ``choices``). ``help`` and ``choices`` may be functions, read when a parser
+    is built (:func:`help_of`, :func:`choices_of`)."""
+
+    key: str
+    flags: tuple = ()
+    to: tuple = ("config",)
+    field: str = ""
+    help: str = ""
+    default_help: str = ""
+    default: object = None
+    parse: object = None
+    choices: tuple = ()
+    metavar: str | None = None
+    check: object = None
+    commands: tuple = SHARED
+    in_toml: bool = True
+    kind: str = ""
+    off_help: str = ""
+
+    @property
+    def dest(self) -> str:
+        """The flag's attribute on argparse's namespace."""
+        return self.key.replace(".", "_")
+
+    @property
+    def api_field(self) -> str:
+        return self.field or self.key.rsplit(".", 1)[-1]
+
+
+def first_line(cls) -> str:
+    """A policy's name in words for ``--help``: its docstring up to the first ':' or '.' outside
+    parentheses, without long parentheticals ("Chunked prefill (Sarathi-style)")."""
+    text = " ".join((cls.__doc__ or cls.__name__).strip().split("\n\n")[0].split())
+    out, depth, group = [], 0, []
+    for ch in text.replace("``", ""):
+        if depth == 0 and ch in ":.":
+            break
+        depth += (ch == "(") - (ch == ")")
+        group.append(ch)
+        if depth == 0:
+            if len(group) <= 40 or group[0] != "(":
+                out.extend(group)
+            group = []
+    return "".join(out).strip()
+
+
+def _router(shown, value):
+    if not isinstance(value, str):
+        raise TypeError(f"{shown} must be a router name ({', '.join(ROUTERS)}), got {value!r}")
+    value = value.strip().lower()
+    if value not in ROUTERS:
+        raise ValueError(f"{shown} {value!r} is not a router{did_you_mean(value, list(ROUTERS))}; "
+                         f"known: {', '.join(ROUTERS)}")
+    return value
+
+
+def _scheduler_names() -> tuple:
+    return tuple(sorted(POLICIES))  # (read when a parser is built: a policy added is listed)
+
+
+def _scheduler_help() -> str:
+    return "; ".join(f"{name}: {first_line(cls)}" for name, cls in POLICIES.items())
+FREE_GPU_MEMORY_FRACTION_HELP = ("TensorRT-LLM's free_gpu_memory_fraction: the KV cache's share of "
+                                 "the memory left free, in (0, 1)")
+HASH_BLOCK_TOKENS_HELP = ("tokens each hash_ids entry of a CSV/JSONL workload file stands for "
+                          "(the block size the ids were made with: 512 for Mooncake), >= 1; "
+                          "parquet files and bundled traces carry it")
+
+S = Setting
+SETTINGS = (
+    S("workload", ("--workload", "-w"), ("workload",), "name", metavar="NAME|FILE",
+      check=typed((str, Path), "a trace name or a file path"), default="azure-conv",
+      help="bundled trace (see 'sim workload list') or a CSV/JSONL/parquet file",
+      default_help="default azure-conv"),
+    S("hash_block_tokens", ("--hash-block-tokens",), ("workload",), parse=int,
+      metavar="TOKENS", check=count, help=HASH_BLOCK_TOKENS_HELP,
+      default_help="default: the workload's own"),
+    S("num_requests", ("--num-requests", "-n"), ("workload",), "n", parse=int, metavar="N",
+      check=num_requests, help="the first N requests, N >= 1; more than a replayed trace holds "
+                                "is an error, a length-only set is resampled",
+      default_help="default: all"),
+    S("rate", ("--rate",), ("workload",), parse=float, metavar="REQ_PER_S", check=positive,
+      help="requests/s > 0: time-scales a trace, or the Poisson rate of a length-only set such "
+           "as sharegpt, where it is required", default_help="default: the trace's own timing"),
+    S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=_scheduler_names,
+      metavar="NAME", check=name_any_case, default="chunked", help=_scheduler_help,
+      default_help="default chunked"),
+    S("model", ("--model",), default="llama-3.1-8b", help="model preset such as llama-3.1-70b "
+                                                          "(an unknown name lists them)",
+      default_help="default llama-3.1-8b"),
+    S("gpu", ("--gpu",), default="h100",
+      help="GPU preset: a100, h100, h200, l40s, b200, mi300x", default_help="default h100"),
+    S("tensor_parallel", ("--tp",), parse=int, metavar="GPUS", default=1,
+      help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a multiple of "
+           "them", default_help="default 1"),
+    S("weight_dtype", ("--weight-dtype",), parse=str.lower, choices=WEIGHT_DTYPES,
+      check=name_any_case, default="fp16",
+      help="weight precision, any case: sizes the weights and the KV pool and sets the "
+           "roofline's bytes and peak", default_help="default fp16"),
+    S("kv_dtype", ("--kv-dtype",), parse=str.lower, choices=KV_DTYPES, check=name_any_case,
+      default="fp16", help="KV-cache precision, any case: fp8 doubles the KV blocks of fp16",
+      default_help="default fp16"),
+    S("max_batch_size", ("--max-batch-size",), parse=int, metavar="N",
+      help="most running requests, >= 1",
+      default_help="default: the scheduler's; 256 for the simple ones"),
+    S("chunk_size", ("--chunk-size",), parse=int, metavar="TOKENS",
+      help="chunked, sarathi, vllm, sglang: prefill token budget per iteration (sglang's "
+           "chunked_prefill_size), >= 1",
+      default_help=f"default: the scheduler's: chunked and sarathi {CHUNK_SIZE}, vllm 8,192 on "
+                   f"GPUs of >= 70 GiB other than the A100, else 2,048; sglang by GPU memory, "
+                   f"8,192 on an A100, H100 or H200"),
+    S("token_budget", ("--token-budget",), parse=int, metavar="TOKENS",
+      help="continuous, orca: cap on prompt tokens admitted per iteration; sglang: its "
+           "max_prefill_tokens; tensorrt-llm: its max_num_tokens (decodes and prompts per "
+           "iteration), >= 1", default_help="default: none; sglang 16,384; tensorrt-llm 8,192"),
+    S("gpu_memory_utilization", ("--gpu-memory-utilization",), parse=float, metavar="FRACTION",
+      help="every scheduler but sglang and tensorrt-llm (vLLM's accounting): vLLM's "
+           "gpu_memory_utilization, the share of device memory the engine may use, in (0, 1]; "
+           "sizes the KV pool unless --kv-blocks does", default_help="default 0.9"),
+    S("free_gpu_memory_fraction", ("--free-gpu-memory-fraction",), parse=float,
+      metavar="FRACTION", help="tensorrt-llm: " + FREE_GPU_MEMORY_FRACTION_HELP
+                               + "; sizes the KV pool unless --kv-blocks does",
+      default_help="default 0.9"),
+    S("enable_chunked_context", ("--enable-chunked-context",), parse=bool,
+      help="tensorrt-llm: TensorRT-LLM's enable_chunked_context: a prompt longer than what is "
+           "left of max_num_tokens (--token-budget) runs in chunks",
+      default_help="default: off, as in TensorRT-LLM's LLM API: a prompt over max_num_tokens "
+                   "is rejected"),
+    S("capacity_scheduler_policy", ("--capacity-scheduler-policy",), parse=str.lower,
+      choices=CAPACITY_SCHEDULER_POLICIES, check=name_any_case,
+      help="tensorrt-llm: TensorRT-LLM's capacity scheduler: guaranteed_no_evict (each "
+           "request's KV to completion reserved, never preempts) or max_utilization (admits "
+           "while this step's blocks fit, pauses the most recently started requests when the "
+           "pool runs out)", default_help=f"default {CAPACITY_SCHEDULER_POLICIES[0]}"),
+    S("context_chunking_policy", ("--context-chunking-policy",), parse=str.lower,
+      choices=CONTEXT_CHUNKING_POLICIES, check=name_any_case,
+      help="tensorrt-llm with --enable-chunked-context: how prompts share max_num_tokens: "
+           "first_come_first_served (each in turn takes what it can) or equal_progress (a block "
+           "more to each, round after round)",
+      default_help=f"default {CONTEXT_CHUNKING_POLICIES[0]}"),
+    S("kv_blocks", ("--kv-blocks",), parse=int, metavar="N",
+      help="KV-cache blocks in the pool, >= 1",
+      default_help="default: from the model's and GPU's memory budget"),
+    S("max_model_len", ("--max-model-len",), parse=int, metavar="TOKENS",
+      help="prompt + output tokens a request may hold, >= 1 and at most the model's context "
+           "length; a request over it is rejected at arrival, as vLLM's --max-model-len does",
+      default_help="default: the model's context length, 131,072 for llama-3.1-8b"),
+    S("prefix_caching", ("--prefix-caching",), parse=str.lower, choices=("off", "block", "radix"),
+      check=prefix_caching,
+      help="prefix cache: off, block (vLLM v1: full blocks keyed by the workload's hash_ids) "
+           "or radix (SGLang: a token-granular tree)",
+      default_help="default: the scheduler's; off for the simple ones, block for vllm, radix "
+                   "for sglang"),
+    S("block_size", ("--block-size",), parse=int, metavar="TOKENS",
+      help="tokens per KV block (sglang's page size), >= 1",
+      default_help="default: the scheduler's; 16, sglang 1"),
+    S("seed", ("--seed",), ("workload", "config"), parse=int, check=count_or_zero, default=0,
+      help="seed of sampled arrivals and lengths, >= 0", default_help="default 0"),
+    S("cost", ("--cost",), ("cost",), metavar="SPEC", default="roofline",
+      check=typed(str, "roofline, constant:SECONDS or linear:BASE,PREFILL,DECODE,CONTEXT"),
+      help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT (all four numbers)",
+      default_help="default roofline", kind="roofline | constant:SECONDS | linear:B,P,D,C"),
+    S("profile", ("--profile",), ("cost",), metavar="JSON",
+      check=typed((str, Path), "a profile file path"),
+      help="calibrated profile from 'sim calibrate'; replaces --cost",
+      default_help="default none", kind="file path"),
+    S("replicas", ("--replicas",), parse=int, metavar="N", default=1, check=count,
+      help="replicas behind the router, >= 1, each of --tp GPUs", default_help="default 1"),
+    S("router", ("--router",), parse=str.lower, metavar="NAME", default="round_robin",
+      check=_router, help=f"which replica serves a request: {', '.join(ROUTERS)}",
+      default_help="default round_robin", kind=" | ".join(ROUTERS)),
+    S("prefill_replicas", ("--prefill-replicas",), ("disaggregation",), parse=int, metavar="N",
+      check=count, help="disaggregation: replicas of the prefill pool, >= 1",
+      default_help="default: colocated"),
+    S("decode_replicas", ("--decode-replicas",), ("disaggregation",), parse=int, metavar="N",
+      check=count, help="disaggregation: replicas of the decode pool, >= 1",
+      default_help="default: colocated"),
+    S("link_bandwidth_gbps", ("--link-bandwidth",), ("disaggregation",), parse=float,
+      metavar="GB_S", check=positive,
+      help="disaggregation: KV-transfer link, GB/s per direction, > 0",
+      default_help="default: the GPU's scale-up link, 450 on an H100"),
+    S("link_latency_s", ("--link-latency",), ("disaggregation",), parse=float, metavar="SECONDS",
+      default=0.0, check=at_least_zero,
+      help="disaggregation: latency of each KV transfer, >= 0", default_help="default 0"),
+    S("closed_loop_users", ("--closed-loop",), ("closed_loop",), "num_users", parse=int,
+      metavar="USERS", check=count,
+      help="closed loop with this many users, >= 1, each sending its next request when the "
+           "last one finished (a workload with a session_id column: the next turn of the "
+           "conversation it holds)", default_help="default: open loop, the trace's arrivals"),
+    S("think_time", ("--think-time",), ("closed_loop",), parse=float, metavar="SECONDS",
+      default=0.0, check=at_least_zero,
+      help="closed loop: pause between a user's requests, >= 0", default_help="default 0"),
+    S("speculative.num_speculative_tokens", ("--spec-tokens",), ("speculative",), parse=int,
+      metavar="K", help=f"speculative decoding: draft K tokens per iteration and verify them, K "
+                        f"in 1..{MAX_SPECULATIVE_TOKENS} (needs --draft-model, "
+                        f"--draft-cost-ratio or --spec-method ngram)",
+      default_help="default: off"),
+    S("speculative.acceptance_rate", ("--acceptance-rate",), ("speculative",), parse=float,
+      metavar="ALPHA", help="speculative: each draft token accepted with this probability, in "
+                            "[0, 1], until the first rejection", default_help="default 0.8"),
+    S("speculative.draft_model", ("--draft-model",), ("speculative",), metavar="NAME",
+      help="speculative: the draft model, a model preset (as --model), priced on the same GPU",
+      default_help="default none"),
+    S("speculative.draft_cost_ratio", ("--draft-cost-ratio",), ("speculative",), parse=float,
+      metavar="C", help="speculative: a draft step costs C x the target's decode step, C >= 0",
+      default_help="default none"),
+    S("speculative.method", ("--spec-method",), ("speculative",), parse=str.lower,
+      choices=("draft", "ngram"), check=name_any_case,
+      help="speculative: draft (a draft model or cost ratio) or ngram (prompt lookup, no draft "
+           "cost)", default_help="default draft"),
+    S("speculative.acceptance_lengths", (), ("speculative",), kind="list of probabilities",
+      help="speculative: the probability that 0, 1, ... K draft tokens are accepted (instead "
+           "of acceptance_rate)", default_help="default: from acceptance_rate"),
+    *(S(f"slo.{key}", (f"--slo-{key}",), ("slo",), parse=float, metavar="SECONDS",
+        check=positive, help=f"{key.upper()} SLO in seconds, > 0", default_help="default none")
+      for key in SLO_KEYS),
+    S("output", ("--output", "-o"), ("output",), metavar="FOLDER", default="sim-out",
+      check=typed((str, Path), "a folder path"), help="output folder",
+      default_help="default sim-out", kind="folder path"),
+    S("plots", ("--plots", "--no-plots"), ("output",), parse=bool, default=False,
+      check=typed(bool, "true or false"),
+      help="also write the PNG figures: latency CDFs and the timeline",
+      default_help="default: none; matplotlib and drawing cost ~1 s, ~4 s at 1M requests",
+      off_help="write no PNG figure (the default; overrides plots = true in a file)"),
+    S("quiet", ("--quiet", "-q"), ("output",), parse=bool, commands=("run", "capacity"),
+      in_toml=False, help="print nothing but errors and warnings",
+      default_help="default: print the summary"),
+    S("report", ("--report",), ("output",), metavar="FILE.html", commands=("run",),
+      help="also write one self-contained HTML page: settings, summary, findings and figures",
+      default_help="default: none", kind="file path ending in .html"),
+    S("request_path", ("--request-path",), ("request_path",), metavar="SPEC",
+      commands=("run", "capacity"),
+      help="time outside the engine, added to what the client sees: 'triton' (sourced: "
+           "sim/data/request_overheads.csv), 'IN_MS,US_PER_TOKEN,OUT_MS' or 'off'; TOML: "
+           "request_path = \"triton\"", default_help="default: off",
+      kind="triton | off | IN_MS,US_PER_TOKEN,OUT_MS"),
+    S("grid", (), ("sweep",), commands=("sweep",), kind="table: field = [values, ...]",
+      help="the grid: any SimConfig field, rate, num_requests, or one of the settings that set "
+           "one field of a config object, each with its list of values",
+      default_help="required"),
+    S("metrics", (), ("sweep",), commands=("sweep",), kind="list of summary keys",
+      help="the summary keys to tabulate and plot", default=SWEEP_METRICS,
+      default_help=f"default {', '.join(SWEEP_METRICS)}"),
+    S("repeats", ("--repeats",), ("sweep",), parse=number(int), metavar="N", check=repeats,
+      commands=("sweep",),
+      default=1, help="runs per point, seeds seed, seed+1, ...",
+      default_help="default: the file's repeats, else 1", kind="integer >= 1"),
+)
+del S
+
+BY_KEY = {row.key: row for row in SETTINGS}
+TABLES = ("slo", "speculative")  # TOML tables: their keys are rows ``table.key``
+
+
+def rows_for(command) -> tuple:
+    """The rows ``command`` reads, in the table's order."""
+    return tuple(row for row in SETTINGS if command in row.commands)
+
+
+def toml_keys(command) -> list:
+    """The top-level TOML keys ``command`` takes (a table's keys once, as the table)."""
+    keys = []
+    for row in rows_for(command):
+        top = row.key.split(".", 1)[0]
+        if row.in_toml and top not in keys:
+            keys.append(top)
+    return keys
+
+
+def table_keys(table) -> list:
+    """The keys of the TOML table ``table`` (``[slo]``, ``[speculative]``)."""
+    return [row.key.split(".", 1)[1] for row in SETTINGS if row.key.startswith(table + ".")]
+
+
+def help_of(row) -> str:
+    """The row's help, read now (the scheduler's names ``POLICIES``')."""
+    return row.help() if callable(row.help) else row.help
+
+
+def help_text(row) -> str:
+    """The row's ``--help``: its help and its default."""
+    return f"{help_of(row)} ({row.default_help})" if row.default_help else help_of(row)
+
+
+def choices_of(row) -> tuple:
+    """The row's allowed values (``()``: any), read now: the scheduler's are ``POLICIES``'."""
+    return row.choices() if callable(row.choices) else row.choices
+
+
+def flag_of(key) -> str:
+    """The setting ``key`` as a flag (``--tp``), or its key when it has none."""
+    row = BY_KEY.get(key)
+    if row is not None:
+        return row.flags[0] if row.flags else key
+    return "--" + key.replace("_", "-")
+
+
+# every shared setting's default, by TOML key (a table's: {}): the settings before any is given
+DEFAULTS = {top: ({} if top in TABLES else BY_KEY[top].default) for top in toml_keys("sweep")
+            if top in TABLES or BY_KEY[top].commands == SHARED}
+
+
+def _kind(row) -> str:
+    if row.kind:
+        return row.kind
+    if choices_of(row):
+        return " | ".join(choices_of(row))
+    return {int: "integer", float: "number", bool: "true | false"}.get(row.parse, "string")
+
+
+def reference_rows() -> list[dict]:
+    """The table for the docs' TOML reference, one dict per setting in the table's order:
+    ``key`` (the TOML key; ``slo.ttft`` is ``ttft`` in ``[slo]``, None for a flag-only
+    setting), ``flags`` (e.g. ``"--num-requests, -n"``, ``""`` for a TOML-only one), ``type``
+    (the type or allowed values in words), ``default`` (the value, None when it is the
+    target's or computed), ``default_help`` (the default in words), ``help``, ``target`` (where
+    the value goes: ``SimConfig.kv_blocks``, ``workloads.load(..., n=)``) and ``commands``
+    (those that read it)."""
+    return [{"key": row.key if row.in_toml else None, "flags": ", ".join(row.flags),
+             "type": _kind(row), "default": row.default, "default_help": row.default_help,
+             "help": help_of(row), "target": " and ".join(TARGETS[to].format(field=row.api_field)
+                                                 for to in row.to),
+             "commands": list(row.commands)}
+            for row in SETTINGS]
