@@ -2,10 +2,9 @@
 
 - :func:`cli_reference`: every ``sim`` sub-command from ``sim.cli.main.build_parser()``: its
   help line, usage and a table of its flags (value, default, help text as ``--help`` shows it).
-- :func:`toml_rows` / :func:`toml_reference`: every key a ``sim run`` / ``sim sweep`` TOML file
-  takes, with its flag, default and help. :func:`toml_rows` is the one function that knows where
-  the keys live today (``sim.cli.settings.DEFAULTS``, the ``[slo]`` and ``[speculative]``
-  tables, the commands' extra keys); switching to another settings table changes only it.
+- :func:`toml_rows` / :func:`toml_reference`: every key a ``sim run`` / ``sim capacity`` /
+  ``sim sweep`` TOML file takes, with its flag, value, default, target and help, from the
+  CLI's one settings table (``sim.cli.settings.reference_rows()``).
 - :func:`modules`, :func:`module_map`, :func:`api_pages`: the packages walked on disk (``sim``
   and its sub-packages, ``workloads``), so the module map and the API reference follow a module
   that moves; each module's first docstring line is read with ``ast``, nothing is imported.
@@ -78,58 +77,27 @@ def cli_reference(parser=None) -> str:
 # ---- the TOML keys ----------------------------------------------------------------------
 
 def toml_rows():
-    """Every TOML key, as ``(key, flag or "", default, help)`` rows: today's settings table.
-
-    The keys: ``sim.cli.settings.DEFAULTS`` (a table key such as ``slo`` expanded into
-    ``slo.ttft`` ...: ``SLO_KEYS``, ``SPEC_FLAGS``), then ``report`` and ``request_path``
-    (``sim run``'s extras) and ``grid``, ``metrics``, ``repeats`` (``sim sweep``'s). The flag
-    and help of a key are those of the ``sim run`` (or ``sim sweep``) argument of the same
-    ``dest`` (``slo_ttft``, ``spec_method`` for the tables' keys)."""
-    from sim.cli.main import build_parser
-    from sim.cli.settings import DEFAULTS, SPEC_FLAGS
-    from sim.results.metrics import SLO_KEYS
-    commands = {name: sub for name, _, sub in _subcommands(build_parser())}
-    by_dest = {}
-    for cmd in ("sweep", "run"):  # run's wins where both have one (output)
-        for a in commands[cmd]._actions:
-            if a.option_strings and a.help != argparse.SUPPRESS:
-                by_dest[a.dest] = (commands[cmd], a)
-
-    def row(key, dest, default):
-        parser, action = by_dest.get(dest, (None, None))
-        if action is None:
-            return (key, "", default, "")
-        return (key, action.option_strings[0], default, _help(parser, action))
-
-    tables = {"slo": [(f"slo.{k}", f"slo_{k}") for k in SLO_KEYS],
-              "speculative": [(f"speculative.{k}", f"spec_{k}") for k in SPEC_FLAGS]}
-    rows = []
-    for key, default in DEFAULTS.items():
-        if key in tables:
-            rows += [row(k, dest, None) for k, dest in tables[key]]
-        else:
-            rows.append(row(key, key, default))
-    rows += [row(k, k, None) for k in ("report", "request_path")]
-    no_flag = {"speculative.acceptance_lengths":
-               "list [p0, ..., pk]: the probability that exactly j of the k draft tokens are "
-               "accepted per verification (instead of acceptance_rate)"}
-    rows = [(k, f, d, t or no_flag.get(k, "")) for k, f, d, t in rows]
-    sweep_only = {"grid": "table: field = [values, ...]; any SimConfig field, rate, "
-                          "num_requests, and the settings that set one field of a closed loop, "
-                          "the pools or speculation (sim sweep only)",
-                  "metrics": "list of summary keys to tabulate and plot (sim sweep only; "
-                             "default ttft_p99, itl_p99, request_throughput)"}
-    for key in ("grid", "metrics", "repeats"):
-        key_, flag, default, text = row(key, key, None)
-        rows.append((key_, flag, default, text or sweep_only[key]))
-    return rows
+    """Every TOML key, as ``(key, flag or "", default, help)`` rows, in the settings table's
+    order: ``sim.cli.settings.reference_rows()`` (the one table the flags, the TOML reader and
+    the ``SimConfig`` builder are made from), flag-only settings left out."""
+    from sim.cli.settings import reference_rows
+    return [(r["key"], r["flags"].split(", ")[0] if r["flags"] else "", r["default_help"],
+             r["help"]) for r in reference_rows() if r["key"]]
 
 
 def toml_reference() -> str:
-    out = ["| key | flag | default | what it sets |", "|---|---|---|---|"]
-    for key, flag, default, text in toml_rows():
-        shown = "" if default in (None, {}, False) else f"`{default!r}`".replace("'", '"')
-        out.append(f"| `{key}` | {f'`{flag}`' if flag else ''} | {shown} | {_cell(text)} |")
+    """The TOML keys' table: key, flag, value, default, where the value goes, commands."""
+    from sim.cli.settings import reference_rows
+    out = ["| key | flag | value | default | sets | read by | what it does |",
+           "|---|---|---|---|---|---|---|"]
+    for r in reference_rows():
+        if not r["key"]:
+            continue
+        flag = r["flags"].split(", ")[0] if r["flags"] else ""
+        default = r["default_help"].removeprefix("default: ").removeprefix("default ")
+        out.append(f"| `{r['key']}` | {f'`{flag}`' if flag else ''} | {_cell(r['type'])} | "
+                   f"{_cell(default)} | {_cell(r['target'])} | "
+                   f"{', '.join(r['commands'])} | {_cell(r['help'])} |")
     return "\n".join(out) + "\n"
 
 

@@ -102,10 +102,9 @@ def check_toml_file(path: Path) -> None:
     unknown keys, bad tables and bad values are errors naming the file and key."""
     from sim.cli.main import build_parser
     from sim.cli.settings import Names, settings_from
-    is_sweep = "grid" in tomllib.loads(path.read_text())
-    args = build_parser().parse_args(["sweep" if is_sweep else "run", str(path.name)])
-    extra = ("grid", "metrics", "repeats") if is_sweep else ("report", "request_path")
-    settings_from(args, Names(path.name), extra=extra)
+    command = "sweep" if "grid" in tomllib.loads(path.read_text()) else "run"
+    args = build_parser().parse_args([command, str(path.name)])
+    settings_from(args, Names(path.name), command=command)
 
 
 def _check_not_run(page, cmd: Command) -> None:

@@ -61,33 +61,31 @@ def test_cli_reference_shows_help_defaults_and_choices():
     assert re.search(r"\| `--attainment` \|.*\| `0\.9` \|", capacity)  # an argparse default
 
 
-def _known_keys(tmp_path, extra):
-    """The top-level keys the settings reader accepts, as its error for an unknown key lists
-    them."""
-    from sim.cli.main import build_parser
-    from sim.cli.settings import Names, settings_from
+def _known_keys(tmp_path, command):
+    """The top-level keys the settings reader accepts for ``command``, as its error for an
+    unknown key lists them."""
+    from sim.cli.settings import read_toml
     f = tmp_path / "probe.toml"
     f.write_text("no_such_key_at_all = 1\n")
-    args = build_parser().parse_args(["run", str(f)])
     with pytest.raises(ValueError, match="unknown") as e:
-        settings_from(args, Names(str(f)), extra=extra)
+        read_toml(str(f), command)
     return set(re.findall(r"'(\w+)'", str(e.value).split("known:", 1)[1]))
 
 
 def test_toml_reference_lists_every_key_the_reader_accepts(tmp_path):
     rows = ref.toml_rows()
     listed = {key.split(".")[0] for key, *_ in rows}
-    run_keys = _known_keys(tmp_path, ("report", "request_path"))
-    sweep_keys = _known_keys(tmp_path, ("grid", "metrics", "repeats"))
-    assert run_keys | sweep_keys <= listed
-    assert listed <= run_keys | sweep_keys  # nothing listed that the reader refuses
+    run_keys = _known_keys(tmp_path, "run")
+    other_keys = _known_keys(tmp_path, "sweep") | _known_keys(tmp_path, "capacity")
+    assert run_keys | other_keys <= listed
+    assert listed <= run_keys | other_keys  # nothing listed that the reader refuses
     text = ref.toml_reference()
     for key, flag, _, help_text in rows:
         assert f"| `{key}` |" in text
         assert help_text, key  # every key says what it sets
     assert "| `slo.ttft` | `--slo-ttft` |" in text
     assert "| `speculative.num_speculative_tokens` | `--spec-tokens` |" in text
-    assert "| `tensor_parallel` | `--tp` | `1` |" in text
+    assert "| `tensor_parallel` | `--tp` | integer | 1 | SimConfig.tensor_parallel |" in text
 
 
 def test_module_map_and_api_pages_cover_every_module_once():
