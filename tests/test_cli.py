@@ -269,11 +269,11 @@ def test_sweep_grids_users_and_pool_sizes_by_sim_runs_names(tmp_path, capsys):
 ])
 def test_sweep_refuses_a_bad_grid_before_running_naming_the_file(grid, message, tmp_path, capsys,
                                                                    monkeypatch):
-    from sim.tools import sweep as module
+    from sim.tools import sweep_backends as module
 
     def refuse(*args, **kwargs):
         raise AssertionError("a point ran before the grid was checked")
-    monkeypatch.setattr(module, "_point", refuse)
+    monkeypatch.setattr(module, "run_point", refuse)
     # sharegpt: a length-only set, whose rate comes from the grid: checked before it is built
     for workload in ("azure-code", "sharegpt") if grid.startswith("rate") else ("azure-code",):
         cfg = tmp_path / "bad.toml"

@@ -120,7 +120,7 @@ def test_every_field_the_cli_exposes_is_in_the_table():
     """Each SimConfig field is a row's (or built from rows: the cost model, the config
     objects); each row names a real field of its target; sweep's grid names agree."""
     import workloads
-    from sim.tools.sweep import PARTS
+    from sim.tools.sweep_grid import PARTS
     targets = {"config": _fields(SimConfig), "speculative": _fields(SpeculativeConfig),
                "disaggregation": _fields(Disaggregation),
                "closed_loop": _fields(workloads.ClosedLoop),

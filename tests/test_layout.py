@@ -16,8 +16,8 @@ LAYER = {"checks": 0, "constants": 0, "specs": 1, "cheatsheet": 2, "costs": 2, "
          "engine": 3, "tools": 4, "cli": 5}
 # third-party imports allowed only in these modules (anywhere in them: lazy imports count)
 ONLY_IN = {
-    "matplotlib": {"sim.results.plots"},
-    "dask": {"sim.tools.sweep"},
+    "matplotlib": {"sim.results.plots.figure"},
+    "dask": {"sim.tools.sweep_backends"},
     "cupy": {"sim.costs.kernels"},
 }
 ONLY_IN_PACKAGE = {"argparse": "sim.cli"}  # the command line parses argv; nothing else does
@@ -31,9 +31,6 @@ MAX_LINES = 400  # a module past it holds more than one concept: split it
 # exempt from MAX_LINES by nature: data tables and generated files (none today; each one named
 # here with the reason)
 LONG_BY_NATURE = frozenset()
-# being split by other branches of issue 26 in parallel; the lead empties this at merge
-PENDING_SPLIT = frozenset({"sim.costs.roofline", "sim.tools.sweep", "sim.specs.models",
-                           "sim.results.plots"})
 
 
 def _modules(root, package):
@@ -230,16 +227,8 @@ def _lines(name):
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n not in LONG_BY_NATURE))
 def test_no_module_over_400_lines(name):
-    if name in PENDING_SPLIT:
-        pytest.skip("being split on another branch (PENDING_SPLIT)")
     assert _lines(name) <= MAX_LINES, (
         f"{name} has {_lines(name)} lines (> {MAX_LINES}): split it by concept")
-
-
-def test_pending_splits_are_still_pending():
-    for name in sorted(PENDING_SPLIT):
-        assert name in MODULES and _lines(name) > MAX_LINES, (
-            f"{name} is split (or gone): remove it from PENDING_SPLIT")
 
 
 def test_public_names_stay_importable_from_sim():

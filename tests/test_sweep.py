@@ -1,5 +1,6 @@
-"""sim/tools/sweep.py: job validation, one row per job in job order, labels as columns, the same
-table in this process and in a process pool. (The Dask path: tests/test_experiments.py.)"""
+"""sim/tools/sweep.py with its sweep_grid, sweep_backends and sweep_resume modules: job
+validation, one row per job in job order, labels as columns, grids checked before anything runs,
+resume, the same table in this process, in a process pool and on Dask."""
 
 import dataclasses
 import functools
@@ -173,11 +174,11 @@ def test_a_point_failing_at_run_time_is_a_row_with_its_error_and_the_others_run(
     ({"rate": []}, ValueError, r"grid\['rate'\] must be a non-empty list"),
 ])
 def test_a_bad_grid_value_is_refused_before_any_point_runs(grid, error, message, monkeypatch):
-    from sim.tools import sweep as module
+    from sim.tools import sweep_backends as module
 
     def refuse(*args, **kwargs):
         raise AssertionError("a point ran before the grid was checked")
-    monkeypatch.setattr(module, "_point", refuse)
+    monkeypatch.setattr(module, "run_point", refuse)
     with pytest.raises(error, match=message):
         sim.sweep(_grid_df(), {"max_batch_size": [8, 16], **grid}, workers=1)
 

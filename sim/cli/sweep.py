@@ -40,9 +40,9 @@ def in_file(check, config, *args):
 
 def _has(owner):
     """Whether a sweep's points have ``owner`` (a config object):
-    :func:`sim.tools.sweep.has_object`."""
+    :func:`sim.tools.sweep_grid.has_object`."""
     def has(slo, cfg, grid):
-        from ..tools.sweep import has_object  # (on use: sim run's start-up loads no sweep)
+        from ..tools.sweep_grid import has_object  # (on use: sim run's start-up loads no sweep)
         return has_object(cfg, grid, owner)
     return has
 
@@ -69,7 +69,8 @@ def cmd_sweep(args) -> int:
     import pandas as pd
 
     from ..results.plots_sweep import plot_sweep
-    from ..tools.sweep import check_grid, check_grid_fields, sweep
+    from ..tools.sweep import sweep
+    from ..tools.sweep_grid import check_grid, check_grid_fields
     names = Names(args.config)
     s = settings_from(args, names, "sweep")
     grid = s["extra"].get("grid")

@@ -16,7 +16,7 @@ the other tokens, so the load of one expert (the rows its GEMMs multiply) is exa
   parallel layer waits for; under tensor parallelism every GPU holds a slice of every expert
   and a grouped GEMM spreads all experts' tiles over the SMs, so the roofline does not price it
   (the kernel measurements of ``sim/data/moe_kernels.csv`` cannot tell it from the aggregate,
-  see :mod:`sim.costs.roofline`).
+  see :mod:`sim.costs.roofline_ops`).
 - :func:`moe_work`: ``(FLOPs, bytes)`` per op of the routed experts and the routing around
   them, on one GPU of a tensor-parallel group of ``tp``: the router GEMM (``hidden x E``,
   replicated), the top-k softmax over the router's fp32 logits, the permutation of the tokens

@@ -2,9 +2,9 @@
 and its plots.
 
 ``metrics`` (``Result``, percentiles, ITL, SLO attainment, goodput), ``diagnose`` (findings),
-``plots`` (a Result's figures; matplotlib, imported lazily: nothing in the core imports it),
-``plots_sweep`` (a sweep table's figures), ``report`` (the self-contained HTML page). A
-``Result`` holds columns; the engine builds it (:mod:`sim.engine.core.records`).
+``plots`` (a package: a Result's figures, one module per family; matplotlib, imported lazily:
+nothing in the core imports it), ``plots_sweep`` (a sweep table's figures), ``report`` (the
+self-contained HTML page). A ``Result`` holds columns; the engine builds it (:mod:`sim.engine.core.records`).
 
 May import: ``sim.checks``, ``sim.constants``. Never the engine.
 """

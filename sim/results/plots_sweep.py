@@ -1,7 +1,7 @@
 """Matplotlib figures of a sweep table (one row per point, as :func:`sim.sweep` returns).
 
-matplotlib is imported lazily through :mod:`.plots` (the only module that names it). Rows whose
-``error`` is not empty (failed points) are left out; several rows for one x (repeats, or grid
+matplotlib is imported lazily through :mod:`.plots.figure` (the only module that names it). Rows
+whose ``error`` is not empty (failed points) are left out; several rows for one x (repeats, or grid
 fields not shown) are averaged, and their min-max spread is drawn as a band. A table without the
 needed columns, or with no successful row, raises ``ValueError`` naming them.
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .plots import _finish, _plt, need_columns
+from .plots.figure import finish, need_columns, pyplot
 
 LATENCY = ("ttft", "itl", "tpot", "e2e", "queueing")
 
@@ -63,7 +63,7 @@ def plot_sweep(table, fields, metric, path=None):
     ``fields`` (failed points are left out); units in seconds for latency metrics."""
     x, others = fields[0], list(fields[1:])
     ok = _ok(table, [x, metric] + others, "plot_sweep")
-    plt = _plt(path is not None)
+    plt = pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, part in _groups(ok, others or None):
         key = key if isinstance(key, tuple) else (key,)
@@ -78,7 +78,7 @@ def plot_sweep(table, fields, metric, path=None):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _finish(fig, path, plt)
+    return finish(fig, path, plt)
 
 
 def knee(table, metric="ttft", limit=None, x="rate"):
@@ -99,7 +99,7 @@ def plot_percentiles_vs_rate(table, metric="ttft", path=None, *, x="rate", by=No
     seconds, drawn with the knee (see the module docstring)."""
     cols = [f"{metric}_p{q}" for q in (50, 90, 99)]
     ok = _ok(table, [x] + cols + ([by] if by else []), "plot_percentiles_vs_rate")
-    plt = _plt(path is not None)
+    plt = pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (key, part) in enumerate(_groups(ok, by)):
@@ -124,7 +124,7 @@ def plot_percentiles_vs_rate(table, metric="ttft", path=None, *, x="rate", by=No
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if by else 1)
     fig.tight_layout()
-    return _finish(fig, path, plt)
+    return finish(fig, path, plt)
 
 
 def plot_chunk_tradeoff(table, path=None, *, x="chunk_size", ttft="ttft_p99", itl="itl_p99",
@@ -132,7 +132,7 @@ def plot_chunk_tradeoff(table, path=None, *, x="chunk_size", ttft="ttft_p99", it
     """The TTFT / ITL trade-off across ``x`` (the chunk size, or any knob): one point per
     value at (mean ``itl``, mean ``ttft``), joined in ``x`` order and labelled with it."""
     ok = _ok(table, [x, ttft, itl] + ([by] if by else []), "plot_chunk_tradeoff")
-    plt = _plt(path is not None)
+    plt = pyplot(path is not None)
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for key, part in _groups(ok, by):
         g = part.groupby(x, sort=True)[[itl, ttft]].mean()
@@ -149,4 +149,4 @@ def plot_chunk_tradeoff(table, path=None, *, x="chunk_size", ttft="ttft_p99", it
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return _finish(fig, path, plt)
+    return finish(fig, path, plt)

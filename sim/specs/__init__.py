@@ -1,6 +1,7 @@
 """Hardware and model specs: what a model is, what a GPU can do, what fits in its memory.
 
-``models`` (architecture presets from Hugging Face configs, parameter counts), ``gpus`` (GPU
+``models`` (``ModelConfig``, architecture presets, parameter counts), ``hf_config`` (a Hugging
+Face ``config.json`` read into ``ModelConfig``'s fields), ``gpus`` (GPU
 presets: peaks, bandwidth, memory), ``memory`` (``kv_cache_bytes``, ``blocks_needed``,
 ``memory_budget``), ``memory_terms`` (what vLLM and SGLang subtract before the KV cache, with
 sources), ``quantization`` (``quantize`` / ``dequantize``). Data tables are bundled in

@@ -1,6 +1,8 @@
 """Tools built on the engine: sweeps, calibration on a device, validation.
 
-``sweep`` (many runs in local processes or on a Dask cluster; Dask is imported only here),
+``sweep`` (many runs in local processes or on a Dask cluster), ``sweep_grid`` (a grid's fields
+and points, checked before anything runs), ``sweep_backends`` (where the points run; the only
+module that imports Dask), ``sweep_resume`` (the parquet file a sweep resumes from),
 ``capacity`` (``max_rate``: the highest request rate within SLOs, by bracketing and bisection),
 ``calibration`` (time the kernels, then fit them inside executed engine iterations),
 ``validation`` (executed vs simulated latencies on this device). Library functions: they

@@ -1,0 +1,85 @@
+"""The roofline's collectives: the all-reduces tensor parallelism adds, priced from measured
+NCCL timings or a ring model, and the custom one-/two-shot kernels that beat NCCL on small
+messages.
+
+A mixin of :class:`~sim.costs.roofline.RooflineCost`: :class:`RooflineCollectives` reads the
+host's ``tp``, ``gpu`` (its NVLink bandwidth), ``gpu_key`` (the table's GPU name) and ``params``
+(:class:`~sim.costs.roofline_params.RooflineParams`). A layer has two all-reduces (for a
+parallel attention+MLP block ``parallel_block_allreduces``: one by default, its two outputs
+summed before the reduction; two where the engine reduces each output in its row-parallel
+linear, as TensorRT-LLM did for Falcon and GPT-J before 0.7.1), of ``tokens x hidden``
+activations each. One costs NCCL's time, interpolated by size in Vidur's measured table
+(``sim/data/profiles/vidur_all_reduce_ms.csv``; beyond its largest size, scaled linearly with
+the bytes), or on a GPU and group size the table lacks a ring model (a latency plus ``2 (tp -
+1) / tp`` of the bytes over the link). On NVLink, messages up to ``custom_allreduce_max_bytes``
+(vLLM's 8 MiB; groups of at most 8 GPUs) take the faster of that and a custom one-/two-shot kernel
+(:meth:`~RooflineCollectives.custom_allreduce_time`: a stage latency per stage plus the bytes
+each GPU moves, fitted to published vLLM kernel timings) - at batch 1 an all-reduce is a few
+KiB and the custom kernel costs a third of NCCL's.
+
+Invariants: one GPU (``tp`` 1) has no all-reduce (0 s); the table is a lower envelope, so a
+message never costs more than a measured larger one; the price depends only on the bytes, so
+the host memoises it per token count.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import numpy as np
+
+
+@lru_cache(maxsize=1)
+def allreduce_table() -> dict:
+    """``(gpu key, GPUs) -> (sizes in bytes, seconds)``: the measured NCCL all-reduces, their
+    lower envelope."""
+    import csv
+    text = resources.files("sim").joinpath("data/profiles/vidur_all_reduce_ms.csv").read_text()
+    table = {}
+    for row in csv.DictReader(text.splitlines()):
+        table.setdefault((row["gpu"], int(row["num_workers"])), []).append(
+            (float(row["size_bytes"]), float(row["all_reduce_ms"]) * 1e-3))
+    out = {}
+    for k, v in table.items():
+        sizes, times = np.array(sorted(v)).T
+        # the lower envelope: an all-reduce never costs more than a measured larger one (it
+        # could be padded to it); removes single noisy small-message medians (A100, 4 GPUs:
+        # 61 us at 2 KiB against 16 us at 10 KiB)
+        out[k] = (sizes, np.minimum.accumulate(times[::-1])[::-1])
+    return out
+
+
+class RooflineCollectives:
+    """The all-reduces of :class:`~sim.costs.roofline.RooflineCost` (see the module
+    docstring)."""
+
+    def allreduce_time(self, nbytes) -> float:
+        """Seconds of one all-reduce of ``nbytes`` over the tensor-parallel group: NCCL (the
+        measured table, else a ring), or where the GPUs share NVLink and the message is at most
+        ``custom_allreduce_max_bytes`` the faster of that and :meth:`custom_allreduce_time`."""
+        if self.tp == 1:
+            return 0.0
+        p = self.params
+        table = allreduce_table().get((self.gpu_key, self.tp))
+        if table is not None:
+            sizes, times = table
+            t = float(np.interp(nbytes, sizes, times, right=None)) if nbytes <= sizes[-1] \
+                else float(times[-1] * nbytes / sizes[-1])
+        else:
+            link = self.gpu.link_bandwidth_gbps * 1e9 or 32e9  # else PCIe Gen4 x16 per direction
+            t = p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (
+                link * p.allreduce_eff)
+        if nbytes <= p.custom_allreduce_max_bytes and self.gpu.link_bandwidth_gbps \
+                and self.tp <= 8:
+            t = min(t, self.custom_allreduce_time(nbytes))
+        return t
+
+    def custom_allreduce_time(self, nbytes) -> float:
+        """The custom all-reduce kernels' closed form (vLLM, TensorRT-LLM, PyTorch's intra-node
+        all-reduce): one-shot, every GPU reads the ``tp - 1`` other buffers and sums (one stage
+        of ``custom_allreduce_latency_s``), or two-shot, a reduce-scatter then an all-gather (two
+        stages, ``2 (tp - 1) / tp`` of the bytes); the cheaper of the two."""
+        p, tp = self.params, self.tp
+        t0, rate = p.custom_allreduce_latency_s, p.custom_allreduce_bytes_per_s
+        return min(t0 + (tp - 1) * nbytes / rate, 2 * t0 + 2 * (tp - 1) / tp * nbytes / rate)
