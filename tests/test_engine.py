@@ -464,6 +464,12 @@ def test_model_or_gpu_alone_sizes_the_pool_with_the_others_default():
     assert SimConfig(gpu="a100").resolved_cost_model().model.name == "llama-3.1-8b"
 
 
+@pytest.mark.parametrize("field", ["model", "gpu"])
+def test_an_empty_model_or_gpu_name_is_an_error_not_the_default(field):
+    with pytest.raises(ValueError, match=f"^{field} '' is not a preset; choose one of"):
+        SimConfig(**{field: ""})
+
+
 @pytest.mark.parametrize("kw", [
     dict(),
     dict(replicas=3, router="least_outstanding"),
