@@ -341,6 +341,10 @@ def test_bad_config_and_workload_errors():
         run(df, cost_model=3.0)
     with pytest.raises(ValueError, match="cost model returned"):
         run(df, cost_model=lambda b: -1.0)
+    for returned in (None, "0.01", float("nan")):  # one error, never a bare TypeError
+        with pytest.raises(ValueError, match=f"^cost model returned {returned!r} seconds for "
+                                             f"Batch.*; expected a finite number of seconds"):
+            run(df, cost_model=lambda b, returned=returned: returned)
     with pytest.raises(ValueError, match="num_prompt_tokens: row 1"):
         run(_df([0, 1], [5, -2], [1, 1]))
     with pytest.raises(ValueError, match="num_output_tokens: row 0"):
