@@ -64,6 +64,9 @@ def resolve(config):
         if knobs:  # record the policy knobs it uses (a None knob took its default)
             config = _fill(config, {k: v for k, v in knobs().items() if v is not None})
         return config, policy
+    if isinstance(scheduler, type) and callable(getattr(scheduler, "schedule", None)):
+        raise TypeError(f"scheduler {scheduler.__name__} is a class: pass an instance, "
+                        f"scheduler={scheduler.__name__}()")
     if not callable(getattr(scheduler, "schedule", None)):
         raise TypeError(f"scheduler must be a name in {sorted(POLICIES)} or have a "
                         f"schedule(replica, now) method, got {scheduler!r}")
