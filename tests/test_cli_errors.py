@@ -95,6 +95,8 @@ CASES = [
     (RUN + ["--closed-loop", "2", "--think-time", "-1"], "--think-time must be a finite number >= 0"),
     (RUN + ["--slo-ttft", "-1"], "--slo-ttft must be a finite number > 0, got -1.0"),
     (RUN + ["--rate", "0"], "--rate must be a finite number > 0, got 0.0"),
+    (RUN + ["--model", ""], "--model '' is not a preset; choose one of"),
+    (RUN + ["--gpu", " "], "--gpu ' ' is not a preset; choose one of"),
     (RUN + ["--seed", "-1"], "--seed must be >= 0, got -1"),
     (RUN + ["--cost", "linear:"], "--cost 'linear:': four numbers expected (BASE,PREFILL,"),
     (RUN + ["--cost", "linear:1"], "--cost 'linear:1': four numbers expected (BASE,PREFILL,DECODE,"

@@ -341,6 +341,10 @@ def test_bad_config_and_workload_errors():
         run(df, cost_model=3.0)
     with pytest.raises(ValueError, match="cost model returned"):
         run(df, cost_model=lambda b: -1.0)
+    for returned in (None, "0.01", float("nan")):  # one error, never a bare TypeError
+        with pytest.raises(ValueError, match=f"^cost model returned {returned!r} seconds for "
+                                             f"Batch.*; expected a finite number of seconds"):
+            run(df, cost_model=lambda b, returned=returned: returned)
     with pytest.raises(ValueError, match="num_prompt_tokens: row 1"):
         run(_df([0, 1], [5, -2], [1, 1]))
     with pytest.raises(ValueError, match="num_output_tokens: row 0"):
@@ -462,6 +466,12 @@ def test_model_or_gpu_alone_sizes_the_pool_with_the_others_default():
         run(df, model="llama-3.1-70b")  # a 70B model on one (default) H100
     assert run(df).kv_blocks == sim.KV_BLOCKS_AVAILABLE  # neither: the cheat sheet's pool
     assert SimConfig(gpu="a100").resolved_cost_model().model.name == "llama-3.1-8b"
+
+
+@pytest.mark.parametrize("field", ["model", "gpu"])
+def test_an_empty_model_or_gpu_name_is_an_error_not_the_default(field):
+    with pytest.raises(ValueError, match=f"^{field} '' is not a preset; choose one of"):
+        SimConfig(**{field: ""})
 
 
 @pytest.mark.parametrize("kw", [

@@ -50,6 +50,13 @@ def test_shortest_prompt_first_serves_short_prompts_first():
     assert fcfs.requests.sort_values("finish_time")["num_prompt_tokens"].tolist() == prompts
 
 
+def test_a_policy_class_instead_of_an_instance_says_so():
+    with pytest.raises(TypeError, match=r"^scheduler ShortestPromptFirst is a class: pass an "
+                                        r"instance, scheduler=ShortestPromptFirst\(\)$"):
+        sim.run(_df([0.0], [10], [1]), scheduler=ShortestPromptFirst,
+                cost_model=sim.ConstantCost(0.01))
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.floats(0, 3), st.integers(1, 80), st.integers(1, 30)),
                 min_size=1, max_size=40),

@@ -275,3 +275,10 @@ def test_gc_frozen_thaws_on_an_error():
             assert gc.get_freeze_count() > 0
             raise RuntimeError("boom")
     assert gc.get_freeze_count() == 0
+
+
+def test_a_misspelt_keyword_names_the_field_meant():
+    df = wl.from_records([dict(arrival_time=0.0, num_prompt_tokens=10, num_output_tokens=2)])
+    with pytest.raises(TypeError, match=r"^unknown SimConfig field\(s\) \['shceduler'\] "
+                                        r"\(did you mean 'scheduler'\?\)$"):
+        sim.run(df, shceduler="vllm")

@@ -1,6 +1,8 @@
 """The ``sim`` command: parses arguments, calls the library, prints and writes files.
 
     sim run [CONFIG.toml] [--workload NAME|FILE] [--scheduler chunked] ...   the main job
+    sim capacity [CONFIG.toml] --slo-ttft 2 ...   the highest rate meeting the SLOs
+    sim sweep SWEEP.toml [--workers 4]            a grid of runs ([grid] table)
     sim workload list | describe NAME|FILE [--plot PNG]
     sim memory MODEL --gpu h100 [--weight-dtype int8] [--tp 2]
     sim calibrate [--budget 120] [--output PROFILE.json]

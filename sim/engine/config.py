@@ -99,6 +99,12 @@ class SimConfig:
         for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
             object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
         check_router(self.router)
+        for name in ("model", "gpu"):  # '' is no preset, never the default one
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.strip():
+                from ..specs.gpus import get_gpu
+                from ..specs.models import get_model
+                (get_model if name == "model" else get_gpu)(value)  # raises, listing presets
         if self.disaggregation is not None:
             if not isinstance(self.disaggregation, Disaggregation):
                 raise TypeError(f"disaggregation must be a sim.Disaggregation, got "

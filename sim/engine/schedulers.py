@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..checks import did_you_mean
 from .core.policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatching,
                        StaticBatching)
 from .presets.orca import Orca
@@ -64,6 +65,9 @@ def resolve(config):
         if knobs:  # record the policy knobs it uses (a None knob took its default)
             config = _fill(config, {k: v for k, v in knobs().items() if v is not None})
         return config, policy
+    if isinstance(scheduler, type) and callable(getattr(scheduler, "schedule", None)):
+        raise TypeError(f"scheduler {scheduler.__name__} is a class: pass an instance, "
+                        f"scheduler={scheduler.__name__}()")
     if not callable(getattr(scheduler, "schedule", None)):
         raise TypeError(f"scheduler must be a name in {sorted(POLICIES)} or have a "
                         f"schedule(replica, now) method, got {scheduler!r}")
@@ -82,6 +86,11 @@ def override(config, **over):
     ``run(df, res.config, kv_blocks=500)``, a sweep's ``kv_blocks`` grid over a run's resolved
     config (its utilization filled in) or a disaggregated pool's own ``kv_blocks`` take the
     pool given, where ``replace`` would give a config that sets both (an error)."""
+    fields = [f.name for f in dataclasses.fields(config)]
+    unknown = sorted(set(over) - set(fields))
+    if unknown:  # replace's own error names the field but not the one meant
+        raise TypeError(f"unknown SimConfig field(s) {unknown}"
+                        f"{did_you_mean(unknown[0], fields)}")
     if any(k in over for k in SIZING):
         over = {**{k: None for k in SIZING}, **over}
     return dataclasses.replace(config, **over)

@@ -193,8 +193,12 @@ class ReplicaProcess:
                                                  "admitted)" if replica.num_preempted_now
                                                  else ""))
             dt = cost(batch)
-            if not dt >= 0 or dt == math.inf:
-                raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}")
+            try:  # (free unless it raises) None or a string: TypeError, made the same error
+                if not dt >= 0 or dt == math.inf:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}; expected "
+                                 f"a finite number of seconds >= 0") from None
             write(pack(now, dt, len(running), len(waiting), batch.num_prefill_tokens,
                        batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
                        replica.num_preempted_now + dropped))
