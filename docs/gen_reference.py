@@ -59,7 +59,21 @@ def _flag_row(parser, action) -> str:
 
 
 def cli_reference(parser=None) -> str:
-    """Markdown for every sub-command of ``sim``: a section each, usage, then its flags."""
+    """Markdown for every sub-command of ``sim``: a section each, usage, then its flags; usage
+    lines wrapped at 100 columns whatever the terminal (argparse reads ``COLUMNS``)."""
+    import os
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        return _cli_reference(parser)
+    finally:
+        if columns is None:
+            os.environ.pop("COLUMNS")
+        else:
+            os.environ["COLUMNS"] = columns
+
+
+def _cli_reference(parser=None) -> str:
     if parser is None:
         from sim.cli.main import build_parser
         parser = build_parser()

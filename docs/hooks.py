@@ -1,8 +1,11 @@
 """MkDocs hooks (``hooks:`` in mkdocs.yml): the generated parts of the site.
 
-A page asks for generated Markdown with a line ``<!-- gen: NAME -->``; :func:`on_page_markdown`
-replaces it with what :data:`GENERATORS` makes of the code and data today (an unknown name is an
-error, so ``mkdocs build --strict`` fails on a typo). The API reference is one generated page per
+A page asks for generated Markdown with a line ``<!-- gen: NAME -->``; what :data:`GENERATORS`
+makes of the code and data today follows it in the committed page, up to ``<!-- end gen -->``,
+so the page reads whole on GitHub too. :func:`on_page_markdown` puts in a fresh copy when the
+site is built (an unknown name is an error, so ``mkdocs build --strict`` fails on a typo), and
+``python docs/hooks.py`` rewrites the committed copies (``tests/test_docs_site.py`` fails while
+one is stale). The API reference is one generated page per
 package (``reference/api/<package>.md``, :func:`gen_reference.api_pages`), added to the files by
 :func:`on_files` and under the nav's ``reference/api.md`` entry by :func:`on_config`, so a module
 that moves or appears is documented where it now lives without touching mkdocs.yml.
@@ -11,13 +14,20 @@ that moves or appears is documented where it now lives without touching mkdocs.y
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
-import gen_reference
-import gen_validation
-from mkdocs.exceptions import PluginError
-from mkdocs.structure.files import File
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script: its siblings)
 
-MARKER = re.compile(r"^<!-- gen: ([\w.-]+) -->[ \t]*$", re.M)
+import gen_reference  # noqa: E402
+import gen_validation  # noqa: E402
+from mkdocs.exceptions import PluginError  # noqa: E402
+from mkdocs.structure.files import File  # noqa: E402
+
+END = "<!-- end gen -->"
+# the marker line, then the committed copy of the generated block (if any) up to END
+MARKER = re.compile(r"^<!-- gen: ([\w.-]+) -->[ \t]*\n(?:(?:(?!<!-- gen: ).*\n)*?"
+                    + re.escape(END) + r"[ \t]*$)?", re.M)
 API_INDEX = "reference/api.md"
 
 
@@ -41,15 +51,33 @@ GENERATORS = {
 }
 
 
-def expand(markdown: str, where: str = "") -> str:
-    """``markdown`` with each ``<!-- gen: NAME -->`` line replaced by its generated Markdown."""
+def expand(markdown: str, where: str = "", keep_markers: bool = False) -> str:
+    """``markdown`` with each ``<!-- gen: NAME -->`` block (the marker line and any committed
+    copy after it) replaced by its generated Markdown; ``keep_markers``: as the committed page
+    holds it, between the marker line and ``<!-- end gen -->``."""
     def replace(match):
         name = match.group(1)
         if name not in GENERATORS:
             raise PluginError(f"{where}: unknown generated block {name!r}; known: "
                               f"{sorted(GENERATORS)}")
-        return GENERATORS[name]().rstrip("\n")
+        text = GENERATORS[name]().rstrip("\n")
+        return f"<!-- gen: {name} -->\n{text}\n{END}" if keep_markers else text
     return MARKER.sub(replace, markdown)
+
+
+def stale_pages(root=None) -> list:
+    """The committed pages whose generated blocks differ from what the code makes today."""
+    root = root or Path(__file__).resolve().parent
+    return [page for page in sorted(root.rglob("*.md"))
+            if expand(page.read_text(), str(page), keep_markers=True) != page.read_text()]
+
+
+def write_pages(root=None) -> list:
+    """Rewrite every stale page's generated blocks; returns the pages written."""
+    pages = stale_pages(root)
+    for page in pages:
+        page.write_text(expand(page.read_text(), str(page), keep_markers=True))
+    return pages
 
 
 def _with_api_pages(nav, pages):
@@ -82,3 +110,8 @@ def on_files(files, config):
 
 def on_page_markdown(markdown, page, config, files):
     return expand(markdown, page.file.src_path)
+
+
+if __name__ == "__main__":
+    for page in write_pages():
+        print(f"wrote {page}")

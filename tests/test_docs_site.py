@@ -150,6 +150,25 @@ def test_a_page_marker_is_replaced_and_an_unknown_one_fails():
         hooks.expand("<!-- gen: validation.typo -->\n", "p.md")
 
 
+def test_committed_generated_blocks_are_fresh(tmp_path):
+    """Each page holds a copy of its generated blocks (readable on GitHub); a copy that no
+    longer matches the code fails here, and ``python docs/hooks.py`` rewrites it. The copy is
+    replaced, never added to: expanding a fresh page again changes nothing."""
+    hooks = _load("hooks")
+    stale = hooks.stale_pages()
+    assert not stale, f"stale generated blocks in {stale}: run python docs/hooks.py"
+    page = tmp_path / "p.md"
+    page.write_text("# T\n\n<!-- gen: validation.per-head-decode -->\nold table\n"
+                    "<!-- end gen -->\n\nafter\n")
+    assert hooks.stale_pages(tmp_path) == [page]
+    assert hooks.write_pages(tmp_path) == [page] and hooks.stale_pages(tmp_path) == []
+    text = page.read_text()
+    assert "old table" not in text and text.endswith("<!-- end gen -->\n\nafter\n")
+    built = hooks.expand(text, "p.md")
+    assert "<!--" not in built and built.count("attn_decode_reread_fraction") == \
+        hooks.GENERATORS["validation.per-head-decode"]().count("attn_decode_reread_fraction")
+
+
 def test_api_pages_go_under_the_api_entry_of_the_nav():
     hooks = _load("hooks")
     nav = [{"Home": "index.md"},
