@@ -35,7 +35,7 @@ def format_rows(rows) -> str:
     width = max([len("metric")] + [len(r[0]) for r in rows])
     lines = [f"{'metric':<{width}}  {'measured':>12}  {'simulated':>12}  {'error':>8}"]
     for name, m, s, err in rows:
-        e = "n/a" if err != err else f"{err:+.1%}"
+        e = "n/a" if err != err else f"{(err if abs(err) >= 5e-4 else 0.0):+.1%}"
         lines.append(f"{name:<{width}}  {_fmt(m):>12}  {_fmt(s):>12}  {e:>8}")
     return "\n".join(lines)
 
@@ -109,8 +109,10 @@ def add_parser(sub):
     p.add_argument("--index", type=int, default=None, metavar="I",
                    help="guidellm: which benchmark of a sweep (default: the only one)")
     p.add_argument("--all", action="store_true",
-                   help="every metric both have (default: TTFT, TPOT, ITL, E2E, throughputs)")
+                   help="every metric both have (default: TTFT, TPOT, ITL, E2E and the "
+                        "throughputs)")
     p.add_argument("--report", metavar="FILE.html", default=None,
-                   help="also write the run's HTML page with the comparison in it")
+                   help="also write the run's HTML page with the comparison in it (default: "
+                        "none)")
     add_flags(p, [r for r in rows_for("run") if r.key not in NOT_HERE])
     p.set_defaults(func=cmd_compare, config=None)

@@ -20,7 +20,8 @@ successful requests, ``stat`` one of ``mean``, ``median``, ``std_dev``, ``min``,
 
 The workload: the successful requests, each arriving at its ``request_start_time``; the
 strategy says how they were sent: ``synchronous`` one client, ``concurrent`` ``streams``
-clients (``concurrency``), ``constant``/``poisson`` an open loop at ``rate``, ``throughput``
+clients (``concurrency``), ``constant``/``poisson`` an open loop at ``rate``, ``trace`` an open
+loop at the requests' start times, ``throughput``
 everything at once (its ``max_concurrency`` clients when set). A report of several benchmarks
 (a sweep) needs ``index``.
 """
@@ -49,12 +50,14 @@ def _strategy(bench, path, where):
         return count(strategy.get("streams"), path, f"{at}.streams", minimum=1), None
     if kind in ("constant", "poisson"):
         return None, number(strategy.get("rate"), path, f"{at}.rate")
+    if kind == "trace":  # a replay of timed requests: the open loop of their start times
+        return None, None
     if kind == "throughput":
         users = strategy.get("max_concurrency")
         return (None if users is None else count(users, path, f"{at}.max_concurrency",
                                                  minimum=1)), None
     fail(path, f"{at}.type_", f"{kind!r} is not a strategy read here (synchronous, concurrent, "
-                              f"constant, poisson, throughput)")
+                              f"constant, poisson, trace, throughput)")
 
 
 def _metrics(bench, path, where):

@@ -63,7 +63,7 @@ def read_vllm(doc, path) -> Measured:
         if key in doc:
             metrics[key] = number(doc[key], path, key)
     for key, value in doc.items():
-        if METRIC.match(key):
+        if METRIC.match(key) and value is not None:  # (null: a metric with no values)
             metrics[key] = number(value, path, key)
     rate = _rate(doc, path)
     concurrency = doc.get("max_concurrency")
