@@ -108,7 +108,7 @@ CASES = [
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
-                                   "'free_gpu_memory_fraction', 'gpu', "
+                                   "'format', 'free_gpu_memory_fraction', 'gpu', "
                                    "'gpu_memory_utilization', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "

@@ -67,6 +67,7 @@ SAMPLES = {
     "plots": (None, True, []),
     "quiet": (None, True, []),
     "report": ("r.html", "r.html", []),
+    "format": ("AIPerf", "aiperf", []),
     "request_path": ("1,2,3", "1,2,3", []),
 }
 OBJECTS = {"closed_loop": "closed_loop", "disaggregation": "disaggregation",

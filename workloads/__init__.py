@@ -2,6 +2,7 @@
 prefix-sharing generators. Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
 from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
+from .benchmarks import Measured, from_benchmark
 from .describe import describe, plot_workload
 from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
 from .prefix import ideal_prefix_hit_rate, prefix_block_keys, unit_keys_all
@@ -11,6 +12,7 @@ from .traces import TRACES, load, load_file, save, trace_names
 
 __all__ = [
     "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
+    "Measured", "from_benchmark",
     "describe", "plot_workload",
     "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "unit_keys_all", "multi_turn", "shared_prefix", "synthetic",
     "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",

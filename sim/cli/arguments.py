@@ -157,6 +157,15 @@ def name_any_case(shown, value):
     return value.strip().lower() if isinstance(value, str) else value
 
 
+def bench_format(shown, value):
+    """A benchmark tool's file format (``sim run --format``), any case."""
+    from ..results.bench import FORMATS
+    name = value.strip().lower() if isinstance(value, str) else value
+    if name not in FORMATS:
+        raise ValueError(f"{shown} {value!r} is not a format; known: {', '.join(FORMATS)}")
+    return name
+
+
 def prefix_caching(shown, value):
     """A prefix-cache mode in any case; ``off`` (or ``false``, ``none``) is ``False``, the
     API's off; SimConfig checks the others."""

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from . import capacity, device, info, run, sweep
+from . import capacity, compare, device, info, run, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     capacity.add_parser(sub)
     sweep.add_parser(sub)
+    compare.add_parser(sub)
     info.add_parsers(sub)
     device.add_parsers(sub)
     for p in sub.choices.values():  # ``sim run ... --debug`` as well as ``sim --debug run ...``

@@ -146,3 +146,19 @@ def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return written
+
+
+def write_bench_files(res, out, fmt, info) -> list[str]:
+    """The run in the benchmark tool ``fmt``'s files (:func:`sim.results.bench.files.export`),
+    each written under a temporary name in ``out`` and renamed into place; their names."""
+    from ..results.bench.files import export
+    names = []
+    for name, text in export(res, fmt, info).items():
+        tmp = out / f".{name}.{os.getpid()}.tmp"
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, out / name)
+        finally:
+            tmp.unlink(missing_ok=True)
+        names.append(name)
+    return names

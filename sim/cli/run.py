@@ -18,7 +18,7 @@ from ..checks import plural
 from ..engine.core.policies import KNOBS
 from .arguments import output_file, output_folder
 from .build import build, with_request_path
-from .output import format_summary, write_outputs
+from .output import format_summary, write_bench_files, write_outputs
 from .settings import (DEFAULT_SCENARIO, Names, add_run_args, check_router_used, given_value,
                        is_default_scenario, settings_from)
 
@@ -81,6 +81,11 @@ def cmd_run(args) -> int:
     if report is not None:
         from ..results.report import write_report
         write_report(res, report, slo=s["slo"] or None, findings=findings, settings=meta)
+    fmt = given_value(args, s, "format")[0]
+    if fmt is not None:
+        written += write_bench_files(res, out, fmt, {
+            "model": s["model"], "rate": meta.get("rate", s["rate"]),
+            "concurrency": s["closed_loop_users"]})
     if not args.quiet:
         if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")

@@ -33,9 +33,10 @@ from ..engine.schedulers import POLICIES
 from ..engine.speculation.settings import MAX_SPECULATIVE_TOKENS
 from ..engine.presets.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
 from ..engine.presets.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
+from ..results.bench import FORMATS as BENCH_FORMATS
 from ..results.metrics import SLO_KEYS
-from .arguments import (at_least_zero, count, count_or_zero, name_any_case, num_requests, number,
-                        positive, prefix_caching, repeats, typed)
+from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
+                        num_requests, number, positive, prefix_caching, repeats, typed)
 
 SHARED = ("run", "capacity", "sweep")  # the commands that read sim run's settings
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
@@ -290,6 +291,13 @@ SETTINGS = (
     S("report", ("--report",), ("output",), metavar="FILE.html", commands=("run",),
       help="also write one self-contained HTML page: settings, summary, findings and figures",
       default_help="default: none", kind="file path ending in .html"),
+    S("format", ("--format",), ("output",), parse=str.lower, choices=BENCH_FORMATS,
+      check=bench_format, commands=("run",),
+      help="also write the result as that benchmark tool writes it, for its dashboards and "
+           "scripts: vllm-bench (vllm-bench.json, as vllm bench serve --save-result "
+           "--save-detailed), aiperf (profile_export.jsonl and profile_export_aiperf.json), "
+           "guidellm (benchmarks.json); 'sim compare' reads them back",
+      default_help="default: none", kind=" | ".join(BENCH_FORMATS)),
     S("request_path", ("--request-path",), ("request_path",), metavar="SPEC",
       commands=("run", "capacity"),
       help="time outside the engine, added to what the client sees: 'triton' (sourced: "

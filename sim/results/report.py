@@ -85,10 +85,27 @@ def _figures(result, slo) -> list:
     return parts
 
 
-def render(result, *, slo=None, settings=None, findings=None, figures=True) -> str:
+def _grid(rows) -> str:
+    """A table whose first row is its header; numbers right-aligned."""
+    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in rows[0])
+           + "</tr>"]
+    for row in rows[1:]:
+        cells = []
+        for v in row:
+            cls = ' class="n"' if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
+            cells.append(f"<td{cls}>{html.escape(_fmt(v))}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def render(result, *, slo=None, settings=None, findings=None, figures=True,
+           sections=()) -> str:
     """The page as a string (see the module docstring). ``settings``: a dict of name -> value
     shown as the settings (e.g. the CLI's, with the workload; default: the run's config);
-    ``findings``: defaults to ``result.diagnose()``; ``figures=False``: a page without them."""
+    ``findings``: defaults to ``result.diagnose()``; ``figures=False``: a page without them;
+    ``sections``: (heading, rows) tables after the summary, rows[0] their header (``sim
+    compare``'s measured vs simulated)."""
     from .plots import run_title
     summary = result.summary(slo=slo)
     findings = result.diagnose() if findings is None else findings
@@ -105,6 +122,9 @@ def render(result, *, slo=None, settings=None, findings=None, figures=True) -> s
         parts.append("<p>No finding: nothing in this run matches a known problem.</p>")
     parts.append("<h2>Summary</h2>")
     parts.append(_table(list(summary.items())))
+    for heading, rows in sections:
+        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        parts.append(_grid(rows))
     if figures:
         parts += _figures(result, slo)
     parts.append("<h2>Settings</h2>")
@@ -116,11 +136,12 @@ def render(result, *, slo=None, settings=None, findings=None, figures=True) -> s
 
 
 def write_report(result, path, *, slo=None, settings=None, findings=None,
-                 figures=True) -> Path:
+                 figures=True, sections=()) -> Path:
     """Write :func:`render`'s page to ``path`` atomically (a temporary file in the same folder,
     renamed into place; the folder is created if missing); returns the path."""
     path = Path(path)
-    page = render(result, slo=slo, settings=settings, findings=findings, figures=figures)
+    page = render(result, slo=slo, settings=settings, findings=findings, figures=figures,
+                  sections=sections)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     try:  # O_EXCL: a fresh file; mode 0o666 less the umask, as open() would give the page

@@ -1,0 +1,51 @@
+"""Benchmark tools' result files read back: what ``vllm bench serve``, AIPerf / GenAI-Perf and
+guidellm ran (the workload) and what they measured (their metrics, in their own names).
+
+:func:`from_benchmark` tells the tool by the file's content and returns a
+:class:`~workloads.benchmarks.common.Measured`. Imports only ``workloads`` (never ``sim``).
+Modules: ``common`` (the record and shared checks), ``vllm``, ``aiperf``, ``guidellm`` (one
+reader each; each docstring names the schema and the source version it follows).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .aiperf import is_summary, read_records, read_summary
+from .common import TOOLS, Measured, fail
+from .guidellm import is_guidellm, read_guidellm
+from .vllm import is_vllm, read_vllm
+
+__all__ = ["TOOLS", "Measured", "from_benchmark"]
+
+
+def from_benchmark(path, index=None) -> Measured:
+    """The run a benchmark tool's result file describes: a ``vllm bench serve`` result JSON, an
+    AIPerf/GenAI-Perf ``profile_export.jsonl`` or ``profile_export_aiperf.json``, a guidellm
+    ``benchmarks.json`` (``index``: which benchmark of a sweep). ``ValueError`` (one line
+    naming the file and the field) for a file of none of these forms or with a bad field."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    if path.suffix == ".jsonl":
+        return read_records(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        fail(path, f"line {e.lineno}", f"not JSON ({e.msg})")
+    except UnicodeDecodeError:
+        fail(path, "content", "not UTF-8 text")
+    if is_guidellm(doc):
+        return read_guidellm(doc, path, index)
+    if index is not None:
+        raise ValueError(f"{path}: index {index} is for a guidellm report of several "
+                         f"benchmarks; this file holds one run")
+    if is_vllm(doc):
+        return read_vllm(doc, path)
+    if is_summary(doc):
+        return read_summary(doc, path)
+    keys = ", ".join(list(doc)[:6]) if isinstance(doc, dict) else type(doc).__name__
+    raise ValueError(f"{path}: not a vllm bench serve, AIPerf or guidellm result: no "
+                     f"'completed' + 'request_throughput', metric tables or 'benchmarks' "
+                     f"(it has {keys})")
