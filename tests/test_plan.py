@@ -37,7 +37,7 @@ def test_every_candidate_has_a_row_ranked_or_pruned_with_a_reason(table):
     assert pruned["rank"].isna().all() and (pruned["reason"].str.len() > 0).all()
     tp3 = table[table["tensor_parallel"] == 3]  # 8 KV heads: 3 GPUs cannot split them
     assert (tp3["stage"] == "invalid").all() and tp3["reason"].str.contains("divide").all()
-    assert table.columns[0] == "rank" and {"max_rate", "num_gpus", "ttft_p99"} <= set(table)
+    assert list(table.columns[:2]) == ["rank", "pareto"] and {"max_rate", "num_gpus", "ttft_p99"} <= set(table)
     assert set(pruned["stage"]) <= {"invalid", "slo", "workload"}
     short = pruned[pruned["stage"] == "workload"]  # 150 requests never load 2 H100s past it
     assert short["reason"].str.contains("give more requests").all()
@@ -103,3 +103,17 @@ def test_a_target_rate_prunes_the_candidates_below_it(df, table):
 def test_a_bad_space_names_the_problem(df, space):
     with pytest.raises(ValueError, match="space"):
         plan(df, SLO, space=space)
+
+
+def test_the_pareto_column_is_the_cost_latency_frontier(table):
+    ranked = table[table["status"] == "ranked"]
+    assert table.loc[table["status"] == "pruned", "pareto"].eq(False).all()
+    assert ranked.iloc[0]["pareto"]  # the cheapest is on it
+    for _, row in ranked.iterrows():
+        dominated = ((ranked["usd_per_million_output_tokens"]
+                      <= row["usd_per_million_output_tokens"])
+                     & (ranked["ttft_p99"] <= row["ttft_p99"])
+                     & ((ranked["usd_per_million_output_tokens"]
+                         < row["usd_per_million_output_tokens"])
+                        | (ranked["ttft_p99"] < row["ttft_p99"]))).any()
+        assert row["pareto"] == (not dominated)

@@ -27,7 +27,9 @@ tried at stage ``workload`` (too few requests to load it: give more). The rest a
 capacity rate, the dollars per million tokens when the fleet runs at the SLO's edge), ties by
 fewer GPUs, then the space's order. The table: one row per candidate, ranked ones first
 (``rank`` 1, 2, ...; pruned ones NaN), with the space's fields, ``status`` (``ranked`` or
-``pruned``), ``stage``, ``reason``, ``max_rate`` and every summary metric at that rate.
+``pruned``), ``stage``, ``reason``, ``max_rate`` and every summary metric at that rate;
+``pareto`` marks the ranked candidates on the frontier of ``objective`` vs ``latency``
+(default ``ttft_p99`` at the capacity rate): none cheaper and faster at once.
 
 Not yet: roofline bounds as a second pruning stage, Dask, resuming, heterogeneous pools as a
 search dimension (a ``disaggregation`` value in ``space`` is taken as given).
@@ -82,8 +84,22 @@ def _prune(base, knobs, objective) -> tuple:
     return config, None
 
 
+def _pareto(table, objective, latency) -> list:
+    """Whether each row is ranked and no other ranked row is at least as good on both
+    ``objective`` and ``latency`` and better on one (the cost-latency frontier)."""
+    ranked = table["status"] == "ranked"
+    cost, lat = table[objective].to_numpy(), table[latency].to_numpy()
+    out = []
+    for i, ok in enumerate(ranked):
+        out.append(bool(ok) and not any(
+            ranked.iloc[j] and cost[j] <= cost[i] and lat[j] <= lat[i]
+            and (cost[j] < cost[i] or lat[j] < lat[i]) for j in range(len(table))))
+    return out
+
+
 def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
-         objective="usd_per_million_output_tokens", tol=0.01) -> pd.DataFrame:
+         objective="usd_per_million_output_tokens", latency="ttft_p99",
+         tol=0.01) -> pd.DataFrame:
     """The ranked table of the candidates of ``space`` (see the module docstring)."""
     base = as_config(base, "base")
     space = _check_space(space)
@@ -128,4 +144,7 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
     table = table.drop(columns=["_key", "order"]).reset_index(drop=True)
     table.insert(0, "rank", [float(i + 1) if ok else math.nan
                              for i, ok in enumerate(table["status"] == "ranked")])
+    if latency not in table:
+        table[latency] = math.nan
+    table.insert(1, "pareto", _pareto(table, objective, latency))
     return table
