@@ -37,7 +37,8 @@ def test_every_candidate_has_a_row_ranked_or_pruned_with_a_reason(table):
     assert pruned["rank"].isna().all() and (pruned["reason"].str.len() > 0).all()
     tp3 = table[table["tensor_parallel"] == 3]  # 8 KV heads: 3 GPUs cannot split them
     assert (tp3["stage"] == "invalid").all() and tp3["reason"].str.contains("divide").all()
-    assert list(table.columns[:2]) == ["rank", "pareto"] and {"max_rate", "num_gpus", "ttft_p99"} <= set(table)
+    assert list(table.columns[:2]) == ["rank", "pareto"]
+    assert {"max_rate", "num_gpus", "ttft_p99"} <= set(table)
     assert set(pruned["stage"]) <= {"invalid", "slo", "workload"}
     short = pruned[pruned["stage"] == "workload"]  # 150 requests never load 2 H100s past it
     assert short["reason"].str.contains("give more requests").all()

@@ -16,20 +16,20 @@ plan, with its ``stage`` and ``reason``:
 3. ``price``: ranking by a dollar column, the GPU has no sourced price and no
    ``usd_per_gpu_hour`` (:mod:`sim.results.economics`).
 
-After the capacity search, a candidate whose ``objective`` is NaN there is pruned at stage
-``objective``.
-
 Each survivor gets a capacity search (:func:`sim.tools.capacity.max_rate`: the highest rate
 meeting ``slo`` at ``attainment``, within ``tol``); one with no such rate, or below the target
 ``rate`` when one is given, is pruned at stage ``slo``; one that meets the SLO at every rate
-tried at stage ``workload`` (too few requests to load it: give more). The rest are ranked by ``objective``
-(a summary column, lower is better: by default ``usd_per_million_output_tokens`` at the
-capacity rate, the dollars per million tokens when the fleet runs at the SLO's edge), ties by
-fewer GPUs, then the space's order. The table: one row per candidate, ranked ones first
+tried at stage ``workload`` (too few requests to load it: give more). The rest are ranked by
+``objective`` (a summary column, lower is better: by default ``usd_per_million_output_tokens``
+at the capacity rate, the dollars per million tokens when the fleet runs at the SLO's edge),
+ties by fewer GPUs, then the space's order. The table: one row per candidate, ranked ones first
 (``rank`` 1, 2, ...; pruned ones NaN), with the space's fields, ``status`` (``ranked`` or
 ``pruned``), ``stage``, ``reason``, ``max_rate`` and every summary metric at that rate;
-``pareto`` marks the ranked candidates on the frontier of ``objective`` vs ``latency``
-(default ``ttft_p99`` at the capacity rate): none cheaper and faster at once.
+``pareto`` marks the ranked candidates on the frontier of ``objective`` vs ``latency`` (default
+``ttft_p99`` at the capacity rate): none cheaper and faster at once.
+
+After the capacity search, a candidate whose ``objective`` is NaN there is pruned at stage
+``objective``.
 
 Not yet: roofline bounds as a second pruning stage, Dask, resuming, heterogeneous pools as a
 search dimension (a ``disaggregation`` value in ``space`` is taken as given).
