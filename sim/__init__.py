@@ -45,6 +45,7 @@ _PUBLIC = {
     **dict.fromkeys(("dequantize", "quantize"), "specs.quantization"),
     **dict.fromkeys(("Capacity", "max_rate"), "tools.capacity"),
     "sweep": "tools.sweep",
+    "plan": "tools.plan",
 }
 
 
@@ -65,6 +66,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "RequestPath", "Result", "Batch", "sweep", "max_rate", "Capacity",
+    "plan",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
     "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",
     "Orca", "SGLang",

@@ -109,6 +109,7 @@ CASES = [
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
                                    "'format', 'free_gpu_memory_fraction', 'gpu', "
+                                   "'gpu_idle_watts', 'gpu_max_watts', "
                                    "'gpu_memory_utilization', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
@@ -118,13 +119,14 @@ CASES = [
                                    "'scheduler', 'seed', 'slo', "
                                    "'speculative', "
                                    "'tensor_parallel', 'think_time', 'token_budget', "
-                                   "'weight_dtype', 'workload']"),
+                                   "'usd_per_gpu_hour', 'weight_dtype', 'workload']"),
     (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'output', 'plots', "
                                      "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
                                      "'repeats', 'replicas', 'router', "),
     (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'max_model_len', "
                                      "'metrics', 'model', "),
-    (["sweep", "{d}/misspelt.toml"], "'gpu', 'gpu_memory_utilization', 'grid', "
+    (["sweep", "{d}/misspelt.toml"], "'gpu', 'gpu_idle_watts', 'gpu_max_watts', "
+                                     "'gpu_memory_utilization', 'grid', "
                                      "'hash_block_tokens', 'kv_blocks', "),
     (RUN + ["--cost", "constant:x"], "--cost 'constant:x': numbers expected after ':'"),
     (RUN + ["--cost", "constant:-1"], "--cost 'constant:-1': seconds must be"),

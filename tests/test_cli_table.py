@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from sim.cli.build import config_from, parts, with_request_path
 from sim.cli.main import build_parser
 from sim.cli.settings import DEFAULTS, Names, given_value, reference_rows, settings_from
-from sim.cli.table import BY_KEY, SETTINGS, TARGETS, help_text, rows_for
+from sim.cli.setting import TARGETS
+from sim.cli.table import BY_KEY, SETTINGS, help_text, rows_for
 from sim.costs.calibrated import shipped_cpu_profile
 from sim.engine import Disaggregation, SimConfig, SpeculativeConfig
 
@@ -46,6 +47,9 @@ SAMPLES = {
     "seed": ("3", 3, []),
     "cost": ("constant:0.01", "constant:0.01", []),
     "profile": (str(shipped_cpu_profile()), str(shipped_cpu_profile()), ["--kv-blocks", "100"]),
+    "usd_per_gpu_hour": ("2.5", 2.5, []),
+    "gpu_idle_watts": ("60", 60.0, []),
+    "gpu_max_watts": ("650", 650.0, []),
     "replicas": ("3", 3, []),
     "router": ("Least_KV", "least_kv", ["--replicas", "2"]),
     "prefill_replicas": ("2", 2, []),

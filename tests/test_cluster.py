@@ -35,9 +35,13 @@ def test_everything_routed_to_one_replica_is_the_single_replica_run_exactly(knob
     pd.testing.assert_frame_equal(one.iterations, three.iterations)
     a, b = one.summary(), three.summary()
     assert b["num_replicas"] == 3 and b["num_gpus"] == 3 and a["num_gpus"] == 1
+    from sim.results.economics import KEYS  # the two idle replicas are paid for too
     for k in a:
-        if k not in ("wall_seconds", "num_replicas", "num_gpus", "busy_fraction"):
+        if k not in ("wall_seconds", "num_replicas", "num_gpus", "busy_fraction", *KEYS):
             assert a[k] == b[k] or (a[k] != a[k] and b[k] != b[k]), k
+    assert b["usd_per_hour"] == pytest.approx(3 * a["usd_per_hour"])
+    assert b["usd_per_million_output_tokens"] == pytest.approx(
+        3 * a["usd_per_million_output_tokens"])
     per = three.replica_summary()
     assert b["busy_fraction"] == pytest.approx(a["busy_fraction"] / 3)
     assert per["num_requests"].tolist() == [1500, 0, 0]

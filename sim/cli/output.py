@@ -44,6 +44,7 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
         ("throughput", f"{_num(summary['request_throughput'], '.3g')} req/s, "
                        f"{_num(summary['output_token_throughput'], ',.0f')} output tok/s, "
                        f"{_num(summary['total_token_throughput'], ',.0f')} total tok/s"),
+        *([("cost", _cost(summary))] if "avg_power_watts" in summary else []),
         ("batch", f"{summary['mean_batch_size']:.1f} requests running on average{slots} "
                   f"({summary['slot_utilization']:.0%} of the batch slots)"),
         ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
@@ -82,7 +83,22 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _cost(summary) -> str:
+    """The cost row: dollars (when the GPU has a price) and energy (sim.results.economics)."""
+    usd = summary.get("usd_per_hour")
+    gpus = plural(summary.get("num_gpus", 1), "GPU")
+    money = (f"${_num(usd, ',.2f')}/h for {gpus}, "
+             f"${_num(summary['usd_per_million_output_tokens'], '.3g')} per million output "
+             f"tokens (${_num(summary['usd_per_million_total_tokens'], '.3g')} per million "
+             f"in + out)" if usd == usd else f"no sourced price for the GPU ({gpus}): set "
+                                                f"usd_per_gpu_hour")
+    return (f"{money}; {_num(summary['energy_joules_per_output_token'], '.3g')} J per output "
+            f"token at {_num(summary['avg_power_watts'], ',.0f')} W on average")
+
+
 def _null_reason(key, summary) -> str:
+    if key.startswith("usd_") and summary.get("usd_per_hour") is None:
+        return "the GPU has no sourced price in sim/data/gpu_prices.csv: set usd_per_gpu_hour"
     if not summary.get("num_finished"):
         return "no request finished"
     if key.startswith(("tpot", "itl")):

@@ -7,7 +7,7 @@ an SLO, an output), how a flag's text is parsed, the check that flag and file va
 its default and its help. From this one table the flags are generated
 (:func:`sim.cli.settings.add_flags`), a TOML file's keys are checked and the config is built in
 one pass (:mod:`sim.cli.settings`, :mod:`sim.cli.build`); :func:`reference_rows` gives it to
-the docs. A setting has one name everywhere: its key is the TOML key and the settings record's
+the docs (a row's type: :mod:`sim.cli.setting`). A setting has one name everywhere: its key is the TOML key and the settings record's
 (``summary.json``), the API field where the API has the same concept (``field``), and its long
 flag is the key with dashes unless a shorter flag has always been its name (``--tp``).
 
@@ -37,74 +37,9 @@ from ..results.bench import FORMATS as BENCH_FORMATS
 from ..results.metrics import SLO_KEYS
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
                         num_requests, number, positive, prefix_caching, repeats, typed)
+from .setting import SHARED, TARGETS, Setting, first_line
 
-SHARED = ("run", "capacity", "sweep")  # the commands that read sim run's settings
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
-# where a value goes, ``{field}`` its row's API field
-TARGETS = {"workload": "workloads.load(..., {field}=)",
-           "config": "SimConfig.{field}",
-           "cost": "SimConfig.cost_model (from cost, or a profile)",
-           "closed_loop": "SimConfig.closed_loop: workloads.ClosedLoop.{field}",
-           "disaggregation": "SimConfig.disaggregation: sim.Disaggregation.{field}",
-           "speculative": "SimConfig.speculative: sim.SpeculativeConfig.{field}",
-           "request_path": "SimConfig.request_path: sim.RequestPath",
-           "slo": "Result.summary(slo={{'{field}': seconds}})",
-           "output": "the files and lines the command writes",
-           "sweep": "sim sweep's {field}"}
-
-
-@dataclass(frozen=True, slots=True)
-class Setting:
-    """One setting: see the module docstring. ``to``: its targets (:data:`TARGETS`); ``field``:
-    its API field there when that is not the key's last part (``num_requests``: the loader's
-    ``n``); ``parse``: the flag's argparse ``type`` (``bool``: a switch, ``store_true``; a
-    second flag switches it off); ``check(shown, value)``: the value checked and normalised,
-    ``shown`` the setting as the user wrote it (:mod:`sim.cli.arguments`); ``default_help``: the
-    parenthesis ending its help; ``kind``: its type in words for the reference (else from
-    ``parse`` and ``choices``). ``help`` and ``choices`` may be functions, read when a parser
-    is built (:func:`help_of`, :func:`choices_of`)."""
-
-    key: str
-    flags: tuple = ()
-    to: tuple = ("config",)
-    field: str = ""
-    help: str = ""
-    default_help: str = ""
-    default: object = None
-    parse: object = None
-    choices: tuple = ()
-    metavar: str | None = None
-    check: object = None
-    commands: tuple = SHARED
-    in_toml: bool = True
-    kind: str = ""
-    off_help: str = ""
-
-    @property
-    def dest(self) -> str:
-        """The flag's attribute on argparse's namespace."""
-        return self.key.replace(".", "_")
-
-    @property
-    def api_field(self) -> str:
-        return self.field or self.key.rsplit(".", 1)[-1]
-
-
-def first_line(cls) -> str:
-    """A policy's name in words for ``--help``: its docstring up to the first ':' or '.' outside
-    parentheses, without long parentheticals ("Chunked prefill (Sarathi-style)")."""
-    text = " ".join((cls.__doc__ or cls.__name__).strip().split("\n\n")[0].split())
-    out, depth, group = [], 0, []
-    for ch in text.replace("``", ""):
-        if depth == 0 and ch in ":.":
-            break
-        depth += (ch == "(") - (ch == ")")
-        group.append(ch)
-        if depth == 0:
-            if len(group) <= 40 or group[0] != "(":
-                out.extend(group)
-            group = []
-    return "".join(out).strip()
 
 
 def _router(shown, value):
@@ -227,6 +162,16 @@ SETTINGS = (
       check=typed((str, Path), "a profile file path"),
       help="calibrated profile from 'sim calibrate'; replaces --cost",
       default_help="default none", kind="file path"),
+    S("usd_per_gpu_hour", ("--usd-per-gpu-hour",), parse=float, metavar="USD", check=positive,
+      help="price of one GPU-hour, > 0: the cost columns (usd_per_hour, usd_per_million_*)",
+      default_help="default: the GPU's sourced on-demand price, sim/data/gpu_prices.csv"),
+    S("gpu_idle_watts", ("--gpu-idle-watts",), parse=float, metavar="W", check=at_least_zero,
+      help="power of one GPU with no iteration running, >= 0: the energy columns",
+      default_help="default: measured (sim/data/gpu_power.csv), else TDP x the measured ratio"),
+    S("gpu_max_watts", ("--gpu-max-watts",), parse=float, metavar="W", check=positive,
+      help="one GPU's board power (TDP), > 0; a busy GPU draws idle + a fitted share of (max "
+           "- idle)",
+      default_help="default: the GPU's TDP, sim/data/gpus.csv"),
     S("replicas", ("--replicas",), parse=int, metavar="N", default=1, check=count,
       help="replicas behind the router, >= 1, each of --tp GPUs", default_help="default 1"),
     S("router", ("--router",), parse=str.lower, metavar="NAME", default="round_robin",

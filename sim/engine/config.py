@@ -28,6 +28,10 @@ knobs above) behind ``router`` (:mod:`sim.engine.fleet.routers`,
 :mod:`sim.engine.fleet.cluster`). Use ``dataclasses.replace`` for variants; the config is
 validated when built.
 
+``usd_per_gpu_hour``, ``gpu_idle_watts``, ``gpu_max_watts``: the price and power terms of the
+summary's dollars and joules (:mod:`sim.results.economics`); ``None`` takes the GPU's sourced
+ones (:mod:`sim.specs.economics`); they change no timing.
+
 ``max_model_len`` (vLLM's ``--max-model-len``, SGLang's ``context_length``): the prompt +
 output tokens a request may hold; ``None`` takes the model's context length
 (``max_position_embeddings`` of ``model``, or of ``llama-3.1-8b`` when no model is given; no
@@ -42,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..checks import fraction, positive_int
+from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from ..specs.memory_terms import check_free_gpu_memory_fraction
 from .core.policies import PREFIX_CACHING_MODES
@@ -87,6 +91,9 @@ class SimConfig:
     disaggregation: object = None  # sim.engine.fleet.disaggregation.Disaggregation: two pools
     closed_loop: object = None  # workloads.ClosedLoop: issue on completions, not arrival_time
     request_path: object = None  # sim.RequestPath: time outside the engine (request_path.py)
+    usd_per_gpu_hour: float | None = None  # None: the GPU's sourced price (sim.specs.economics)
+    gpu_idle_watts: float | None = None  # None: the GPU's power terms (sim.specs.economics)
+    gpu_max_watts: float | None = None
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
     # check the engine's invariants every iteration (sim.engine.core.invariants)
@@ -114,6 +121,10 @@ class SimConfig:
                                  f"pools' sizes, Disaggregation(prefill_replicas, "
                                  f"decode_replicas)")
         object.__setattr__(self, "seed", positive_int("seed", self.seed, allow_zero=True))
+        for knob in ("usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts"):  # dollars, watts
+            if getattr(self, knob) is not None:
+                object.__setattr__(self, knob, positive_float(
+                    knob, getattr(self, knob), allow_zero=knob == "gpu_idle_watts"))
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks",
                      "max_model_len"):
             if getattr(self, knob) is not None:

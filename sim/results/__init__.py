@@ -1,12 +1,14 @@
 """Results: the ``Result`` of a run (DataFrames and summaries in the usual metric conventions)
 and its plots.
 
-``metrics`` (``Result``, percentiles, ITL, SLO attainment, goodput), ``diagnose`` (findings),
+``metrics`` (``Result``, percentiles, ITL, SLO attainment, goodput), ``economics`` (the
+summary's dollars and joules), ``diagnose`` (findings),
 ``plots`` (a package: a Result's figures, one module per family; matplotlib, imported lazily:
 nothing in the core imports it), ``plots_sweep`` (a sweep table's figures), ``report`` (the
 self-contained HTML page). A ``Result`` holds columns; the engine builds it (:mod:`sim.engine.core.records`).
 
-May import: ``sim.checks``, ``sim.constants``. Never the engine.
+May import: ``sim.checks``, ``sim.constants``, ``sim.specs`` (prices and power by GPU). Never
+the engine.
 """
 
 # the figures save_plots writes (``sim run --plots``): a run that writes none of one removes a

@@ -86,6 +86,8 @@ import numbers
 
 import numpy as np
 
+from .economics import economics
+
 PCTS = (50, 90, 95, 99)
 CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
 MAX_NUM_TOKENS = "max_num_tokens"  # ... of a prompt over TensorRT-LLM's max_num_tokens
@@ -279,6 +281,7 @@ class Result:
             out["kv_usage_max"] = float(used.max())
         out["num_replicas"] = replicas
         out["num_gpus"] = gpus
+        out.update(economics(self, out))  # dollars and joules: sim.results.economics
         if "kv_transfer_time" in req:  # disaggregation: prefill done -> KV landed
             col = fin["kv_transfer_time"].dropna().to_numpy()
             out["kv_transfer_time_mean"] = float(col.mean()) if col.size else float("nan")

@@ -30,7 +30,8 @@ request decodes there.
   bandwidth, latency). A one-token request finishes at its prefill (no transfer).
 - Each pool is the run's config with its overrides (``prefill={...}``, ``decode={...}``: any of
   ``scheduler``, ``cost_model``, ``max_batch_size``, ``chunk_size``, ``token_budget``,
-  ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``; one that sizes the
+  ``kv_blocks``, ``gpu``, ``gpu_memory_utilization``, ``tensor_parallel``, the price and power
+  terms ``usd_per_gpu_hour``, ``gpu_idle_watts``, ``gpu_max_watts``; one that sizes the
   KV pool replaces the run's way of sizing it: ``sim.engine.schedulers.override``); the model, block
   size and prefix caching are the run's (the KV and its block keys mean the same on both
   sides).
@@ -56,7 +57,7 @@ from ...checks import did_you_mean, positive_float, positive_int
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "gpu", "gpu_memory_utilization", "tensor_parallel",
               "free_gpu_memory_fraction", "enable_chunked_context", "capacity_scheduler_policy",
-              "context_chunking_policy")
+              "context_chunking_policy", "usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts")
 # the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
                 "kv_dtype",

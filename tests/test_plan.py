@@ -1,0 +1,120 @@
+"""sim.plan: pruning with reasons, a capacity search per survivor, ranked by dollars per million
+tokens at the SLO; a brute-force grid over the same space finds nothing cheaper that meets it,
+and the winner replayed at its rate meets the SLO."""
+
+import math
+
+import numpy as np
+import pytest
+
+import sim
+import workloads as wl
+from sim.tools.plan import plan
+
+SLO, ATTAINMENT, TOL = {"ttft": 1.0, "tpot": 0.05}, 0.9, 0.01
+SPACE = {"gpu": ["a100", "h100", "l40s"], "tensor_parallel": [1, 2, 3],
+         "scheduler": ["chunked", "vllm"]}
+BASE = sim.SimConfig(model="llama-3.1-8b")
+
+
+@pytest.fixture(scope="module")
+def df():
+    return wl.synthetic(150, rate=4.0, prompt=wl.LogNormal(400, 0.7, max_tokens=3000),
+                        output=wl.LogNormal(150, 0.7, max_tokens=800), seed=3)
+
+
+@pytest.fixture(scope="module")
+def table(df):
+    return plan(df, SLO, attainment=ATTAINMENT, space=SPACE, base=BASE, tol=TOL)
+
+
+def test_every_candidate_has_a_row_ranked_or_pruned_with_a_reason(table):
+    assert len(table) == 3 * 3 * 2
+    ranked, pruned = table[table["status"] == "ranked"], table[table["status"] == "pruned"]
+    assert len(ranked) and len(pruned)
+    assert (ranked["rank"].to_numpy() == np.arange(1, len(ranked) + 1)).all()
+    assert ranked["usd_per_million_output_tokens"].is_monotonic_increasing
+    assert pruned["rank"].isna().all() and (pruned["reason"].str.len() > 0).all()
+    tp3 = table[table["tensor_parallel"] == 3]  # 8 KV heads: 3 GPUs cannot split them
+    assert (tp3["stage"] == "invalid").all() and tp3["reason"].str.contains("divide").all()
+    assert list(table.columns[:2]) == ["rank", "pareto"]
+    assert {"max_rate", "num_gpus", "ttft_p99"} <= set(table)
+    assert set(pruned["stage"]) <= {"invalid", "slo", "workload"}
+    short = pruned[pruned["stage"] == "workload"]  # 150 requests never load 2 H100s past it
+    assert short["reason"].str.contains("give more requests").all()
+
+
+def test_a_model_that_does_not_fit_is_pruned_for_memory(df):
+    t = plan(df, SLO, space={"gpu": ["l40s", "h200"]}, base=sim.SimConfig(model="llama-3.1-70b"))
+    assert (t["stage"] == "memory").all()  # 131 GiB of fp16 weights on one GPU
+    assert t["reason"].str.contains("does not fit").all()
+    assert t["reason"].str.contains("add GPUs").all()  # the budget's advice comes along
+
+
+def test_a_gpu_without_a_price_is_pruned_when_ranking_by_dollars(df):
+    custom = sim.GPU(name="unpriced", memory_gb=80.0, memory_bandwidth_gbps=3000.0,
+                     fp16_tflops=900.0)
+    t = plan(df, SLO, space={"gpu": [custom]}, base=BASE)
+    assert t.iloc[0]["stage"] == "price" and "usd_per_gpu_hour" in t.iloc[0]["reason"]
+
+
+def _meets(df, config, r):
+    s = sim.run(wl.scale_to_rate(df, r), config).summary(slo=SLO)
+    return s["slo_attainment"] >= ATTAINMENT, s["usd_per_million_output_tokens"]
+
+
+def test_brute_force_finds_nothing_cheaper_that_meets_the_slo(df, table):
+    best = table.iloc[0]
+    assert best["status"] == "ranked"
+    rates = np.geomspace(0.25, 64.0, 25)
+    cheapest = math.inf
+    for gpu in SPACE["gpu"]:
+        for tp in SPACE["tensor_parallel"]:
+            for sched in SPACE["scheduler"]:
+                try:
+                    config = sim.SimConfig(model="llama-3.1-8b", gpu=gpu, tensor_parallel=tp,
+                                           scheduler=sched)
+                    config.resolved_kv_blocks()
+                except ValueError:
+                    continue  # cannot run at all: nothing to find
+                for r in rates:
+                    ok, usd = _meets(df, config, r)
+                    if ok:
+                        cheapest = min(cheapest, usd)
+    assert cheapest >= best["usd_per_million_output_tokens"] * (1 - TOL)
+
+
+def test_the_winner_replayed_at_its_rate_meets_the_slo(df, table):
+    best = table.iloc[0]
+    config = sim.SimConfig(model="llama-3.1-8b", gpu=best["gpu"],
+                           tensor_parallel=int(best["tensor_parallel"]),
+                           scheduler=best["scheduler"])
+    ok, usd = _meets(df, config, best["max_rate"])
+    assert ok and usd == pytest.approx(best["usd_per_million_output_tokens"])
+
+
+def test_a_target_rate_prunes_the_candidates_below_it(df, table):
+    fastest = table["max_rate"].max()
+    t = plan(df, SLO, space=SPACE, base=BASE, rate=fastest * 1.5)
+    assert (t["status"] == "pruned").all()
+    assert t["reason"].str.contains("below the target").any()
+
+
+@pytest.mark.parametrize("space", [{}, {"gpuu": ["h100"]}, {"gpu": "h100"}, {"gpu": []}])
+def test_a_bad_space_names_the_problem(df, space):
+    with pytest.raises(ValueError, match="space"):
+        plan(df, SLO, space=space)
+
+
+def test_the_pareto_column_is_the_cost_latency_frontier(table):
+    ranked = table[table["status"] == "ranked"]
+    assert table.loc[table["status"] == "pruned", "pareto"].eq(False).all()
+    assert ranked.iloc[0]["pareto"]  # the cheapest is on it
+    for _, row in ranked.iterrows():
+        dominated = ((ranked["usd_per_million_output_tokens"]
+                      <= row["usd_per_million_output_tokens"])
+                     & (ranked["ttft_p99"] <= row["ttft_p99"])
+                     & ((ranked["usd_per_million_output_tokens"]
+                         < row["usd_per_million_output_tokens"])
+                        | (ranked["ttft_p99"] < row["ttft_p99"]))).any()
+        assert row["pareto"] == (not dominated)
