@@ -148,7 +148,9 @@ SETTINGS = (
       metavar="NAME", check=name_any_case, default="chunked", help=_scheduler_help,
       default_help="default chunked"),
     S("model", ("--model",), default="llama-3.1-8b", help="model preset such as llama-3.1-70b "
-                                                          "(an unknown name lists them)",
+                                                          "(an unknown name lists them; sim "
+                                                          "models), or a Hugging Face "
+                                                          "config.json path",
       default_help="default llama-3.1-8b"),
     S("gpu", ("--gpu",), default="h100",
       help="GPU preset: a100, h100, h200, l40s, b200, mi300x", default_help="default h100"),

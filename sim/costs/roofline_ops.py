@@ -170,7 +170,7 @@ class RooflineOps:
         """Seconds per layer of each linear/elementwise op (scalars or arrays of tokens); for
         a MoE model with dense first layers, the mean over its layers."""
         out = self._times(self.op_work(tokens))
-        dense = self.model.first_k_dense_replace if self.model.is_moe else 0
+        dense = self.model.num_dense_layers
         if dense:
             layers = self.model.num_hidden_layers
             d = self._times(self.op_work(tokens, dense_layer=True))
