@@ -56,13 +56,13 @@ from .roofline_attention import RooflineAttention
 from .roofline_collectives import RooflineCollectives
 from .roofline_ops import ACT_BYTES, RooflineOps
 from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREAM_OPS,
-                              RooflineParams, compute_peak, fitted_params)
+                              RooflineParams, compute_peak, fitted_gpus, fitted_params)
 
 __all__ = ["ELEMENTWISE_OPS", "GEMM_OPS", "MOE_GEMM_OPS", "MOE_STREAM_OPS", "RooflineCost",
            "RooflineParams", "fitted_params"]
 
 _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
-             "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x"}
+             "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x", "B300-HGX": "b300"}
 
 
 class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
@@ -72,7 +72,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
     name = "roofline"
 
     def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
-                 weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None):
+                 weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None,
+                 activation_dtype=None):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
@@ -82,6 +83,13 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
         self.kv_dtype = kv_dtype
         self.params = params or fitted_params(self.gpu_key)
+        # whether this GPU's efficiency terms were fitted to its kernels, or assumed (the mean
+        # of the fitted GPUs' terms, roofline_params.mean_terms)
+        self.terms_fitted = self.gpu_key in fitted_gpus()
+        self.terms_note = (f"efficiency terms fitted to {self.gpu.name} kernel timings"
+                           if self.terms_fitted else
+                           f"efficiency terms assumed for {self.gpu.name}: the mean of the "
+                           f"fitted GPUs' ({', '.join(fitted_gpus())})")
         # weight bytes a GEMM reads per weight; int4 adds its groups' fp16 scale and zero
         self.wb = bytes_per_value("weight_dtype", weight_dtype)
         if str(weight_dtype).lower() == "int4":
@@ -89,7 +97,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
-        self.compute_dtype, self.peak, self.compute_note = compute_peak(weight_dtype, self.wb, g)
+        self.compute_dtype, self.peak, self.compute_note = compute_peak(
+            weight_dtype, self.wb, g, activation_dtype)
         p = self.params
         self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
             "fp8", "fp4") else p.gemm_compute_eff
