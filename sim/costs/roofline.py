@@ -6,7 +6,8 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
 - the linear and elementwise ops of every layer (GEMMs, a MoE layer's router, routing and
   experts, norms, RoPE, the activation, residual adds): :mod:`sim.costs.roofline_ops`;
 - attention, prefill chunks over their cached context and decodes over theirs (MLA as vLLM
-  runs it): :mod:`sim.costs.roofline_attention`;
+  runs it): :mod:`sim.costs.roofline_attention`; sliding-window, chunked and linear-attention
+  layers over their window or fixed state: :mod:`sim.costs.roofline_layers`;
 - tensor parallelism's all-reduces, two per layer (NCCL's measured times, a ring model, or the
   custom kernel on NVLink): :mod:`sim.costs.roofline_collectives`;
 - the LM head once per iteration for the tokens that sample;
@@ -54,6 +55,7 @@ from ..specs.memory_terms import check_tensor_parallel
 from ..specs.models import get_model
 from .roofline_attention import RooflineAttention
 from .roofline_collectives import RooflineCollectives
+from .roofline_layers import RooflineLayers
 from .roofline_ops import ACT_BYTES, RooflineOps
 from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREAM_OPS,
                               RooflineParams, compute_peak, fitted_gpus, fitted_params)
@@ -65,7 +67,7 @@ _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM":
              "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x", "B300-HGX": "b300"}
 
 
-class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
+class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, RooflineLayers):
     """``cost(batch) -> seconds`` for ``model`` on ``gpu`` (see the module docstring; the
     terms are the three mixins')."""
 
@@ -112,6 +114,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
         self._graph_max = p.cuda_graph_max_batch
         self._allreduces_per_layer = p.parallel_block_allreduces if m.parallel_attn else 2
         self._init_attention()
+        self._init_layers()  # sliding/chunked/linear layers (none: the prices above alone)
 
     LAYERS_BLOCK = 512  # token counts priced at once on a linear-time memo miss
 
@@ -195,6 +198,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
                 for _, cached in prefills:
                     if cached:
                         t += self._upproj_time(cached)
+        if self._extra_layers:  # local/linear attention layers (roofline_layers)
+            t += self.extra_layers_time(batch)
         return t
 
     def pure_decode_cost(self, num_decodes: int):

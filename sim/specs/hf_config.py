@@ -46,7 +46,8 @@ _LAYER_KINDS = {"full_attention": "full", "sliding_attention": "sliding",
                 "chunked_attention": "chunked", "linear_attention": "linear"}
 # transformers' defaults for fields a model_type's shipped configs omit
 _TYPE_DEFAULTS = {"gemma3_text": {"vocab_size": 262208, "sliding_window": 4096,
-                                  "sliding_window_pattern": 6, "tie_word_embeddings": True},
+                                  "sliding_window_pattern": 6, "tie_word_embeddings": True,
+                                  "max_position_embeddings": 131072},
                   "gemma2": {"sliding_window_pattern": 2},
                   "llama4_text": {"vocab_size": 202048},
                   "qwen3_next": {"attn_output_gate": True, "full_attention_interval": 4}}
@@ -211,10 +212,13 @@ def _layer_fields(config: dict, model_type: str, num_layers) -> dict:
         if not local:
             return out  # every layer full: a window in the config is unused
         kind = _LAYER_KINDS[local[0]]
-    elif config.get("attention_chunk_size") and model_type == "llama4_text":
+    elif config.get("attention_chunk_size"):
         kind = "chunked"
         rope = config.get("no_rope_layers")
-        interval = 4 if not rope else _interval([not r for r in rope], "no_rope_layers")
+        if rope:  # Llama 4: the NoPE layers are the global ones
+            interval = _interval([not r for r in rope], "no_rope_layers")
+        elif config.get("full_attention_interval") is None and model_type == "llama4_text":
+            interval = 4  # Llama4TextConfig's default no_rope_layers: every 4th layer
     elif config.get("linear_num_value_heads"):
         kind = "linear"
     elif config.get("sliding_window") and config.get("use_sliding_window", True):

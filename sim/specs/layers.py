@@ -116,9 +116,12 @@ def linear_state_values(m, tp: int = 1) -> int:
 
 def local_tokens(m, seq_len: int) -> int:
     """Tokens of a sequence of ``seq_len`` one local attention layer holds (and attends over):
-    ``min(L, sliding_window)``, or the current chunk's ``(L - 1) % C + 1``; 0 tokens: 0."""
+    ``min(L, sliding_window)``, or the current chunk's ``(L - 1) % C + 1``; 0 tokens, or a
+    model without such layers: 0."""
     if seq_len <= 0:
         return 0
     if m.sliding_window:
         return min(seq_len, m.sliding_window)
-    return (seq_len - 1) % m.attention_chunk_size + 1
+    if m.attention_chunk_size:
+        return (seq_len - 1) % m.attention_chunk_size + 1
+    return 0

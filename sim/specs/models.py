@@ -313,7 +313,7 @@ class ModelConfig:
         multimodal config's ``text_config`` read as the model; see :mod:`sim.specs.hf_config`).
         A field it cannot price is a one-line ``ValueError`` naming it."""
         config, default_name = read_hf_config(path_or_dict)
-        return cls(**model_fields(config, name or default_name))
+        return cls(**model_fields(config, name or config.get("name") or default_name))
 
 
 @lru_cache(maxsize=1)
@@ -366,6 +366,6 @@ def get_model(config) -> ModelConfig:
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return ModelConfig.from_hf_config(dataclasses.asdict(config))
     if isinstance(config, dict):
-        return ModelConfig.from_hf_config(config)
+        return ModelConfig.from_hf(config)
     raise TypeError(f"model config must be a preset name, ModelConfig, dataclass or dict, "
                     f"got {type(config).__name__}")
