@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from . import capacity, device, info, run, sweep
+from . import capacity, catalog, device, info, run, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_parser(sub)
     sweep.add_parser(sub)
     info.add_parsers(sub)
+    catalog.add_parsers(sub)
     device.add_parsers(sub)
     for p in sub.choices.values():  # ``sim run ... --debug`` as well as ``sim --debug run ...``
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -198,7 +198,8 @@ class RooflineOps:
         h = m.hidden_size
         width = 2 * kd + 2 * vd + 2 * vh
         t = np.asarray(tokens, dtype=np.float64) if not np.isscalar(tokens) else float(tokens)
-        return {"attn_pre_proj": (2.0 * t * h * width, h * width * wb + t * (h + width) * ACT_BYTES),
+        return {"attn_pre_proj": (2.0 * t * h * width,
+                                  h * width * wb + t * (h + width) * ACT_BYTES),
                 "attn_post_proj": (2.0 * t * vd * h, vd * h * wb + t * (vd + h) * ACT_BYTES),
                 "attn_rope": (0.0, t * 2 * (2 * kd + vd) * ACT_BYTES),
                 "add": (0.0, t * 3 * h * ACT_BYTES)}  # (for _times; not averaged)
