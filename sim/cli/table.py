@@ -149,9 +149,9 @@ SETTINGS = (
       metavar="NAME", check=name_any_case, default="chunked", help=_scheduler_help,
       default_help="default chunked"),
     S("model", ("--model",), default="llama-3.1-8b", help="model preset such as llama-3.1-70b "
-                                                          "(an unknown name lists them; sim "
-                                                          "models), or a Hugging Face "
-                                                          "config.json path",
+                                                          "(an unknown name lists them), or a "
+                                                          "Hugging Face config.json path (sim "
+                                                          "models lists the presets)",
       default_help="default llama-3.1-8b"),
     S("gpu", ("--gpu",), default="h100",
       help=f"GPU preset: {', '.join(gpu_presets())} (sim gpus lists them with sources)",
