@@ -76,3 +76,13 @@ def test_fp4_is_a_weight_dtype_of_the_cli(tmp_path):
     from sim.cli import main
     assert main(["run", "--gpu", "l4", "--weight-dtype", "fp4", "-w", "azure-code", "-n", "5",
                  "-q", "-o", str(tmp_path / "o")]) == 0
+
+
+def test_sim_run_says_when_the_terms_are_assumed(tmp_path, capsys):
+    from sim.cli import main
+    assert main(["run", "--gpu", "l4", "-w", "azure-code", "-n", "5",
+                 "-o", str(tmp_path / "a")]) == 0
+    assert "note: efficiency terms assumed for L4" in capsys.readouterr().out
+    assert main(["run", "--gpu", "h100", "-w", "azure-code", "-n", "5",
+                 "-o", str(tmp_path / "b")]) == 0
+    assert "efficiency terms assumed" not in capsys.readouterr().out

@@ -130,6 +130,14 @@ def test_window_pairs_closed_form():
         assert c._window_pairs(new, cached) == pytest.approx(exact, rel=0.02, abs=new)
 
 
+def test_chunked_pairs_closed_form():
+    c = RooflineCost("llama-4-scout", "h100")
+    chunk = 8192
+    for new, cached in ((1000, 0), (3000, 7000), (20_000, 100), (512, 16_384)):
+        exact = sum((cached + i - 1) % chunk + 1 for i in range(1, new + 1))
+        assert c._window_pairs(new, cached) == pytest.approx(exact, rel=0.01)
+
+
 def test_linear_attention_state_is_priced_per_sequence():
     c = RooflineCost("qwen3-next-80b-a3b", "h200", tensor_parallel=4)
     one = c.extra_layers_time(Batch(0, (), 0, 1, 100, decode_lengths=np.array([100])))

@@ -10,8 +10,10 @@ place of ``num_hidden_layers``); :meth:`RooflineLayers.extra_layers_time` adds, 
   layer's, over the tokens the window keeps: a decode reads ``min(L, W)`` tokens of KV (chunked:
   the current chunk's ``(L - 1) % C + 1``), a prefill chunk of ``c`` new tokens after ``p``
   cached ones does ``4 d_q`` FLOPs per (query, key) pair over ``integral_p^{p+c} min(x, W) dx``
-  pairs (the full layers' ``c (p + c/2)`` until the window fills, ``c W`` after) and reads the
-  KV of at most ``W + c`` tokens; each at least the kernel floor;
+  pairs (the full layers' ``c (p + c/2)`` until the window fills, ``c W`` after; chunked:
+  ``integral (x mod C) dx``, each token over its chunk so far) and reads the KV of at most
+  ``W + c`` tokens (chunked: from the first new token's chunk start); each at least the kernel
+  floor;
 - linear-attention layers (Gated DeltaNet): per token ``6 x value_heads x d_k x d_v`` FLOPs
   (the delta-rule state update and its readout), and per sequence the state read and written
   once per iteration (decode) or per chunk (prefill), at the fp16 peak and the decode-attention
@@ -79,8 +81,13 @@ class RooflineLayers:
     def _window_pairs(self, new: int, cached: int) -> float:
         """(query, key) pairs of a local layer for ``new`` tokens after ``cached``: the
         integral of ``min(x, W)`` over ``[cached, cached + new]`` (chunked: ``W`` the chunk)."""
-        w = self.model.sliding_window or self.model.attention_chunk_size
         lo, hi = cached, cached + new
+        c = self.model.attention_chunk_size
+        if c:  # a token attends to its chunk's tokens so far: integral of (x mod C)
+            def f(x):
+                return (x // c) * c * c / 2.0 + (x % c) ** 2 / 2.0
+            return f(hi) - f(lo)
+        w = self.model.sliding_window
         if hi <= w:
             return new * (cached + new / 2.0)
         if lo >= w:
@@ -99,8 +106,10 @@ class RooflineLayers:
                 t += d if d > self._local_floor else self._local_floor
             a, b, c = self._local_coeffs
             half = self._attn_half
+            chunk = self.model.attention_chunk_size
             for new, cached in batch.prefills:
-                span = min(cached + new, w + new)
+                # KV read: the window behind the first new token (chunked: its chunk's start)
+                span = cached % chunk + new if chunk else min(cached + new, w + new)
                 x = a * self._window_pairs(new, cached)
                 if half:  # the prefill efficiency's saturation, over the tokens attended
                     x *= 1.0 + half / span
