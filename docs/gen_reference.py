@@ -193,3 +193,15 @@ def layer_table(root=ROOT) -> str:
     for name, level in sorted(layer.items(), key=lambda kv: (kv[1], kv[0])):
         out.append(f"| {level} | `sim.{name}` | {_cell(first.get(f'sim.{name}', ''))} |")
     return "\n".join(out) + "\n"
+
+
+def models_table() -> str:
+    """The model presets' table (``sim models``' rows and sources)."""
+    from sim.cli.catalog import models_markdown
+    return models_markdown()
+
+
+def gpus_table() -> str:
+    """The GPU presets' table (``sim gpus``' rows and sources)."""
+    from sim.cli.catalog import gpus_markdown
+    return gpus_markdown()

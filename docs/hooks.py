@@ -47,6 +47,8 @@ GENERATORS = {
     "module-map": gen_reference.module_map,
     "layers": gen_reference.layer_table,
     "api-index": api_index,
+    "models": gen_reference.models_table,
+    "gpus": gen_reference.gpus_table,
     **{f"validation.{name}": make for name, make in gen_validation.TABLES.items()},
 }
 

@@ -77,7 +77,7 @@ def test_cli_flags_and_toml_keys(tmp_path, capsys):
                                                     weight_dtype="fp8").resolved_kv_blocks()
     assert "weights=fp8" in doc["settings"]["cost_model"]
     toml = tmp_path / "e.toml"
-    toml.write_text('weight_dtype = "fp4"\n')
+    toml.write_text('weight_dtype = "fp2"\n')
     assert main(["run", str(toml), "-n", "5", "-o", str(out)]) == 2
     assert f"{toml}: weight_dtype must be one of" in capsys.readouterr().err
     assert main(["run", "--model", "llama-3.1-70b", "-n", "5", "-o", str(out)]) == 2

@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-from . import capacity, compare, device, info, run, sweep
+from . import capacity, catalog, compare, device, info, run, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_parser(sub)
     compare.add_parser(sub)
     info.add_parsers(sub)
+    catalog.add_parsers(sub)
     device.add_parsers(sub)
     for p in sub.choices.values():  # ``sim run ... --debug`` as well as ``sim --debug run ...``
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -94,6 +94,9 @@ def cmd_run(args) -> int:
         if resampled:
             print(f"note: {s['workload']} holds {resampled:,} length pairs; the {len(df):,} "
                   f"requests sample them with replacement")
+        cost = cfg.resolved_cost_model()
+        if getattr(cost, "terms_fitted", True) is False:  # a roofline on an unmeasured GPU
+            print(f"note: {cost.terms_note}")
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size,
                              prefix_caching=res.config.prefix_caching,

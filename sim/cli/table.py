@@ -35,6 +35,7 @@ from ..engine.presets.tensorrt_llm import CAPACITY_SCHEDULER_POLICIES
 from ..engine.presets.tensorrt_llm_chunking import CONTEXT_CHUNKING_POLICIES
 from ..results.bench import FORMATS as BENCH_FORMATS
 from ..results.metrics import SLO_KEYS
+from ..specs.gpus import gpu_presets
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
                         num_requests, number, positive, prefix_caching, repeats, typed)
 from .setting import SHARED, TARGETS, Setting, first_line
@@ -84,10 +85,13 @@ SETTINGS = (
       metavar="NAME", check=name_any_case, default="chunked", help=_scheduler_help,
       default_help="default chunked"),
     S("model", ("--model",), default="llama-3.1-8b", help="model preset such as llama-3.1-70b "
-                                                          "(an unknown name lists them)",
+                                                          "(an unknown name lists them), or a "
+                                                          "Hugging Face config.json path (sim "
+                                                          "models lists the presets)",
       default_help="default llama-3.1-8b"),
     S("gpu", ("--gpu",), default="h100",
-      help="GPU preset: a100, h100, h200, l40s, b200, mi300x", default_help="default h100"),
+      help=f"GPU preset: {', '.join(gpu_presets())} (sim gpus lists them with sources)",
+      default_help="default h100"),
     S("tensor_parallel", ("--tp",), parse=int, metavar="GPUS", default=1,
       help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a multiple of "
            "them", default_help="default 1"),

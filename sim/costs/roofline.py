@@ -6,7 +6,8 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
 - the linear and elementwise ops of every layer (GEMMs, a MoE layer's router, routing and
   experts, norms, RoPE, the activation, residual adds): :mod:`sim.costs.roofline_ops`;
 - attention, prefill chunks over their cached context and decodes over theirs (MLA as vLLM
-  runs it): :mod:`sim.costs.roofline_attention`;
+  runs it): :mod:`sim.costs.roofline_attention`; sliding-window, chunked and linear-attention
+  layers over their window or fixed state: :mod:`sim.costs.roofline_layers`;
 - tensor parallelism's all-reduces, two per layer (NCCL's measured times, a ring model, or the
   custom kernel on NVLink): :mod:`sim.costs.roofline_collectives`;
 - the LM head once per iteration for the tokens that sample;
@@ -54,25 +55,27 @@ from ..specs.memory_terms import check_tensor_parallel
 from ..specs.models import get_model
 from .roofline_attention import RooflineAttention
 from .roofline_collectives import RooflineCollectives
+from .roofline_layers import RooflineLayers
 from .roofline_ops import ACT_BYTES, RooflineOps
 from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREAM_OPS,
-                              RooflineParams, compute_peak, fitted_params)
+                              RooflineParams, compute_peak, fitted_gpus, fitted_params)
 
 __all__ = ["ELEMENTWISE_OPS", "GEMM_OPS", "MOE_GEMM_OPS", "MOE_STREAM_OPS", "RooflineCost",
            "RooflineParams", "fitted_params"]
 
 _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
-             "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x"}
+             "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x", "B300-HGX": "b300"}
 
 
-class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
+class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, RooflineLayers):
     """``cost(batch) -> seconds`` for ``model`` on ``gpu`` (see the module docstring; the
     terms are the three mixins')."""
 
     name = "roofline"
 
     def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
-                 weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None):
+                 weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None,
+                 activation_dtype=None):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
@@ -82,6 +85,13 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
         self.kv_dtype = kv_dtype
         self.params = params or fitted_params(self.gpu_key)
+        # whether this GPU's efficiency terms were fitted to its kernels, or assumed (the mean
+        # of the fitted GPUs' terms, roofline_params.mean_terms)
+        self.terms_fitted = self.gpu_key in fitted_gpus()
+        self.terms_note = (f"efficiency terms fitted to {self.gpu.name} kernel timings"
+                           if self.terms_fitted else
+                           f"efficiency terms assumed for {self.gpu.name}: the mean of the "
+                           f"fitted GPUs' ({', '.join(fitted_gpus())})")
         # weight bytes a GEMM reads per weight; int4 adds its groups' fp16 scale and zero
         self.wb = bytes_per_value("weight_dtype", weight_dtype)
         if str(weight_dtype).lower() == "int4":
@@ -89,7 +99,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
-        self.compute_dtype, self.peak, self.compute_note = compute_peak(weight_dtype, self.wb, g)
+        self.compute_dtype, self.peak, self.compute_note = compute_peak(
+            weight_dtype, self.wb, g, activation_dtype)
         p = self.params
         self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
             "fp8", "fp4") else p.gemm_compute_eff
@@ -103,6 +114,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
         self._graph_max = p.cuda_graph_max_batch
         self._allreduces_per_layer = p.parallel_block_allreduces if m.parallel_attn else 2
         self._init_attention()
+        self._init_layers()  # sliding/chunked/linear layers (none: the prices above alone)
 
     LAYERS_BLOCK = 512  # token counts priced at once on a linear-time memo miss
 
@@ -186,6 +198,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention):
                 for _, cached in prefills:
                     if cached:
                         t += self._upproj_time(cached)
+        if self._extra_layers:  # local/linear attention layers (roofline_layers)
+            t += self.extra_layers_time(batch)
         return t
 
     def pure_decode_cost(self, num_decodes: int):

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..specs.layers import LINEAR, linear_dims
 from .moe import moe_work
 from .roofline_params import EXPERT_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREAM_OPS
 
@@ -120,6 +121,11 @@ class RooflineOps:
             norm_in = (0.0, tokens * (h + m.q_lora_rank + m.kv_lora_rank) * 2 * ACT_BYTES)
             rope = (0.0, tokens * 2 * (heads * m.qk_rope_head_dim + m.qk_rope_head_dim)
                     * ACT_BYTES)
+        elif m.attn_output_gate:  # q_proj also projects the output gate
+            pre = gemm(tokens, h, (2 * m.q_size + 2 * m.kv_size) / tp)
+            post = gemm(tokens, m.q_size / tp, h)
+            norm_in = (0.0, tokens * h * 2 * ACT_BYTES)
+            rope = (0.0, tokens * 2 * (m.q_size + m.kv_size) / tp * ACT_BYTES)
         else:
             pre = gemm(tokens, h, (m.q_size + 2 * m.kv_size) / tp)
             post = gemm(tokens, m.q_size / tp, h)
@@ -170,10 +176,30 @@ class RooflineOps:
         """Seconds per layer of each linear/elementwise op (scalars or arrays of tokens); for
         a MoE model with dense first layers, the mean over its layers."""
         out = self._times(self.op_work(tokens))
-        dense = self.model.first_k_dense_replace if self.model.is_moe else 0
+        dense = self.model.num_dense_layers
         if dense:
             layers = self.model.num_hidden_layers
             d = self._times(self.op_work(tokens, dense_layer=True))
             out = {op: (dense * d.get(op, 0.0) + (layers - dense) * t) / layers
                    for op, t in out.items()}
+        linear = self.model.layer_counts().get(LINEAR, 0) if self.model.has_local_layers else 0
+        if linear:  # a linear-attention layer's own projections (sim.costs.roofline_layers)
+            layers = self.model.num_hidden_layers
+            lin = self._times(self._linear_attention_work(tokens))
+            out.update({op: (linear * lin[op] + (layers - linear) * out[op]) / layers
+                        for op in lin if op != "add"})
         return out
+
+    def _linear_attention_work(self, tokens) -> dict:
+        """``(FLOPs, bytes)`` of a Gated DeltaNet layer's projections (in_proj_qkvz + ba,
+        out_proj) and its causal convolution (in place of RoPE), per layer."""
+        m, wb = self.model, self.wb
+        kd, vd, vh = linear_dims(m, self.tp)
+        h = m.hidden_size
+        width = 2 * kd + 2 * vd + 2 * vh
+        t = np.asarray(tokens, dtype=np.float64) if not np.isscalar(tokens) else float(tokens)
+        return {"attn_pre_proj": (2.0 * t * h * width,
+                                  h * width * wb + t * (h + width) * ACT_BYTES),
+                "attn_post_proj": (2.0 * t * vd * h, vd * h * wb + t * (vd + h) * ACT_BYTES),
+                "attn_rope": (0.0, t * 2 * (2 * kd + vd) * ACT_BYTES),
+                "add": (0.0, t * 3 * h * ACT_BYTES)}  # (for _times; not averaged)

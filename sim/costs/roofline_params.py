@@ -173,10 +173,32 @@ def mean_terms(fits: list) -> dict:
     return out
 
 
-def compute_peak(weight_dtype, nbytes, gpu):
-    """``(compute dtype, peak FLOP/s, note)`` of GEMMs on weights of ``weight_dtype``."""
+def fitted_gpus() -> tuple:
+    """The GPU keys with fitted terms in ``roofline_fit.json`` (every other GPU's terms are
+    assumed: :func:`mean_terms` of these)."""
+    return tuple(sorted(_fitted().get("params", {})))
+
+
+def compute_peak(weight_dtype, nbytes, gpu, activation_dtype=None):
+    """``(compute dtype, peak FLOP/s, note)`` of GEMMs on weights of ``weight_dtype``.
+
+    fp4 weights: with ``activation_dtype`` None or "fp4", FP4 GEMMs at the FP4 peak on a GPU
+    with FP4 tensor cores (NVFP4/MXFP4 on Blackwell), else weight-only (4-bit reads,
+    dequantised, the fp16 peak: vLLM's MXFP4 gpt-oss on Hopper); "fp16"/"bf16" activations:
+    weight-only everywhere. fp4 activations on a GPU without FP4 tensor cores are a
+    ``ValueError``, as are fp4 activations with other weights."""
     key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
     fp16 = gpu.fp16_tflops * 1e12
+    act = None if activation_dtype is None else str(activation_dtype).lower()
+    if act not in (None, "fp16", "bf16", "fp4"):
+        raise ValueError(f"activation_dtype must be fp16, bf16 or fp4, got {activation_dtype!r}")
+    if act == "fp4" and (key != "fp4" or not gpu.fp4_tflops):
+        why = (f"{gpu.name} has no FP4 tensor cores (fp4 weights run weight-only there: "
+               f"activation_dtype fp16)" if key == "fp4" else f"weight_dtype is {key}")
+        raise ValueError(f"activation_dtype fp4 needs fp4 weights on a GPU with FP4 tensor "
+                         f"cores: {why}")
+    if key == "fp4" and act in ("fp16", "bf16"):
+        return "fp16", fp16, "fp4 weights, weight-only: dequantised and computed at the fp16 peak"
     if key == "fp4":
         if gpu.fp4_tflops:
             return "fp4", gpu.fp4_tflops * 1e12, "fp4 GEMMs at the FP4 peak"

@@ -57,7 +57,7 @@ from .speculation.draft_cost import DraftCost
 from .speculation.settings import SpeculativeConfig
 
 DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
-WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("fp16", "bf16", "fp8")
 _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is sized for these
 

@@ -5,6 +5,9 @@ Read from ``sim/data/gpus.csv`` (the team's reference table; every number's sour
 ``memory_gb`` is the memory the device reports (nvidia-smi's ``memory.total``, the CSV's
 ``mem_device_mib``) in GB of 10**9 bytes: an "80 GB" A100 reports 81,920 MiB = 85.9 GB, an
 "80 GB" H100 81,559 MiB = 85.5 GB. The datasheet's figure is ``nominal_memory_gb``.
+A peak the CSV leaves empty is 0: the GPU has no such tensor cores, or no source gives the figure
+(its ``notes`` say which); weights of that dtype are then dequantised
+(:func:`sim.costs.roofline_params.compute_peak`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,9 @@ class GPU:
 
 
 _ALIASES = {"a100": "A100-80GB-SXM", "h100": "H100-80GB-SXM", "h200": "H200-141GB-SXM",
-            "l40s": "L40S", "b200": "B200-HGX", "mi300x": "MI300X"}
+            "l40s": "L40S", "b200": "B200-HGX", "mi300x": "MI300X", "gb200": "GB200",
+            "b300": "B300-HGX", "h20": "H20", "l4": "L4", "a10g": "A10G", "rtx4090": "RTX-4090",
+            "rtx5090": "RTX-5090", "mi325x": "MI325X", "mi355x": "MI355X"}
 
 
 @lru_cache(maxsize=1)
@@ -59,11 +64,20 @@ def _gpu_rows() -> dict:
 
 
 def gpu_presets() -> list[str]:
+    """The short names :func:`get_gpu` accepts, sorted."""
     return sorted(_ALIASES)
 
 
+def gpu_row(gpu) -> dict:
+    """The CSV row of a preset (its ``sources``, ``notes``, links and form factor)."""
+    name = get_gpu(gpu).name
+    text = resources.files("sim").joinpath("data/gpus.csv").read_text()
+    return next(r for r in csv.DictReader(text.splitlines()) if r["gpu"] == name)
+
+
 def get_gpu(gpu) -> GPU:
-    """Resolve ``"a100"``, ``"h100"``, ``"h200"``, ``"l40s"``, ``"b200"``, ``"mi300x"`` (or a GPU)."""
+    """Resolve a preset (:func:`gpu_presets`: ``"h100"``, ``"l4"``, ``"mi355x"``, ...), a row's
+    full name (``"H100-80GB-SXM"``) or a ``GPU``."""
     if isinstance(gpu, GPU):
         return gpu
     if not isinstance(gpu, str):

@@ -8,7 +8,16 @@ names are read first, then each family's own: GPT-J (``n_embd``, ``n_layer``, ``
 ``ffn_hidden_size``), GPT-NeoX (``use_parallel_residual``), OPT (``ffn_dim``), MoE
 (``num_experts`` / ``n_routed_experts``, ``moe_intermediate_size``, ``n_shared_experts``,
 ``first_k_dense_replace``) and MLA (``kv_lora_rank``, ``q_lora_rank``, ``qk_nope_head_dim``,
-``qk_rope_head_dim``, ``v_head_dim``).
+``qk_rope_head_dim``, ``v_head_dim``), and the layer types of :mod:`sim.specs.layers`:
+``layer_types`` (gpt-oss, Qwen3-Next, recent Gemma 3), ``sliding_window`` with Gemma's
+``sliding_window_pattern`` (Gemma 3: 6, Gemma 2: 2 by default) or on every layer (Mistral; a
+``use_sliding_window`` false turns it off, as Qwen2's configs say), Llama 4's
+``attention_chunk_size`` with ``no_rope_layers`` (default: every 4th layer global),
+``interleave_moe_layer_step``, ``intermediate_size_mlp`` and its shared expert, Qwen3-Next's
+``linear_*`` Gated DeltaNet fields, ``full_attention_interval``,
+``shared_expert_intermediate_size`` and ``attn_output_gate``. A multimodal config's
+``text_config`` is the model (its fields over the top level's). A ``quantization_config`` is not
+read: the weight precision is ``weight_dtype``'s.
 
 Invariants: a field the dict omits takes Hugging Face transformers' default for its
 ``model_type`` (a 4 h MLP for GPT-J and Falcon, q/k/v biases for Qwen2, GPT-NeoX, OPT and Phi,
@@ -16,10 +25,68 @@ tied embeddings for OPT and Falcon), never a guess; the block shape (``gated_mlp
 ``parallel_attn``, ``norms_per_layer``) follows ``model_type`` (:func:`_block_shape`) unless
 the dict names it in sim's own words, so ``dataclasses.asdict`` of a ``ModelConfig`` reads back
 to the same model; a missing required field is a ``ValueError`` naming it. Validation of the
-values is ``ModelConfig``'s (this module imports nothing of the package).
+values is ``ModelConfig``'s (this module imports nothing of the package). What sim cannot price
+(an encoder-decoder, a state-space or Jamba-style model, an unknown layer kind, dense layers at
+listed positions) is a one-line ``ValueError`` naming the field; any other ``model_type`` whose
+fields it understands is read as a Llama-style decoder.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# fields whose presence (truthy) sim cannot price: field -> what it means
+_UNPRICED = {"is_encoder_decoder": "an encoder-decoder model",
+             "layers_block_type": "a hybrid state-space (Jamba-style) model",
+             "ssm_cfg": "a state-space (Mamba) model",
+             "mamba_d_state": "a state-space (Mamba) model",
+             "mlp_only_layers": "dense layers at listed positions"}
+_LAYER_KINDS = {"full_attention": "full", "sliding_attention": "sliding",
+                "chunked_attention": "chunked", "linear_attention": "linear"}
+# transformers' defaults for fields a model_type's shipped configs omit
+_TYPE_DEFAULTS = {"gemma3_text": {"vocab_size": 262208, "sliding_window": 4096,
+                                  "sliding_window_pattern": 6, "tie_word_embeddings": True,
+                                  "max_position_embeddings": 131072},
+                  "gemma2": {"sliding_window_pattern": 2},
+                  "llama4_text": {"vocab_size": 202048},
+                  "qwen3_next": {"attn_output_gate": True, "full_attention_interval": 4}}
+
+
+def is_config_path(value) -> bool:
+    """Whether ``value`` names a ``config.json`` file: a ``Path``, or a string ending in
+    ``.json`` or naming an existing file."""
+    if isinstance(value, Path):
+        return True
+    return isinstance(value, str) and (value.strip().lower().endswith(".json")
+                                       or Path(value).is_file())
+
+
+def read_hf_config(path_or_dict) -> tuple:
+    """``(config dict, default name)`` of a ``config.json`` path or dict; a multimodal config's
+    ``text_config`` over its top level. The name: the dict's ``_name_or_path``'s last part, else
+    the file's folder name, else None."""
+    name = None
+    if isinstance(path_or_dict, (str, Path)):
+        path = Path(path_or_dict)
+        if not path.is_file():
+            raise ValueError(f"model config {str(path)!r}: no such file")
+        try:
+            config = json.loads(path.read_text())
+        except (ValueError, OSError) as e:
+            raise ValueError(f"model config {str(path)!r}: not a JSON file ({e})") from None
+        if not isinstance(config, dict):
+            raise ValueError(f"model config {str(path)!r}: not a JSON object")
+        name = path.resolve().parent.name or None
+    elif isinstance(path_or_dict, dict):
+        config = path_or_dict
+    else:
+        raise TypeError(f"config must be a path or a dict, got {type(path_or_dict).__name__}")
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        config = {**{k: v for k, v in config.items() if k != "text_config"}, **text}
+    given = config.get("_name_or_path") or config.get("name")
+    return config, (str(given).rstrip("/").split("/")[-1] if given else name)
 
 
 def model_fields(config: dict, name: str | None = None) -> dict:
@@ -28,6 +95,15 @@ def model_fields(config: dict, name: str | None = None) -> dict:
     ``"custom"``."""
     if not isinstance(config, dict):
         raise TypeError(f"config must be a dict, got {type(config).__name__}")
+
+    model_type = str(config.get("model_type") or "").lower()
+    for k, what in _UNPRICED.items():
+        if config.get(k):
+            raise ValueError(f"config field {k} ({what}) cannot be priced by sim")
+    if "mamba" in model_type or model_type in ("rwkv", "xlstm"):
+        raise ValueError(f"config field model_type {model_type!r} (a recurrent model) cannot "
+                         "be priced by sim")
+    config = {**_TYPE_DEFAULTS.get(model_type, {}), **config}
 
     def get(*keys):
         for k in keys:
@@ -42,7 +118,6 @@ def model_fields(config: dict, name: str | None = None) -> dict:
               "intermediate_size": get("intermediate_size", "ffn_dim", "n_inner",
                                        "ffn_hidden_size"),
               "vocab_size": get("vocab_size")}
-    model_type = str(config.get("model_type") or "").lower()
     if fields["intermediate_size"] is None and hidden is not None and \
             model_type in _FFN_4X_BY_DEFAULT:
         fields["intermediate_size"] = 4 * hidden  # n_inner / ffn_hidden_size null: 4 h
@@ -70,6 +145,14 @@ def model_fields(config: dict, name: str | None = None) -> dict:
     if tie is None:
         tie = model_type in _TIED_BY_DEFAULT
     mla = bool(config.get("kv_lora_rank"))
+    kinds = _layer_fields(config, model_type, fields["num_hidden_layers"])
+    shared = (config.get("n_shared_experts") or 0) if experts else 0
+    if experts and config.get("shared_expert_intermediate_size"):
+        shared = _shared_experts(config["shared_expert_intermediate_size"], intermediate)
+    elif experts and model_type == "llama4_text":
+        shared = 1  # Llama4TextMoe: one shared expert of the routed width
+    if experts and config.get("intermediate_size_mlp"):
+        dense_intermediate = config["intermediate_size_mlp"]  # Llama 4's dense layers
     return dict(
         name=name or config.get("name") or config.get("_name_or_path") or "custom",
         num_hidden_layers=fields["num_hidden_layers"],
@@ -85,7 +168,7 @@ def model_fields(config: dict, name: str | None = None) -> dict:
         attention_qkv_bias=as_bool(bias),
         max_position_embeddings=get("max_position_embeddings", "n_positions") or 0,
         **shape,
-        n_shared_experts=(config.get("n_shared_experts") or 0) if experts else 0,
+        n_shared_experts=shared,
         first_k_dense_replace=(config.get("first_k_dense_replace") or 0) if experts else 0,
         dense_intermediate_size=dense_intermediate,
         q_lora_rank=(config.get("q_lora_rank") or 0) if mla else 0,
@@ -93,7 +176,94 @@ def model_fields(config: dict, name: str | None = None) -> dict:
         qk_nope_head_dim=(config.get("qk_nope_head_dim") or 0) if mla else 0,
         qk_rope_head_dim=(config.get("qk_rope_head_dim") or 0) if mla else 0,
         v_head_dim=(config.get("v_head_dim") or 0) if mla else 0,
+        attn_output_gate=as_bool(config.get("attn_output_gate", False)),
+        interleave_moe_layer_step=(config.get("interleave_moe_layer_step") or 0)
+        if experts else 0,
+        **kinds,
     )
+
+
+def _shared_experts(width, expert_width) -> int:
+    """Shared experts of a ``shared_expert_intermediate_size`` (Qwen-MoE: one expert that wide,
+    priced as that many experts of the routed width)."""
+    if not expert_width or width % expert_width:
+        raise ValueError(f"config field shared_expert_intermediate_size {width} must be a "
+                         f"multiple of the expert width {expert_width}")
+    return width // expert_width
+
+
+def _layer_fields(config: dict, model_type: str, num_layers) -> dict:
+    """The layer-type fields of :mod:`sim.specs.layers` (see the module docstring)."""
+    out = {}
+    types = config.get("layer_types")
+    interval = None
+    if types:
+        if not isinstance(types, list) or len(types) != num_layers:
+            raise ValueError(f"config field layer_types must list num_hidden_layers="
+                             f"{num_layers} layer kinds, got {types!r}"[:200])
+        unknown = sorted(set(types) - set(_LAYER_KINDS))
+        if unknown:
+            raise ValueError(f"config field layer_types: kind(s) {unknown} cannot be priced "
+                             f"(known: {list(_LAYER_KINDS)})")
+        local = sorted(set(types) - {"full_attention"})
+        if len(local) > 1:
+            raise ValueError(f"config field layer_types: more than one local kind {local}")
+        interval = _interval([t == "full_attention" for t in types], "layer_types")
+        if not local:
+            return out  # every layer full: a window in the config is unused
+        kind = _LAYER_KINDS[local[0]]
+    elif config.get("attention_chunk_size"):
+        kind = "chunked"
+        rope = config.get("no_rope_layers")
+        if rope:  # Llama 4: the NoPE layers are the global ones
+            interval = _interval([not r for r in rope], "no_rope_layers")
+        elif config.get("full_attention_interval") is None and model_type == "llama4_text":
+            interval = 4  # Llama4TextConfig's default no_rope_layers: every 4th layer
+    elif config.get("linear_num_value_heads"):
+        kind = "linear"
+    elif config.get("sliding_window") and config.get("use_sliding_window", True):
+        kind = "sliding"
+        if config.get("use_sliding_window") and config.get("max_window_layers") is not None:
+            if config["max_window_layers"] >= (num_layers or 0):
+                return out  # Qwen2: layers from max_window_layers on slide: none
+            raise ValueError("config field max_window_layers: sliding windows on some layers "
+                             "by position (Qwen2's) cannot be priced")
+        interval = config.get("sliding_window_pattern")
+    else:
+        return out
+    if interval is None:
+        interval = config.get("full_attention_interval") or 0
+    out["full_attention_interval"] = interval
+    if kind == "sliding":
+        out["sliding_window"] = config.get("sliding_window") or 0
+        if not out["sliding_window"]:
+            raise ValueError("config field sliding_window is required by sliding_attention "
+                             "layers")
+    elif kind == "chunked":
+        out["attention_chunk_size"] = config.get("attention_chunk_size") or 0
+        if not out["attention_chunk_size"]:
+            raise ValueError("config field attention_chunk_size is required by "
+                             "chunked_attention layers")
+    else:
+        for k in ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                  "linear_value_head_dim"):
+            if not config.get(k):
+                raise ValueError(f"config field {k} is required by linear_attention layers")
+            out[k] = config[k]
+        out["linear_conv_kernel_dim"] = config.get("linear_conv_kernel_dim") or 0
+    return out
+
+
+def _interval(full: list, field: str) -> int:
+    """Every N-th layer full (True), N; 0 when none; an error naming ``field`` otherwise."""
+    where = [i for i, f in enumerate(full) if f]
+    if not where:
+        return 0
+    n = len(full) // len(where)
+    if where != [i for i in range(len(full)) if (i + 1) % n == 0]:
+        raise ValueError(f"config field {field}: full-attention layers {where[:8]}... are not "
+                         "every N-th layer, which is all sim prices")
+    return n
 
 
 

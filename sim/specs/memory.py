@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..checks import each_gpu, fraction, plural, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE
+from . import layers
 from . import memory_terms as terms
 from .memory_terms import GiB, MemoryTerm
 from .models import ModelConfig, get_model
@@ -83,6 +84,38 @@ def _whole(total):
     return int(total) if float(total).is_integer() else total
 
 
+def sequence_kv_bytes(seq_len, model, dtype=2, tensor_parallel=1, block_size=None):
+    """Bytes ONE sequence of ``seq_len`` tokens holds on one GPU of a ``tensor_parallel`` group,
+    per layer type (:mod:`sim.specs.layers`): full-attention layers the KV of every token,
+    sliding-window / chunked layers of the tokens their window keeps (it stops growing past the
+    window), linear-attention layers their fixed state (in the activations' 2 bytes: vLLM's
+    mamba-style cache takes the model's dtype, not the KV cache's). ``block_size``: each
+    attention layer's tokens rounded up to whole blocks (the paged pool's use), else exact.
+    For a model with only full layers this is ``kv_cache_bytes(seq_len, model=...)`` (rounded
+    to blocks when asked)."""
+    m = get_model(model)
+    seq_len = positive_int("seq_len", seq_len, allow_zero=True)
+    dtype = bytes_per_value("dtype", dtype)
+    tp = terms.check_tensor_parallel(m, positive_int("tensor_parallel", tensor_parallel))
+
+    def held(tokens):
+        return tokens if block_size is None else blocks_needed(tokens, block_size) * block_size
+
+    per_layer = m.kv_values_per_token_per_layer(tp) * dtype
+    if not m.has_local_layers:
+        return _whole(held(seq_len) * m.kv_cache_values_per_token(tp) * dtype)
+    counts = m.layer_counts()
+    total = counts.get(layers.FULL, 0) * held(seq_len) * per_layer
+    local = counts.get(layers.SLIDING, 0) + counts.get(layers.CHUNKED, 0)
+    total += local * held(layers.local_tokens(m, seq_len)) * per_layer
+    if seq_len and counts.get(layers.LINEAR):
+        total += counts[layers.LINEAR] * layers.linear_state_values(m, tp) * STATE_BYTES
+    return _whole(total)
+
+
+STATE_BYTES = 2  # a linear-attention layer's state, in the model's (activation) dtype
+
+
 def blocks_needed(tokens, block_size=KV_BLOCK_SIZE) -> int:
     """Paged-KV blocks holding ``tokens`` tokens: ``ceil(tokens / block_size)`` (0 tokens: 0)."""
     tokens = positive_int("tokens", tokens, allow_zero=True)
@@ -132,9 +165,18 @@ class MemoryBudget:
         return sum(t.bytes for t in self.terms if t.name == name)
 
     def max_batch_size(self, seq_len) -> int:
-        """How many sequences of ``seq_len`` tokens fit in the KV blocks at once."""
+        """How many sequences of ``seq_len`` tokens fit in the KV blocks at once. A model with
+        sliding-window, chunked or linear-attention layers: the KV bytes per GPU over one
+        sequence's :func:`sequence_kv_bytes` in whole blocks (each local layer holding its
+        window, each linear layer its state), as vLLM's hybrid KV cache manager frees the
+        blocks behind a window; the engine's KV pool does not model that (its blocks count
+        every attention layer for every token)."""
         need = blocks_needed(positive_int("seq_len", seq_len), self.block_size)
-        return self.kv_blocks // need
+        if not self.model.has_local_layers:
+            return self.kv_blocks // need
+        per_seq = sequence_kv_bytes(seq_len, self.model, self.kv_bytes_per_value,
+                                    self.tensor_parallel, block_size=self.block_size)
+        return int(self.kv_bytes_per_gpu // per_seq)
 
 
 def _terms(model, device, tp, wbytes, s):

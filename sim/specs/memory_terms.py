@@ -175,7 +175,7 @@ def forward_peak_bytes(model: ModelConfig, num_tokens: int, tp: int) -> int:
         mlp = 2 * h + model.num_experts_per_tok * (act * inter + h)
         if model.n_shared_experts:
             mlp += act * model.n_shared_experts * inter
-        if model.first_k_dense_replace:
+        if model.num_dense_layers:
             mlp = max(mlp, 2 * h + act * (model.dense_width // tp))
     else:
         mlp = 2 * h + act * inter

@@ -33,7 +33,8 @@ from functools import lru_cache
 from importlib import resources
 
 from ..checks import did_you_mean, positive_int
-from .hf_config import as_bool, model_fields
+from . import layers
+from .hf_config import as_bool, is_config_path, model_fields, read_hf_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,17 @@ class ModelConfig:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # layer types (sim.specs.layers): a local kind and which layers are full
+    sliding_window: int = 0  # sliding-window attention over this many tokens
+    attention_chunk_size: int = 0  # chunked local attention (Llama 4)
+    full_attention_interval: int = 0  # every N-th layer full; 0: all layers of the local kind
+    linear_num_key_heads: int = 0  # linear attention (Gated DeltaNet, Qwen3-Next)
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    attn_output_gate: bool = False  # q_proj also projects a sigmoid gate of the output
+    interleave_moe_layer_step: int = 0  # 0, 1: every layer MoE; N: every N-th (Llama 4)
 
     def __post_init__(self):
         for f in ("num_hidden_layers", "hidden_size", "num_attention_heads",
@@ -81,7 +93,10 @@ class ModelConfig:
         for f in ("head_dim", "num_local_experts", "num_experts_per_tok", "max_position_embeddings",
                   "n_shared_experts", "first_k_dense_replace", "dense_intermediate_size",
                   "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim",
-                  "v_head_dim"):
+                  "v_head_dim", "sliding_window", "attention_chunk_size",
+                  "full_attention_interval", "linear_num_key_heads", "linear_num_value_heads",
+                  "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+                  "interleave_moe_layer_step"):
             object.__setattr__(self, f, positive_int(f, getattr(self, f), allow_zero=True))
         if self.kv_lora_rank:
             self._check_mla()
@@ -108,6 +123,7 @@ class ModelConfig:
         if self.norms_per_layer > 2 or self.norms_per_layer == 1 and not self.parallel_attn:
             raise ValueError(f"norms_per_layer must be 2, or 1 with parallel_attn, got "
                              f"{self.norms_per_layer} (parallel_attn={self.parallel_attn})")
+        layers.check_layers(self)
 
     def _check_mla(self):
         if not self.qk_rope_head_dim or not self.v_head_dim:
@@ -155,7 +171,34 @@ class ModelConfig:
 
     @property
     def num_moe_layers(self) -> int:
-        return self.num_hidden_layers - self.first_k_dense_replace if self.is_moe else 0
+        """MoE layers: after the ``first_k_dense_replace`` dense ones, every layer, or with
+        ``interleave_moe_layer_step`` N > 1 every N-th (layer i when (i + 1) % N == 0)."""
+        if not self.is_moe:
+            return 0
+        n = self.interleave_moe_layer_step
+        first = self.first_k_dense_replace
+        if n <= 1:
+            return self.num_hidden_layers - first
+        return sum(1 for i in range(first, self.num_hidden_layers) if (i + 1) % n == 0)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Layers of a MoE model with a dense MLP of :attr:`dense_width` (0 for a dense model,
+        whose layers are all of ``intermediate_size``)."""
+        return self.num_hidden_layers - self.num_moe_layers if self.is_moe else 0
+
+    def layer_types(self) -> tuple:
+        """Each layer's kind (:mod:`sim.specs.layers`: full, sliding, chunked, linear)."""
+        return layers.layer_types(self)
+
+    def layer_counts(self) -> dict:
+        """``{kind: layers}`` of each kind present (:func:`sim.specs.layers.layer_counts`)."""
+        return layers.layer_counts(self)
+
+    @property
+    def has_local_layers(self) -> bool:
+        """Some layers attend over a window or chunk, or linearly (not every layer full)."""
+        return layers.local_kind(self) is not None
 
     def kv_cache_values_per_token(self, tensor_parallel: int = 1) -> int:
         """Values one token adds to the KV cache of ONE GPU, over all layers.
@@ -163,11 +206,39 @@ class ModelConfig:
         MHA/GQA: ``2 (K, V) x layers x kv_heads x head_dim``, the KV heads sharded over
         ``tensor_parallel`` GPUs or replicated when fewer (vLLM's ``max(1, kv_heads // tp)``).
         MLA: ``layers x (kv_lora_rank + qk_rope_head_dim)``: one latent, no separate K and V,
-        replicated on every GPU of the group (vLLM and SGLang keep the whole latent per GPU)."""
+        replicated on every GPU of the group (vLLM and SGLang keep the whole latent per GPU).
+        Linear-attention layers hold no per-token cache (:meth:`kv_cache_values`); sliding and
+        chunked layers count here until their window fills."""
         tp = positive_int("tensor_parallel", tensor_parallel)
         if self.is_mla:
             return self.num_hidden_layers * self.kv_latent_size
-        return 2 * self.num_hidden_layers * max(1, self.num_key_value_heads // tp) * self.head_dim
+        n = self.num_hidden_layers - self.layer_counts().get(layers.LINEAR, 0) \
+            if self.has_local_layers else self.num_hidden_layers
+        return n * self.kv_values_per_token_per_layer(tp)
+
+    def kv_values_per_token_per_layer(self, tensor_parallel: int = 1) -> int:
+        """Values one token adds to ONE attention layer's KV cache on one GPU (K and V of
+        its KV heads, ``2 x kv_heads x head_dim``; MLA: the latent)."""
+        if self.is_mla:
+            return self.kv_latent_size
+        return 2 * max(1, self.num_key_value_heads // tensor_parallel) * self.head_dim
+
+    def kv_cache_values(self, seq_len: int, tensor_parallel: int = 1) -> int:
+        """Values ONE sequence of ``seq_len`` tokens holds on one GPU, over all layers: full
+        layers ``seq_len`` tokens each, sliding/chunked ones what their window keeps
+        (:func:`sim.specs.layers.local_tokens`), linear ones their fixed state (0 tokens: 0)."""
+        tp = positive_int("tensor_parallel", tensor_parallel)
+        seq_len = positive_int("seq_len", seq_len, allow_zero=True)
+        if not self.has_local_layers:
+            return seq_len * self.kv_cache_values_per_token(tp)
+        counts = self.layer_counts()
+        per = self.kv_values_per_token_per_layer(tp)
+        values = counts.get(layers.FULL, 0) * seq_len * per
+        local = counts.get(layers.SLIDING, 0) + counts.get(layers.CHUNKED, 0)
+        values += local * layers.local_tokens(self, seq_len) * per
+        if seq_len:
+            values += counts.get(layers.LINEAR, 0) * layers.linear_state_values(self, tp)
+        return values
 
     def attention_params_per_layer(self) -> int:
         h = self.hidden_size
@@ -179,6 +250,8 @@ class ModelConfig:
                   + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim))
             return q + kv + self.attn_out_size * h
         params = h * self.q_size + 2 * h * self.kv_size + self.q_size * h
+        if self.attn_output_gate:  # q_proj's second half: the gate
+            params += h * self.q_size
         if self.attention_qkv_bias:
             params += self.q_size + 2 * self.kv_size
         return params
@@ -191,23 +264,29 @@ class ModelConfig:
         return self.mlp_params(self.intermediate_size)
 
     def _layer_params(self, experts: int) -> int:
+        """A layer's MLP (MoE: experts, shared experts, router) and norms."""
         router = self.hidden_size * self.num_local_experts if self.is_moe else 0
         norms = self.norms_per_layer * self.hidden_size
-        return (self.attention_params_per_layer()
-                + (experts + self.n_shared_experts) * self.mlp_params_per_expert()
+        return ((experts + self.n_shared_experts) * self.mlp_params_per_expert()
                 + router + norms)
 
     def _dense_layer_params(self) -> int:
-        return (self.attention_params_per_layer() + self.mlp_params(self.dense_width)
-                + self.norms_per_layer * self.hidden_size)
+        return self.mlp_params(self.dense_width) + self.norms_per_layer * self.hidden_size
+
+    def _attention_params(self) -> int:
+        """Every layer's attention (a linear-attention layer's own weights, sim.specs.layers)."""
+        linear = self.layer_counts().get(layers.LINEAR, 0) if self.has_local_layers else 0
+        return ((self.num_hidden_layers - linear) * self.attention_params_per_layer()
+                + (linear * layers.linear_attention_params(self) if linear else 0))
 
     def _embedding_params(self) -> int:
         emb = self.vocab_size * self.hidden_size
         return emb if self.tie_word_embeddings else 2 * emb
 
     def _params(self, experts: int) -> int:
-        dense = self.first_k_dense_replace
-        return (self._embedding_params() + dense * self._dense_layer_params()
+        dense = self.num_dense_layers
+        return (self._embedding_params() + self._attention_params()
+                + dense * self._dense_layer_params()
                 + (self.num_hidden_layers - dense) * self._layer_params(experts)
                 + self.hidden_size)
 
@@ -227,6 +306,14 @@ class ModelConfig:
         transformers' defaults for the ones it omits); ``dataclasses.asdict`` of a
         ``ModelConfig`` reads back to the same model."""
         return cls(**model_fields(config, name))
+
+    @classmethod
+    def from_hf(cls, path_or_dict, name: str | None = None) -> "ModelConfig":
+        """Build from a Hugging Face ``config.json`` as shipped: a file path or its dict (a
+        multimodal config's ``text_config`` read as the model; see :mod:`sim.specs.hf_config`).
+        A field it cannot price is a one-line ``ValueError`` naming it."""
+        config, default_name = read_hf_config(path_or_dict)
+        return cls(**model_fields(config, name or config.get("name") or default_name))
 
 
 @lru_cache(maxsize=1)
@@ -260,9 +347,12 @@ def reported_active_params(name: str) -> float | None:
 
 
 def get_model(config) -> ModelConfig:
-    """Resolve a preset name, a Hugging Face id, a ``ModelConfig``, another dataclass or a dict."""
+    """Resolve a preset name, a Hugging Face id, a ``config.json`` path (a ``.json`` name or a
+    file), a ``ModelConfig``, another dataclass or a dict."""
     if isinstance(config, ModelConfig):
         return config
+    if is_config_path(config):
+        return ModelConfig.from_hf(config)
     if isinstance(config, str):
         key = config.strip().lower()
         presets = _preset_rows()
@@ -276,6 +366,6 @@ def get_model(config) -> ModelConfig:
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
         return ModelConfig.from_hf_config(dataclasses.asdict(config))
     if isinstance(config, dict):
-        return ModelConfig.from_hf_config(config)
+        return ModelConfig.from_hf(config)
     raise TypeError(f"model config must be a preset name, ModelConfig, dataclass or dict, "
                     f"got {type(config).__name__}")

@@ -1,0 +1,34 @@
+"""``sim models`` / ``sim gpus`` (sim/cli/catalog.py): every preset listed with its sources, and
+the docs' tables made from the same rows."""
+
+from sim.cli import main
+from sim.cli.catalog import gpu_rows, gpus_markdown, model_rows, models_markdown
+from sim.specs.gpus import gpu_presets
+from sim.specs.models import model_presets
+
+
+def test_sim_models_lists_every_preset_with_its_published_total(capsys):
+    assert main(["models", "--sources"]) == 0
+    out = capsys.readouterr().out
+    for name in model_presets():
+        assert f"\n{name} " in out
+    assert "arXiv:2508.10925" in out  # gpt-oss's published total, its source
+    assert "12 full + 12 sliding(128)" in out and "36 linear" in out
+    assert {r["model"] for r in model_rows()} == set(model_presets())
+
+
+def test_sim_gpus_lists_every_preset_and_which_terms_are_fitted(capsys):
+    assert main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    for key in gpu_presets():
+        assert f"\n{key} " in out
+    terms = {r["gpu"]: r["terms"] for r in gpu_rows()}
+    assert terms["h100"] == terms["a100"] == "fitted" and terms["l4"] == "assumed"
+    assert all(r["source"] for r in gpu_rows())
+
+
+def test_the_docs_tables_are_the_same_rows():
+    md = gpus_markdown()
+    assert md.count("\n| ") == len(gpu_presets()) + 1 - 1  # header + rows (separator apart)
+    assert all(f"| {k} |" in md for k in gpu_presets())
+    assert all(f"| {n} |" in models_markdown() for n in model_presets())
