@@ -108,7 +108,7 @@ CASES = [
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
                                    "'free_gpu_memory_fraction', 'gpu', "
                                    "'gpu_memory_utilization', 'hash_block_tokens', "
-                                   "'kv_blocks', 'kv_dtype', "
+                                   "'kv_blocks', 'kv_dtype', 'kv_tokens', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
                                    "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "

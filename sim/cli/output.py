@@ -48,7 +48,9 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                   f"({summary['slot_utilization']:.0%} of the batch slots)"),
         ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
                  f"(first arrival to last finish)"),
-        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}: "
+        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}"
+                     + (f" = {summary['kv_tokens']:,} tokens" if summary.get("kv_tokens") else "")
+                     + (f" ({summary['kv_pool']})" if summary.get("kv_pool") else "") + ": "
                      f"{summary['kv_usage_mean']:.0%} in use "
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
                      f"{plural(summary['num_preemptions'], 'preemption')}"),

@@ -203,6 +203,10 @@ SETTINGS = (
     S("kv_blocks", ("--kv-blocks",), parse=int, metavar="N",
       help="KV-cache blocks in the pool, >= 1",
       default_help="default: from the model's and GPU's memory budget"),
+    S("kv_tokens", ("--kv-tokens",), parse=int, metavar="TOKENS",
+      help="the KV pool in tokens instead, >= one block: --kv-tokens // --block-size blocks, "
+           "the same memory across schedulers of different block sizes (not with --kv-blocks)",
+      default_help="default: from the model's and GPU's memory budget"),
     S("max_model_len", ("--max-model-len",), parse=int, metavar="TOKENS",
       help="prompt + output tokens a request may hold, >= 1 and at most the model's context "
            "length; a request over it is rejected at arrival, as vLLM's --max-model-len does",

@@ -64,7 +64,9 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
 - Occupancy is time-weighted over busy time (an iteration counts for its duration, not once):
   ``mean_batch_size`` = sum(duration x num_running) / sum(duration); ``slot_utilization`` = that
   / ``max_batch_size``; ``kv_usage_mean`` likewise for ``kv_blocks_used`` / ``kv_blocks``;
-  ``kv_usage_max`` the peak fraction.
+  ``kv_usage_max`` the peak fraction. The pool: ``kv_blocks``, ``kv_tokens`` (blocks x
+  ``block_size``: the same memory across presets of other block sizes) and ``kv_pool``, what
+  sized it (``SimConfig.pool_source``: ``"memory budget"``, ``"cheat sheet"``, ...).
 - A cluster (``replicas`` > 1, :mod:`sim.engine.fleet.cluster`): ``requests`` and ``iterations``
   have a ``replica`` column (0 for one replica; in a cluster -1 for an abandoned turn, never
   routed; ``iteration`` counts each replica's own); the summary stays whole-cluster
@@ -269,6 +271,10 @@ class Result:
                                 if busy else 0.0)
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
+        block_size = getattr(self.config, "block_size", None)  # (None: a Result built by hand)
+        out["kv_tokens"] = self.kv_blocks * block_size if block_size else None
+        source = getattr(self.config, "pool_source", None)
+        out["kv_pool"] = source() if source else "given"
         if self.replica_pools is not None and len(it):  # each iteration over its own pool
             blocks, slots = (np.asarray(x, dtype=np.float64)[it["replica"].to_numpy()]
                              for x in self.replica_pools)
