@@ -359,22 +359,13 @@ print(json.dumps({"dot": dot(a, b).hex(), "blas": float(a @ b).hex(),
 """
 
 
-def test_summary_is_the_same_whichever_blas_kernel_runs():
+def test_summary_is_the_same_whichever_blas_kernel_runs(under_blas_kernels):
     """The means weighted by iteration durations and ITL run lengths are summed in a fixed
     order (``metrics.dot``), not by a BLAS dot product, whose kernel (chosen per CPU) sums in
     its own order: under two OpenBLAS kernels the summary is the same bit for bit, where the
     BLAS dot of the same arrays differs (a no-op without OpenBLAS: then it checks nothing of
     the kernels, and says so)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    out = []
-    for core in ("Nehalem", "Sandybridge"):
-        env = dict(os.environ, OPENBLAS_CORETYPE=core)
-        done = subprocess.run([sys.executable, "-c", _SUMMARY_UNDER_A_KERNEL], env=env,
-                              capture_output=True, text=True, timeout=300, check=True)
-        out.append(json.loads(done.stdout))
+    out = under_blas_kernels(_SUMMARY_UNDER_A_KERNEL, ("Nehalem", "Sandybridge"))
     assert out[0]["summary"] == out[1]["summary"]
     assert out[0]["dot"] == out[1]["dot"]
     if out[0]["blas"] == out[1]["blas"]:

@@ -88,18 +88,14 @@ import numbers
 
 import numpy as np
 
+from ..numerics import dot  # a @ b in a fixed order, on any CPU
+
 PCTS = (50, 90, 95, 99)
 CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
 MAX_NUM_TOKENS = "max_num_tokens"  # ... of a prompt over TensorRT-LLM's max_num_tokens
 CONVERSATION_ABANDONED = "conversation_abandoned"  # ... of a turn after a rejected one
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
-
-def dot(a, b) -> float:
-    """``a @ b`` in a fixed order: elementwise products, then NumPy's pairwise sum. A BLAS
-    dot product's accumulation order depends on the kernel the CPU selects (the last digit of
-    a mean moved between an Intel and an AMD machine); this does not, on any CPU."""
-    return float(np.add.reduce(np.multiply(a, b, dtype=np.float64)))
 
 
 def weighted_cdf(values, weights):

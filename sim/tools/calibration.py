@@ -27,6 +27,7 @@ from ..costs.executor import ExecutedCost, Executor
 from ..costs.kernels import array_module
 from ..costs.timing import CPU_MODEL, GRID, ape, measure_kernels, nonneg_lstsq, pool_blocks
 from ..engine import run
+from ..numerics import dot
 from ..specs.models import get_model
 
 ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
@@ -131,7 +132,7 @@ class _Recorder:
 
     def __call__(self, batch):
         self.terms.append(self.parts.batch_terms(batch))
-        return float(self.terms[-1] @ self.parts.weights)
+        return dot(self.terms[-1], self.parts.weights)  # as CalibratedCost prices it
 
 
 def fit_weights(terms, measured):
