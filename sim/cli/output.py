@@ -16,6 +16,11 @@ from ..checks import plural
 from ..results import FIGURES
 
 
+# an SLO in the summary's words: the ITL limit holds each request's every gap (its max_itl)
+SLO_LABELS = (("ttft", "TTFT", ""), ("itl", "ITL", " (every gap)"), ("tpot", "TPOT", ""),
+              ("e2e", "E2E", ""))
+
+
 def _num(value, spec) -> str:
     """``value`` formatted, or ``n/a`` when it is not defined (NaN)."""
     return "n/a" if value is None or value != value else format(value, spec)
@@ -76,8 +81,12 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                      f"{_num(summary['kv_transfer_time_mean'], '.4g')} s, P99 "
                      f"{_num(summary['kv_transfer_time_p99'], '.4g')} s (in TTFT)"))
     if "slo_attainment" in summary:
-        rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
-                             f"goodput {_num(summary['goodput'], '.3g')} req/s, "
+        each = "; ".join(
+            f"{label} <= {summary[f'slo_{key}']:g} s{every}: "
+            f"{_num(summary[f'slo_attainment_{key}'], '.1%')}"
+            for key, label, every in SLO_LABELS if f"slo_{key}" in summary)
+        rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all "
+                             f"({each}); goodput {_num(summary['goodput'], '.3g')} req/s, "
                              f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)

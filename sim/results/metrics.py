@@ -226,7 +226,9 @@ class Result:
         every gap must meet it), ``tpot``, ``e2e``; other keys raise ``ValueError`` naming them.
         A request meets the SLO when it finished and each metric is <= its limit (inclusive);
         a metric it does not have (TPOT and ITL of a one-token request) is met. Adds
-        ``slo_<key>`` (the limit), ``slo_attainment`` (fraction of *all* requests meeting every
+        ``slo_<key>`` (the limit), ``slo_attainment_<key>`` (fraction of all requests meeting
+        that limit: the ITL one is each request's largest gap, where ``itl_p99`` pools every
+        gap of every request), ``slo_attainment`` (fraction of *all* requests meeting every
         limit at once; rejected ones count and fail) and ``goodput`` (such requests per second
         of the window).
         """
@@ -305,15 +307,18 @@ class Result:
             unknown = set(slo) - set(SLO_KEYS)
             if unknown:
                 raise ValueError(f"slo keys must be among {SLO_KEYS}, got {sorted(unknown)}")
-            ok = (req["status"] == "finished").to_numpy().copy()
+            finished = (req["status"] == "finished").to_numpy()
+            ok = finished.copy()
             for key, limit in slo.items():
                 if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0:
                     raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got "
                                      f"{limit!r}")
                 col = "max_itl" if key == "itl" else key
                 vals = req[col].to_numpy(dtype=np.float64)
-                ok &= np.nan_to_num(vals, nan=0.0) <= float(limit)
+                met = finished & (np.nan_to_num(vals, nan=0.0) <= float(limit))
+                ok &= met
                 out[f"slo_{key}"] = float(limit)
+                out[f"slo_attainment_{key}"] = float(met.mean()) if len(met) else float("nan")
             out["slo_attainment"] = float(ok.mean()) if len(ok) else float("nan")
             out["goodput"] = rate(float(ok.sum()))
             out["goodput_per_gpu"] = out["goodput"] / out["num_gpus"]
