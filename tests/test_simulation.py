@@ -275,3 +275,28 @@ def test_gc_frozen_thaws_on_an_error():
             assert gc.get_freeze_count() > 0
             raise RuntimeError("boom")
     assert gc.get_freeze_count() == 0
+
+
+def test_a_seed_that_changes_nothing_warns(tmp_path, capsys):
+    """(issue 32, item 5) --seed on a replayed trace without speculation (the README's own
+    example used it) and seed= with nothing in the engine drawing at random were silent
+    no-ops; they warn, while a seed that some draw takes does not."""
+    import warnings
+
+    from sim.cli import main
+    df = wl.load("azure-code", n=20)
+    with pytest.warns(UserWarning, match="seed=3 changes nothing"):
+        sim.run(df, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.run(df, seed=3, replicas=2, router="random")
+        sim.run(df, seed=3, speculative=sim.SpeculativeConfig(num_speculative_tokens=2,
+                                                              method="ngram"))
+        sim.run(df)  # (the default seed, 0, is no choice made)
+    out = str(tmp_path / "o")
+    assert main(["run", "-w", "azure-code", "-n", "20", "--seed", "3", "-q", "-o", out]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning: --seed 3 changes nothing" in err
+    assert main(["run", "-w", "sharegpt", "--rate", "2", "-n", "20", "--seed", "3", "-q",
+                 "-o", out]) == 0
+    assert capsys.readouterr().err == ""  # a length-only set draws its arrivals from it

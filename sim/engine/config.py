@@ -65,6 +65,7 @@ _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Settings of one run; see the module docstring for the defaults."""
+    # (seed: the engine's own draws only; a seed with none to take it warns, draws_at_random)
 
     scheduler: object = "chunked"
     cost_model: object = None
@@ -197,6 +198,15 @@ class SimConfig:
                              f"{' and '.join(READ_BY[knob])} memory accounting, but the {name!r} "
                              f"scheduler sizes its KV pool with {accounting}'s (sim memory "
                              f"--accounting {accounting} shows its terms)")
+
+    def draws_at_random(self) -> bool:
+        """Whether the engine draws anything from ``seed``: speculative acceptance, or a
+        ``random`` (or user) router over more than one replica. Otherwise a ``seed`` changes
+        nothing in the run (``sim.run`` warns; a workload's draws take its generator's)."""
+        many = self.replicas > 1 or self.disaggregation is not None
+        router = self.router.strip().lower() if isinstance(self.router, str) else self.router
+        return self.speculative is not None or (many and (router == "random"
+                                                           or callable(router)))
 
     def resolved_model(self):
         return self.model or DEFAULT_MODEL

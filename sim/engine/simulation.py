@@ -81,6 +81,11 @@ from .fleet.request_path import as_client_sees, enter
 from .schedulers import override, resolve
 
 
+SEED_UNUSED = ("seed={seed} changes nothing: the engine draws at random only for speculative "
+               "decoding and the random router over replicas; a workload's own draws take its "
+               "generator's seed (workloads.load(..., seed=), workloads.synthetic(..., seed=))")
+
+
 def _requests_from(workload, block_size=None, mode="block", speculative=True):
     """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
     request with ``hash_ids`` gets the keys of its full prompt blocks (``mode="radix"``: of its
@@ -172,6 +177,8 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     config = as_config(config)
     config = override(config, **overrides) if overrides else config
     given = config
+    if config.seed and not config.draws_at_random():
+        warnings.warn(SEED_UNUSED.format(seed=config.seed), UserWarning, stacklevel=2)
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
                                   config.prefix_caching,
