@@ -153,8 +153,8 @@ SETTINGS = (
     S("gpu", ("--gpu",), default="h100",
       help="GPU preset: a100, h100, h200, l40s, b200, mi300x", default_help="default h100"),
     S("tensor_parallel", ("--tp",), parse=int, metavar="GPUS", default=1,
-      help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a multiple of "
-           "them", default_help="default 1"),
+      help="tensor-parallel GPUs, >= 1: must divide the model's attention heads, and divide "
+           "its KV heads or be a multiple of them", default_help="default 1"),
     S("weight_dtype", ("--weight-dtype",), parse=str.lower, choices=WEIGHT_DTYPES,
       check=name_any_case, default="fp16",
       help="weight precision, any case: sizes the weights and the KV pool and sets the "

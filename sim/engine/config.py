@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
-from ..specs.memory_terms import check_free_gpu_memory_fraction
+from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
 from .fleet.routers import check_router
@@ -104,6 +104,9 @@ class SimConfig:
                 raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
             object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
+        if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
+            from ..specs.models import get_model
+            check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
         check_router(self.router)
         if self.disaggregation is not None:
             if not isinstance(self.disaggregation, Disaggregation):
