@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
+from functools import partial
 
 from . import capacity, device, info, run, sweep
 
@@ -42,6 +44,10 @@ def one_line(message) -> str:
     return " ".join(str(message).split())
 
 
+def _one_line_warning(command, message, category, filename, lineno, file=None, line=None):
+    print(f"sim {command}: warning: {one_line(message)}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="sim", description="LLM-serving simulator")
     parser.add_argument("--debug", action="store_true",
@@ -65,7 +71,9 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        with warnings.catch_warnings():  # a library warning as one line in the CLI's voice
+            warnings.showwarning = partial(_one_line_warning, args.command)
+            return args.func(args)
     except USER_ERRORS as e:
         if args.debug:
             raise
