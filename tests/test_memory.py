@@ -230,3 +230,20 @@ def test_advice_counts_sequences_in_words():
     assert one.kv_blocks // 4096 == 1 and "room for 1 sequence of 4,096 tokens." in one.advice
     many = memory_budget("llama-3.1-8b", gb)
     assert f"room for {many.kv_blocks // 256:,} sequences of 4,096" in many.advice
+
+
+def test_a_block_too_big_for_the_kv_cache_names_block_size(tmp_path, capsys):
+    """(issue 32, item 8) --block-size 1000000 blamed the weights ("even 4-bit weights do not
+    fit"): the weights fit and leave 453,496 tokens of KV; one block of a million does not."""
+    from sim.cli import main
+    b = memory_budget("llama-3.1-8b", get_gpu("h100").memory_gb, block_size=1_000_000)
+    assert not b.fits and b.max_kv_tokens > 0
+    assert b.advice.startswith("block_size=1,000,000 does not fit: one KV block of 1,000,000 "
+                               "tokens needs 122.07 GiB per GPU")
+    assert "weights" not in b.advice
+    with pytest.raises(ValueError, match="^block_size=1,000,000 does not fit"):
+        sim.SimConfig(block_size=1_000_000).resolved_kv_blocks()
+    assert main(["run", "-n", "5", "--block-size", "1000000", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim run: error: --block-size 1,000,000 does not fit") and \
+        "4-bit" not in err

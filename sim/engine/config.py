@@ -298,6 +298,8 @@ class SimConfig:
                                  f"{model!r} on gpu {gpu!r} leaves no room for the KV cache: "
                                  f"use a smaller draft model, quantize (weight_dtype) or add "
                                  f"GPUs (tensor_parallel)")
+            if not budget.fits and budget.max_kv_tokens >= 1:  # the block, not the weights
+                raise ValueError(budget.advice)
             if not budget.fits:
                 raise ValueError(f"model {model!r} on gpu {gpu!r} with {self.weight_dtype} "
                                  f"weights: {budget.advice}")
