@@ -79,6 +79,11 @@ def main(argv=None) -> int:
             raise
         print(f"sim {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback (the shell's status for SIGINT)
+        if args.debug:
+            raise
+        print(f"sim {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # ``sim run | head``: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's recipe)
         return 1

@@ -135,12 +135,50 @@ def write_parquet(df, path) -> None:
     df.to_parquet(path, index=False, use_dictionary=text)
 
 
+TEMP_PREFIX = ".sim-run-"  # + the writer's process id + a random part
+STALE_AFTER_S = 3600.0  # a temporary folder naming no process (an older sim's) this old is stale
+
+
+def _alive(pid) -> bool:
+    if os.name == "nt":  # (os.kill(pid, 0) would end the process there): by age alone
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(out) -> list[str]:
+    """Remove the temporary folders a killed run left in ``out`` (``kill -9``, a power cut: its
+    ``finally`` never ran; 41 MB each at 1M requests): those of a process no longer running,
+    and those naming no process (an older version's) untouched for ``STALE_AFTER_S``. A run
+    still writing keeps its own. Returns the names removed."""
+    import time
+    removed = []
+    for path in Path(out).glob(TEMP_PREFIX + "*"):
+        pid = path.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        try:
+            stale = (not _alive(int(pid)) if pid.isdigit() and "-" in path.name[len(TEMP_PREFIX):]
+                     else time.time() - path.stat().st_mtime > STALE_AFTER_S)
+        except OSError:
+            continue
+        if stale and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
-    interrupted run leaves the previous files or the new ones, never half a file. A figure of a
+    interrupted run leaves the previous files or the new ones, never half a file (and a killed
+    run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A figure of a
     previous run (``FIGURES``) that this run does not write is removed."""
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
+    remove_stale_temporaries(out)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
     try:
         write_parquet(res.requests, tmp / "requests.parquet")
         write_parquet(res.iterations, tmp / "iterations.parquet")

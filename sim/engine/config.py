@@ -104,6 +104,11 @@ class SimConfig:
                 raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
             object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
+        for name in ("model", "gpu"):  # '' would silently be the default ('x or DEFAULT')
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.strip():
+                raise ValueError(f"{name} must be a preset name, got {value!r} (leave it out "
+                                 f"for the default)")
         if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
             from ..specs.models import get_model
             check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
