@@ -94,7 +94,7 @@ RESOLUTION_S = 1e-6  # float64's spacing at the last arrival beyond this: latenc
 def arrival_warning(t) -> str | None:
     """What looks wrong with the arrival times ``t`` (seconds, sorted or not), or None: epoch
     stamps (a first arrival past ``EPOCH_S``), milliseconds read as seconds (integers with a
-    median gap of ``MS_GAP`` s or more), or times so large (a rate of 1e-300 req/s) that
+    median gap of ``MS_GAP`` s or more, not evenly spaced), or times so large (a rate of 1e-300 req/s) that
     float64 cannot resolve a microsecond there, so TTFT, ITL and E2E read as 0."""
     t = np.asarray(t, dtype=np.float64)
     if not len(t):
@@ -111,7 +111,8 @@ def arrival_warning(t) -> str | None:
                 f"rate so small it spreads the requests over {last:.3g} s?)")
     gaps = np.diff(np.sort(t))
     gaps = gaps[gaps > 0]
-    if len(gaps) >= 10 and np.all(t == np.floor(t)) and float(np.median(gaps)) >= MS_GAP:
+    if (len(gaps) >= 10 and np.all(t == np.floor(t)) and float(np.median(gaps)) >= MS_GAP
+            and float(np.ptp(gaps)) > 0):  # (evenly spaced: requests spaced on purpose)
         return (f"arrival times are whole numbers {float(np.median(gaps)):g} s apart (median): "
                 f"they look like milliseconds read as seconds; divide them by 1000 if so")
     return None
