@@ -7,8 +7,9 @@ must not change results (a module moved, a loop restructured) keeps every hash.
 
 A hash covers every request's times, token counts, preemptions and rejection reason, every
 iteration's columns, and the summary (wall-clock keys left out). The whole set runs in a few
-seconds. ``benchmarks/hashes.json`` holds the hashes of the commit that added it (the
-summary's ``itl_mean`` is a BLAS dot product today, so compare on one machine).
+seconds. ``benchmarks/hashes.json`` holds the hashes of the commit that last changed results
+on purpose; dot products are summed in a fixed order (``sim.numerics``), not by the CPU's BLAS
+kernel.
 """
 
 from __future__ import annotations

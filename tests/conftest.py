@@ -48,3 +48,22 @@ def unshared():
         out.attrs = dict(df.attrs)
         return out
     return unshare
+
+
+@pytest.fixture
+def under_blas_kernels():
+    """``run(code, cores)``: the JSON that the Python ``code`` prints, run in a fresh process
+    under each OpenBLAS kernel of ``cores`` (``OPENBLAS_CORETYPE``), one dict per kernel."""
+    import json
+    import subprocess
+    import sys
+
+    def run(code, cores):
+        out = []
+        for core in cores:
+            env = dict(os.environ, OPENBLAS_CORETYPE=core)
+            done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                  text=True, timeout=300, check=True)
+            out.append(json.loads(done.stdout))
+        return out
+    return run

@@ -350,3 +350,27 @@ def test_every_shipped_profile_has_nonnegative_terms_and_a_passed_gate():
     cpu = CalibratedCost(json.loads(shipped_cpu_profile().read_text()))
     kernels = cpu.terms([], [1])[:4] @ cpu.weights[:4]
     assert cpu.predict([], [1]) >= kernels > 0
+
+
+_PRICES_UNDER_A_KERNEL = """
+import json, numpy as np, sim
+from sim.costs.calibrated import CalibratedCost, shipped_cpu_profile
+cost = CalibratedCost.from_file(shipped_cpu_profile())
+r = np.random.default_rng(0)
+prices = [cost.predict([(int(r.integers(1, 4000)), int(r.integers(0, 2000)))],
+                       r.integers(1, 8000, int(r.integers(1, 200))).tolist()) for _ in range(300)]
+emit = [sim.SpeculativeConfig(num_speculative_tokens=6, draft_cost_ratio=0.1,
+                              acceptance_lengths=list(p / p.sum())).mean_emission()
+        for p in r.random((300, 7))]
+print(json.dumps({"prices": [p.hex() for p in prices], "emit": [e.hex() for e in emit]}))
+"""
+
+
+def test_calibrated_prices_do_not_depend_on_the_blas_kernel(under_blas_kernels):
+    """(issue 32, item 3) A calibrated profile's price (``terms @ weights``) and a speculative
+    mean emission (``np.dot`` of acceptance lengths) were BLAS dot products: OpenBLAS's
+    SkylakeX kernel sums 7 products in another order than its Haswell one (a quarter of random
+    7-vectors differ in the last digit). Summed in a fixed order
+    (``sim.numerics``), they are the same bit for bit under both."""
+    first, second = under_blas_kernels(_PRICES_UNDER_A_KERNEL, ("Haswell", "SkylakeX"))
+    assert first == second

@@ -112,7 +112,8 @@ def test_limits_from_numpy_give_the_same_answer():
 def test_a_limit_no_rate_can_meet_gives_nan_not_a_vanishing_rate():
     cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
                         max_batch_size=1)
-    cap = max_rate(_poisson(200), {"e2e_mean": 0.005}, config=cfg)  # below one step of 10 ms
+    with pytest.warns(UserWarning, match="no rate meets the SLOs, down to .* e2e_mean is "):
+        cap = max_rate(_poisson(200), {"e2e_mean": 0.005}, config=cfg)  # below a 10 ms step
     assert cap.rate != cap.rate and not cap.points["passed"].any()
     assert cap.points["rate"].min() >= cap.points["rate"].max() / 2 ** 20
 
@@ -137,3 +138,17 @@ def test_requests_rejected_at_any_rate_that_cap_the_attainment_are_a_clear_error
                        r"over max_num_tokens\) .* at most 85\.0%"):
         max_rate(df.assign(num_prompt_tokens=[8] * 85 + [200] * 15), {"ttft": 0.2},
                  attainment=0.9, config=trt)
+
+
+def test_max_rate_says_why_no_rate_meets_the_slo():
+    """(issue 32, item 9) sim.max_rate returned rate=nan silently for an SLO no rate meets: it
+    warns and its reason names the limit that fails with each request nearly alone (its
+    attainment there and the metric's median), not the ones that hold."""
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_batch_size=1)
+    with pytest.warns(UserWarning) as seen:
+        cap = max_rate(_poisson(200), {"ttft": 0.005, "e2e": 100.0}, config=cfg)
+    assert cap.rate != cap.rate and str(seen[0].message) == cap.reason
+    assert "ttft <= 0.005 s holds for 0.0% of requests (P50 ttft 0.01 s)" in cap.reason
+    assert "e2e" not in cap.reason and "the 90.0% asked is out of reach" in cap.reason
+    assert max_rate(_poisson(200), {"ttft": 1.0}, config=cfg).reason == ""

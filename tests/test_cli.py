@@ -424,7 +424,7 @@ def test_counts_of_one_read_in_the_singular(tmp_path, capsys):
     assert main(["run", "-w", "azure-code", "-n", "1", "--cost", "constant:0.01", "--kv-blocks",
                  "1", "-o", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
-    assert "workload azure-code: 1 request; " in out and "KV cache    1 block: " in out
+    assert "workload azure-code: 1 request; " in out and "KV cache    1 block = 16 tokens (kv_blocks): " in out
     assert "1 of 1 request was rejected: it needs more KV blocks" in out
     cfg = tmp_path / "sweep.toml"
     cfg.write_text('workload = "azure-code"\nnum_requests = 20\ncost = "constant:0.01"\n'

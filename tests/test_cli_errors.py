@@ -95,8 +95,8 @@ CASES = [
     (RUN + ["--closed-loop", "2", "--think-time", "-1"], "--think-time must be a finite number >= 0"),
     (RUN + ["--slo-ttft", "-1"], "--slo-ttft must be a finite number > 0, got -1.0"),
     (RUN + ["--rate", "0"], "--rate must be a finite number > 0, got 0.0"),
-    (RUN + ["--model", ""], "--model '' is not a preset; choose one of"),
-    (RUN + ["--gpu", " "], "--gpu ' ' is not a preset; choose one of"),
+    (RUN + ["--model", ""], "--model must be a preset name, got ''"),
+    (RUN + ["--gpu", " "], "--gpu must be a preset name, got ' '"),
     (RUN + ["--seed", "-1"], "--seed must be >= 0, got -1"),
     (RUN + ["--cost", "linear:"], "--cost 'linear:': four numbers expected (BASE,PREFILL,"),
     (RUN + ["--cost", "linear:1"], "--cost 'linear:1': four numbers expected (BASE,PREFILL,DECODE,"
@@ -111,7 +111,7 @@ CASES = [
                                    "'format', 'free_gpu_memory_fraction', 'gpu', "
                                    "'gpu_idle_watts', 'gpu_max_watts', "
                                    "'gpu_memory_utilization', 'hash_block_tokens', "
-                                   "'kv_blocks', 'kv_dtype', "
+                                   "'kv_blocks', 'kv_dtype', 'kv_tokens', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
                                    "'max_model_len', 'model', 'num_requests', 'output', 'plots', "
                                    "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "

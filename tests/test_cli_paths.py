@@ -94,3 +94,65 @@ def test_not_beside_file_and_as_flag():
     assert str(as_flag(ValueError("model 'x' is not a preset"), "--model", "model")) == \
         "--model 'x' is not a preset"
     assert str(as_flag(ValueError("no such thing"), "--gpu", "gpu")) == "--gpu: no such thing"
+
+
+def test_empty_names_are_errors_not_the_default_or_the_working_directory(tmp_path, capsys):
+    """(issue 32, item 9) --model '' ran the default model and -o '' wrote into the working
+    directory: each is a one-line error naming the flag."""
+    from sim.cli import main
+    for argv, message in ((["--model", ""], "--model must be a preset name, got ''"),
+                          (["--gpu", " "], "--gpu must be a preset name, got ' '"),
+                          (["-o", ""], "--output must be a folder name, got ''")):
+        argv = ["run", "-n", "5"] + (["-o", str(tmp_path / "o")] if "-o" not in argv else []) \
+            + argv
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    with pytest.raises(ValueError, match="model must be a preset name"):
+        sim.SimConfig(model="")
+
+
+def test_a_killed_runs_temporary_folder_goes_with_the_next_run(tmp_path):
+    """(issue 32, item 9) A run killed while writing (kill -9: no finally) left its hidden
+    .sim-run-* folder (41 MB at 1M requests) forever. The next run into the folder removes
+    those of a process no longer running and old ones naming none; a live writer's stays."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from sim.cli import main
+    out = tmp_path / "out"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    dead, old, live = (out / f".sim-run-{gone}-x1", out / ".sim-run-ab12cd", out /
+                       f".sim-run-{os.getpid()}-x2")
+    for folder in (dead, old, live):
+        folder.mkdir(parents=True)
+        (folder / "requests.parquet").write_bytes(b"0" * 1000)
+    os.utime(old, (time.time() - 7200,) * 2)
+    assert main(["run", "-n", "5", "-q", "-o", str(out)]) == 0
+    assert not dead.exists() and not old.exists() and live.exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".sim-run-")) == [live.name]
+
+
+def test_ctrl_c_prints_one_line():
+    """(issue 32, item 9) Ctrl-C during sim run printed a traceback: one line now, status
+    130. SIGINT goes to a subprocess running a long run (a million requests)."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    code = ("import sys; from sim.cli.main import main; print('ready', flush=True); "
+            "sys.exit(main(sys.argv[1:]))")
+    with tempfile.TemporaryDirectory() as folder:
+        p = subprocess.Popen([sys.executable, "-c", code, "run", "-w", "sharegpt", "--rate",
+                              "50", "-n", "1000000", "-q", "-o", folder],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(3.0)  # parsed and loading or simulating, inside main
+        assert p.poll() is None
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+    assert (p.returncode, err) == (130, "sim run: interrupted\n")

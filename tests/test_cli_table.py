@@ -41,6 +41,7 @@ SAMPLES = {
     "context_chunking_policy": ("equal_progress", "equal_progress",
                                 ["-s", "tensorrt-llm", "--enable-chunked-context"]),
     "kv_blocks": ("300", 300, []),
+    "kv_tokens": ("4800", 4800, []),
     "max_model_len": ("4096", 4096, []),
     "prefix_caching": ("OFF", False, []),
     "block_size": ("32", 32, []),

@@ -245,3 +245,32 @@ def test_counts_and_their_words_agree():
         arrival_time=[0.0, 1.0, 2.0, 3.0]), cost_model=COST, kv_blocks=20).diagnose()
         if f.code == "rejected")
     assert f.message.startswith("2 of 4 requests were rejected: each needs ")
+
+
+def test_kv_bound_batch_when_the_pool_not_the_batch_limit_sets_the_batch():
+    """(issue 32, item 10) 400 blocks, 1,000-token prompts, max batch 64: ~5 run at once and
+    the findings only said "overloaded ... larger batches". The pool is named; with the
+    H100's pool the same load is not KV-bound."""
+    df = _df(400, 20.0, 1000, 100)
+    small = sim.run(df, scheduler="continuous", kv_blocks=400, max_batch_size=64)
+    f = next(f for f in small.diagnose() if f.code == "kv_bound_batch")
+    assert 4 < f.value * 64 < 7 and "of max_batch_size 64" in f.message
+    assert "400 blocks (6,400 tokens)" in f.message and "max_batch_size changes nothing" in \
+        f.action
+    big = sim.run(df, scheduler="continuous", max_batch_size=64)
+    assert "kv_bound_batch" not in _codes(big)
+
+
+def test_rare_stalls_seen_at_the_longest_gap_not_at_p99():
+    """(issue 32, item 10) One 16k-token prompt in twenty under continuous batching stalls
+    every decode of its iteration for ~60x the median gap, invisible at P99 (1.7x): the
+    longest gap (and P99.9) shows it, and chunked prefill is what to try; under chunked
+    prefill there is none."""
+    prompts = np.where(np.arange(400) % 20 == 7, 16_000, 300)
+    df = _df(400, 4.0, prompts, 200)
+    res = sim.run(df, scheduler="continuous")
+    s = res.summary()
+    assert s["itl_p99"] / s["itl_p50"] < 5 and "decode_stalls" not in _codes(res)
+    f = next(f for f in res.diagnose() if f.code == "rare_stalls")
+    assert f.value > 20 and "prefills of up to 16," in f.message and "chunked" in f.action
+    assert "rare_stalls" not in _codes(sim.run(df, scheduler="chunked"))

@@ -401,7 +401,7 @@ def test_a_memory_fraction_without_a_model_sizes_the_default_models_pool(schedul
         assert getattr(cfg.resolved(), knob) == f
         assert cfg.resolved().resolved_kv_blocks() == sizes[f]
     assert sizes[0.5] < sizes[0.9] / 1.5
-    cheat = SimConfig(scheduler=scheduler).resolved()
+    cheat = SimConfig(scheduler=scheduler, cost_model=ConstantCost(0.01)).resolved()
     assert (cheat.gpu_memory_utilization, cheat.free_gpu_memory_fraction) == (None, None)
     assert cheat.resolved_kv_blocks() == KV_BLOCKS_AVAILABLE * KV_BLOCK_SIZE // cheat.block_size
 
@@ -464,13 +464,14 @@ def test_model_or_gpu_alone_sizes_the_pool_with_the_others_default():
         "llama-3.1-8b", sim.get_gpu("a100").memory_gb).kv_blocks
     with pytest.raises(ValueError, match="llama-3.1-70b.*h100.*does not fit"):
         run(df, model="llama-3.1-70b")  # a 70B model on one (default) H100
-    assert run(df).kv_blocks == sim.KV_BLOCKS_AVAILABLE  # neither: the cheat sheet's pool
+    user = ConstantCost(0.01)  # a user cost model and no model or GPU: the cheat sheet's pool
+    assert run(df, cost_model=user).kv_blocks == sim.KV_BLOCKS_AVAILABLE
     assert SimConfig(gpu="a100").resolved_cost_model().model.name == "llama-3.1-8b"
 
 
 @pytest.mark.parametrize("field", ["model", "gpu"])
 def test_an_empty_model_or_gpu_name_is_an_error_not_the_default(field):
-    with pytest.raises(ValueError, match=f"^{field} '' is not a preset; choose one of"):
+    with pytest.raises(ValueError, match=f"^{field} must be a preset name, got ''"):
         SimConfig(**{field: ""})
 
 
@@ -531,3 +532,40 @@ def test_a_replica_loop_starts_and_wakes_where_simpy_would():
     proc.wake()  # (once: already woken)
     assert [entry[:2] for entry in env._queue] == [(0, events.NORMAL)]  # Event.succeed()'s
     proc.close()
+
+
+def test_the_api_sizes_the_pool_as_sim_run_does():
+    """(issue 32, item 1) sim.run(df) priced Llama-3.1-8B on an H100 (the roofline's defaults)
+    but sized the pool with the cheat sheet's 1,800 blocks instead of the 28,343 sim run gives
+    the same model and GPU; tensor_parallel=2 without a model halved the cost and kept the
+    pool. One default now: the memory budget of the default model on the default GPU; the
+    cheat sheet's pool only for a user cost model with no model or GPU in play, and said."""
+    df = _df([0.0, 0.1], [500, 800], [50, 60])
+    h100 = sim.get_gpu("h100").memory_gb
+    s = run(df).summary()
+    assert s["kv_blocks"] == sim.memory_budget("llama-3.1-8b", h100).kv_blocks
+    assert (s["kv_tokens"], s["kv_pool"]) == (s["kv_blocks"] * 16, "memory budget")
+    tp2 = run(df, tensor_parallel=2).kv_blocks
+    assert tp2 == sim.memory_budget("llama-3.1-8b", h100, tensor_parallel=2).kv_blocks > s[
+        "kv_blocks"]
+    user = run(df, cost_model=ConstantCost(0.01)).summary()
+    assert (user["kv_blocks"], user["kv_pool"]) == (sim.KV_BLOCKS_AVAILABLE, "cheat sheet")
+    assert run(df, cost_model=ConstantCost(0.01), tensor_parallel=2).kv_blocks == tp2
+
+
+@pytest.mark.parametrize("scheduler, block_size", [("chunked", 16), ("sglang", 1),
+                                                   ("tensorrt-llm", 32)])
+def test_kv_tokens_gives_every_preset_the_same_memory(scheduler, block_size):
+    """(issue 32, item 2) --kv-blocks N is N x 16 tokens under chunked, N x 1 under sglang and
+    N x 32 under tensorrt-llm; kv_tokens is the same memory under each, and one of the two."""
+    df = _df([0.0], [100], [5])
+    s = run(df, scheduler=scheduler, kv_tokens=32_000).summary()
+    assert (s["kv_blocks"], s["kv_tokens"], s["kv_pool"]) == (32_000 // block_size, 32_000,
+                                                              "kv_tokens")
+    with pytest.raises(ValueError, match="kv_tokens=32000 sizes the KV pool, which kv_blocks"):
+        SimConfig(kv_blocks=100, kv_tokens=32_000)
+    with pytest.raises(ValueError, match="gpu_memory_utilization=0.5 sizes the KV pool, which "
+                                         "kv_tokens"):
+        SimConfig(kv_tokens=32_000, gpu_memory_utilization=0.5)
+    with pytest.raises(ValueError, match="kv_tokens=8 is less than one block of block_size=16"):
+        SimConfig(kv_tokens=8, block_size=16).resolved_kv_blocks()

@@ -2,6 +2,8 @@ import dataclasses
 import math
 
 import pytest
+
+import sim
 from hypothesis import given, strategies as st
 
 from sim import (CHUNK_SIZE, KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE, blocks_needed, get_model,
@@ -120,18 +122,36 @@ def test_memory_budget_bad_values():
 
 @pytest.mark.parametrize("model, tp, ok", [
     ("llama-3.1-8b", 3, False), ("llama-3.1-8b", 6, False), ("llama-3.1-8b", 4, True),
-    ("llama-3.1-8b", 16, True), ("falcon-7b", 3, True), ("llama-2-7b", 5, False)])
+    ("llama-3.1-8b", 16, True), ("llama-3.1-8b", 32, True), ("llama-2-7b", 4, True),
+    ("llama-2-7b", 5, False)])
 def test_memory_budget_refuses_a_split_the_heads_do_not_allow(model, tp, ok):
     """The roofline's rule, in the budget too: TP must divide the KV heads or be a multiple of
     them (Llama-3.1-8B's 8 over 3 GPUs was budgeted as 2 heads each, while ``sim run --tp 3``
-    refused it); Falcon-7B's one KV head is replicated on any number of GPUs."""
+    refused it); its one KV head per GPU is replicated over 16 or 32 GPUs."""
     if ok:
         assert memory_budget(model, 80, tensor_parallel=tp).tensor_parallel == tp
     else:
-        heads = get_model(model).num_key_value_heads
-        with pytest.raises(ValueError, match=f"^tensor_parallel {tp} must divide or be a "
-                                             f"multiple of num_key_value_heads {heads}$"):
+        heads = get_model(model)
+        match = (f"^tensor_parallel {tp} must divide or be a multiple of num_key_value_heads "
+                 f"{heads.num_key_value_heads}$")
+        with pytest.raises(ValueError, match=match):
             memory_budget(model, 80, tensor_parallel=tp)
+
+
+@pytest.mark.parametrize("tp", [64, 1024, 3 * 32])
+def test_tensor_parallel_is_bounded_by_the_attention_heads(tp, capsys):
+    """(issue 32, item 6) --tp 64 and --tp 1024 on Llama-3.1-8B's 32 query heads ran and
+    looked faster (a multiple of its 8 KV heads was all the check asked) and sim memory said
+    they fit: TP must divide the attention heads, in SimConfig, the budget and sim memory."""
+    from sim.cli import main
+    with pytest.raises(ValueError, match=f"^tensor_parallel {tp} must divide "
+                                         f"num_attention_heads 32 of model 'llama-3.1-8b'"):
+        sim.SimConfig(tensor_parallel=tp)
+    with pytest.raises(ValueError, match="num_attention_heads 32"):
+        memory_budget("llama-3.1-8b", 80, tensor_parallel=tp)
+    assert main(["memory", "llama-3.1-8b", "--tp", str(tp)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--tp {tp} must divide num_attention_heads 32" in err
 
 
 def test_mla_kv_bytes_per_token_is_the_latent():
@@ -210,3 +230,20 @@ def test_advice_counts_sequences_in_words():
     assert one.kv_blocks // 4096 == 1 and "room for 1 sequence of 4,096 tokens." in one.advice
     many = memory_budget("llama-3.1-8b", gb)
     assert f"room for {many.kv_blocks // 256:,} sequences of 4,096" in many.advice
+
+
+def test_a_block_too_big_for_the_kv_cache_names_block_size(tmp_path, capsys):
+    """(issue 32, item 8) --block-size 1000000 blamed the weights ("even 4-bit weights do not
+    fit"): the weights fit and leave 453,496 tokens of KV; one block of a million does not."""
+    from sim.cli import main
+    b = memory_budget("llama-3.1-8b", get_gpu("h100").memory_gb, block_size=1_000_000)
+    assert not b.fits and b.max_kv_tokens > 0
+    assert b.advice.startswith("block_size=1,000,000 does not fit: one KV block of 1,000,000 "
+                               "tokens needs 122.07 GiB per GPU")
+    assert "weights" not in b.advice
+    with pytest.raises(ValueError, match="^block_size=1,000,000 does not fit"):
+        sim.SimConfig(block_size=1_000_000).resolved_kv_blocks()
+    assert main(["run", "-n", "5", "--block-size", "1000000", "-o", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim run: error: --block-size 1,000,000 does not fit") and \
+        "4-bit" not in err

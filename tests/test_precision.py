@@ -19,8 +19,10 @@ def test_fp8_kv_doubles_the_blocks_of_fp16():
         fp8 = SimConfig(kv_dtype="fp8", **kw).resolved_kv_blocks()
         if kw:  # the memory budget: twice the tokens in the same bytes (floors may add one)
             assert fp8 in (2 * fp16, 2 * fp16 + 1)
-        else:  # no model or GPU given: a precision sizes the default scenario's budget
-            assert fp16 == sim.KV_BLOCKS_AVAILABLE
+        else:  # no model or GPU given: the default scenario's budget, as sim run's
+            assert fp16 == SimConfig(model="llama-3.1-8b").resolved_kv_blocks()
+            user = sim.ConstantCost(0.01)  # a user cost model alone: the cheat sheet's pool
+            assert SimConfig(cost_model=user).resolved_kv_blocks() == sim.KV_BLOCKS_AVAILABLE
             assert fp8 == 2 * SimConfig(model="llama-3.1-8b").resolved_kv_blocks() + 1
     assert SimConfig(kv_dtype="BF16").kv_dtype == "bf16"
     assert SimConfig(model="llama-3.1-8b", kv_dtype="bf16").resolved_kv_blocks() == \

@@ -25,6 +25,7 @@ class Page(html.parser.HTMLParser):
     def __init__(self, text):
         super().__init__()
         self.images, self.urls, self.findings, self.rows, self.headings = [], [], [], {}, []
+        self.labels, self.sections = {}, []
         self._cell, self._row, self._tag, self._finding = None, [], None, None
         self.feed(text)
 
@@ -51,6 +52,9 @@ class Page(html.parser.HTMLParser):
             self._cell = None
         if tag == "tr" and len(self._row) == 2:
             self.rows.setdefault(self._row[0], self._row[1])
+        if tag == "tr" and len(self._row) == 3:  # a summary row: label, value, key
+            self.rows.setdefault(self._row[2], self._row[1])
+            self.labels.setdefault(self._row[2], self._row[0])
         if tag == "div":
             self._finding = None
 
@@ -61,6 +65,8 @@ class Page(html.parser.HTMLParser):
             self._finding[1] += data
         if self._tag in ("h1", "h2"):
             self.headings.append(data)
+        if self._tag == "h3":
+            self.sections.append(data)
 
 
 def _overloaded():
@@ -82,8 +88,8 @@ def test_page_holds_summary_findings_and_inline_figures(overloaded):
     page = Page(render(overloaded, slo=slo))
     s = overloaded.summary(slo=slo)
     assert page.headings[:4] == ["Simulation report", "Findings", "Summary", "Figures"]
-    assert page.rows["ttft_p99"] == f"{s['ttft_p99']:.4g}"
-    assert page.rows["slo_attainment"] == f"{s['slo_attainment']:.4g}"
+    assert page.rows["ttft_p99"] == f"{s['ttft_p99']:.4g} s"
+    assert page.rows["slo_attainment"] == f"{s['slo_attainment']:.1%}"
     assert page.rows["num_requests"] == "200"
     findings = overloaded.diagnose()
     assert "overloaded" in {f.code for f in findings}
@@ -154,9 +160,10 @@ def test_sim_run_report_flag_writes_the_page(tmp_path, capsys):
     assert f"wrote the report to {path}" in capsys.readouterr().out
     page = Page(path.read_text())
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())["summary"]
-    assert page.rows["workload"] == "azure-code" and page.rows["slo_ttft"] == "0.5"
-    for key in ("slo_attainment", "ttft_p99", "request_throughput"):
-        assert page.rows[key] == f"{summary[key]:.4g}"  # the same run as the files
+    assert page.rows["workload"] == "azure-code" and page.rows["slo_ttft"] == "0.5 s"
+    assert page.rows["slo_attainment"] == f"{summary['slo_attainment']:.1%}"
+    for key, unit in (("ttft_p99", "s"), ("request_throughput", "req/s")):
+        assert page.rows[key] == f"{summary[key]:.4g} {unit}"  # the same run as the files
     assert len(page.images) == 3
 
 
@@ -183,3 +190,22 @@ def test_bad_report_paths_are_one_line_errors_before_the_run(tmp_path, capsys, b
     err = capsys.readouterr().err
     assert err == f"sim run: error: {message}\n"
     assert not (tmp_path / "o").exists()  # checked before anything was simulated or written
+
+
+def test_the_summary_reads_in_sections_with_labels_and_units(overloaded):
+    """(issue 32, item 9) The page's summary was 57 raw snake_case keys without units and its
+    settings showed None and {}: sections, a label and a unit for each metric (its key beside
+    it, for scripts), a share as a percentage; an unset setting reads "not set", an empty one
+    "none"."""
+    page = Page(render(overloaded, slo={"ttft": 0.5, "itl": 0.1},
+                       settings={"rate": None, "slo": {}, "model": "llama-3.1-8b"},
+                       figures=False))
+    assert {"Requests", "Latency", "SLOs", "Throughput", "Batch and KV cache",
+            "Run"} <= set(page.sections)
+    assert page.labels["ttft_p99"] == "TTFT P99" and page.rows["itl_p50"].endswith(" s")
+    assert page.labels["slo_attainment_itl"] == "meet the ITL SLO (every gap)"
+    assert page.rows["slot_utilization"].endswith("%")
+    assert page.rows["output_token_throughput"].endswith(" tok/s")
+    assert (page.rows["rate"], page.rows["slo"]) == ("not set", "none")
+    assert "Other" not in page.sections  # every metric has its section
+    assert not [label for label in page.labels.values() if "_" in label]  # and a label

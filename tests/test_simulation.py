@@ -282,3 +282,54 @@ def test_a_misspelt_keyword_names_the_field_meant():
     with pytest.raises(TypeError, match=r"^unknown SimConfig field\(s\) \['shceduler'\] "
                                         r"\(did you mean 'scheduler'\?\)$"):
         sim.run(df, shceduler="vllm")
+
+
+def test_a_seed_that_changes_nothing_warns(tmp_path, capsys):
+    """(issue 32, item 5) --seed on a replayed trace without speculation (the README's own
+    example used it) and seed= with nothing in the engine drawing at random were silent
+    no-ops; they warn, while a seed that some draw takes does not."""
+    import warnings
+
+    from sim.cli import main
+    df = wl.load("azure-code", n=20)
+    with pytest.warns(UserWarning, match="seed=3 changes nothing"):
+        sim.run(df, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.run(df, seed=3, replicas=2, router="random")
+        sim.run(df, seed=3, speculative=sim.SpeculativeConfig(num_speculative_tokens=2,
+                                                              method="ngram"))
+        sim.run(df)  # (the default seed, 0, is no choice made)
+    out = str(tmp_path / "o")
+    assert main(["run", "-w", "azure-code", "-n", "20", "--seed", "3", "-q", "-o", out]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning: --seed 3 changes nothing" in err
+    assert main(["run", "-w", "sharegpt", "--rate", "2", "-n", "20", "--seed", "3", "-q",
+                 "-o", out]) == 0
+    assert capsys.readouterr().err == ""  # a length-only set draws its arrivals from it
+
+
+def test_arrival_times_in_the_wrong_unit_or_out_of_resolution_warn(tmp_path, capsys):
+    """(issue 32, item 7) Epoch-millisecond arrival times were read as seconds without a word,
+    and --rate 1e-300 reported TTFT, ITL and E2E of exactly 0 (float64 cannot resolve a
+    millisecond at 1e301 s): each warns, in the CLI as one line; a trace's own seconds do
+    not."""
+    import warnings
+
+    from sim.cli import main
+    df = wl.load("azure-code", n=50)
+    cost = sim.ConstantCost(0.01)
+    cases = {"epoch timestamps \\(in milliseconds": df.arrival_time * 1000 + 1.7e12,
+             "epoch timestamps \\(in seconds": df.arrival_time + 1.7e9,
+             "look like milliseconds read as seconds": (df.arrival_time * 1000).round(),
+             "float64 resolves only": df.arrival_time * 1e290}
+    for match, times in cases.items():
+        with pytest.warns(UserWarning, match=match):
+            sim.run(df.assign(arrival_time=times), cost_model=cost)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.run(df, cost_model=cost)
+        sim.run(df.assign(arrival_time=df.arrival_time.round()), cost_model=cost)  # 1 s apart
+    assert main(["run", "-n", "50", "--rate", "1e-300", "-q", "-o", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("sim run: warning: arrival times reach ")

@@ -63,13 +63,18 @@ def _writable(path, name, shown) -> None:
 
 def output_folder(path, name="--output") -> Path:
     """Check the output folder can be created and written (before any work; see
-    :func:`_writable`)."""
+    :func:`_writable`). An empty name is an error: ``Path('')`` is the working directory."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{name} must be a folder name, got {path!r} (the working directory "
+                         f"is '.')")
     _writable(path, name, path)
     return Path(path)
 
 
 def output_file(path, name="--output") -> Path:
     """Check the file ``path`` can be written, its folder created if missing."""
+    if isinstance(path, str) and not path.strip():
+        raise ValueError(f"{name} must be a file name, got {path!r}")
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{name} {str(path)!r} is a folder; give a file name")

@@ -166,6 +166,18 @@ def build(s, names=None):
         raise type(e)(as_written(str(e), s, names)) from None
 
 
+def seed_changes_nothing(s, cfg) -> bool:
+    """Whether the settings' seed changes nothing: the workload is the same for another seed
+    (a replayed trace or a file: only a length-only set's arrivals and resampling draw from
+    it) and the engine draws nothing at random (:meth:`SimConfig.draws_at_random`)."""
+    import workloads
+    if cfg.draws_at_random():
+        return False
+    load = {k: v for k, v in parts(s)["workload"].items() if k != "seed"}
+    return workloads.load(**load, seed=s["seed"]).equals(workloads.load(**load,
+                                                                        seed=s["seed"] + 1))
+
+
 REFERENCE_RATE = 1.0  # req/s: a length-only set's arrivals where every run re-scales them
 
 

@@ -10,6 +10,8 @@ search re-scales its arrivals, drawn at ``REFERENCE_RATE``
 
 from __future__ import annotations
 
+import warnings
+
 from ..checks import plural
 from .arguments import number
 from .build import build_rescaled, with_request_path
@@ -47,14 +49,17 @@ def cmd_capacity(args) -> int:
                              f"(a fraction)")
     (df, cfg), s = build_rescaled(s, names)  # (a length-only set: the search re-scales it)
     cfg = with_request_path(cfg, args, s)
-    cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
+    with warnings.catch_warnings():  # (no rate: said below, with the rates tried)
+        warnings.filterwarnings("ignore", message="no rate meets")
+        cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
     print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {cfg.policy()!r}; "
           f"SLOs {limits} for {args.attainment:.0%} of requests")
     if cap.rate != cap.rate:
         print(f"no rate tried meets the SLOs, down to {cap.points['rate'].min():.4g} req/s "
               f"(best attainment {cap.points['slo_attainment'].max():.1%}): with the requests "
-              f"that far apart each runs alone, and still misses the limits")
+              f"that far apart each runs alone, and still misses the limits: "
+              f"{cap.reason.split(': ', 1)[1]}")
         return 1
     print(f"max rate {cap.rate:.4g} req/s (within {args.tol:.1%}); goodput "
           f"{cap.summary['goodput']:.4g} req/s, {cap.goodput_per_gpu:.4g} per GPU "

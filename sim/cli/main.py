@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
+from functools import partial
 
 from . import capacity, catalog, compare, device, info, run, sweep
 
@@ -42,6 +44,10 @@ def one_line(message) -> str:
     return " ".join(str(message).split())
 
 
+def _one_line_warning(command, message, category, filename, lineno, file=None, line=None):
+    print(f"sim {command}: warning: {one_line(message)}", file=sys.stderr)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="sim", description="LLM-serving simulator")
     parser.add_argument("--debug", action="store_true",
@@ -67,12 +73,19 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args)
+        with warnings.catch_warnings():  # a library warning as one line in the CLI's voice
+            warnings.showwarning = partial(_one_line_warning, args.command)
+            return args.func(args)
     except USER_ERRORS as e:
         if args.debug:
             raise
         print(f"sim {args.command}: error: {one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback (the shell's status for SIGINT)
+        if args.debug:
+            raise
+        print(f"sim {args.command}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # ``sim run | head``: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's recipe)
         return 1

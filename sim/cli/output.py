@@ -16,6 +16,11 @@ from ..checks import plural
 from ..results import FIGURES
 
 
+# an SLO in the summary's words: the ITL limit holds each request's every gap (its max_itl)
+SLO_LABELS = (("ttft", "TTFT", ""), ("itl", "ITL", " (every gap)"), ("tpot", "TPOT", ""),
+              ("e2e", "E2E", ""))
+
+
 def _num(value, spec) -> str:
     """``value`` formatted, or ``n/a`` when it is not defined (NaN)."""
     return "n/a" if value is None or value != value else format(value, spec)
@@ -49,7 +54,9 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                   f"({summary['slot_utilization']:.0%} of the batch slots)"),
         ("busy", f"an iteration was running {_num(summary['busy_fraction'], '.0%')} of the time "
                  f"(first arrival to last finish)"),
-        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}: "
+        ("KV cache", f"{plural(summary['kv_blocks'], 'block')}"
+                     + (f" = {summary['kv_tokens']:,} tokens" if summary.get("kv_tokens") else "")
+                     + (f" ({summary['kv_pool']})" if summary.get("kv_pool") else "") + ": "
                      f"{summary['kv_usage_mean']:.0%} in use "
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
                      f"{plural(summary['num_preemptions'], 'preemption')}"),
@@ -75,8 +82,12 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                      f"{_num(summary['kv_transfer_time_mean'], '.4g')} s, P99 "
                      f"{_num(summary['kv_transfer_time_p99'], '.4g')} s (in TTFT)"))
     if "slo_attainment" in summary:
-        rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all; "
-                             f"goodput {_num(summary['goodput'], '.3g')} req/s, "
+        each = "; ".join(
+            f"{label} <= {summary[f'slo_{key}']:g} s{every}: "
+            f"{_num(summary[f'slo_attainment_{key}'], '.1%')}"
+            for key, label, every in SLO_LABELS if f"slo_{key}" in summary)
+        rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all "
+                             f"({each}); goodput {_num(summary['goodput'], '.3g')} req/s, "
                              f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
@@ -140,12 +151,50 @@ def write_parquet(df, path) -> None:
     df.to_parquet(path, index=False, use_dictionary=text)
 
 
+TEMP_PREFIX = ".sim-run-"  # + the writer's process id + a random part
+STALE_AFTER_S = 3600.0  # a temporary folder naming no process (an older sim's) this old is stale
+
+
+def _alive(pid) -> bool:
+    if os.name == "nt":  # (os.kill(pid, 0) would end the process there): by age alone
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(out) -> list[str]:
+    """Remove the temporary folders a killed run left in ``out`` (``kill -9``, a power cut: its
+    ``finally`` never ran; 41 MB each at 1M requests): those of a process no longer running,
+    and those naming no process (an older version's) untouched for ``STALE_AFTER_S``. A run
+    still writing keeps its own. Returns the names removed."""
+    import time
+    removed = []
+    for path in Path(out).glob(TEMP_PREFIX + "*"):
+        pid = path.name[len(TEMP_PREFIX):].split("-", 1)[0]
+        try:
+            stale = (not _alive(int(pid)) if pid.isdigit() and "-" in path.name[len(TEMP_PREFIX):]
+                     else time.time() - path.stat().st_mtime > STALE_AFTER_S)
+        except OSError:
+            continue
+        if stale and path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+    return removed
+
+
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
-    interrupted run leaves the previous files or the new ones, never half a file. A figure of a
+    interrupted run leaves the previous files or the new ones, never half a file (and a killed
+    run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A figure of a
     previous run (``FIGURES``) that this run does not write is removed."""
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".sim-run-"))
+    remove_stale_temporaries(out)
+    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f"{TEMP_PREFIX}{os.getpid()}-"))
     try:
         write_parquet(res.requests, tmp / "requests.parquet")
         write_parquet(res.iterations, tmp / "iterations.parquet")

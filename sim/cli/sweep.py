@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..checks import plural
 from .arguments import number, output_folder
-from .build import build_rescaled, parts
+from .build import build_rescaled, parts, seed_changes_nothing
 from .settings import Names, add_flags, given_value, settings_from
 from .table import BY_KEY
 
@@ -90,12 +90,12 @@ def cmd_sweep(args) -> int:
         import workloads
         load = {k: v for k, v in parts(s)["workload"].items() if k != "seed"}
         df = functools.partial(workloads.load, **load)
-        if cfg.speculative is None and df(seed=s["seed"]).equals(df(seed=s["seed"] + 1)):
+        if seed_changes_nothing(s, cfg):
             raise ValueError(f"{names('workload')} {s['workload']!r} gives the same requests "
                              f"for every seed (a replayed trace), so {repeats} repeats would "
                              f"be identical: use a length-only set (e.g. sharegpt) whose "
                              f"arrivals are drawn per seed, or speculative "
-                             f"decoding, whose draws take the seed")
+                             f"decoding or --router random, whose draws take the seed")
     in_file(check_grid, args.config, df, grid, cfg)  # every point, before anything runs
     _check_metrics(args.config, metrics, s["slo"], cfg, grid)
     try:

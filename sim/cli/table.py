@@ -93,8 +93,8 @@ SETTINGS = (
       help=f"GPU preset: {', '.join(gpu_presets())} (sim gpus lists them with sources)",
       default_help="default h100"),
     S("tensor_parallel", ("--tp",), parse=int, metavar="GPUS", default=1,
-      help="tensor-parallel GPUs, >= 1: must divide the model's KV heads or be a multiple of "
-           "them", default_help="default 1"),
+      help="tensor-parallel GPUs, >= 1: must divide the model's attention heads, and divide "
+           "its KV heads or be a multiple of them", default_help="default 1"),
     S("weight_dtype", ("--weight-dtype",), parse=str.lower, choices=WEIGHT_DTYPES,
       check=name_any_case, default="fp16",
       help="weight precision, any case: sizes the weights and the KV pool and sets the "
@@ -142,6 +142,10 @@ SETTINGS = (
       default_help=f"default {CONTEXT_CHUNKING_POLICIES[0]}"),
     S("kv_blocks", ("--kv-blocks",), parse=int, metavar="N",
       help="KV-cache blocks in the pool, >= 1",
+      default_help="default: from the model's and GPU's memory budget"),
+    S("kv_tokens", ("--kv-tokens",), parse=int, metavar="TOKENS",
+      help="the KV pool in tokens instead, >= one block: --kv-tokens // --block-size blocks, "
+           "the same memory across schedulers of different block sizes (not with --kv-blocks)",
       default_help="default: from the model's and GPU's memory budget"),
     S("max_model_len", ("--max-model-len",), parse=int, metavar="TOKENS",
       help="prompt + output tokens a request may hold, >= 1 and at most the model's context "

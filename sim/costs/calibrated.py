@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..numerics import dot
+
 PROFILE_FORMAT = "llm-serving-sim calibration profile v1"
 
 TERMS = ("linear", "lm_head", "decode_attention", "prefill_attention", "base_s", "per_seq_s",
@@ -125,7 +127,7 @@ class CalibratedCost:
 
     def predict(self, prefills=(), decode_lengths=()) -> float:
         """Seconds for ``prefills`` ``[(new, cached)]`` and decodes of the given contexts."""
-        return float(self.terms(prefills, decode_lengths) @ self.weights)
+        return dot(self.terms(prefills, decode_lengths), self.weights)  # (fixed order)
 
     def batch_terms(self, batch) -> np.ndarray:
         lengths = batch.decode_context_lengths().tolist()
@@ -135,7 +137,7 @@ class CalibratedCost:
         return self.terms(batch.prefills, lengths)
 
     def __call__(self, batch) -> float:
-        return float(self.batch_terms(batch) @ self.weights)
+        return dot(self.batch_terms(batch), self.weights)
 
     def warning(self) -> str | None:
         """Why this profile's prices may not be trusted, or ``None``: negative weights (a price

@@ -9,13 +9,17 @@ validated by the policy, and one set for a policy that does not use it is an err
 silently ignored (``free_gpu_memory_fraction`` with a scheduler whose memory accounting does
 not read it: ``sim.specs.memory.READ_BY``). :meth:`SimConfig.resolved` gives the config with
 every knob filled in - the one a run uses and its ``Result`` records. ``kv_blocks=None``:
-derived from ``memory_budget(model, gpu)`` (the others taking their defaults) when either is
-given, a precision is not 2 bytes, a draft model shares the GPUs or a memory fraction
-(``gpu_memory_utilization``, ``free_gpu_memory_fraction``) is given
-(:meth:`SimConfig.pool_from_budget`), else the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of
-16 tokens (as many tokens at another ``block_size``), whose resolved config fills no fraction
-in (none is read). A given ``kv_blocks`` beside a memory fraction, which it would leave
-unread, is an error (its resolved config fills none in either). ``cost_model=None``: the
+derived from ``memory_budget(model, gpu)`` (the defaults ``llama-3.1-8b`` on ``h100`` where not
+given, as ``sim run`` does: one default for the Python API and the CLI), except where no model
+or GPU is in play: a user ``cost_model`` with no ``model``, ``gpu``, ``tensor_parallel`` > 1,
+precision other than 2 bytes, draft model or memory fraction (``gpu_memory_utilization``,
+``free_gpu_memory_fraction``) gets the cheat sheet's ``KV_BLOCKS_AVAILABLE`` blocks of 16 tokens
+(as many tokens at another ``block_size``; :meth:`SimConfig.pool_from_budget`), and its summary
+says so (``kv_pool``: ``"cheat sheet"``); its resolved config fills no fraction in (none is
+read). ``kv_tokens``: the pool in tokens instead (``kv_tokens // block_size`` blocks), to compare
+presets of different block sizes (16; sglang's 1; tensorrt-llm's 32) on the same memory. One way
+to size the pool: ``kv_blocks``, ``kv_tokens`` and a memory fraction exclude each other (a given
+pool would leave a fraction unread; its resolved config fills none in either). ``cost_model=None``: the
 roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
 
 Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
@@ -48,7 +52,7 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
-from ..specs.memory_terms import check_free_gpu_memory_fraction
+from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
 from .fleet.routers import check_router
@@ -65,6 +69,7 @@ _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Settings of one run; see the module docstring for the defaults."""
+    # (seed: the engine's own draws only; a seed with none to take it warns, draws_at_random)
 
     scheduler: object = "chunked"
     cost_model: object = None
@@ -76,6 +81,7 @@ class SimConfig:
     capacity_scheduler_policy: str | None = None  # TensorRT-LLM's: "guaranteed_no_evict" ...
     context_chunking_policy: str | None = None  # ... and "first_come_first_served" ...
     kv_blocks: int | None = None
+    kv_tokens: int | None = None  # the pool in tokens: kv_tokens // block_size blocks
     block_size: int | None = None
     max_model_len: int | None = None  # prompt + output tokens per request; None: the model's
     prefix_caching: object = None  # False ("off") | "block" (vLLM v1) | "radix" (SGLang)
@@ -105,13 +111,15 @@ class SimConfig:
                 raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
         for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
             object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
-        check_router(self.router)
-        for name in ("model", "gpu"):  # '' is no preset, never the default one
+        for name in ("model", "gpu"):  # '' would silently be the default ('x or DEFAULT')
             value = getattr(self, name)
             if isinstance(value, str) and not value.strip():
-                from ..specs.gpus import get_gpu
-                from ..specs.models import get_model
-                (get_model if name == "model" else get_gpu)(value)  # raises, listing presets
+                raise ValueError(f"{name} must be a preset name, got {value!r} (leave it out "
+                                 f"for the default)")
+        if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
+            from ..specs.models import get_model
+            check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
+        check_router(self.router)
         if self.disaggregation is not None:
             if not isinstance(self.disaggregation, Disaggregation):
                 raise TypeError(f"disaggregation must be a sim.Disaggregation, got "
@@ -126,7 +134,7 @@ class SimConfig:
                 object.__setattr__(self, knob, positive_float(
                     knob, getattr(self, knob), allow_zero=knob == "gpu_idle_watts"))
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks",
-                     "max_model_len"):
+                     "kv_tokens", "max_model_len"):
             if getattr(self, knob) is not None:
                 object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
         if self.max_model_len is not None:
@@ -150,10 +158,11 @@ class SimConfig:
             object.__setattr__(self, "free_gpu_memory_fraction",
                                check_free_gpu_memory_fraction(self.free_gpu_memory_fraction))
             self._check_memory_knob("free_gpu_memory_fraction")
-        for knob in POOL_SIZING:  # one way to size the pool, never one silently ignored
-            if self.kv_blocks is not None and getattr(self, knob) is not None:
+        given = next((k for k in ("kv_blocks", "kv_tokens") if getattr(self, k) is not None), None)
+        for knob in ("kv_tokens",) + POOL_SIZING:  # one way to size the pool, never one ignored
+            if given not in (None, knob) and getattr(self, knob) is not None:
                 raise ValueError(f"{knob}={getattr(self, knob)!r} sizes the KV pool, which "
-                                 f"kv_blocks={self.kv_blocks} gives: set one of them")
+                                 f"{given}={getattr(self, given)} gives: set one of them")
         resolve(self)  # the policy validates the knobs it uses
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
@@ -209,6 +218,15 @@ class SimConfig:
                              f"scheduler sizes its KV pool with {accounting}'s (sim memory "
                              f"--accounting {accounting} shows its terms)")
 
+    def draws_at_random(self) -> bool:
+        """Whether the engine draws anything from ``seed``: speculative acceptance, or a
+        ``random`` (or user) router over more than one replica. Otherwise a ``seed`` changes
+        nothing in the run (``sim.run`` warns; a workload's draws take its generator's)."""
+        many = self.replicas > 1 or self.disaggregation is not None
+        router = self.router.strip().lower() if isinstance(self.router, str) else self.router
+        return self.speculative is not None or (many and (router == "random"
+                                                           or callable(router)))
+
     def resolved_model(self):
         return self.model or DEFAULT_MODEL
 
@@ -244,6 +262,13 @@ class SimConfig:
     def resolved_kv_blocks(self) -> int:
         if self.kv_blocks is not None:
             return self.kv_blocks
+        if self.kv_tokens is not None:
+            if self.block_size is None:
+                return self.resolved().resolved_kv_blocks()
+            if self.kv_tokens < self.block_size:
+                raise ValueError(f"kv_tokens={self.kv_tokens:,} is less than one block of "
+                                 f"block_size={self.block_size:,} tokens")
+            return self.kv_tokens // self.block_size
         sched = self.scheduler  # whose memory accounting sizes the pool (_accounting; a
         # policy object with memory_accounting = "tensorrt-llm" carries its own fraction)
         policy, accounting = self._accounting()
@@ -289,6 +314,8 @@ class SimConfig:
                                  f"{model!r} on gpu {gpu!r} leaves no room for the KV cache: "
                                  f"use a smaller draft model, quantize (weight_dtype) or add "
                                  f"GPUs (tensor_parallel)")
+            if not budget.fits and budget.max_kv_tokens >= 1:  # the block, not the weights
+                raise ValueError(budget.advice)
             if not budget.fits:
                 raise ValueError(f"model {model!r} on gpu {gpu!r} with {self.weight_dtype} "
                                  f"weights: {budget.advice}")
@@ -309,15 +336,26 @@ class SimConfig:
         return max(1, KV_BLOCKS_AVAILABLE * KV_BLOCK_SIZE // self.block_size)
 
     def pool_from_budget(self) -> bool:
-        """Whether the KV pool (``kv_blocks`` not given) is sized from the memory budget of
-        the model on the GPU: when either is given, a precision is not 2 bytes, a draft model
-        shares the GPUs, or a memory fraction (``gpu_memory_utilization``,
-        ``free_gpu_memory_fraction``) is given, which only the budget reads; else it is the
+        """Whether the KV pool (neither ``kv_blocks`` nor ``kv_tokens`` given) is sized from the
+        memory budget of the model on the GPU (each given, or its default, as ``sim run``
+        does): always, unless a user ``cost_model`` is given and no model or GPU is in play -
+        neither is given, ``tensor_parallel`` is 1, both precisions are 2 bytes, no draft model
+        shares the GPUs and no memory fraction (``gpu_memory_utilization``,
+        ``free_gpu_memory_fraction``), which only the budget reads, is given: then it is the
         cheat sheet's pool (and the resolved config fills no fraction in: none is read)."""
-        return (self.model is not None or self.gpu is not None
+        return (self.cost_model is None or self.model is not None or self.gpu is not None
+                or self.tensor_parallel != 1
                 or self.weight_dtype not in _TWO_BYTES or self.kv_dtype not in _TWO_BYTES
                 or getattr(self.speculative, "draft_model", None) is not None
                 or any(getattr(self, knob) is not None for knob in POOL_SIZING))
+
+    def pool_source(self) -> str:
+        """What sized the KV pool, in the summary's words (``kv_pool``): ``"kv_blocks"``,
+        ``"kv_tokens"``, ``"memory budget"`` or ``"cheat sheet"``."""
+        for knob in ("kv_blocks", "kv_tokens"):
+            if getattr(self, knob) is not None:
+                return knob
+        return "memory budget" if self.pool_from_budget() else "cheat sheet"
 
     def resolved_cost_model(self):
         """The cost model a run prices iterations with: ``cost_model``, else the roofline of

@@ -36,11 +36,12 @@ POLICIES = {
 # gives the pool, and refused beside it (SimConfig), or when the pool is the cheat sheet's
 # (SimConfig.pool_from_budget: given, one makes the pool the budget's)
 POOL_SIZING = ("gpu_memory_utilization", "free_gpu_memory_fraction")
-SIZING = ("kv_blocks",) + POOL_SIZING  # the knobs that size the KV pool: one at a time
+SIZING = ("kv_blocks", "kv_tokens") + POOL_SIZING  # the knobs that size the KV pool: one at a time
 
 
 def _fill(config, defaults):
-    unread = config.kv_blocks is not None or not config.pool_from_budget()
+    unread = (config.kv_blocks is not None or config.kv_tokens is not None
+              or not config.pool_from_budget())
     missing = {k: v for k, v in defaults.items()  # (a None default: the knob is unused)
                if v is not None and getattr(config, k) is None
                and not (k in POOL_SIZING and unread)}  # (a given or the cheat sheet's pool)
@@ -81,7 +82,7 @@ def resolve(config):
 
 def override(config, **over):
     """``dataclasses.replace(config, **over)``, where a knob that sizes the KV pool
-    (``kv_blocks``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the
+    (``kv_blocks``, ``kv_tokens``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the
     config's way of sizing it: the others, unless ``over`` sets them too, are cleared. So
     ``run(df, res.config, kv_blocks=500)``, a sweep's ``kv_blocks`` grid over a run's resolved
     config (its utilization filled in) or a disaggregated pool's own ``kv_blocks`` take the

@@ -81,6 +81,43 @@ from .fleet.request_path import as_client_sees, enter
 from .schedulers import override, resolve
 
 
+SEED_UNUSED = ("seed={seed} changes nothing: the engine draws at random only for speculative "
+               "decoding and the random router over replicas; a workload's own draws take its "
+               "generator's seed (workloads.load(..., seed=), workloads.synthetic(..., seed=))")
+
+
+EPOCH_S = 1e8  # a first arrival past ~3 years: a timestamp, not a trace's own clock
+MS_GAP = 50.0  # integer times this far apart (median gap, s): milliseconds, likely
+RESOLUTION_S = 1e-6  # float64's spacing at the last arrival beyond this: latencies lose digits
+
+
+def arrival_warning(t) -> str | None:
+    """What looks wrong with the arrival times ``t`` (seconds, sorted or not), or None: epoch
+    stamps (a first arrival past ``EPOCH_S``), milliseconds read as seconds (integers with a
+    median gap of ``MS_GAP`` s or more, not evenly spaced), or times so large (a rate of 1e-300 req/s) that
+    float64 cannot resolve a microsecond there, so TTFT, ITL and E2E read as 0."""
+    t = np.asarray(t, dtype=np.float64)
+    if not len(t):
+        return None
+    first, last = float(t.min()), float(t.max())
+    if first > EPOCH_S:
+        unit = "milliseconds" if first > EPOCH_S * 1e3 else "seconds"
+        return (f"arrival times start at {first:.6g} s: they look like epoch timestamps (in "
+                f"{unit} since 1970); give them from the first request (arrival_time - its "
+                f"minimum{', / 1000' if unit == 'milliseconds' else ''})")
+    if float(np.spacing(last)) > RESOLUTION_S:
+        return (f"arrival times reach {last:.3g} s, where float64 resolves only "
+                f"{float(np.spacing(last)):.2g} s: TTFT, ITL and E2E below that read as 0 (a "
+                f"rate so small it spreads the requests over {last:.3g} s?)")
+    gaps = np.diff(np.sort(t))
+    gaps = gaps[gaps > 0]
+    if (len(gaps) >= 10 and np.all(t == np.floor(t)) and float(np.median(gaps)) >= MS_GAP
+            and float(np.ptp(gaps)) > 0):  # (evenly spaced: requests spaced on purpose)
+        return (f"arrival times are whole numbers {float(np.median(gaps)):g} s apart (median): "
+                f"they look like milliseconds read as seconds; divide them by 1000 if so")
+    return None
+
+
 def _requests_from(workload, block_size=None, mode="block", speculative=True):
     """Validated DataFrame and Request objects; ``block_size`` (prefix caching on): each
     request with ``hash_ids`` gets the keys of its full prompt blocks (``mode="radix"``: of its
@@ -172,10 +209,15 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     config = as_config(config)
     config = override(config, **overrides) if overrides else config
     given = config
+    if config.seed and not config.draws_at_random():
+        warnings.warn(SEED_UNUSED.format(seed=config.seed), UserWarning, stacklevel=2)
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
                                   config.prefix_caching,
                                   speculative=config.speculative is not None)
+    odd = None if config.closed_loop is not None else arrival_warning(df["arrival_time"])
+    if odd:
+        warnings.warn(odd, UserWarning, stacklevel=2)
     unit = cache_unit(df, config)
     limit = context_limit(df, config)
     cost = config.resolved_cost_model()

@@ -25,6 +25,13 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
 - ``decode_stalls`` - P99 inter-token latency far above the median while iterations prefill
   thousands of tokens beside running decodes (or, with the ``sglang`` preset, alone while
   they wait: its prefill batches exclude the decodes);
+- ``rare_stalls`` - the longest inter-token gap (P100; P99.9 reported beside it) far above the
+  median while P99 looks healthy, with prefills of thousands of tokens beside running decodes:
+  one long prompt in twenty under continuous batching stalls every decode of its iteration,
+  invisible at P99 (the cheat sheet: chunked prefill);
+- ``kv_bound_batch`` - requests wait while the batch runs well under ``max_batch_size`` with the
+  KV pool nearly full: the pool, not the batch limit, sets the batch (400 blocks of 16 tokens
+  and 1,000-token prompts: ~5 of 64 slots); a larger batch limit would change nothing;
 - ``kv_pool_too_small`` - preemptions recompute a share of the prefill work (prefill computed
   plus the prefix cache's first-admission hits, over the prompt tokens: caching hides none);
 - ``no_prefix_hits`` - prefix caching is on and the workload names prefix blocks (hash_ids
@@ -41,6 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..checks import plural
 
 BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
@@ -49,6 +58,9 @@ STALL_RATIO = 5.0  # ITL P99 / P50 above this, with prefills of STALL_PREFILL_TO
 STALL_PREFILL_TOKENS = 2048  # beside decodes in one iteration (a chunk budget rarely exceeds it)
 RECOMPUTE = 1.05  # (prefill computed + cache hits) / prompt tokens above this: pool too small
 QUEUED = 0.5  # closed loop: mean queueing delay above this share of the mean E2E
+RARE_STALL_RATIO = 10.0  # the longest ITL gap / the median above this, while P99 / P50 is not
+KV_BOUND_SLOTS = 0.5  # while requests wait: running / max_batch_size below this, with ...
+KV_BOUND_USAGE = 0.8  # ... the KV pool's blocks in use above this share (the pool binds)
 
 
 @dataclass(frozen=True)
@@ -170,30 +182,40 @@ def diagnose(result) -> list:
                     f"finishes",
                     "use continuous batching (scheduler='continuous' or 'chunked')", util))
     p50, p99 = s["itl_p50"], s["itl_p99"]
+    # SGLang runs a prefill batch alone: the running decodes wait out its whole iteration
+    # (its decode tokens are 0 there; prefill pools of a disaggregated run hold no decodes)
+    alone = name == "sglang" and getattr(cfg, "disaggregation", None) is None
     if p50 > 0 and p99 / p50 > STALL_RATIO and len(it):
-        # SGLang runs a prefill batch alone: the running decodes wait out its whole iteration
-        # (its decode tokens are 0 there; prefill pools of a disaggregated run hold no decodes)
-        alone = name == "sglang" and getattr(cfg, "disaggregation", None) is None
-        mixed = it[(it["num_prefill_tokens"] >= STALL_PREFILL_TOKENS)
-                   & ((it["num_decode_tokens"] > 0) | (alone & (it["num_running"] > 1)))]
-        if len(mixed):
-            largest = int(mixed["num_prefill_tokens"].max())
-            chunk = getattr(cfg, "chunk_size", None)
-            if chunk:
-                action = f"lower the token budget (chunk_size, now {chunk:,})"
-            elif str(result.scheduler_name) == "tensorrt-llm":  # (chunk_size: not its knob)
-                action = ("turn on TensorRT-LLM's chunked context (enable_chunked_context=True, "
-                          "sim run --enable-chunked-context; off by default)"
-                          if not getattr(cfg, "enable_chunked_context", None) else
-                          f"lower max_num_tokens (token_budget, now {cfg.token_budget:,})")
-            else:
-                action = "use chunked prefill (scheduler='chunked') or a smaller chunk_size"
+        largest = _largest_stalling_prefill(it, alone)
+        if largest:
             out.append(Finding(
                 "decode_stalls",
                 f"decode stalls: P99 inter-token latency {p99 * 1e3:.3g} ms is "
                 f"{p99 / p50:.1f}x the median, as decodes wait for prefills of up to {largest:,} "
                 f"tokens " + ("running alone (SGLang's prefill batches)" if alone else
-                              "in their iteration"), action, p99 / p50))
+                              "in their iteration"), _stall_action(result, cfg), p99 / p50))
+    elif p50 > 0 and len(it):  # P99 healthy: the rare stalls only the tail's end shows
+        p999, longest = (float(v) for v in result.itl_percentiles((99.9, 100)))
+        largest = _largest_stalling_prefill(it, alone)
+        if longest / p50 > RARE_STALL_RATIO and largest:
+            out.append(Finding(
+                "rare_stalls",
+                f"rare long stalls: the longest inter-token gap, {longest * 1e3:.3g} ms, is "
+                f"{longest / p50:.1f}x the median (P99.9 {p999 / p50:.1f}x) while P99 is "
+                f"{p99 / p50:.1f}x: decodes wait for prefills of up to {largest:,} tokens in "
+                f"their iteration, rare enough to pass P99", _stall_action(result, cfg),
+                longest / p50))
+    kv_bound = _kv_bound(result, s)
+    if kv_bound is not None:
+        running, usage = kv_bound
+        out.append(Finding(
+            "kv_bound_batch",
+            f"the KV pool holds the batch small: while requests waited, {running:.3g} ran at a "
+            f"time of max_batch_size {cfg.max_batch_size:,}, with {usage:.0%} of the pool's "
+            f"{s['kv_blocks']:,} blocks ({s.get('kv_tokens') or 0:,} tokens) in use",
+            "more KV memory (kv_blocks or kv_tokens, gpu_memory_utilization, kv_dtype='fp8', "
+            "more GPUs) or shorter requests: a larger max_batch_size changes nothing",
+            running / cfg.max_batch_size))
     ratio = _recompute_ratio(req, fin)
     if ratio == ratio and ratio > RECOMPUTE and s["num_preemptions"]:
         out.append(Finding(
@@ -226,6 +248,47 @@ def diagnose(result) -> list:
                 "measure the acceptance rate first: fewer speculative tokens, a better-matched "
                 "draft, or no speculation", speedup))
     return out
+
+
+def _largest_stalling_prefill(it, alone) -> int:
+    """The largest prefill of ``STALL_PREFILL_TOKENS`` or more in an iteration that holds
+    decodes (``alone``: SGLang's, beside running requests), or 0 when there is none."""
+    mixed = it[(it["num_prefill_tokens"] >= STALL_PREFILL_TOKENS)
+               & ((it["num_decode_tokens"] > 0) | (alone & (it["num_running"] > 1)))]
+    return int(mixed["num_prefill_tokens"].max()) if len(mixed) else 0
+
+
+def _stall_action(result, cfg) -> str:
+    """What to try against decodes stalled by prefills, in the scheduler's knobs."""
+    chunk = getattr(cfg, "chunk_size", None)
+    if chunk:
+        return f"lower the token budget (chunk_size, now {chunk:,})"
+    if str(result.scheduler_name) == "tensorrt-llm":  # (chunk_size: not its knob)
+        return ("turn on TensorRT-LLM's chunked context (enable_chunked_context=True, sim run "
+                "--enable-chunked-context; off by default)"
+                if not getattr(cfg, "enable_chunked_context", None) else
+                f"lower max_num_tokens (token_budget, now {cfg.token_budget:,})")
+    return "use chunked prefill (scheduler='chunked') or a smaller chunk_size"
+
+
+def _kv_bound(result, s):
+    """``(mean running, mean KV usage)`` over the iterations where requests waited, when the
+    batch ran under ``KV_BOUND_SLOTS`` of its slots with the pool over ``KV_BOUND_USAGE`` full;
+    else None. A cluster's iterations each count against their replica's pool."""
+    it, cfg = result.iterations, result.config
+    slots = getattr(cfg, "max_batch_size", None)
+    waiting = (it["num_waiting"] > 0).to_numpy() if len(it) else None
+    if not slots or waiting is None or not waiting.any() or not s["kv_blocks"]:
+        return None
+    blocks = s["kv_blocks"]
+    if result.replica_pools is not None:
+        blocks = np.asarray(result.replica_pools[0], dtype=np.float64)[
+            it["replica"].to_numpy()][waiting]
+    running = float(it["num_running"].to_numpy()[waiting].mean())
+    usage = float((it["kv_blocks_used"].to_numpy()[waiting] / blocks).mean())
+    if running < KV_BOUND_SLOTS * slots and usage > KV_BOUND_USAGE:
+        return running, usage
+    return None
 
 
 def _recompute_ratio(req, fin) -> float:

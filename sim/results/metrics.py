@@ -64,7 +64,9 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
 - Occupancy is time-weighted over busy time (an iteration counts for its duration, not once):
   ``mean_batch_size`` = sum(duration x num_running) / sum(duration); ``slot_utilization`` = that
   / ``max_batch_size``; ``kv_usage_mean`` likewise for ``kv_blocks_used`` / ``kv_blocks``;
-  ``kv_usage_max`` the peak fraction.
+  ``kv_usage_max`` the peak fraction. The pool: ``kv_blocks``, ``kv_tokens`` (blocks x
+  ``block_size``: the same memory across presets of other block sizes) and ``kv_pool``, what
+  sized it (``SimConfig.pool_source``: ``"memory budget"``, ``"cheat sheet"``, ...).
 - A cluster (``replicas`` > 1, :mod:`sim.engine.fleet.cluster`): ``requests`` and ``iterations``
   have a ``replica`` column (0 for one replica; in a cluster -1 for an abandoned turn, never
   routed; ``iteration`` counts each replica's own); the summary stays whole-cluster
@@ -86,6 +88,7 @@ import numbers
 
 import numpy as np
 
+from ..numerics import dot  # a @ b in a fixed order, on any CPU
 from .economics import economics
 
 PCTS = (50, 90, 95, 99)
@@ -94,12 +97,6 @@ MAX_NUM_TOKENS = "max_num_tokens"  # ... of a prompt over TensorRT-LLM's max_num
 CONVERSATION_ABANDONED = "conversation_abandoned"  # ... of a turn after a rejected one
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
-
-def dot(a, b) -> float:
-    """``a @ b`` in a fixed order: elementwise products, then NumPy's pairwise sum. A BLAS
-    dot product's accumulation order depends on the kernel the CPU selects (the last digit of
-    a mean moved between an Intel and an AMD machine); this does not, on any CPU."""
-    return float(np.add.reduce(np.multiply(a, b, dtype=np.float64)))
 
 
 def weighted_cdf(values, weights):
@@ -230,7 +227,9 @@ class Result:
         every gap must meet it), ``tpot``, ``e2e``; other keys raise ``ValueError`` naming them.
         A request meets the SLO when it finished and each metric is <= its limit (inclusive);
         a metric it does not have (TPOT and ITL of a one-token request) is met. Adds
-        ``slo_<key>`` (the limit), ``slo_attainment`` (fraction of *all* requests meeting every
+        ``slo_<key>`` (the limit), ``slo_attainment_<key>`` (fraction of all requests meeting
+        that limit: the ITL one is each request's largest gap, where ``itl_p99`` pools every
+        gap of every request), ``slo_attainment`` (fraction of *all* requests meeting every
         limit at once; rejected ones count and fail) and ``goodput`` (such requests per second
         of the window).
         """
@@ -271,6 +270,10 @@ class Result:
                                 if busy else 0.0)
         out["kv_usage_max"] = float(it["kv_blocks_used"].max() / self.kv_blocks) if len(it) else 0.0
         out["kv_blocks"] = self.kv_blocks
+        block_size = getattr(self.config, "block_size", None)  # (None: a Result built by hand)
+        out["kv_tokens"] = self.kv_blocks * block_size if block_size else None
+        source = getattr(self.config, "pool_source", None)
+        out["kv_pool"] = source() if source else "given"
         if self.replica_pools is not None and len(it):  # each iteration over its own pool
             blocks, slots = (np.asarray(x, dtype=np.float64)[it["replica"].to_numpy()]
                              for x in self.replica_pools)
@@ -306,15 +309,18 @@ class Result:
             unknown = set(slo) - set(SLO_KEYS)
             if unknown:
                 raise ValueError(f"slo keys must be among {SLO_KEYS}, got {sorted(unknown)}")
-            ok = (req["status"] == "finished").to_numpy().copy()
+            finished = (req["status"] == "finished").to_numpy()
+            ok = finished.copy()
             for key, limit in slo.items():
                 if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0:
                     raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got "
                                      f"{limit!r}")
                 col = "max_itl" if key == "itl" else key
                 vals = req[col].to_numpy(dtype=np.float64)
-                ok &= np.nan_to_num(vals, nan=0.0) <= float(limit)
+                met = finished & (np.nan_to_num(vals, nan=0.0) <= float(limit))
+                ok &= met
                 out[f"slo_{key}"] = float(limit)
+                out[f"slo_attainment_{key}"] = float(met.mean()) if len(met) else float("nan")
             out["slo_attainment"] = float(ok.mean()) if len(ok) else float("nan")
             out["goodput"] = rate(float(ok.sum()))
             out["goodput_per_gpu"] = out["goodput"] / out["num_gpus"]

@@ -32,7 +32,13 @@ STYLE = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#22
 
 
 def _fmt(value) -> str:
-    if isinstance(value, bool) or value is None:
+    if value is None:  # (a setting left unset: its default, said where it is shown)
+        return "not set"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} = {_fmt(v)}" for k, v in value.items()) or "none"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_fmt(v) for v in value) or "none"
+    if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
         return "n/a" if not math.isfinite(value) else f"{value:.4g}"
@@ -49,6 +55,105 @@ def _table(rows) -> str:
         out.append(f"<tr><th>{html.escape(str(k))}</th><td{cls}>{html.escape(_fmt(v))}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
+
+
+# the summary in sections a person reads: (heading, key prefixes); a key no section names goes
+# to "Other" under its own name (a metric added later still shows)
+SECTIONS = (("Requests", ("num_requests", "num_finished", "num_rejected")),
+            ("Latency", ("ttft_", "itl_", "tpot_", "e2e_", "queueing_delay_",
+                         "kv_transfer_time_")),
+            ("SLOs", ("slo_", "goodput")),
+            ("Throughput", ("duration", "request_throughput", "output_token_throughput",
+                            "total_token_throughput")),
+            ("Batch and KV cache", ("busy_fraction", "num_iterations", "mean_batch_size",
+                                    "slot_utilization", "kv_", "num_preemptions",
+                                    "max_preemptions", "prefill_", "prefix_")),
+            ("Speculative decoding", ("spec_",)),
+            ("Cost and energy", ("usd_", "energy_", "avg_power_")),
+            ("Run", ("scheduler", "cost_model", "num_replicas", "num_gpus", "wall_seconds")))
+STATS = {"mean": "mean", "p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99"}
+METRICS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
+           "queueing_delay": "queueing delay", "kv_transfer_time": "KV transfer time"}
+LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
+    "num_requests": ("requests", ""), "num_finished": ("finished", ""),
+    "num_rejected": ("rejected", ""),
+    "num_rejected_context_length": ("rejected: over the context length", ""),
+    "num_rejected_max_num_tokens": ("rejected: prompt over the token budget", ""),
+    "num_rejected_conversation_abandoned": ("rejected: turns of abandoned conversations", ""),
+    "slo_attainment": ("meet every SLO", "%"), "goodput": ("goodput", "req/s"),
+    "goodput_per_gpu": ("goodput per GPU", "req/s"),
+    "duration": ("window: first arrival to last finish", "s"),
+    "request_throughput": ("request throughput", "req/s"),
+    "output_token_throughput": ("output token throughput", "tok/s"),
+    "total_token_throughput": ("total token throughput", "tok/s"),
+    "busy_fraction": ("busy (an iteration running)", "%"),
+    "num_iterations": ("iterations", ""), "mean_batch_size": ("mean batch", "requests"),
+    "slot_utilization": ("batch slots in use", "%"), "kv_usage_mean": ("KV in use, mean", "%"),
+    "kv_usage_max": ("KV in use, peak", "%"), "kv_blocks": ("KV pool", "blocks"),
+    "kv_tokens": ("KV pool", "tokens"), "kv_pool": ("KV pool sized by", ""),
+    "num_preemptions": ("preemptions", ""), "max_preemptions": ("most preemptions of one", ""),
+    "prefill_tokens_computed": ("prefill tokens computed", "tokens"),
+    "prefill_compute_ratio": ("prefill computed / prompt tokens", "x"),
+    "prefix_hit_rate": ("prompt tokens from the prefix cache", "%"),
+    "spec_acceptance_rate": ("draft tokens accepted", "%"),
+    "spec_mean_acceptance_length": ("tokens per verification", "tokens"),
+    "usd_per_hour": ("GPU cost", "$/h"),
+    "usd_per_million_output_tokens": ("cost per million output tokens", "$"),
+    "usd_per_million_total_tokens": ("cost per million prompt + output tokens", "$"),
+    "energy_joules_per_output_token": ("energy per output token", "J"),
+    "avg_power_watts": ("mean GPU power", "W"),
+    "scheduler": ("scheduler", ""), "cost_model": ("cost model", ""),
+    "num_replicas": ("replicas", ""), "num_gpus": ("GPUs", ""),
+    "wall_seconds": ("wall time to simulate", "s")}
+
+
+def label(key) -> tuple:
+    """``(label, unit)`` of a summary key: :data:`LABELS`, a latency statistic (``ttft_p99``:
+    "TTFT P99", s), an SLO (``slo_ttft``: "TTFT SLO", s; ``slo_attainment_itl``: "meet the ITL
+    SLO", %), else the key itself without a unit."""
+    if key in LABELS:
+        return LABELS[key]
+    metric, _, stat = key.rpartition("_")
+    if metric in METRICS and stat in STATS:
+        return f"{METRICS[metric]} {STATS[stat]}", "s"
+    if key.startswith("slo_attainment_") and key[15:] in METRICS:
+        return f"meet the {METRICS[key[15:]]} SLO" + (" (every gap)" if key.endswith("itl")
+                                                      else ""), "%"
+    if key.startswith("slo_") and key[4:] in METRICS:
+        return f"{METRICS[key[4:]]} SLO", "s"
+    return key, ""
+
+
+def _with_unit(value, unit) -> str:
+    if unit == "%" and isinstance(value, float) and math.isfinite(value):
+        return f"{value:.1%}"
+    text = _fmt(value)
+    return f"{text} {unit}" if unit and text != "n/a" else text
+
+
+def summary_sections(summary) -> list:
+    """``[(heading, [(label, value with its unit, key)])]``: the summary grouped
+    (:data:`SECTIONS`), each metric by its label (:func:`label`); empty sections left out."""
+    groups = {heading: [] for heading, _ in SECTIONS}
+    groups["Other"] = []
+    for key, value in summary.items():
+        heading = next((h for h, prefixes in SECTIONS if any(
+            key == p or (p.endswith("_") and key.startswith(p)) or key.startswith(p + "_")
+            for p in prefixes)), "Other")
+        name, unit = label(key)
+        groups[heading].append((name, _with_unit(value, unit), key))
+    return [(heading, rows) for heading, rows in groups.items() if rows]
+
+
+def _summary_html(summary) -> list:
+    parts = []
+    for heading, rows in summary_sections(summary):
+        parts.append(f"<h3>{html.escape(heading)}</h3><table>")
+        for name, value, key in rows:
+            parts.append(f"<tr><th>{html.escape(name)}</th><td class='n'>{html.escape(value)}"
+                         f"</td><td><code>{html.escape(key)}</code></td></tr>")
+        parts.append("</table>")
+    return parts
 
 
 def _png(draw) -> str:
@@ -121,7 +226,7 @@ def render(result, *, slo=None, settings=None, findings=None, figures=True,
     else:
         parts.append("<p>No finding: nothing in this run matches a known problem.</p>")
     parts.append("<h2>Summary</h2>")
-    parts.append(_table(list(summary.items())))
+    parts += _summary_html(summary)
     for heading, rows in sections:
         parts.append(f"<h2>{html.escape(heading)}</h2>")
         parts.append(_grid(rows))

@@ -313,6 +313,11 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                   f"{plural(block_size, 'token')} ({blocks * block_size:,} tokens; the bytes "
                   f"alone would hold {tokens:,}), room for {plural(seqs, 'sequence')} of "
                   f"{advice_seq_len:,} tokens.")
+    elif tokens >= 1:  # room for KV, not for one block of this size: the block is too big
+        advice = (f"block_size={block_size:,} does not fit: one KV block of "
+                  f"{plural(block_size, 'token')} needs {per_token * block_size / GiB:.2f} GiB "
+                  f"per GPU, but the KV cache gets {kv / GiB:.2f} GiB ({tokens:,} tokens) on "
+                  f"{each_gpu(tp)}: give a smaller block_size (vLLM's is 16)")
     else:
         short = per_token * block_size - sum(t.bytes for t in parts)
         room = sum(t.bytes for t in parts) + weights

@@ -126,13 +126,19 @@ class MemoryTerm:
 
 
 def check_tensor_parallel(model: ModelConfig, tp: int) -> int:
-    """``tp`` if ``model`` can be split over that many GPUs: it must divide the KV heads or be
-    a multiple of them (each GPU holds whole heads, or a replica of one); else a ``ValueError``
-    naming both. The one rule for the memory budget and the roofline: a budget for 3 GPUs of
-    Llama-3.1-8B's 8 KV heads was computed as if each held 2 of them."""
+    """``tp`` if ``model`` can be split over that many GPUs: it must divide the attention heads
+    (each GPU computes whole query heads: vLLM's ``verify_with_parallel_config`` refuses
+    another TP) and divide the KV heads or be a multiple of them (each GPU holds whole heads,
+    or a replica of one); else a ``ValueError`` naming both. The one rule for the memory budget
+    and the roofline: a budget for 3 GPUs of Llama-3.1-8B's 8 KV heads was computed as if each
+    held 2 of them, and 64 GPUs of its 32 query heads ran, half a head each, "faster"."""
     if model.num_key_value_heads % tp and tp % model.num_key_value_heads:
         raise ValueError(f"tensor_parallel {tp} must divide or be a multiple of "
                          f"num_key_value_heads {model.num_key_value_heads}")
+    if model.num_attention_heads % tp:
+        raise ValueError(f"tensor_parallel {tp} must divide num_attention_heads "
+                         f"{model.num_attention_heads} of model {model.name!r}: each GPU "
+                         f"computes whole attention heads (vLLM refuses it too)")
     return tp
 
 

@@ -27,6 +27,7 @@ from ..costs.executor import ExecutedCost, Executor
 from ..costs.kernels import array_module
 from ..costs.timing import CPU_MODEL, GRID, ape, measure_kernels, nonneg_lstsq, pool_blocks
 from ..engine import run
+from ..numerics import dot
 from ..specs.models import get_model
 
 ENGINE = dict(scheduler="chunked", chunk_size=256, max_batch_size=16, kv_blocks=2048)
@@ -110,12 +111,13 @@ def engine_workload(n, rate, seed=0):
                         output=wl.LogNormal(48, 0.8, max_tokens=256), seed=seed)
 
 
-def rate_for_load(cost, n, target=0.6, **engine):
-    """The arrival rate at which ``cost`` keeps the replica ``target`` busy (bisection)."""
+def rate_for_load(cost, n, target=0.6, seed=0, **engine):
+    """The arrival rate at which ``cost`` keeps the replica ``target`` busy (bisection) on
+    :func:`engine_workload` drawn with ``seed`` (the engine's own settings: ``engine``)."""
     lo, hi = 0.1, 1000.0
     for _ in range(16):
         mid = (lo * hi) ** 0.5
-        busy = run(engine_workload(n, mid, engine.get("seed", 0)), cost_model=cost,
+        busy = run(engine_workload(n, mid, seed), cost_model=cost,
                    **engine).summary()["busy_fraction"]
         lo, hi = (lo, mid) if busy > target else (mid, hi)
     return lo
@@ -131,7 +133,7 @@ class _Recorder:
 
     def __call__(self, batch):
         self.terms.append(self.parts.batch_terms(batch))
-        return float(self.terms[-1] @ self.parts.weights)
+        return dot(self.terms[-1], self.parts.weights)  # as CalibratedCost prices it
 
 
 def fit_weights(terms, measured):
@@ -162,8 +164,8 @@ def fit_in_engine(ex, profile, seed, n=300, target_load=0.5):
     executor's bookkeeping (per iteration, per sequence, per KV block), all >= 0
     (:func:`fit_weights`). Returns ``(weights, iteration_error)``."""
     parts = CalibratedCost(dict(profile, weights={}))
-    engine = dict(ENGINE, block_size=ex.block_size, seed=seed + 1000)
-    rate = rate_for_load(parts, n, target_load, **engine)
+    engine = dict(ENGINE, block_size=ex.block_size)  # (the seed draws the workload only)
+    rate = rate_for_load(parts, n, target_load, seed + 1000, **engine)
     recorder = _Recorder(parts)
     executed = ExecutedCost(ex, predictor=recorder)
     run(engine_workload(n, rate, seed + 1000), cost_model=executed, **engine)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -39,15 +40,40 @@ from ..results.metrics import SLO_KEYS
 
 @dataclass(frozen=True)
 class Capacity:
-    """The answer of :func:`max_rate`: ``rate`` (requests/s; ``nan`` when even a millionth of the
-    starting rate fails: the limits cannot be met at any load), the ``summary`` of the run at that rate, ``num_gpus``, ``goodput_per_gpu``
-    and ``points`` (one row per rate tried: rate, passed, the metrics the limits name)."""
+    """The answer of :func:`max_rate`: ``rate`` (requests/s; ``nan`` when even a millionth of
+    the starting rate fails: the limits cannot be met at any load, and ``reason`` says which
+    limit fails with each request nearly alone, with a warning), the ``summary`` of the run at
+    that rate, ``num_gpus``, ``goodput_per_gpu`` and ``points`` (one row per rate tried: rate,
+    passed, the metrics the limits name)."""
 
     rate: float
     summary: dict
     num_gpus: int
     goodput_per_gpu: float
     points: pd.DataFrame = field(repr=False)
+    reason: str = ""  # why no rate meets the limits (rate nan); "" when one does
+
+
+def _no_rate_meets(summary, slo, attainment, rate) -> str:
+    """Why the limits fail even at ``rate``, the lowest tried (each request nearly alone): the
+    per-request limits met by too few requests (``slo_attainment_<key>``, with the metric's
+    median) and the summary limits exceeded."""
+    why = []
+    for key, limit in slo.items():
+        if key in SLO_KEYS:
+            share = summary[f"slo_attainment_{key}"]
+            if share < attainment:
+                metric = "max_itl" if key == "itl" else key
+                median = summary.get(f"{key}_p50", float("nan"))
+                why.append(f"{key} <= {limit:g} s holds for {share:.1%} of requests ("
+                           f"{'each gap: ' if metric == 'max_itl' else ''}P50 {key} "
+                           f"{median:.4g} s)")
+        elif not summary[key] <= limit:
+            why.append(f"{key} is {summary[key]:.4g}, over {limit:g}")
+    asked = f"the {attainment:.1%} asked is " if any(k in SLO_KEYS for k in slo) else ""
+    return (f"no rate meets the SLOs, down to {rate:.4g} req/s, where each request runs nearly "
+            f"alone: {'; '.join(why) or 'the limits fail together'} ({asked}out of reach of "
+            f"this configuration: a faster one, or looser limits)")
 
 
 def _rejected_at_any_rate(summary, n, attainment) -> str:
@@ -157,7 +183,10 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
     points = pd.DataFrame(rows).sort_values("rate", ignore_index=True)
     num_gpus = config.fleet()[1]  # replicas x tensor_parallel, or both pools' GPUs
     if probe is None:
-        return Capacity(float("nan"), {}, num_gpus, float("nan"), points)
+        lowest = min(results)
+        reason = _no_rate_meets(results[lowest], slo, attainment, lowest)
+        warnings.warn(reason, UserWarning, stacklevel=2)
+        return Capacity(float("nan"), {}, num_gpus, float("nan"), points, reason)
     s = results[probe]
     goodput = s.get("goodput", s["request_throughput"])
     return Capacity(probe, s, num_gpus, goodput / num_gpus, points)

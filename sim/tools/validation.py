@@ -59,9 +59,9 @@ def validate_profile(profile, *, n=1000, rate=None, target_load=0.5, repeats=3,
     engine = dict(scheduler=scheduler,
                   chunk_size=chunk_size if scheduler == "chunked" else None,
                   max_batch_size=max_batch_size, kv_blocks=kv_blocks,
-                  block_size=prof["block_size"], seed=seed)
+                  block_size=prof["block_size"])  # (the seed draws the workload only)
     if rate is None:
-        rate = rate_for_load(cost, n, target_load, **engine)
+        rate = rate_for_load(cost, n, target_load, seed, **engine)
     df = engine_workload(n, rate, seed)
     xp, device_name = array_module(device)
     model = ModelConfig(**dict(prof["model"]))

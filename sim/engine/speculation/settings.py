@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...checks import fraction, positive_float, positive_int
+from ...numerics import dot
 
 METHODS = ("draft", "ngram")
 MAX_SPECULATIVE_TOKENS = 64  # a draft longer than this is a typo, not a setting
@@ -108,6 +109,6 @@ class SpeculativeConfig:
         independent acceptance at that rate instead of the config's model."""
         k = self.num_speculative_tokens
         if self.acceptance_lengths is not None and alpha is None:
-            return 1.0 + float(np.dot(np.arange(k + 1), self.acceptance_lengths))
+            return 1.0 + dot(np.arange(k + 1), self.acceptance_lengths)  # (fixed order)
         a = self.acceptance_rate if alpha is None else alpha
         return float(k + 1) if a == 1.0 else (1 - a ** (k + 1)) / (1 - a)
