@@ -13,7 +13,8 @@ SIM = ROOT / "sim"
 # layer order: a package may import its own modules and those of lower layers; packages of the
 # same layer are independent of each other
 LAYER = {"checks": 0, "constants": 0, "numerics": 0, "specs": 1, "cheatsheet": 2, "costs": 2, "results": 2,
-         "engine": 3, "tools": 4, "cli": 5}
+         "engine": 3, "tools": 4, "serve": 5,
+         "cli": 6}
 # third-party imports allowed only in these modules (anywhere in them: lazy imports count)
 ONLY_IN = {
     "matplotlib": {"sim.results.plots.figure"},

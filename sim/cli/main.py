@@ -17,7 +17,7 @@ import sys
 import warnings
 from functools import partial
 
-from . import capacity, catalog, compare, device, info, run, sweep
+from . import capacity, catalog, compare, device, info, run, serve, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_parser(sub)
     sweep.add_parser(sub)
     compare.add_parser(sub)
+    serve.add_parser(sub)
     info.add_parsers(sub)
     catalog.add_parsers(sub)
     device.add_parsers(sub)

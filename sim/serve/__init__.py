@@ -1,0 +1,39 @@
+"""``sim serve``: the simulator behind an OpenAI-compatible HTTP endpoint, in real time.
+
+:class:`~sim.serve.engine.LiveEngine` runs one simulated replica paced by the wall clock
+(``time_scale`` wall seconds per simulated second); :func:`~sim.serve.app.make_app` is its
+Starlette app (``/v1/completions``, ``/v1/chat/completions`` with streaming, ``/v1/models``,
+``/health``, ``/metrics``); :func:`serve` runs both under uvicorn until SIGINT/SIGTERM, when
+uvicorn stops accepting, lets the requests in flight finish (up to ``grace`` seconds) and the
+engine stops. Needs the ``serve`` extra (``pip install 'llm-serving-sim[serve]'``).
+
+May import: anything in ``sim`` but the CLI; only the CLI imports it (lazily: ``sim --help``
+loads no Starlette, no uvicorn).
+"""
+
+from __future__ import annotations
+
+__all__ = ["serve"]
+
+
+def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grace=30.0,
+          log_level="warning"):
+    """Serve ``config`` (a ``SimConfig``) on ``host:port`` until SIGINT/SIGTERM."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise ValueError("sim serve needs Starlette and uvicorn: pip install "
+                         "'llm-serving-sim[serve]'") from None
+    from .app import make_app
+    from .engine import LiveEngine
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            super().handle_exit(sig, frame)
+            # uvicorn re-raises the signal once shut down (exit status -15); a shutdown asked
+            # for is the end of the service, status 0
+            getattr(self, "_captured_signals", []).clear()
+
+    engine = LiveEngine(config, time_scale)
+    Server(uvicorn.Config(make_app(engine, model), host=host, port=port, log_level=log_level,
+                          timeout_graceful_shutdown=grace)).run()

@@ -1,0 +1,196 @@
+"""The simulated engine in real time: one replica's SimPy loop paced by the wall clock.
+
+:class:`LiveEngine` runs the engine's own replica process (:class:`~sim.engine.core.process.
+ReplicaProcess`, the policy, the cost model, the KV pool: what ``sim.run`` runs) in a thread of
+its own. Its environment (:class:`PacedEnvironment`) never advances the clock without an event
+(``sleep`` always schedules), so every iteration's end is an event the driver loop runs only
+once the wall clock has reached it: simulated time ``t`` is wall time ``start + t * scale``
+(``--time-scale``). HTTP handlers put requests in a thread-safe inbox with the wall time they
+arrived; the driver submits each one at its simulated arrival time (``arrival_time = env.now``,
+set before any later event runs) through the engine's arrival verb
+(:func:`~sim.engine.core.process.submit`), as closed-loop clients do. Fast-forward is off: a
+stretch of decodes in one event would skip past requests arriving meanwhile.
+
+After each event the requests that gained tokens have them handed to their listener
+(``listener(kind, n, now)``, called in the engine's thread: ``"tokens"`` with the number of new
+tokens, then ``"done"``; or ``"rejected"`` with the reason at once). A finished request is
+dropped (the replica's ``finished`` list is emptied, the iteration records are not kept):
+memory is bounded by the requests in flight.
+
+Invariants (tests/test_serve.py): every submitted request's listener ends with exactly one
+``"done"`` or ``"rejected"``; tokens arrive in order and sum to its output tokens; the clock
+never goes backwards; :meth:`stop` ends every request still in flight with ``"aborted"``.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from heapq import heappush
+
+from ..engine.config import as_config
+from ..engine.core.events import NORMAL, Environment
+from ..engine.core.process import ReplicaProcess, submit
+from ..engine.core.request import FINISHED, REJECTED, Request
+from ..engine.fleet.cluster import new_replica
+from ..engine.schedulers import resolve
+
+__all__ = ["LiveEngine", "PacedEnvironment"]
+
+
+class PacedEnvironment(Environment):
+    """The engine's environment, never alone: ``sleep`` always schedules its wake-up, so the
+    driver loop sees (and paces) every step of the clock."""
+
+    def sleep(self, delay, wakeup):
+        wakeup.callbacks = wakeup.resume
+        heappush(self._queue, (self._now + delay, NORMAL, next(self._eid), wakeup))
+        return False
+
+
+class _Discard:
+    """Where the iteration records go: nowhere (a long-running server keeps none)."""
+
+    @staticmethod
+    def frombytes(_row):
+        return None
+
+
+class LiveEngine:
+    """One simulated replica served in real time; ``scale``: wall seconds per simulated one.
+
+    :meth:`add` (any thread) queues a request; :meth:`start` / :meth:`stop` run and end the
+    engine's thread. ``snapshot``: (running, waiting, KV usage fraction), refreshed after each
+    event; ``counts``: requests finished and rejected so far."""
+
+    def __init__(self, config=None, scale: float = 1.0, **overrides):
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise ValueError(f"time_scale must be a number > 0, got {scale!r}")
+        config = as_config(config)
+        if overrides:
+            from ..engine.schedulers import override
+            config = override(config, **overrides)
+        if config.replicas != 1 or config.disaggregation is not None:
+            raise ValueError("sim serve runs one replica: replicas must be 1, without "
+                             "disaggregation")
+        if config.closed_loop is not None:
+            raise ValueError("sim serve takes its requests from its clients: no closed_loop")
+        self.config, policy = resolve(config)
+        self.scale = float(scale)
+        self.env = PacedEnvironment()
+        self.replica = new_replica(self.config, policy, self.config.resolved_kv_blocks(),
+                                   max_model_len=self.config.resolved_max_model_len())
+        self.process = ReplicaProcess(self.env, self.replica, policy,
+                                      self.config.resolved_cost_model(), _Discard(), False, 0)
+        self.process.fast_forward = False  # (the module docstring)
+        self.inbox = queue.SimpleQueue()
+        self.active = {}  # request index -> [request, tokens sent, listener]
+        self.snapshot = (0, 0, 0.0)
+        self.counts = {"finished": 0, "rejected": 0}
+        self._next = 0
+        self._thread = None
+        self._start = None
+        self._stopping = False
+
+    def now_wall(self) -> float:
+        """The simulated time the wall clock reads now."""
+        return (time.monotonic() - self._start) / self.scale
+
+    def add(self, num_prompt_tokens: int, num_output_tokens: int, listener) -> None:
+        """Queue a request arriving now (thread-safe); ``listener`` hears of its tokens."""
+        self.inbox.put((time.monotonic(), int(num_prompt_tokens), int(num_output_tokens),
+                        listener))
+
+    def start(self):
+        self._start = time.monotonic()
+        self.process.start()
+        self._thread = threading.Thread(target=self._drive, name="sim-serve-engine",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0):
+        """End the engine's thread; requests still in flight hear ``"aborted"``."""
+        self._stopping = True
+        self.inbox.put(None)
+        if self._thread is not None:
+            self._thread.join(timeout)
+        for r, _sent, listener in self.active.values():
+            listener("aborted", 0, self.env.now)
+        self.active.clear()
+
+    # -- the engine's thread --------------------------------------------------------------
+    def _drive(self):
+        env, pending = self.env, []
+        while not self._stopping:
+            t_next = env.peek()
+            wait = None if t_next == math.inf else max(0.0, t_next * self.scale
+                                                       + self._start - time.monotonic())
+            if not pending or wait:
+                try:
+                    item = self.inbox.get(timeout=wait) if wait != 0.0 else \
+                        self.inbox.get_nowait()
+                except queue.Empty:
+                    item = False
+                while item is not False:
+                    if item is None:
+                        return
+                    pending.append(item)
+                    try:
+                        item = self.inbox.get_nowait()
+                    except queue.Empty:
+                        item = False
+            t_next = env.peek()
+            while pending:  # arrivals due before the next event, in the order they came
+                at = (pending[0][0] - self._start) / self.scale
+                if at > t_next:
+                    break
+                self._arrive(max(env.now, at), *pending.pop(0)[1:])
+                t_next = env.peek()
+            if t_next <= self.now_wall():
+                env.step()
+                self._emit()
+
+    def _arrive(self, t, num_prompt, num_output, listener):
+        self.env._now = t  # (between events: no event is due before t)
+        r = Request(self._next, self._next, t, num_prompt, num_output)
+        self._next += 1
+        if submit(self.replica, self.process, r):
+            self.active[r.index] = [r, 0, listener]
+        else:
+            self.counts["rejected"] += 1
+            self.replica.finished.clear()
+            listener("rejected", r.reason, t)
+        self._refresh()
+
+    def _emit(self):
+        now, replica = self.env.now, self.replica
+        done = []
+        for key, entry in self.active.items():
+            r, sent, listener = entry
+            if r.status == FINISHED:
+                n = r.num_output_tokens
+            elif r.status == REJECTED:  # (never after arrival today; said if it happens)
+                done.append(key)
+                listener("rejected", r.reason, now)
+                continue
+            else:
+                n = replica.num_generated(r)
+            if n > sent:
+                entry[1] = n
+                listener("tokens", n - sent, now)
+            if r.status == FINISHED:
+                done.append(key)
+                self.counts["finished"] += 1
+                listener("done", r, now)
+        for key in done:
+            del self.active[key]
+        replica.finished.clear()
+        self._refresh()
+
+    def _refresh(self):
+        blocks = self.replica.blocks
+        used = (blocks.num_blocks - blocks.num_free) / blocks.num_blocks if \
+            blocks.num_blocks else 0.0
+        self.snapshot = (len(self.replica.running), len(self.replica.waiting), used)
