@@ -118,7 +118,7 @@ def test_module_map_follows_a_module_that_moves(tmp_path):
 
 def test_layer_table_is_the_layout_tests():
     text = ref.layer_table()
-    assert "| 3 | `sim.engine` |" in text and "| 5 | `sim.cli` |" in text
+    assert "| 3 | `sim.engine` |" in text and "| 5 | `sim.serve` |" in text and "| 6 | `sim.cli` |" in text
 
 
 def test_validation_tables_come_from_the_data_files():
