@@ -100,3 +100,14 @@ def test_bad_settings_name_the_field(kwargs, field):
 def test_needs_the_block_cache():
     with pytest.raises(ValueError, match="kv_offload needs prefix_caching='block'"):
         sim.run(_df(n=5), kv_offload=sim.KVTier(1), **{**BASE, "scheduler": "sglang"})
+
+
+def test_cli_flags_build_the_tier_and_refuse_bad_values(capsys, tmp_path, monkeypatch):
+    from sim.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-w", "mooncake-conversation", "-n", "40", "--rate", "0.5", "-s", "vllm",
+                 "--kv-blocks", "20000", "--offload-gb", "100", "-q"]) == 0
+    assert main(["run", "-w", "mooncake-conversation", "-n", "5", "--offload-gb", "1",
+                 "--offload-read-bandwidth", "0"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("--offload-read-bandwidth must be a finite number > 0, got 0.0")
