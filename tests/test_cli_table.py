@@ -17,7 +17,7 @@ from sim.cli.settings import DEFAULTS, Names, given_value, reference_rows, setti
 from sim.cli.setting import TARGETS
 from sim.cli.table import BY_KEY, SETTINGS, help_text, rows_for
 from sim.costs.calibrated import shipped_cpu_profile
-from sim.engine import Disaggregation, SimConfig, SpeculativeConfig
+from sim.engine import Disaggregation, KVTier, SimConfig, SpeculativeConfig
 
 # flag -> (its text on the command line, the value it gives, flags it needs beside it)
 SAMPLES = {
@@ -58,6 +58,10 @@ SAMPLES = {
     "link_bandwidth_gbps": ("50", 50.0, ["--prefill-replicas", "1"]),
     "link_latency_s": ("0.01", 0.01, ["--prefill-replicas", "1"]),
     "closed_loop_users": ("4", 4, []),
+    "offload_gb": ("64", 64.0, []),
+    "offload_read_bandwidth": ("25", 25.0, ["--offload-gb", "1"]),
+    "offload_write_bandwidth": ("12.5", 12.5, ["--offload-gb", "1"]),
+    "offload_latency": ("0.001", 0.001, ["--offload-gb", "1"]),
     "think_time": ("0.5", 0.5, ["--closed-loop", "2"]),
     "speculative.num_speculative_tokens": ("3", 3, ["--spec-method", "ngram"]),
     "speculative.acceptance_rate": ("0.6", 0.6, ["--spec-tokens", "2", "--spec-method", "ngram"]),
@@ -76,7 +80,7 @@ SAMPLES = {
     "request_path": ("1,2,3", "1,2,3", []),
 }
 OBJECTS = {"closed_loop": "closed_loop", "disaggregation": "disaggregation",
-           "speculative": "speculative"}  # a row's target -> SimConfig's field holding it
+           "speculative": "speculative", "kv_offload": "kv_offload"}  # a row's target -> SimConfig's field holding it
 
 
 def _argv(key):
@@ -129,7 +133,7 @@ def test_every_field_the_cli_exposes_is_in_the_table():
     from sim.tools.sweep_grid import PARTS
     targets = {"config": _fields(SimConfig), "speculative": _fields(SpeculativeConfig),
                "disaggregation": _fields(Disaggregation),
-               "closed_loop": _fields(workloads.ClosedLoop),
+               "closed_loop": _fields(workloads.ClosedLoop), "kv_offload": _fields(KVTier),
                "workload": set(inspect.signature(workloads.load).parameters)}
     for row in SETTINGS:
         for target in row.to:
@@ -137,7 +141,8 @@ def test_every_field_the_cli_exposes_is_in_the_table():
             if target in targets:
                 assert row.api_field in targets[target], (row.key, target)
     by_rows = {row.api_field for row in SETTINGS if "config" in row.to}
-    built = {"cost_model", "speculative", "closed_loop", "disaggregation", "request_path"}
+    built = {"cost_model", "speculative", "closed_loop", "disaggregation", "request_path",
+             "kv_offload"}
     not_exposed = {"progress", "check"}  # a terminal's progress bar; the engine's self-check
     assert _fields(SimConfig) == by_rows | built | not_exposed
     for name, (owner, attr) in PARTS.items():  # sweep's grid: sim run's names for them

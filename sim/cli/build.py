@@ -24,7 +24,8 @@ from .table import BY_KEY, SETTINGS
 
 # when a config object is made: a field of it given (others alone take its defaults)
 MADE_BY = {"closed_loop": ("num_users",),
-           "disaggregation": ("prefill_replicas", "decode_replicas")}
+           "disaggregation": ("prefill_replicas", "decode_replicas"),
+           "kv_offload": ("capacity_gb",)}
 # the workload loader's argument names for settings of other names (its message says "n=...")
 LOADER_NAMES = {row.api_field: row.key for row in SETTINGS
                 if row.to == ("workload",) and row.field and row.key != "workload"}
@@ -131,10 +132,11 @@ def config_from(s, names=None):
     """The ``SimConfig`` of the settings ``s``, with its config objects, in one pass over the
     table (:func:`parts`)."""
     import workloads
-    from ..engine import Disaggregation, SimConfig
+    from ..engine import Disaggregation, KVTier, SimConfig
     p = parts(s)
     speculative = _speculative(p.get("speculative"), names)
-    made = {"closed_loop": workloads.ClosedLoop, "disaggregation": Disaggregation}
+    made = {"closed_loop": workloads.ClosedLoop, "disaggregation": Disaggregation,
+            "kv_offload": KVTier}
     objects = {target: cls(**p[target]) for target, cls in made.items()
                if any(field in p.get(target, {}) for field in MADE_BY[target])}
     return SimConfig(**p.get("config", {}), speculative=speculative,

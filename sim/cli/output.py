@@ -69,6 +69,13 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                                      f"prompt tokens" + ("" if names_prefixes else
                                      " (the workload names no prefix block: no hash_ids "
                                      "covering one, so nothing can hit)")))
+    if "offload_hit_rate" in summary:
+        rows.append(("offload tier", f"{_num(summary['offload_hit_rate'], '.1%')} of prompt "
+                                     f"tokens loaded from it; "
+                                     f"{summary['offload_bytes_stored'] / 1e9:,.1f} GB stored, "
+                                     f"{summary['offload_bytes_loaded'] / 1e9:,.1f} GB loaded; "
+                                     f"{_num(summary['load_time_mean'] * 1e3, '.1f')} ms "
+                                     f"load per request on average"))
     if "spec_acceptance_rate" in summary:
         rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
                                     f"tokens accepted; "

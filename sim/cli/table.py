@@ -198,6 +198,20 @@ SETTINGS = (
     S("link_latency_s", ("--link-latency",), ("disaggregation",), parse=float, metavar="SECONDS",
       default=0.0, check=at_least_zero,
       help="disaggregation: latency of each KV transfer, >= 0", default_help="default 0"),
+    S("offload_gb", ("--offload-gb",), ("kv_offload",), "capacity_gb", parse=float,
+      metavar="GB", check=at_least_zero,
+      help="KV offload tier under the block prefix cache (vLLM's CPU offload): its capacity "
+           "per GPU in GB, >= 0; blocks the GPU evicts are stored there and loaded back on a "
+           "hit instead of recomputed", default_help="default: no tier"),
+    S("offload_read_bandwidth", ("--offload-read-bandwidth",), ("kv_offload",), "read_gbps",
+      parse=float, metavar="GB_S", check=positive,
+      help="offload tier: load bandwidth per GPU, GB/s, > 0", default_help="default 50"),
+    S("offload_write_bandwidth", ("--offload-write-bandwidth",), ("kv_offload",), "write_gbps",
+      parse=float, metavar="GB_S", check=positive,
+      help="offload tier: store bandwidth per GPU, GB/s, > 0", default_help="default 50"),
+    S("offload_latency", ("--offload-latency",), ("kv_offload",), "latency", parse=float,
+      metavar="SECONDS", check=at_least_zero,
+      help="offload tier: seconds added to every load, >= 0", default_help="default 0"),
     S("closed_loop_users", ("--closed-loop",), ("closed_loop",), "num_users", parse=int,
       metavar="USERS", check=count,
       help="closed loop with this many users, >= 1, each sending its next request when the "

@@ -26,7 +26,7 @@ _PUBLIC = {"Batch": "core.batch", "SimConfig": "config", "Disaggregation": "flee
            "ChunkedPrefill": "core.policies", "ContinuousBatching": "core.policies",
            "StaticBatching": "core.policies", "VLLM": "presets.vllm", "Orca": "presets.orca",
            "Sarathi": "presets.sarathi", "SGLang": "presets.sglang", "POLICIES": "schedulers",
-           "run": "simulation", "SpeculativeConfig": "speculation.settings",
+           "run": "simulation", "SpeculativeConfig": "speculation.settings", "KVTier": "kv.offload",
            "RequestPath": "fleet.request_path"}
 
 
@@ -40,4 +40,4 @@ def __getattr__(name):
 
 __all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
            "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca", "SGLang",
-           "SpeculativeConfig", "RequestPath"]
+           "SpeculativeConfig", "RequestPath", "KVTier"]

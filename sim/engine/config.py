@@ -55,6 +55,7 @@ from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
+from .kv.offload import KVTier
 from .fleet.routers import check_router
 from .schedulers import POLICIES, POOL_SIZING, resolve
 from .speculation.draft_cost import DraftCost
@@ -92,6 +93,7 @@ class SimConfig:
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
+    kv_offload: object = None  # sim.KVTier: a tier under the block prefix cache (kv.offload)
     replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.fleet.cluster)
     router: object = "round_robin"  # a name in sim.engine.fleet.routers.ROUTERS or a callable
     disaggregation: object = None  # sim.engine.fleet.disaggregation.Disaggregation: two pools
@@ -120,6 +122,8 @@ class SimConfig:
             from ..specs.models import get_model
             check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
         check_router(self.router)
+        if self.kv_offload is not None and not isinstance(self.kv_offload, KVTier):
+            raise TypeError(f"kv_offload must be a sim.KVTier, got {self.kv_offload!r}")
         if self.disaggregation is not None:
             if not isinstance(self.disaggregation, Disaggregation):
                 raise TypeError(f"disaggregation must be a sim.Disaggregation, got "

@@ -72,7 +72,7 @@ from .core.events import Environment
 from .core.fastforward import can_fast_forward
 from .core.invariants import check_finished
 from .core.process import ReplicaProcess, submit
-from .core.records import build_result, gc_frozen, gc_paused
+from .core.records import build_result, gc_frozen, gc_paused, offload_traffic
 from .core.request import Request
 from .fleet.clients import ClosedLoopClients, conversations
 from .fleet.cluster import RunContext, new_replica, run_cluster
@@ -259,8 +259,9 @@ def run_replica(ctx: RunContext) -> Result:
                            f"nor rejected")
     if config.check:
         check_finished(requests, [replica])
-    return build_result(requests, records, config, ctx.kv_blocks,
-                        wall_seconds=time.perf_counter() - ctx.wall, policy=policy,
-                        cost_model=ctx.cost, paused=replica.paused)
+    return offload_traffic(build_result(requests, records, config, ctx.kv_blocks,
+                                        wall_seconds=time.perf_counter() - ctx.wall,
+                                        policy=policy, cost_model=ctx.cost,
+                                        paused=replica.paused), [replica])
 
 

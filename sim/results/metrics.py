@@ -90,6 +90,7 @@ import numpy as np
 
 from ..numerics import dot  # a @ b in a fixed order, on any CPU
 from .economics import economics
+from .offload_metrics import offload_metrics
 
 PCTS = (50, 90, 95, 99)
 CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
@@ -163,6 +164,7 @@ class Result:
         # requests whose prompt names at least one cacheable prefix block (their hash_ids cover
         # a full block); 0 without prefix caching. Set by the engine (sim.engine.core.records)
         self.num_prefix_keyed = 0
+        self.offload_bytes = None  # an offload tier's (stored, loaded) bytes (kv.offload)
         self._itl = itl_data  # (gap values per iteration, weights, extra gaps)
         self._itl_sorted = (None, None)  # (the _itl it was computed from, its weighted_cdf)
 
@@ -299,6 +301,8 @@ class Result:
             out["prefill_compute_ratio"] = computed / prompt if prompt else float("nan")
             out["prefix_hit_rate"] = (float(fin["num_cached_tokens"].sum()) / prompt
                                       if prompt else float("nan"))
+        if "num_offload_tokens" in req:  # an offload tier under the prefix cache
+            out.update(offload_metrics(req, fin, prompt, self.offload_bytes))
         if "spec_steps" in req:  # speculative decoding
             steps, drafted = float(req["spec_steps"].sum()), float(req["spec_drafted"].sum())
             accepted = float(req["spec_accepted"].sum())

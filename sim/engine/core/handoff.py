@@ -7,6 +7,11 @@ completes (:meth:`KVHandoff._hand_off`) and frees its blocks when the KV has lef
 (:meth:`KVHandoff.reserve`) and starts the request decoding when it lands
 (:meth:`KVHandoff.receive`).
 
+The same verbs land the blocks an offload tier loads (:mod:`sim.engine.kv.offload`): a request
+admitted with a tier hit holds its blocks off the batch while they load
+(:meth:`KVHandoff._admit_loading`, counted in ``num_loading`` and ``num_in_transit``) and
+continues its prefill when they land (:meth:`KVHandoff.land`; tests/test_offload.py).
+
 Invariant (tests/test_disaggregation.py): ``num_free + blocks held + blocks of the
 ``num_in_transit`` transfers leaving or reaching this replica == num_blocks``.
 """
@@ -14,7 +19,7 @@ Invariant (tests/test_disaggregation.py): ``num_free + blocks held + blocks of t
 from __future__ import annotations
 
 from .queues import _del_running, _set_running
-from .request import DECODE
+from .request import DECODE, PREFILL
 
 
 class KVHandoff:
@@ -61,3 +66,44 @@ class KVHandoff:
         self.decodes.start(r, self.clock if in_flight else self.clock - 1)
         if self.num_spec_tokens:
             self.decodes.flush()
+
+    def _admit_loading(self, r, nodes, loaded) -> bool:
+        """Block mode with an offload tier: admit waiting ``r`` whose ``nodes`` leading blocks
+        are cached on the GPU and the ``loaded`` after them in the tier: it references the
+        first, takes blocks for the others and waits off the batch while they load (False,
+        nothing changed, when the blocks are short). It holds them as anonymous blocks until
+        :meth:`land` caches them under its keys. Its prefill tokens this iteration: none (a
+        policy counts the chunk it asked for against its budget: a deviation)."""
+        blocks, bs, keys = self.blocks, self.block_size, r.block_keys
+        free = blocks.num_free
+        if loaded > free or nodes and loaded + nodes > free and \
+                loaded + self.prefix_pinned(r) > free:
+            return False
+        self._dequeue(r)
+        self._hits.pop(r, None)
+        held = keys[:nodes]
+        blocks.acquire(held)
+        seconds = self.tier.load(keys[nodes:nodes + loaded])  # (made recent: not evicted now)
+        blocks.allocate(loaded)
+        r.kv_keys = held
+        r.status = PREFILL
+        r.num_computed = (nodes + loaded) * bs
+        r.scheduled_iteration = -1
+        if r.first_scheduled_time is None:
+            r.first_scheduled_time = self.now
+            r.num_cached_tokens = r.num_computed
+            r.num_offload_tokens = loaded * bs
+        r.load_time += seconds
+        self.num_loading += 1
+        self.num_in_transit += 1
+        self.on_load(r, seconds, nodes * bs)
+        return True
+
+    def land(self, r, start) -> None:
+        """``r``'s blocks from the tier have landed: its tokens ``start..num_computed`` become
+        cached under its keys and it joins the running set, prefilling from there."""
+        self.num_loading -= 1
+        self.num_in_transit -= 1
+        self._register(r, start, r.num_computed)
+        _set_running(self.running, r.index, r)
+        self.prefilling += (r,)

@@ -22,6 +22,7 @@ model's price must be finite and >= 0.
 from __future__ import annotations
 
 import math
+from heapq import heappop, heappush
 
 from ...results.metrics import CONTEXT_LENGTH
 from .batch import decode_pricer
@@ -93,6 +94,9 @@ class ReplicaProcess:
         self.idle = False  # waiting for work: woken by the next arrival or transfer (wake())
         self._loop = None
         self._wakeup = None
+        self.landings = []  # offload tier: the times its loads in flight land (a heap)
+        if getattr(replica, "tier", None) is not None:
+            replica.on_load = self._load
         self.bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -141,14 +145,17 @@ class ReplicaProcess:
                 nxt += 1
             if not running and not waiting:
                 if nxt < n_arrivals:
-                    delay = delay_until(now, arrivals[nxt].arrival_time)
+                    t = arrivals[nxt].arrival_time
+                    if replica.num_loading:  # or when a load lands (its event runs first)
+                        t = min(t, self.landings[0])
+                    delay = delay_until(now, t)
                     if not sleep(delay, wakeup):
                         yield
                 else:
                     self.idle = True
                     yield
                 continue
-            if fast and not waiting and not replica.prefilling:  # only decodes run
+            if fast and not waiting and not replica.prefilling and not replica.num_loading:  # only decodes run
                 if self.closed:
                     until = env.peek()  # (the next event: no other process acts before it)
                 elif self.next_arrival is not None:
@@ -174,6 +181,12 @@ class ReplicaProcess:
             if self.check:
                 check_replica(replica)
             if not batch.prefills and not batch.num_decode_tokens:
+                if replica.num_loading and nxt < n_arrivals:  # until a landing or an arrival
+                    replica.stand_by()
+                    t = min(arrivals[nxt].arrival_time, self.landings[0])
+                    if not sleep(delay_until(now, t), wakeup):
+                        yield
+                    continue
                 if replica.num_in_transit:  # disaggregation: blocks held by KV in transit
                     replica.stand_by()
                     self.idle = True
@@ -210,6 +223,16 @@ class ReplicaProcess:
                 bar.n = len(replica.finished)
                 bar.refresh()
 
+    def _load(self, r, seconds, start):
+        """An offload tier's load for ``r`` takes ``seconds``: it lands then (its own event)."""
+        heappush(self.landings, self.env.now + seconds)
+        self.env.wake(Wakeup(self._landed, (r, start)), seconds)
+
+    def _landed(self, event):
+        heappop(self.landings)
+        self.replica.land(*event.value)
+        self.wake()
+
     def close(self):
         """The environment has run: close the progress bar and break the reference cycles
         that would keep the replica, and with it every request, alive until the cyclic
@@ -223,4 +246,4 @@ class ReplicaProcess:
         self._wakeup = None
         self.arrivals = ()
         self.next_arrival = None  # (a cluster's bound method: the cluster holds this process)
-        self.replica.on_finish = self.replica.on_prefilled = None
+        self.replica.on_finish = self.replica.on_prefilled = self.replica.on_load = None

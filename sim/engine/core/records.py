@@ -167,6 +167,9 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
         # request's end included (its output is cut at max_tokens after verification)
         df["spec_accepted"] = (_numbers(requests, "spec_accepted")
                                + _numbers(requests, "spec_overshoot"))
+    if config.kv_offload is not None:  # an offload tier (sim.engine.kv.offload)
+        df["num_offload_tokens"] = _numbers(requests, "num_offload_tokens")
+        df["load_time"] = _numbers(requests, "load_time", np.float64)
     for name, values in (columns or {}).items():
         df[name] = values
     res = Result(df, iters, config, kv_blocks, wall_seconds, itl_data,
@@ -191,3 +194,13 @@ def _times(requests, name) -> np.ndarray:
         return _numbers(requests, name, np.float64)
     except TypeError:  # a None among them
         return np.array(list(map(attrgetter(name), requests)), dtype=np.float64)
+
+
+def offload_traffic(res, replicas):
+    """Record on ``res`` the bytes the replicas' offload tiers stored and loaded, in all
+    (``offload_bytes``: ``(stored, loaded)``; None without a tier)."""
+    tiers = [rep.tier for rep in replicas if rep.tier is not None]
+    if tiers:
+        res.offload_bytes = (sum(t.bytes_stored for t in tiers),
+                             sum(t.bytes_loaded for t in tiers))
+    return res

@@ -50,6 +50,7 @@ from functools import partial
 import numpy as np
 
 from ..kv.blocks import BlockManager, blocks_for
+from ..kv.offload import OffloadingBlockManager
 from ..kv.prefix_cache import PrefixCachingBlockManager
 from ..kv.prefix_hits import PrefixHits
 from ..kv.radix import RadixBlockManager
@@ -75,7 +76,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
 
     def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
                  prefix_caching=False, speculative=None, draw=None, cache_unit=None,
-                 clip_left=None):
+                 clip_left=None, offload=None):
         # prefix_caching: False, "block" (True) or "radix"; cache_unit: the workload's tokens
         # per hash id (radix mode's node span); clip_left: keep the decodes' tokens left, each
         # clipped to it, summed (decoding.ClippedDecodes; a policy's clip_left, SGLang's)
@@ -85,7 +86,14 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         # mode (evictions, additions, target, (hit, nodes))
         self._hits = {}
         self._pins = {}  # radix mode: waiting request -> (state, free pages its hit holds)
-        if self.radix:
+        # offload: a kv.offload.OffloadTier under the block prefix cache (its evictions stored
+        # there, its hits loaded: handoff.KVHandoff._admit_loading), None without
+        self.tier = offload if self.caching and not self.radix else None
+        self.num_loading = 0  # requests waiting for their blocks to load from the tier
+        self.on_load = None  # callback(request, seconds, start): the process lands it then
+        if self.tier is not None:
+            self.blocks = OffloadingBlockManager(kv_blocks, block_size, self.tier)
+        elif self.radix:
             self.blocks = RadixBlockManager(kv_blocks, block_size, cache_unit or block_size)
         else:
             self.blocks = (PrefixCachingBlockManager if self.caching else BlockManager)(
@@ -210,9 +218,13 @@ class Replica(Iteration, KVHandoff, PrefixHits):
                 raise ValueError(f"admit: num_tokens must be in 1..{r.prefill_target - cached} "
                                  f"for {r!r} ({cached} tokens cached), got {num_tokens}")
             self._refuse_admit(r, num_tokens)
-        if len(self.running) >= self.max_batch_size:
+        if len(self.running) + self.num_loading >= self.max_batch_size:
             return False
         blocks = self.blocks
+        if self.tier is not None and keys is not None:  # the blocks after the hit, offloaded
+            loaded = self.tier.hits(keys, nodes, min(len(keys), (r.prefill_target - 1) // bs))
+            if loaded:
+                return self._admit_loading(r, nodes, loaded)
         # a partly matched last node pins its whole span (a deviation: SGLang splits it); not
         # referenced (its matched tokens computed again in this chunk) where pinned for the
         # request's whole run it would take more than the pool (it preempted itself at the

@@ -6,7 +6,8 @@ KV-transfer links), ``clients`` (closed-loop users issuing a conversation's turn
 ``request_path`` (the client's time outside the engine: front end, tokeniser). Autoscaling goes
 here.
 
-May import: ``sim.engine.core`` (the replica and its process), ``sim.engine.speculation`` (a
+May import: ``sim.engine.core`` (the replica and its process), ``sim.engine.kv`` (a
+replica's offload tier), ``sim.engine.speculation`` (a
 replica's draws), ``sim.engine.schedulers`` (a policy per replica); ``sim.checks``,
 ``sim.specs``, ``sim.results``; SimPy, NumPy, pandas. Not ``sim.engine.config`` or
 ``sim.engine.simulation`` (they build on the fleet).

@@ -49,8 +49,10 @@ from ..core.events import URGENT, Wakeup, delay_until
 from ..core.invariants import check_finished
 from ..core.fastforward import can_fast_forward
 from ..core.process import ReplicaProcess, reject_too_long, submit
-from ..core.records import ITERATION_COLUMNS, build_result, gc_frozen, release
+from ..core.records import (ITERATION_COLUMNS, build_result, gc_frozen, offload_traffic,
+                            release)
 from ..core.replica import Replica
+from ..kv.offload import OffloadTier
 from ..schedulers import POLICIES, resolve
 from ..speculation.acceptance import make_drawer
 from .clients import ClosedLoopClients
@@ -214,13 +216,28 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
     rep = Replica(kv_blocks, config.block_size, config.max_batch_size,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
-                  draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None))
+                  draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None),
+                  offload=offload_tier(config))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     rep.max_model_len = max_model_len
     rep.reject_reason = getattr(policy, "reject_reason", None)  # the policy's arrival check
     return rep
 
 
+
+
+def offload_tier(config):
+    """A replica's :class:`~sim.engine.kv.offload.OffloadTier` as ``config.kv_offload`` sets
+    it (None without), its blocks priced at the model's KV bytes per GPU."""
+    if config.kv_offload is None:
+        return None
+    if config.prefix_caching != "block":
+        raise ValueError(f"kv_offload needs prefix_caching='block', got "
+                         f"prefix_caching={config.prefix_caching!r}")
+    from ...specs.memory import kv_cache_bytes
+    block = kv_cache_bytes(config.block_size, model=config.resolved_model(),
+                           dtype=config.kv_dtype, tensor_parallel=config.tensor_parallel)
+    return OffloadTier(config.kv_offload, block)
 
 
 def replica_policy(config, policy):
@@ -271,8 +288,9 @@ def assemble(requests, records_per_replica, replicas, replica_of, config, kv_blo
     request's token runs to that numbering, and build the Result."""
     records, counts, offsets, paused = concatenate(records_per_replica, replicas)
     shift_segments(requests, replica_of, offsets)
-    return build_result(requests, records, config, kv_blocks, replicas=(replica_of, counts),
-                        paused=paused, **kwargs)
+    return offload_traffic(build_result(requests, records, config, kv_blocks,
+                                        replicas=(replica_of, counts), paused=paused,
+                                        **kwargs), replicas)
 
 
 def simulate(env, config, entry, *others, busy=False, fast_forward=None,
