@@ -133,3 +133,13 @@ def test_sweep_rows_and_capacity_search_carry_the_band():
     assert cap.rate_hi == pytest.approx(md1_rate(D * f["factor_lo"]), rel=0.05)
     plain = max_rate(_poisson(2000, 1.0), {"e2e_mean": s}, config=CFG, tol=0.05)
     assert plain.rate_lo != plain.rate_lo  # nan without bands
+
+
+def test_disaggregated_pools_of_their_own_gpu_are_refused_with_bands():
+    split = sim.Disaggregation(prefill={"gpu": "a100"})
+    with pytest.raises(ValueError, match="^bands with disaggregated pools setting their own gpu"):
+        sim.run(_poisson(20, 5.0), model="llama-3.1-8b", gpu="h100", disaggregation=split,
+                bands=0.9)
+    same = sim.run(_poisson(50, 5.0), model="llama-3.1-8b", gpu="h100",
+                   disaggregation=sim.Disaggregation(), bands=0.9).summary()
+    assert same["ttft_p99_lo"] <= same["ttft_p99"] <= same["ttft_p99_hi"]

@@ -134,6 +134,13 @@ def scaled_config(config, factor: float):
     """``config`` (bands off) pricing every iteration ``factor`` times as long: the target cost
     model wrapped in :class:`ScaledCost` (a speculative draft priced by its own roofline is
     not scaled)."""
+    split = config.disaggregation
+    own = sorted({k for pool in (split.prefill, split.decode) for k, _ in dict(pool).items()
+                  if k in ("cost_model", "gpu", "tensor_parallel")}) if split is not None else []
+    if own:
+        raise ValueError(f"bands with disaggregated pools setting their own {', '.join(own)} "
+                         f"is not supported: the band scales the run's one cost model (give "
+                         f"both pools the run's GPU and cost model, or bands=None)")
     target = replace(config, speculative=None, bands=None).resolved_cost_model()
     return replace(config, bands=None, cost_model=ScaledCost(target, factor))
 
@@ -169,8 +176,9 @@ def run_banded(run, workload, config):
     summary then carries the ``_lo`` / ``_hi`` columns)."""
     level = check_bands(config.bands)
     info = band_factors(level, gpu_of(config))
+    fast_config, slow_config = (scaled_config(config, info[f]) for f in ("factor_lo",
+                                                                          "factor_hi"))
     point = run(workload, replace(config, bands=None))
-    fast = run(workload, scaled_config(config, info["factor_lo"]))
-    slow = run(workload, scaled_config(config, info["factor_hi"]))
+    fast, slow = run(workload, fast_config), run(workload, slow_config)
     point.bands = Bands(info, fast, slow)
     return point
