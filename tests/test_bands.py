@@ -143,3 +143,19 @@ def test_disaggregated_pools_of_their_own_gpu_are_refused_with_bands():
     same = sim.run(_poisson(50, 5.0), model="llama-3.1-8b", gpu="h100",
                    disaggregation=sim.Disaggregation(), bands=0.9).summary()
     assert same["ttft_p99_lo"] <= same["ttft_p99"] <= same["ttft_p99_hi"]
+
+
+def test_sim_run_and_sweep_write_the_band(tmp_path, capsys):
+    import json
+
+    from sim.cli.main import main
+    assert main(["run", "--num-requests", "60", "--rate", "4", "--bands", "0.9",
+                 "-o", str(tmp_path / "run")]) == 0
+    assert "90% band" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["summary"]
+    assert summary["ttft_p99_lo"] <= summary["ttft_p99"] <= summary["ttft_p99_hi"]
+    toml = tmp_path / "b.toml"
+    toml.write_text('num_requests = 60\nbands = 0.9\nmetrics = ["ttft_p99_hi"]\n'
+                    '[grid]\nrate = [2.0, 4.0]\n')
+    assert main(["sweep", str(toml), "--workers", "1", "-o", str(tmp_path / "sweep")]) == 0
+    assert "ttft_p99_hi" in capsys.readouterr().out
