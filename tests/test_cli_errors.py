@@ -104,7 +104,9 @@ CASES = [
                                    "token; write 0 for a term not wanted), got 1"),
     (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
-    (["run", "{d}/misspelt.toml"], "known: ['block_size', 'capacity_scheduler_policy', "
+    (RUN + ["--bands", "1.5"], "--bands must be a central probability in (0, 1), e.g. 0.9, got "
+                               "1.5"),
+    (["run", "{d}/misspelt.toml"], "known: ['bands', 'block_size', 'capacity_scheduler_policy', "
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "

@@ -46,6 +46,7 @@ SAMPLES = {
     "prefix_caching": ("OFF", False, []),
     "block_size": ("32", 32, []),
     "seed": ("3", 3, []),
+    "bands": ("0.8", 0.8, []),
     "cost": ("constant:0.01", "constant:0.01", []),
     "profile": (str(shipped_cpu_profile()), str(shipped_cpu_profile()), ["--kv-blocks", "100"]),
     "usd_per_gpu_hour": ("2.5", 2.5, []),

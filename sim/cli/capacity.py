@@ -64,6 +64,9 @@ def cmd_capacity(args) -> int:
     print(f"max rate {cap.rate:.4g} req/s (within {args.tol:.1%}); goodput "
           f"{cap.summary['goodput']:.4g} req/s, {cap.goodput_per_gpu:.4g} per GPU "
           f"({plural(cap.num_gpus, 'GPU')})")
+    if cap.rate_lo == cap.rate_lo:  # --bands: the search at the band's slow and fast ends
+        print(f"{cfg.bands:.0%} band: {cap.rate_lo:.4g}-{cap.rate_hi:.4g} req/s (every step at "
+              f"the slow and the fast end of the cost model's measured error)")
     print("rates tried:")
     for row in cap.points.itertuples():
         print(f"  {row.rate:10.4g} req/s  attainment {row.slo_attainment:6.1%}  "

@@ -61,6 +61,15 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                      f"on average, {summary['kv_usage_max']:.0%} at peak; "
                      f"{plural(summary['num_preemptions'], 'preemption')}"),
     ]
+    if "bands_level" in summary:  # run(..., bands=): sim.engine.bands
+        rows.append((f"{summary['bands_level']:.0%} band", "  ".join(
+            f"{label} {_num(summary[f'{key}_lo'], '.4g')}-{_num(summary[f'{key}_hi'], '.4g')}"
+            for key, label in (("ttft_p99", "TTFT P99"), ("tpot_p99", "TPOT P99"),
+                               ("e2e_p99", "E2E P99"))) + "  output tok/s "
+            f"{_num(summary['output_token_throughput_lo'], ',.0f')}-"
+            f"{_num(summary['output_token_throughput_hi'], ',.0f')} (each step "
+            f"x{summary['bands_factor_lo']:.3g}-{summary['bands_factor_hi']:.3g}, the cost "
+            f"model's error on this GPU, {summary['bands_errors']})"))
     if prefix_caching:
         rows.append(("prefix cache", f"{prefix_caching}: "
                                      f"{_num(summary['prefix_hit_rate'], '.1%')} of prompt "

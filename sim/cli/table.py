@@ -162,6 +162,11 @@ SETTINGS = (
       default_help="default: the scheduler's; 16, sglang 1"),
     S("seed", ("--seed",), ("workload", "config"), parse=int, check=count_or_zero, default=0,
       help="seed of sampled arrivals and lengths, >= 0", default_help="default 0"),
+    S("bands", ("--bands",), parse=float, metavar="LEVEL",
+      help="error band: every latency and throughput also as <metric>_lo / _hi, the runs "
+           "with each step at the ends of the central LEVEL interval of the cost model's "
+           "measured step-time error on this GPU, e.g. 0.9, in (0, 1); capacity: the rate's "
+           "band", default_help="default: off"),
     S("cost", ("--cost",), ("cost",), metavar="SPEC", default="roofline",
       check=typed(str, "roofline, constant:SECONDS or linear:BASE,PREFILL,DECODE,CONTEXT"),
       help="roofline | constant:SECONDS | linear:BASE,PREFILL,DECODE,CONTEXT (all four numbers)",

@@ -6,8 +6,9 @@ Sub-packages, in layer order (each may import only those before it; tests/test_l
 - ``core`` - requests, the replica and its iteration loop (the SimPy process), decoding,
   the batch snapshot, the policy contract, events, records, fast-forward, invariants;
 - ``speculation`` - speculative decoding's settings, acceptance draws and draft price;
-  ``presets`` - vLLM, Sarathi, Orca, SGLang, TensorRT-LLM rule by rule (both on ``core``,
-  independent of each other);
+  ``presets`` - vLLM, Sarathi, Orca, SGLang, TensorRT-LLM rule by rule; ``bands`` (module) -
+  error bands, the runs at the cost model's measured error (all on ``core``, independent of
+  each other);
 - ``schedulers`` (module) - the table of scheduler names and knob resolution;
 - ``fleet`` - routers, clusters, disaggregated pools, closed-loop clients, the request path;
 - ``config`` (module) - ``SimConfig``, every knob of a run;

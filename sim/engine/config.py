@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
+from .bands import check_bands
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
 from .kv.offload import KVTier
@@ -106,8 +107,10 @@ class SimConfig:
     progress: bool = False
     # check the engine's invariants every iteration (sim.engine.core.invariants)
     check: bool = False
+    bands: float | None = None  # run(..., bands=0.9): the error band's runs (sim.engine.bands)
 
     def __post_init__(self):
+        object.__setattr__(self, "bands", check_bands(self.bands))
         for flag in ("progress", "check"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be True or False, got {getattr(self, flag)!r}")

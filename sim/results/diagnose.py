@@ -41,7 +41,10 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
   cost ratio ``c`` gives ``speculative_speedup = E / (k c + 1)`` below 1 (the cheat sheet's
   "speculation got slower: measure the acceptance rate first"). ``c``: the configured
   ``draft_cost_ratio``, or a draft model's step over the target's for one decode at 1,024
-  tokens of context (``DraftCost.cost_ratio``), or 0 for n-gram drafting.
+  tokens of context (``DraftCost.cost_ratio``), or 0 for n-gram drafting;
+- ``fragile`` - a run with error bands (``run(..., bands=0.9)``) whose TTFT or TPOT P99 band
+  spans more than ``FRAGILE`` times (hi / lo): the operating point sits at the knee, where the
+  cost model's measured step-time error alone moves the tail that much.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ QUEUED = 0.5  # closed loop: mean queueing delay above this share of the mean E2
 RARE_STALL_RATIO = 10.0  # the longest ITL gap / the median above this, while P99 / P50 is not
 KV_BOUND_SLOTS = 0.5  # while requests wait: running / max_batch_size below this, with ...
 KV_BOUND_USAGE = 0.8  # ... the KV pool's blocks in use above this share (the pool binds)
+FRAGILE = 2.0  # error bands: a P99 band's hi / lo above this (sim.engine.bands)
 
 
 @dataclass(frozen=True)
@@ -247,6 +251,26 @@ def diagnose(result) -> list:
                 f"step costing {c:.2g} of a target step that is a {speedup:.2f}x speedup",
                 "measure the acceptance rate first: fewer speculative tokens, a better-matched "
                 "draft, or no speculation", speedup))
+    out.extend(_fragile(s))
+    return out
+
+
+def _fragile(s) -> list:
+    """The ``fragile`` findings of a summary with error bands (none without)."""
+    out = []
+    for key, name in (("ttft_p99", "TTFT P99"), ("tpot_p99", "TPOT P99")):
+        point, lo, hi = s.get(key), s.get(f"{key}_lo"), s.get(f"{key}_hi")
+        if lo is None or not (lo > 0 and hi / lo > FRAGILE):
+            continue
+        slower = s["bands_factor_hi"] - 1
+        out.append(Finding(
+            "fragile",
+            f"fragile operating point: a step {slower:.0%} slower (the slow end of the "
+            f"{s['bands_level']:.0%} error band) gives {name} {hi:.3g} s, {hi / point:.2g}x the "
+            f"{point:.3g} s estimated; its band spans {lo:.3g}-{hi:.3g} s ({hi / lo:.2g}x)",
+            "leave headroom: a lower request rate, another replica or a faster configuration "
+            "(sim capacity finds the knee; measure this GPU's step time to narrow the band)",
+            hi / lo))
     return out
 
 

@@ -167,6 +167,7 @@ class Result:
         self.offload_bytes = None  # an offload tier's (stored, loaded) bytes (kv.offload)
         self._itl = itl_data  # (gap values per iteration, weights, extra gaps)
         self._itl_sorted = (None, None)  # (the _itl it was computed from, its weighted_cdf)
+        self.bands = None  # run(..., bands=): the band's runs (sim.engine.bands.Bands)
 
     def over_max_model_len(self) -> np.ndarray:
         """Which requests (rows of ``requests``) were rejected for exceeding ``max_model_len``:
@@ -328,6 +329,8 @@ class Result:
             out["slo_attainment"] = float(ok.mean()) if len(ok) else float("nan")
             out["goodput"] = rate(float(ok.sum()))
             out["goodput_per_gpu"] = out["goodput"] / out["num_gpus"]
+        if self.bands is not None:  # <metric>_lo / <metric>_hi (sim.engine.bands)
+            out.update(self.bands.columns(out, slo))
         out["wall_seconds"] = self.wall_seconds
         return out
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -52,6 +52,8 @@ class Capacity:
     goodput_per_gpu: float
     points: pd.DataFrame = field(repr=False)
     reason: str = ""  # why no rate meets the limits (rate nan); "" when one does
+    rate_lo: float = float("nan")  # config.bands: the rate with every step at the band's slow
+    rate_hi: float = float("nan")  # end, and at its fast end (sim.engine.bands); else nan
 
 
 def _no_rate_meets(summary, slo, attainment, rate) -> str:
@@ -107,11 +109,31 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
              max_steps=60) -> Capacity:
     """The highest rate at which ``slo`` holds (see the module docstring). ``config``: a
     :class:`SimConfig` (default ``SimConfig()``); ``start``: the first rate tried (default:
-    the workload's own mean rate)."""
+    the workload's own mean rate). ``config.bands`` (e.g. 0.9): the search runs twice more,
+    with every step priced at the slow and the fast end of the cost model's measured error
+    band (:mod:`sim.engine.bands`), giving ``rate_lo`` and ``rate_hi``."""
+    config = as_config(config)
+    if config.bands is None:
+        return _max_rate(workload, slo, attainment, config, tol, start, max_steps)
+    from ..engine.bands import band_factors, gpu_of, scaled_config
+    info = band_factors(config.bands, gpu_of(config))
+    point = _max_rate(workload, slo, attainment, replace(config, bands=None), tol, start,
+                      max_steps)
+    with warnings.catch_warnings():  # (an end no rate meets is nan there, not a second warning)
+        warnings.simplefilter("ignore", UserWarning)
+        ends = [_max_rate(workload, slo, attainment, scaled_config(config, info[f]), tol,
+                          start or (point.rate if point.rate == point.rate else None), max_steps)
+                .rate for f in ("factor_hi", "factor_lo")]
+    rates = [r for r in ends + [point.rate] if r == r]  # (nan: no rate meets the limits there)
+    nan = float("nan")
+    return replace(point, rate_lo=min(rates) if rates else nan,
+                   rate_hi=max(rates) if rates else nan)
+
+
+def _max_rate(workload, slo, attainment, config, tol, start, max_steps) -> Capacity:
     import workloads as wl
     if not isinstance(slo, dict) or not slo:
         raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
-    config = as_config(config)
     if config.closed_loop is not None:  # its users issue requests on completions: no rate
         raise ValueError(f"max_rate time-scales an open loop's arrivals; config.closed_loop="
                          f"{config.closed_loop!r} issues requests as users finish (drop it, or "

@@ -62,7 +62,7 @@ POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
                 "kv_dtype", "kv_offload",
                 "speculative", "replicas", "router", "disaggregation", "closed_loop",
-                "request_path", "seed", "progress", "check")
+                "request_path", "seed", "progress", "check", "bands")
 
 
 @dataclass(frozen=True, slots=True)
