@@ -80,6 +80,7 @@ def test_what_it_cannot_price_is_a_one_line_error_naming_the_field(tmp_path, cap
                  "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert field in err and "\n" not in err and "Traceback" not in err
+    assert str(path) in err  # the file it came from, not only the field
 
 
 def test_a_missing_or_bad_file_is_an_error(tmp_path, capsys):
@@ -90,6 +91,10 @@ def test_a_missing_or_bad_file_is_an_error(tmp_path, capsys):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not a JSON file"):
         ModelConfig.from_hf(bad)
+    with pytest.raises(ValueError, match="a folder, not a JSON file .give the config.json"):
+        ModelConfig.from_hf(bad.parent)
+    with pytest.raises(ValueError, match="is a folder, not a preset: give the path of its"):
+        get_model(str(bad.parent))
 
 
 def test_a_multimodal_configs_text_config_is_the_model():

@@ -69,6 +69,9 @@ def read_hf_config(path_or_dict) -> tuple:
     name = None
     if isinstance(path_or_dict, (str, Path)):
         path = Path(path_or_dict)
+        if path.is_dir():
+            inside = " (give the config.json in it)" if (path / "config.json").is_file() else ""
+            raise ValueError(f"model config {str(path)!r}: a folder, not a JSON file{inside}")
         if not path.is_file():
             raise ValueError(f"model config {str(path)!r}: no such file")
         try:
