@@ -154,3 +154,12 @@ def test_bad_jsonl_and_unknown_files(tmp_path):
         workloads.from_benchmark(other)
     with pytest.raises(ValueError, match=r"nope.json: no such file"):
         workloads.from_benchmark(tmp_path / "nope.json")
+
+
+def test_a_folder_is_named_as_one_with_the_result_files_it_holds(tmp_path):
+    with pytest.raises(ValueError, match=r": a folder, not a result file$"):
+        workloads.from_benchmark(tmp_path)
+    (tmp_path / "vllm-bench.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"a folder, not a result file .give one of its files: "
+                                         r"vllm-bench.json.$"):
+        workloads.from_benchmark(tmp_path)

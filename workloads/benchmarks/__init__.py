@@ -19,6 +19,10 @@ from .vllm import is_vllm, read_vllm
 
 __all__ = ["TOOLS", "Measured", "from_benchmark"]
 
+# the names the tools (and ``sim run --format``) give their result files
+_FILES = ("vllm-bench.json", "profile_export_aiperf.json", "profile_export.jsonl",
+          "benchmarks.json")
+
 
 def from_benchmark(path, index=None) -> Measured:
     """The run a benchmark tool's result file describes: a ``vllm bench serve`` result JSON, an
@@ -26,6 +30,10 @@ def from_benchmark(path, index=None) -> Measured:
     ``benchmarks.json`` (``index``: which benchmark of a sweep). ``ValueError`` (one line
     naming the file and the field) for a file of none of these forms or with a bad field."""
     path = Path(path)
+    if path.is_dir():
+        inside = [n for n in _FILES if (path / n).is_file()]
+        raise ValueError(f"{path}: a folder, not a result file"
+                         + (f" (give one of its files: {', '.join(inside)})" if inside else ""))
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     if path.suffix == ".jsonl":
