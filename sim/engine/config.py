@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
+from ..specs.economics import check_power
 from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
@@ -133,6 +134,8 @@ class SimConfig:
             if getattr(self, knob) is not None:
                 object.__setattr__(self, knob, positive_float(
                     knob, getattr(self, knob), allow_zero=knob == "gpu_idle_watts"))
+        if (self.gpu_idle_watts, self.gpu_max_watts) != (None, None):
+            check_power(self.resolved_gpu(), self.gpu_idle_watts, self.gpu_max_watts)
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks",
                      "kv_tokens", "max_model_len"):
             if getattr(self, knob) is not None:
