@@ -163,3 +163,14 @@ def test_a_folder_is_named_as_one_with_the_result_files_it_holds(tmp_path):
     with pytest.raises(ValueError, match=r"a folder, not a result file .give one of its files: "
                                          r"vllm-bench.json.$"):
         workloads.from_benchmark(tmp_path)
+
+
+@pytest.mark.parametrize("path,index,said", [
+    (None, None, "path must be a file path .str or Path., got NoneType"),
+    (42, None, "path must be a file path .str or Path., got int"),
+    ("x.json", "a", "index must be an integer .which benchmark of a guidellm sweep., got 'a'"),
+    ("x.json", 1.5, "index must be an integer .* got 1.5"),
+    ("x.json", True, "index must be an integer .* got True")])
+def test_a_path_or_index_of_the_wrong_type_is_named(path, index, said):
+    with pytest.raises(TypeError, match=said):
+        workloads.from_benchmark(path, index=index)

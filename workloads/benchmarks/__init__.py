@@ -10,6 +10,7 @@ reader each; each docstring names the schema and the source version it follows).
 from __future__ import annotations
 
 import json
+import numbers
 from pathlib import Path
 
 from .aiperf import is_summary, read_records, read_summary
@@ -29,6 +30,11 @@ def from_benchmark(path, index=None) -> Measured:
     AIPerf/GenAI-Perf ``profile_export.jsonl`` or ``profile_export_aiperf.json``, a guidellm
     ``benchmarks.json`` (``index``: which benchmark of a sweep). ``ValueError`` (one line
     naming the file and the field) for a file of none of these forms or with a bad field."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a file path (str or Path), got {type(path).__name__}")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, numbers.Integral)):
+        raise TypeError(f"index must be an integer (which benchmark of a guidellm sweep), got "
+                        f"{index!r}")
     path = Path(path)
     if path.is_dir():
         inside = [n for n in _FILES if (path / n).is_file()]
