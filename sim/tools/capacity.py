@@ -103,20 +103,10 @@ def _check(summary, slo, attainment):
     return ok
 
 
-def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None,
-             max_steps=60) -> Capacity:
-    """The highest rate at which ``slo`` holds (see the module docstring). ``config``: a
-    :class:`SimConfig` (default ``SimConfig()``); ``start``: the first rate tried (default:
-    the workload's own mean rate)."""
-    import workloads as wl
+def check_search(slo, attainment, tol) -> None:
+    """``max_rate``'s (and ``plan``'s) own arguments: a ``ValueError`` naming the bad one."""
     if not isinstance(slo, dict) or not slo:
         raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
-    config = as_config(config)
-    if config.closed_loop is not None:  # its users issue requests on completions: no rate
-        raise ValueError(f"max_rate time-scales an open loop's arrivals; config.closed_loop="
-                         f"{config.closed_loop!r} issues requests as users finish (drop it, or "
-                         f"vary its num_users and think_time instead)")
-    probe = None
     for key, limit in slo.items():
         if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0 \
                 or math.isinf(limit):
@@ -125,6 +115,21 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
         raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
     if not 0 < tol < 1:
         raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+
+
+def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None,
+             max_steps=60) -> Capacity:
+    """The highest rate at which ``slo`` holds (see the module docstring). ``config``: a
+    :class:`SimConfig` (default ``SimConfig()``); ``start``: the first rate tried (default:
+    the workload's own mean rate)."""
+    import workloads as wl
+    check_search(slo, attainment, tol)
+    config = as_config(config)
+    if config.closed_loop is not None:  # its users issue requests on completions: no rate
+        raise ValueError(f"max_rate time-scales an open loop's arrivals; config.closed_loop="
+                         f"{config.closed_loop!r} issues requests as users finish (drop it, or "
+                         f"vary its num_users and think_time instead)")
+    probe = None
     df = wl.validate(workload)
     if len(df) < 2:
         raise ValueError("max_rate needs a workload of at least two requests")
