@@ -103,6 +103,8 @@ def cmd_run(args) -> int:
         cost = cfg.resolved_cost_model()
         if getattr(cost, "terms_fitted", True) is False:  # a roofline on an unmeasured GPU
             print(f"note: {cost.terms_note}")
+        if " has no " in getattr(cost, "compute_note", ""):  # fp4/fp8 weights, weight-only
+            print(f"note: {cost.compute_note}")
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size,
                              prefix_caching=res.config.prefix_caching,
