@@ -110,3 +110,11 @@ def test_a_multimodal_configs_text_config_is_the_model():
     assert m.vocab_size == 262208 and m.sliding_window == 1024
     assert m.layer_counts() == {"full_attention": 10, "sliding_attention": 52}
     assert m == get_model("gemma-3-27b")
+
+
+def test_the_model_is_named_by_its_folder_or_by_its_file(tmp_path):
+    cfg = {k: v for k, v in GPT_OSS_20B.items() if k not in ("_name_or_path", "name")}
+    assert ModelConfig.from_hf(_write(tmp_path, cfg, folder="my-oss")).name == "my-oss"
+    other = tmp_path / "my-oss" / "oss-variant.json"
+    other.write_text(json.dumps(cfg))
+    assert ModelConfig.from_hf(other).name == "oss-variant"  # not the folder's 'my-oss'
