@@ -174,3 +174,15 @@ def test_a_folder_is_named_as_one_with_the_result_files_it_holds(tmp_path):
 def test_a_path_or_index_of_the_wrong_type_is_named(path, index, said):
     with pytest.raises(TypeError, match=said):
         workloads.from_benchmark(path, index=index)
+
+
+@pytest.mark.parametrize("doc,has", [({"completed": 5, "request_throughput": 1.0},
+                                      "completed, request_throughput"),
+                                     ({"benchmarks": 5}, "benchmarks")])
+def test_a_near_miss_says_what_each_tool_needs(tmp_path, doc, has):
+    path = tmp_path / "near.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=rf"one of 'backend', 'endpoint_type', 'num_prompts' "
+                                         rf"\(vllm\), metric tables \(AIPerf\) or a "
+                                         rf"'benchmarks' list \(guidellm\) \(it has {has}\)"):
+        workloads.from_benchmark(path)

@@ -61,5 +61,6 @@ def from_benchmark(path, index=None) -> Measured:
         return read_summary(doc, path)
     keys = ", ".join(list(doc)[:6]) if isinstance(doc, dict) else type(doc).__name__
     raise ValueError(f"{path}: not a vllm bench serve, AIPerf or guidellm result: no "
-                     f"'completed' + 'request_throughput', metric tables or 'benchmarks' "
-                     f"(it has {keys})")
+                     f"'completed' + 'request_throughput' + one of 'backend', 'endpoint_type', "
+                     f"'num_prompts' (vllm), metric tables (AIPerf) or a 'benchmarks' list "
+                     f"(guidellm) (it has {keys})")
