@@ -95,6 +95,8 @@ def test_a_missing_or_bad_file_is_an_error(tmp_path, capsys):
         ModelConfig.from_hf(bad.parent)
     with pytest.raises(ValueError, match="is a folder, not a preset: give the path of its"):
         get_model(str(bad.parent))
+    with pytest.raises(ValueError, match="model '' is not a preset"):  # not the working dir
+        get_model("")
 
 
 def test_a_multimodal_configs_text_config_is_the_model():

@@ -367,7 +367,7 @@ def get_model(config) -> ModelConfig:
         for cfg, row in presets.values():
             if row["hf_id"].split(" ")[0].lower() == key:
                 return cfg
-        if Path(config).is_dir():
+        if key and Path(config).is_dir():  # ('' is the working directory, not a folder given)
             raise ValueError(f"model {config!r} is a folder, not a preset: give the path of "
                              f"its config.json")
         raise ValueError(f"model {config!r} is not a preset{did_you_mean(config, model_presets())}"
