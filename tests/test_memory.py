@@ -264,3 +264,13 @@ def test_a_pool_larger_than_the_memory_budget_is_kept_with_a_warning():
         warnings.simplefilter("error")
         sim.run(df, kv_blocks=fits)  # what fits, and a cost model's own pool, say nothing
         sim.run(df, kv_blocks=10**6, cost_model=sim.ConstantCost(0.01))
+
+
+def test_sim_run_says_it_once_in_the_flags_words(tmp_path, capsys):
+    from sim.cli.main import main
+    assert main(["run", "-w", "azure-code", "-n", "5", "--kv-tokens", "16000000", "-q",
+                 "-o", str(tmp_path)]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "sim run: warning: --kv-tokens 16,000,000 is a pool of 1,000,000 KV blocks, more than "
+        "the 28,343 the memory budget leaves for them: the run keeps it, a KV cache larger "
+        "than the GPU memory (sim memory shows the budget)")
