@@ -154,3 +154,35 @@ def test_bad_jsonl_and_unknown_files(tmp_path):
         workloads.from_benchmark(other)
     with pytest.raises(ValueError, match=r"nope.json: no such file"):
         workloads.from_benchmark(tmp_path / "nope.json")
+
+
+def test_a_folder_is_named_as_one_with_the_result_files_it_holds(tmp_path):
+    with pytest.raises(ValueError, match=r": a folder, not a result file$"):
+        workloads.from_benchmark(tmp_path)
+    (tmp_path / "vllm-bench.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"a folder, not a result file .give one of its files: "
+                                         r"vllm-bench.json.$"):
+        workloads.from_benchmark(tmp_path)
+
+
+@pytest.mark.parametrize("path,index,said", [
+    (None, None, "path must be a file path .str or Path., got NoneType"),
+    (42, None, "path must be a file path .str or Path., got int"),
+    ("x.json", "a", "index must be an integer .which benchmark of a guidellm sweep., got 'a'"),
+    ("x.json", 1.5, "index must be an integer .* got 1.5"),
+    ("x.json", True, "index must be an integer .* got True")])
+def test_a_path_or_index_of_the_wrong_type_is_named(path, index, said):
+    with pytest.raises(TypeError, match=said):
+        workloads.from_benchmark(path, index=index)
+
+
+@pytest.mark.parametrize("doc,has", [({"completed": 5, "request_throughput": 1.0},
+                                      "completed, request_throughput"),
+                                     ({"benchmarks": 5}, "benchmarks")])
+def test_a_near_miss_says_what_each_tool_needs(tmp_path, doc, has):
+    path = tmp_path / "near.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=rf"one of 'backend', 'endpoint_type', 'num_prompts' "
+                                         rf"\(vllm\), metric tables \(AIPerf\) or a "
+                                         rf"'benchmarks' list \(guidellm\) \(it has {has}\)"):
+        workloads.from_benchmark(path)

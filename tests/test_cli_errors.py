@@ -464,3 +464,10 @@ def test_an_acceptance_rate_column_without_speculation_is_a_warning(tmp_path, ca
     rc, _, err = sim_cli(["run", "-w", str(csv), "-q", "--no-plots", "--spec-tokens", "2",
                           "--spec-method", "ngram", "-o", str(tmp_path / "p")], capsys)
     assert rc == 0 and err == "", err
+
+
+def test_a_warning_repeated_by_a_search_is_printed_once(capsys):
+    from sim.cli.main import main
+    main(["capacity", "-w", "azure-code", "-n", "20", "--seed", "3", "--slo-ttft", "0.5"])
+    warned = [x for x in capsys.readouterr().err.splitlines() if "warning:" in x]
+    assert len(warned) == 1 and "seed=3 changes nothing" in warned[0]

@@ -165,6 +165,28 @@ def test_the_data_files_parse():
         assert len({len(r) for r in rows}) == 1, name  # every row has every column
 
 
+@pytest.mark.parametrize("kw,said", [
+    ({"gpu_idle_watts": 800.0}, "gpu_idle_watts 800 W is above the H100-80GB-SXM TDP 700 W"),
+    ({"gpu_idle_watts": 300.0, "gpu_max_watts": 200.0},
+     "gpu_idle_watts 300 W is above gpu_max_watts=200 W"),
+    ({"gpu": "h200", "gpu_max_watts": 50.0},
+     r"gpu_max_watts 50 W is below the H200-141GB-SXM idle draw 80.3 W \(measured\)")])
+def test_an_idle_draw_above_the_board_power_is_an_error_naming_it(kw, said):
+    with pytest.raises(ValueError, match=said):
+        sim.SimConfig(**kw)
+    sim.SimConfig(gpu_idle_watts=700.0)  # equal is allowed (a GPU at its TDP when idle)
+    sim.SimConfig(gpu_max_watts=50.0)  # an H100's idle draw is unmeasured: it scales with it
+
+
+def test_the_cli_names_the_power_flags(tmp_path, capsys):
+    from sim.cli.main import main
+    assert main(["run", "-n", "5", "--gpu-idle-watts", "300", "--gpu-max-watts", "200",
+                 "-o", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "sim run: error: --gpu-idle-watts 300 W is above --gpu-max-watts 200 W: a GPU draws at "
+        "least its idle power when busy")
+
+
 def test_sim_run_prints_a_cost_line_and_says_why_a_price_is_missing(tmp_path, capsys):
     from sim.cli.main import main
     from sim.cli.output import format_summary, strict_json

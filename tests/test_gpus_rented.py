@@ -86,3 +86,16 @@ def test_sim_run_says_when_the_terms_are_assumed(tmp_path, capsys):
     assert main(["run", "--gpu", "h100", "-w", "azure-code", "-n", "5",
                  "-o", str(tmp_path / "b")]) == 0
     assert "efficiency terms assumed" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("gpu,dtype,note", [
+    ("h100", "fp4", "note: H100-80GB-SXM has no FP4 tensor cores: fp4 weights are dequantised"),
+    ("a100", "fp8", "note: A100-80GB-SXM has no FP8 tensor cores: fp8 weights are dequantised"),
+    ("b200", "fp4", None), ("h100", "fp8", None)])
+def test_sim_run_says_when_low_precision_weights_run_weight_only(tmp_path, capsys, gpu, dtype,
+                                                                 note):
+    from sim.cli import main
+    assert main(["run", "--gpu", gpu, "--weight-dtype", dtype, "-w", "azure-code", "-n", "5",
+                 "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert (note in out) if note else "tensor cores" not in out

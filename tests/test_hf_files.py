@@ -80,6 +80,7 @@ def test_what_it_cannot_price_is_a_one_line_error_naming_the_field(tmp_path, cap
                  "-o", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert field in err and "\n" not in err and "Traceback" not in err
+    assert str(path) in err  # the file it came from, not only the field
 
 
 def test_a_missing_or_bad_file_is_an_error(tmp_path, capsys):
@@ -90,6 +91,12 @@ def test_a_missing_or_bad_file_is_an_error(tmp_path, capsys):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not a JSON file"):
         ModelConfig.from_hf(bad)
+    with pytest.raises(ValueError, match="a folder, not a JSON file .give the config.json"):
+        ModelConfig.from_hf(bad.parent)
+    with pytest.raises(ValueError, match="is a folder, not a preset: give the path of its"):
+        get_model(str(bad.parent))
+    with pytest.raises(ValueError, match="model '' is not a preset"):  # not the working dir
+        get_model("")
 
 
 def test_a_multimodal_configs_text_config_is_the_model():
@@ -105,3 +112,11 @@ def test_a_multimodal_configs_text_config_is_the_model():
     assert m.vocab_size == 262208 and m.sliding_window == 1024
     assert m.layer_counts() == {"full_attention": 10, "sliding_attention": 52}
     assert m == get_model("gemma-3-27b")
+
+
+def test_the_model_is_named_by_its_folder_or_by_its_file(tmp_path):
+    cfg = {k: v for k, v in GPT_OSS_20B.items() if k not in ("_name_or_path", "name")}
+    assert ModelConfig.from_hf(_write(tmp_path, cfg, folder="my-oss")).name == "my-oss"
+    other = tmp_path / "my-oss" / "oss-variant.json"
+    other.write_text(json.dumps(cfg))
+    assert ModelConfig.from_hf(other).name == "oss-variant"  # not the folder's 'my-oss'

@@ -247,3 +247,30 @@ def test_a_block_too_big_for_the_kv_cache_names_block_size(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("sim run: error: --block-size 1,000,000 does not fit") and \
         "4-bit" not in err
+
+
+def test_a_pool_larger_than_the_memory_budget_is_kept_with_a_warning():
+    import warnings
+
+    import workloads
+    df = workloads.synthetic(5, rate=1.0, prompt=100, output=10, seed=0)
+    fits = sim.SimConfig().resolved_kv_blocks()  # Llama-3.1-8B on an H100: 28,343 blocks
+    with pytest.warns(UserWarning, match=rf"kv_tokens=16,000,000 is a pool of 1,000,000 KV "
+                                         rf"blocks, more than the {fits:,} the memory budget"):
+        assert sim.run(df, kv_tokens=16_000_000).kv_blocks == 1_000_000
+    with pytest.warns(UserWarning, match=rf"kv_blocks={fits + 1:,} is a pool"):
+        sim.run(df, kv_blocks=fits + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sim.run(df, kv_blocks=fits)  # what fits, and a cost model's own pool, say nothing
+        sim.run(df, kv_blocks=10**6, cost_model=sim.ConstantCost(0.01))
+
+
+def test_sim_run_says_it_once_in_the_flags_words(tmp_path, capsys):
+    from sim.cli.main import main
+    assert main(["run", "-w", "azure-code", "-n", "5", "--kv-tokens", "16000000", "-q",
+                 "-o", str(tmp_path)]) == 0
+    assert capsys.readouterr().err.strip() == (
+        "sim run: warning: --kv-tokens 16,000,000 is a pool of 1,000,000 KV blocks, more than "
+        "the 28,343 the memory budget leaves for them: the run keeps it, a KV cache larger "
+        "than the GPU memory (sim memory shows the budget)")

@@ -106,6 +106,15 @@ def test_a_bad_space_names_the_problem(df, space):
         plan(df, SLO, space=space)
 
 
+@pytest.mark.parametrize("slo,kw,said", [
+    ({}, {}, "slo must be a non-empty dict"), ({"ttft": -1}, {}, r"slo\['ttft'\] must be"),
+    (SLO, {"attainment": 1.5}, "attainment must be in"), (SLO, {"tol": 5}, "tol must be in"),
+    ({"ttfb": 1.0}, {}, r"slo keys \['ttfb'\] are neither")])
+def test_a_bad_slo_or_search_setting_is_an_error_not_every_candidate_pruned(df, slo, kw, said):
+    with pytest.raises(ValueError, match=said):
+        plan(df.head(20), slo, space={"tensor_parallel": [1, 2]}, base=BASE, **kw)
+
+
 def test_the_pareto_column_is_the_cost_latency_frontier(table):
     ranked = table[table["status"] == "ranked"]
     assert table.loc[table["status"] == "pruned", "pareto"].eq(False).all()

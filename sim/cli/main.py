@@ -44,8 +44,12 @@ def one_line(message) -> str:
     return " ".join(str(message).split())
 
 
-def _one_line_warning(command, message, category, filename, lineno, file=None, line=None):
-    print(f"sim {command}: warning: {one_line(message)}", file=sys.stderr)
+def _one_line_warning(command, seen, message, category, filename, lineno, file=None,
+                      line=None):
+    text = one_line(message)
+    if text not in seen:  # once per command: a search's many runs repeat their warnings
+        seen.add(text)
+        print(f"sim {command}: warning: {text}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -75,7 +79,7 @@ def main(argv=None) -> int:
         return 2
     try:
         with warnings.catch_warnings():  # a library warning as one line in the CLI's voice
-            warnings.showwarning = partial(_one_line_warning, args.command)
+            warnings.showwarning = partial(_one_line_warning, args.command, set())
             return args.func(args)
     except USER_ERRORS as e:
         if args.debug:

@@ -17,7 +17,7 @@ import warnings
 from ..checks import plural
 from ..engine.core.policies import KNOBS
 from .arguments import output_file, output_folder
-from .build import build, seed_changes_nothing, with_request_path
+from .build import as_written, build, seed_changes_nothing, with_request_path
 from .output import format_summary, write_bench_files, write_outputs
 from .settings import (DEFAULT_SCENARIO, Names, add_run_args, check_router_used, given_value,
                        is_default_scenario, settings_from)
@@ -60,6 +60,11 @@ def cmd_run(args) -> int:
                   f"draft's cost, or a [speculative] table in the TOML file, to use it)",
                   file=sys.stderr)
             warnings.filterwarnings("ignore", message="workload column acceptance_rate")
+        from ..engine.simulation import pool_warning
+        over = pool_warning(cfg, cfg.resolved_kv_blocks())  # said here, in the flags' words
+        if over:
+            print(f"sim run: warning: {as_written(over, s, names)}", file=sys.stderr)
+            warnings.filterwarnings("ignore", message="kv_(blocks|tokens)=")
         res = run(df, dataclasses.replace(cfg, progress=show_progress))
     summary = res.summary(slo=s["slo"] or None)
     meta = dict(s)
@@ -103,6 +108,8 @@ def cmd_run(args) -> int:
         cost = cfg.resolved_cost_model()
         if getattr(cost, "terms_fitted", True) is False:  # a roofline on an unmeasured GPU
             print(f"note: {cost.terms_note}")
+        if " has no " in getattr(cost, "compute_note", ""):  # fp4/fp8 weights, weight-only
+            print(f"note: {cost.compute_note}")
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size,
                              prefix_caching=res.config.prefix_caching,

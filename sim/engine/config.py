@@ -52,17 +52,18 @@ from dataclasses import dataclass
 
 from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
+from ..specs.economics import check_power
 from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
 from .bands import check_bands
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
 from .kv.offload import KVTier
 from .fleet.routers import check_router
+from .pool_budget import DEFAULT_GPU, DEFAULT_MODEL, budget_kv_blocks
 from .schedulers import POLICIES, POOL_SIZING, resolve
 from .speculation.draft_cost import DraftCost
 from .speculation.settings import SpeculativeConfig
 
-DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
 WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("fp16", "bf16", "fp8")
 _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is sized for these
@@ -140,6 +141,8 @@ class SimConfig:
             if getattr(self, knob) is not None:
                 object.__setattr__(self, knob, positive_float(
                     knob, getattr(self, knob), allow_zero=knob == "gpu_idle_watts"))
+        if (self.gpu_idle_watts, self.gpu_max_watts) != (None, None):
+            check_power(self.resolved_gpu(), self.gpu_idle_watts, self.gpu_max_watts)
         for knob in ("max_batch_size", "block_size", "chunk_size", "token_budget", "kv_blocks",
                      "kv_tokens", "max_model_len"):
             if getattr(self, knob) is not None:
@@ -276,7 +279,7 @@ class SimConfig:
                 raise ValueError(f"kv_tokens={self.kv_tokens:,} is less than one block of "
                                  f"block_size={self.block_size:,} tokens")
             return self.kv_tokens // self.block_size
-        sched = self.scheduler  # whose memory accounting sizes the pool (_accounting; a
+        # whose memory accounting sizes the pool (_accounting; a
         # policy object with memory_accounting = "tensorrt-llm" carries its own fraction)
         policy, accounting = self._accounting()
         from_budget = self.pool_from_budget()
@@ -291,53 +294,7 @@ class SimConfig:
                 f"terms); give kv_blocks to set the pool yourself")
         draft = self.speculative.draft_model if self.speculative is not None else None
         if from_budget:  # (model, gpu and the rest: each given, or its default)
-            from ..specs.gpus import get_gpu
-            from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
-            from ..specs.models import get_model
-            model, gpu = self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU
-            tp = self.tensor_parallel
-            draft_weights = 0.0  # a draft model's weights and KV share the GPUs (vLLM)
-            if draft is not None:
-                draft = get_model(draft)
-                draft_weights = (draft.total_params() / tp
-                                 * bytes_per_value("weight_dtype", self.weight_dtype) / 1e9)
-            util = self.gpu_memory_utilization  # (None: SGLang's / TensorRT-LLM's do not use it)
-            trt = {}  # TensorRT-LLM's: its fraction, activations sized for its max_num_tokens
-            if accounting == "tensorrt-llm":
-                tokens = (self.token_budget if isinstance(sched, str)
-                          else getattr(policy, "max_num_tokens", None))
-                trt = {"free_gpu_memory_fraction": (
-                           self.free_gpu_memory_fraction if isinstance(sched, str)
-                           else getattr(policy, "free_gpu_memory_fraction", None)),
-                       **({"max_num_batched_tokens": tokens} if tokens else {})}
-            budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
-                                   weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                   gpu_memory_utilization=util,
-                                   block_size=self.block_size, overhead_gb=draft_weights,
-                                   accounting=accounting, **trt)
-            if not budget.fits and draft is not None:
-                raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
-                                 f"weights per GPU at {self.weight_dtype}) beside model "
-                                 f"{model!r} on gpu {gpu!r} leaves no room for the KV cache: "
-                                 f"use a smaller draft model, quantize (weight_dtype) or add "
-                                 f"GPUs (tensor_parallel)")
-            if not budget.fits and budget.max_kv_tokens >= 1:  # the block, not the weights
-                raise ValueError(budget.advice)
-            if not budget.fits:
-                raise ValueError(f"model {model!r} on gpu {gpu!r} with {self.weight_dtype} "
-                                 f"weights: {budget.advice}")
-            if draft is None:
-                return budget.kv_blocks
-            # each block holds the draft's KV of its tokens too (one block table per request)
-            per_block = budget.kv_block_bytes_per_gpu + kv_cache_bytes(
-                self.block_size, model=draft, dtype=self.kv_dtype, tensor_parallel=tp)
-            blocks = int(budget.kv_bytes_per_gpu // per_block)
-            if blocks < 1:
-                raise ValueError(f"draft_model {draft.name!r} beside model {model!r} on gpu "
-                                 f"{gpu!r} leaves no room for a KV block: use a smaller draft "
-                                 f"model, quantize (weight_dtype) or add GPUs "
-                                 f"(tensor_parallel)")
-            return blocks
+            return budget_kv_blocks(self, policy, accounting, draft)
         # the cheat sheet's pool holds KV_BLOCKS_AVAILABLE blocks of KV_BLOCK_SIZE tokens: as
         # many tokens at any block size (SGLang's page size 1 would otherwise get 1,800 tokens)
         return max(1, KV_BLOCKS_AVAILABLE * KV_BLOCK_SIZE // self.block_size)

@@ -58,6 +58,7 @@ checksum), past the 3 % the engine may lose.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from array import array
@@ -201,6 +202,28 @@ UNUSED_ACCEPTANCE = ("workload column acceptance_rate is ignored: speculative de
                      "column)")
 
 
+def pool_warning(given, kv_blocks) -> str | None:
+    """What is wrong with a pool set by ``kv_blocks`` or ``kv_tokens`` (the run keeps it), or
+    None: more blocks than the memory budget of the model on the GPU leaves for KV, a cache
+    no such GPU holds. Not checked where the budget does not size pools (a cost model of
+    one's own with no model or GPU in play) or cannot (the weights do not fit)."""
+    knob = "kv_blocks" if given.kv_blocks is not None else "kv_tokens"
+    if getattr(given, knob) is None:
+        return None
+    budget = dataclasses.replace(given, kv_blocks=None, kv_tokens=None)
+    if not budget.pool_from_budget():
+        return None
+    try:
+        fits = budget.resolved_kv_blocks()
+    except (TypeError, ValueError):
+        return None
+    if not 0 < fits < kv_blocks:
+        return None
+    return (f"{knob}={getattr(given, knob):,} is a pool of {kv_blocks:,} KV blocks, more than "
+            f"the {fits:,} the memory budget leaves for them: the run keeps it, a KV cache "
+            f"larger than the GPU memory (sim memory shows the budget)")
+
+
 def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     """Simulate ``workload`` (DataFrame or request records) and return a :class:`Result`.
 
@@ -228,6 +251,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     limit = context_limit(df, config)
     cost = config.resolved_cost_model()
     kv_blocks = config.resolved_kv_blocks()
+    over = pool_warning(given, kv_blocks)
+    if over:
+        warnings.warn(over, UserWarning, stacklevel=2)
     client = enter(requests, config.request_path)  # None: no time outside the engine
     turns = conversations(df, requests) if config.closed_loop is not None else None
     wall = time.perf_counter()

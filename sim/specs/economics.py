@@ -136,3 +136,21 @@ def gpu_power(gpu, max_watts=None) -> PowerTerms:
         idle, source = tdp * idle_ratio(), "tdp x measured idle/TDP ratio"
     return PowerTerms(idle_watts=idle, max_watts=tdp, active_fraction=ACTIVE_FRACTION,
                       idle_source=source)
+
+
+def check_power(gpu, idle_watts=None, max_watts=None) -> None:
+    """A ``ValueError`` naming the setting when the idle draw (``idle_watts``, else the GPU's)
+    is above the board power (``max_watts``, else its TDP): a busy GPU would draw less than an
+    idle one. Nothing to check where either is unknown (NaN)."""
+    terms, name = gpu_power(gpu, max_watts), get_gpu(gpu).name
+    idle = terms.idle_watts if idle_watts is None else idle_watts
+    if not idle > terms.max_watts:  # (NaN: unknown)
+        return
+    if idle_watts is None:
+        raise ValueError(f"gpu_max_watts {max_watts:g} W is below the {name} idle draw "
+                         f"{idle:g} W ({terms.idle_source}): a GPU draws at least its idle "
+                         f"power when busy")
+    top = (f"gpu_max_watts={max_watts:g} W" if max_watts is not None else
+           f"the {name} TDP {terms.max_watts:g} W")
+    raise ValueError(f"gpu_idle_watts {idle:g} W is above {top}: a GPU draws at least its "
+                     f"idle power when busy")

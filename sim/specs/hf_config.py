@@ -65,10 +65,13 @@ def is_config_path(value) -> bool:
 def read_hf_config(path_or_dict) -> tuple:
     """``(config dict, default name)`` of a ``config.json`` path or dict; a multimodal config's
     ``text_config`` over its top level. The name: the dict's ``_name_or_path``'s last part, else
-    the file's folder name, else None."""
+    the folder's name of a ``config.json``, the file's stem of another name, else None."""
     name = None
     if isinstance(path_or_dict, (str, Path)):
         path = Path(path_or_dict)
+        if path.is_dir():
+            inside = " (give the config.json in it)" if (path / "config.json").is_file() else ""
+            raise ValueError(f"model config {str(path)!r}: a folder, not a JSON file{inside}")
         if not path.is_file():
             raise ValueError(f"model config {str(path)!r}: no such file")
         try:
@@ -77,7 +80,9 @@ def read_hf_config(path_or_dict) -> tuple:
             raise ValueError(f"model config {str(path)!r}: not a JSON file ({e})") from None
         if not isinstance(config, dict):
             raise ValueError(f"model config {str(path)!r}: not a JSON object")
-        name = path.resolve().parent.name or None
+        # the folder of a config.json (Hugging Face's layout: MODEL/config.json), else the
+        # file's own name (llama-8b.json: llama-8b)
+        name = (path.resolve().parent.name if path.name == "config.json" else path.stem) or None
     elif isinstance(path_or_dict, dict):
         config = path_or_dict
     else:

@@ -31,6 +31,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 from ..checks import did_you_mean, positive_int
 from . import layers
@@ -313,7 +314,12 @@ class ModelConfig:
         multimodal config's ``text_config`` read as the model; see :mod:`sim.specs.hf_config`).
         A field it cannot price is a one-line ``ValueError`` naming it."""
         config, default_name = read_hf_config(path_or_dict)
-        return cls(**model_fields(config, name or config.get("name") or default_name))
+        try:
+            return cls(**model_fields(config, name or config.get("name") or default_name))
+        except ValueError as e:
+            if not isinstance(path_or_dict, (str, Path)):
+                raise
+            raise ValueError(f"model config {str(path_or_dict)!r}: {e}") from None
 
 
 @lru_cache(maxsize=1)
@@ -361,6 +367,9 @@ def get_model(config) -> ModelConfig:
         for cfg, row in presets.values():
             if row["hf_id"].split(" ")[0].lower() == key:
                 return cfg
+        if key and Path(config).is_dir():  # ('' is the working directory, not a folder given)
+            raise ValueError(f"model {config!r} is a folder, not a preset: give the path of "
+                             f"its config.json")
         raise ValueError(f"model {config!r} is not a preset{did_you_mean(config, model_presets())}"
                          f"; choose one of {model_presets()}")
     if dataclasses.is_dataclass(config) and not isinstance(config, type):

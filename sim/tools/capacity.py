@@ -105,6 +105,20 @@ def _check(summary, slo, attainment):
     return ok
 
 
+def check_search(slo, attainment, tol) -> None:
+    """``max_rate``'s (and ``plan``'s) own arguments: a ``ValueError`` naming the bad one."""
+    if not isinstance(slo, dict) or not slo:
+        raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
+    for key, limit in slo.items():
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0 \
+                or math.isinf(limit):
+            raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got {limit!r}")
+    if not 0 < attainment <= 1:
+        raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
+
+
 def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None,
              max_steps=60) -> Capacity:
     """The highest rate at which ``slo`` holds (see the module docstring). ``config``: a
@@ -112,6 +126,7 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
     the workload's own mean rate). ``config.bands`` (e.g. 0.9): the search runs twice more,
     with every step priced at the slow and the fast end of the cost model's measured error
     band (:mod:`sim.engine.bands`), giving ``rate_lo`` and ``rate_hi``."""
+    check_search(slo, attainment, tol)
     config = as_config(config)
     if config.bands is None:
         return _max_rate(workload, slo, attainment, config, tol, start, max_steps)
@@ -132,21 +147,11 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
 
 def _max_rate(workload, slo, attainment, config, tol, start, max_steps) -> Capacity:
     import workloads as wl
-    if not isinstance(slo, dict) or not slo:
-        raise ValueError(f"slo must be a non-empty dict of limits, got {slo!r}")
     if config.closed_loop is not None:  # its users issue requests on completions: no rate
         raise ValueError(f"max_rate time-scales an open loop's arrivals; config.closed_loop="
                          f"{config.closed_loop!r} issues requests as users finish (drop it, or "
                          f"vary its num_users and think_time instead)")
     probe = None
-    for key, limit in slo.items():
-        if isinstance(limit, bool) or not isinstance(limit, numbers.Real) or not limit > 0 \
-                or math.isinf(limit):
-            raise ValueError(f"slo[{key!r}] must be a positive number of seconds, got {limit!r}")
-    if not 0 < attainment <= 1:
-        raise ValueError(f"attainment must be in (0, 1], got {attainment!r}")
-    if not 0 < tol < 1:
-        raise ValueError(f"tol must be in (0, 1), got {tol!r}")
     df = wl.validate(workload)
     if len(df) < 2:
         raise ValueError("max_rate needs a workload of at least two requests")

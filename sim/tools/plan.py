@@ -45,7 +45,7 @@ import pandas as pd
 
 from ..engine.config import SimConfig, as_config
 from ..results.economics import price_missing
-from .capacity import max_rate
+from .capacity import check_search, max_rate
 
 FIELDS = frozenset(f.name for f in dataclasses.fields(SimConfig))
 
@@ -103,6 +103,7 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
     """The ranked table of the candidates of ``space`` (see the module docstring)."""
     base = as_config(base, "base")
     space = _check_space(space)
+    check_search(slo, attainment, tol)  # (a bad one would prune every candidate alike)
     if rate is not None and not (isinstance(rate, (int, float)) and rate > 0):
         raise ValueError(f"rate must be a positive number of requests/s, got {rate!r}")
     rows = []
@@ -115,6 +116,8 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
             try:
                 cap = max_rate(workload, slo, attainment=attainment, config=config, tol=tol)
             except ValueError as e:  # every rate met the SLO: the workload is too short
+                if str(e).startswith("slo keys"):  # an unknown SLO: no candidate's fault
+                    raise
                 pruned = ("workload" if str(e).startswith("every rate tried") else "slo", str(e))
             else:
                 row["max_rate"] = cap.rate

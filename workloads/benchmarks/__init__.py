@@ -10,6 +10,7 @@ reader each; each docstring names the schema and the source version it follows).
 from __future__ import annotations
 
 import json
+import numbers
 from pathlib import Path
 
 from .aiperf import is_summary, read_records, read_summary
@@ -19,13 +20,26 @@ from .vllm import is_vllm, read_vllm
 
 __all__ = ["TOOLS", "Measured", "from_benchmark"]
 
+# the names the tools (and ``sim run --format``) give their result files
+_FILES = ("vllm-bench.json", "profile_export_aiperf.json", "profile_export.jsonl",
+          "benchmarks.json")
+
 
 def from_benchmark(path, index=None) -> Measured:
     """The run a benchmark tool's result file describes: a ``vllm bench serve`` result JSON, an
     AIPerf/GenAI-Perf ``profile_export.jsonl`` or ``profile_export_aiperf.json``, a guidellm
     ``benchmarks.json`` (``index``: which benchmark of a sweep). ``ValueError`` (one line
     naming the file and the field) for a file of none of these forms or with a bad field."""
+    if not isinstance(path, (str, Path)):
+        raise TypeError(f"path must be a file path (str or Path), got {type(path).__name__}")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, numbers.Integral)):
+        raise TypeError(f"index must be an integer (which benchmark of a guidellm sweep), got "
+                        f"{index!r}")
     path = Path(path)
+    if path.is_dir():
+        inside = [n for n in _FILES if (path / n).is_file()]
+        raise ValueError(f"{path}: a folder, not a result file"
+                         + (f" (give one of its files: {', '.join(inside)})" if inside else ""))
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
     if path.suffix == ".jsonl":
@@ -47,5 +61,6 @@ def from_benchmark(path, index=None) -> Measured:
         return read_summary(doc, path)
     keys = ", ".join(list(doc)[:6]) if isinstance(doc, dict) else type(doc).__name__
     raise ValueError(f"{path}: not a vllm bench serve, AIPerf or guidellm result: no "
-                     f"'completed' + 'request_throughput', metric tables or 'benchmarks' "
-                     f"(it has {keys})")
+                     f"'completed' + 'request_throughput' + one of 'backend', 'endpoint_type', "
+                     f"'num_prompts' (vllm), metric tables (AIPerf) or a 'benchmarks' list "
+                     f"(guidellm) (it has {keys})")

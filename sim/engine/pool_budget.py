@@ -1,0 +1,67 @@
+"""The KV pool a config gets from the memory budget of its model on its GPU: the blocks left
+once the weights (and a speculative draft model's, which shares the GPUs) and the engine's
+other terms are taken, in the scheduler's own memory accounting (vLLM's, SGLang's or
+TensorRT-LLM's: :mod:`sim.specs.memory_terms`).
+
+A model that does not fit is an error carrying the budget's advice (quantize, add GPUs); a
+block too large for what is left names ``block_size``, not the weights. With a draft model
+each block also holds the draft's KV of its tokens (one block table per request, as vLLM
+allocates them). Pure: reads the config, returns a count.
+"""
+
+from __future__ import annotations
+
+DEFAULT_MODEL, DEFAULT_GPU = "llama-3.1-8b", "h100"  # for the roofline and the memory budget
+
+
+def budget_kv_blocks(config, policy, accounting, draft) -> int:
+    """The pool's blocks for ``config`` (its ``block_size`` resolved) from the memory budget;
+    ``policy`` and ``accounting`` as :meth:`SimConfig._accounting` gives them, ``draft`` the
+    speculative draft model (a name or config) or None."""
+    from ..specs.gpus import get_gpu
+    from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
+    from ..specs.models import get_model
+    model, gpu = config.model or DEFAULT_MODEL, config.gpu or DEFAULT_GPU
+    tp = config.tensor_parallel
+    draft_weights = 0.0  # a draft model's weights and KV share the GPUs (vLLM)
+    if draft is not None:
+        draft = get_model(draft)
+        draft_weights = (draft.total_params() / tp
+                         * bytes_per_value("weight_dtype", config.weight_dtype) / 1e9)
+    util = config.gpu_memory_utilization  # (None: SGLang's / TensorRT-LLM's do not use it)
+    trt = {}  # TensorRT-LLM's: its fraction, activations sized for its max_num_tokens
+    if accounting == "tensorrt-llm":
+        tokens = (config.token_budget if isinstance(config.scheduler, str)
+                  else getattr(policy, "max_num_tokens", None))
+        trt = {"free_gpu_memory_fraction": (
+                   config.free_gpu_memory_fraction if isinstance(config.scheduler, str)
+                   else getattr(policy, "free_gpu_memory_fraction", None)),
+               **({"max_num_batched_tokens": tokens} if tokens else {})}
+    budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
+                           weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype,
+                           gpu_memory_utilization=util,
+                           block_size=config.block_size, overhead_gb=draft_weights,
+                           accounting=accounting, **trt)
+    if not budget.fits and draft is not None:
+        raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
+                         f"weights per GPU at {config.weight_dtype}) beside model "
+                         f"{model!r} on gpu {gpu!r} leaves no room for the KV cache: "
+                         f"use a smaller draft model, quantize (weight_dtype) or add "
+                         f"GPUs (tensor_parallel)")
+    if not budget.fits and budget.max_kv_tokens >= 1:  # the block, not the weights
+        raise ValueError(budget.advice)
+    if not budget.fits:
+        raise ValueError(f"model {model!r} on gpu {gpu!r} with {config.weight_dtype} "
+                         f"weights: {budget.advice}")
+    if draft is None:
+        return budget.kv_blocks
+    # each block holds the draft's KV of its tokens too (one block table per request)
+    per_block = budget.kv_block_bytes_per_gpu + kv_cache_bytes(
+        config.block_size, model=draft, dtype=config.kv_dtype, tensor_parallel=tp)
+    blocks = int(budget.kv_bytes_per_gpu // per_block)
+    if blocks < 1:
+        raise ValueError(f"draft_model {draft.name!r} beside model {model!r} on gpu "
+                         f"{gpu!r} leaves no room for a KV block: use a smaller draft "
+                         f"model, quantize (weight_dtype) or add GPUs "
+                         f"(tensor_parallel)")
+    return blocks
