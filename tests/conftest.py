@@ -50,15 +50,31 @@ def unshared():
     return unshare
 
 
+# the instruction set each OpenBLAS x86 kernel the tests force needs (a /proc/cpuinfo flag)
+KERNEL_NEEDS = {"Nehalem": "sse4_2", "Sandybridge": "avx", "Haswell": "avx2",
+                "SkylakeX": "avx512f"}
+
+
 @pytest.fixture
 def under_blas_kernels():
     """``run(code, cores)``: the JSON that the Python ``code`` prints, run in a fresh process
-    under each OpenBLAS kernel of ``cores`` (``OPENBLAS_CORETYPE``), one dict per kernel."""
+    under each OpenBLAS kernel of ``cores`` (``OPENBLAS_CORETYPE``), one dict per kernel. A
+    kernel forced on a CPU without its instructions would die of an illegal instruction: where
+    the CPU (``/proc/cpuinfo``) lacks one a kernel needs, the test is skipped and says which."""
     import json
     import subprocess
     import sys
 
     def run(code, cores):
+        try:
+            flags = set(Path("/proc/cpuinfo").read_text().split("flags", 1)[1]
+                        .split("\n", 1)[0].split())
+        except (OSError, IndexError):
+            flags = set()
+        missing = [f"{core} needs {KERNEL_NEEDS.get(core, '?')}" for core in cores
+                   if KERNEL_NEEDS.get(core) not in flags]
+        if missing:
+            pytest.skip(f"this CPU cannot run the OpenBLAS kernels compared ({', '.join(missing)})")
         out = []
         for core in cores:
             env = dict(os.environ, OPENBLAS_CORETYPE=core)
