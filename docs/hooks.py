@@ -67,19 +67,30 @@ def expand(markdown: str, where: str = "", keep_markers: bool = False) -> str:
     return MARKER.sub(replace, markdown)
 
 
+def _fresh(root=None) -> dict:
+    """``{page: its text with fresh generated blocks}`` for every page whose committed blocks
+    differ from what the code makes today (each page read and expanded once)."""
+    root = root or Path(__file__).resolve().parent
+    out = {}
+    for page in sorted(root.rglob("*.md")):
+        text = page.read_text()
+        fresh = expand(text, str(page), keep_markers=True)
+        if fresh != text:
+            out[page] = fresh
+    return out
+
+
 def stale_pages(root=None) -> list:
     """The committed pages whose generated blocks differ from what the code makes today."""
-    root = root or Path(__file__).resolve().parent
-    return [page for page in sorted(root.rglob("*.md"))
-            if expand(page.read_text(), str(page), keep_markers=True) != page.read_text()]
+    return list(_fresh(root))
 
 
 def write_pages(root=None) -> list:
     """Rewrite every stale page's generated blocks; returns the pages written."""
-    pages = stale_pages(root)
-    for page in pages:
-        page.write_text(expand(page.read_text(), str(page), keep_markers=True))
-    return pages
+    fresh = _fresh(root)
+    for page, text in fresh.items():
+        page.write_text(text)
+    return list(fresh)
 
 
 def _with_api_pages(nav, pages):
