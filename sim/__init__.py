@@ -36,7 +36,8 @@ _PUBLIC = {
     **dict.fromkeys(("ConstantCost", "LinearCost"), "costs.simple"),
     **dict.fromkeys(("POLICIES", "VLLM", "Batch", "ChunkedPrefill", "ContinuousBatching",
                      "Disaggregation", "Orca", "Sarathi", "SGLang", "SimConfig",
-                     "SpeculativeConfig", "StaticBatching", "run", "RequestPath", "KVTier"), "engine"),
+                     "SpeculativeConfig", "StaticBatching", "run", "RequestPath", "KVTier"),
+                    "engine"),
     "Result": "results.metrics",
     **dict.fromkeys(("GPU", "get_gpu", "gpu_presets"), "specs.gpus"),
     **dict.fromkeys(("MemoryBudget", "blocks_needed", "kv_cache_bytes", "memory_budget"),
@@ -65,7 +66,8 @@ def __dir__():
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "RequestPath", "KVTier", "Result", "Batch", "sweep", "max_rate", "Capacity",
+    "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "RequestPath", "KVTier", "Result",
+    "Batch", "sweep", "max_rate", "Capacity",
     "plan",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
     "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",

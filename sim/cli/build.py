@@ -229,8 +229,8 @@ def as_written(msg, s, names) -> str:
 
 def request_path_from(shown, spec):
     """The ``RequestPath`` of ``--request-path`` (or the TOML key, ``shown`` as written):
-    ``triton`` (the sourced front end, ``sim.engine.fleet.request_path``), ``IN_MS,US_PER_TOKEN,OUT_MS``
-    or ``off`` (None)."""
+    ``triton`` (the sourced front end, ``sim.engine.fleet.request_path``),
+    ``IN_MS,US_PER_TOKEN,OUT_MS`` or ``off`` (None)."""
     from ..engine.fleet.request_path import RequestPath, triton_path
     if not isinstance(spec, str):
         raise ValueError(f"{shown} must be a string: triton, off or IN_MS,US_PER_TOKEN,OUT_MS, "

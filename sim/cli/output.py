@@ -206,8 +206,8 @@ def remove_stale_temporaries(out) -> list[str]:
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     """Write the files into a temporary folder inside ``out``, then rename each into place: an
     interrupted run leaves the previous files or the new ones, never half a file (and a killed
-    run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A figure of a
-    previous run (``FIGURES``) that this run does not write is removed."""
+    run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A
+    figure of a previous run (``FIGURES``) that this run does not write is removed."""
     out.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
     tmp = Path(tempfile.mkdtemp(dir=out, prefix=f"{TEMP_PREFIX}{os.getpid()}-"))

@@ -7,7 +7,8 @@ an SLO, an output), how a flag's text is parsed, the check that flag and file va
 its default and its help. From this one table the flags are generated
 (:func:`sim.cli.settings.add_flags`), a TOML file's keys are checked and the config is built in
 one pass (:mod:`sim.cli.settings`, :mod:`sim.cli.build`); :func:`reference_rows` gives it to
-the docs (a row's type: :mod:`sim.cli.setting`). A setting has one name everywhere: its key is the TOML key and the settings record's
+the docs (a row's type: :mod:`sim.cli.setting`). A setting has one name everywhere: its key is
+the TOML key and the settings record's
 (``summary.json``), the API field where the API has the same concept (``field``), and its long
 flag is the key with dashes unless a shorter flag has always been its name (``--tp``).
 

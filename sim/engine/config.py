@@ -19,8 +19,9 @@ says so (``kv_pool``: ``"cheat sheet"``); its resolved config fills no fraction 
 read). ``kv_tokens``: the pool in tokens instead (``kv_tokens // block_size`` blocks), to compare
 presets of different block sizes (16; sglang's 1; tensorrt-llm's 32) on the same memory. One way
 to size the pool: ``kv_blocks``, ``kv_tokens`` and a memory fraction exclude each other (a given
-pool would leave a fraction unread; its resolved config fills none in either). ``cost_model=None``: the
-roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on ``"h100"``).
+pool would leave a fraction unread; its resolved config fills none in either).
+``cost_model=None``: the roofline model of ``model`` on ``gpu`` (defaults ``"llama-3.1-8b"`` on
+``"h100"``).
 
 Precision, from this one place: ``weight_dtype`` and ``kv_dtype`` size the weights, the KV pool
 and the largest batch (``memory_budget``) and set the default cost model's bytes moved and

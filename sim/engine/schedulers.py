@@ -82,8 +82,9 @@ def resolve(config):
 
 def override(config, **over):
     """``dataclasses.replace(config, **over)``, where a knob that sizes the KV pool
-    (``kv_blocks``, ``kv_tokens``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``) replaces the
-    config's way of sizing it: the others, unless ``over`` sets them too, are cleared. So
+    (``kv_blocks``, ``kv_tokens``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``)
+    replaces the config's way of sizing it: the others, unless ``over`` sets them too, are
+    cleared. So
     ``run(df, res.config, kv_blocks=500)``, a sweep's ``kv_blocks`` grid over a run's resolved
     config (its utilization filled in) or a disaggregated pool's own ``kv_blocks`` take the
     pool given, where ``replace`` would give a config that sets both (an error)."""

@@ -41,7 +41,8 @@ sgl-project/sglang@001067ff, python/sglang/srt/managers/tokenizer_manager.py,
 ``_validate_one_request``; the workload's output length is the request's max_tokens), then one
 the policy refuses (its optional ``reject_reason(r)``: the tensorrt-llm preset's prompt over
 ``max_num_tokens`` without chunked context), then one that could never fit the KV pool. An
-empty batch raises (a policy must make progress), unless its forming preempted running requests: the iteration is then formed anew,
+empty batch raises (a policy must make progress), unless its forming preempted running
+requests: the iteration is then formed anew,
 those preemptions recorded in the one that runs, as long as each round leaves fewer running.
 
 **Runners.** ``run`` resolves the settings once into a
@@ -96,8 +97,9 @@ RESOLUTION_S = 1e-6  # float64's spacing at the last arrival beyond this: latenc
 def arrival_warning(t) -> str | None:
     """What looks wrong with the arrival times ``t`` (seconds, sorted or not), or None: epoch
     stamps (a first arrival past ``EPOCH_S``), milliseconds read as seconds (integers with a
-    median gap of ``MS_GAP`` s or more, not evenly spaced), or times so large (a rate of 1e-300 req/s) that
-    float64 cannot resolve a microsecond there, so TTFT, ITL and E2E read as 0."""
+    median gap of ``MS_GAP`` s or more, not evenly spaced), or times so large (a rate of
+    1e-300 req/s) that float64 cannot resolve a microsecond there, so TTFT, ITL and E2E read
+    as 0."""
     t = np.asarray(t, dtype=np.float64)
     if not len(t):
         return None

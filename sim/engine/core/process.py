@@ -155,7 +155,8 @@ class ReplicaProcess:
                     self.idle = True
                     yield
                 continue
-            if fast and not waiting and not replica.prefilling and not replica.num_loading:  # only decodes run
+            if fast and not waiting and not replica.prefilling \
+                    and not replica.num_loading:  # only decodes run
                 if self.closed:
                     until = env.peek()  # (the next event: no other process acts before it)
                 elif self.next_arrival is not None:
