@@ -1,0 +1,186 @@
+"""The simulator against an independent set of measured serving runs, per metric and split.
+
+    python experiments/validate_independent.py            # prints the report; writes nothing
+    python experiments/validate_independent.py --write    # also stores sim/data/independent_check.json
+
+Data: ``sim/data/validation_runs.csv`` (its header states the source, what was left out and
+why, and the split rule), one row per measured run with its whole setup: engine and version,
+GPU, tensor parallelism, precisions, the benchmark's length sampler, prompts, concurrency, and
+the TTFT / TPOT / ITL / E2E percentiles and output throughput the benchmark printed. None of it
+is in the other checks' data (``published_serving.csv``, ``published_latency.csv``), and nothing
+in the cost model was fitted to it: the ``fit`` split is what a later fit may use, ``held_out``
+what it must not.
+
+Replay: each row is a closed loop of ``concurrency`` clients (``sglang.bench_serving
+--max-concurrency``, request rate ``inf``) over ``num_prompts`` requests, through the engine's
+preset (``"sglang"``) with the roofline at the GPU's fitted parameters, the row's model, TP and
+precisions. Lengths: ``sglang-random`` draws them exactly as ``bench_serving``'s random sampler
+does (numpy's legacy ``RandomState`` seeded with the row's ``seed``: inputs ``randint(1,
+input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``, at least 1 token);
+``sharegpt-scaled`` is experiments/validate_serving.py's ShareGPT shape scaled to the row's
+mean lengths (``total_*_tokens / num_prompts``).
+
+Metrics: signed error = predicted / measured - 1 for ``ttft_p50/p99``, ``tpot_p50/p99``,
+``itl_p50/p99``, ``e2e_p50`` and ``output_throughput`` (the summary's ``*_p50``/``*_p99`` in ms
+and ``output_token_throughput``). The report: the median |error| per metric and split, and per
+GPU and engine (all metrics pooled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import workloads
+from sim import SimConfig, sweep
+from sim.costs.roofline import RooflineCost
+from sim.costs.roofline_params import fitted_params
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import validate_serving as vs  # noqa: E402  (the ShareGPT shape)
+
+DATA = resources.files("sim").joinpath("data")
+OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "independent_check.json"
+METRICS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50",
+           "output_throughput")
+ENGINE_PRESETS = {"sglang": "sglang"}
+LENGTHS = ("sglang-random", "sharegpt-scaled")
+SPLITS = ("fit", "held_out")
+REQUIRED = ("run_id", "engine", "engine_version", "gpu", "model", "tensor_parallel",
+            "weight_dtype", "kv_dtype", "lengths", "num_prompts", "concurrency",
+            "total_input_tokens", "total_output_tokens", "split", "source")
+
+
+def load_runs() -> pd.DataFrame:
+    """The measured runs, checked: every column present, every row sourced, split and with a
+    known engine and length sampler."""
+    with DATA.joinpath("validation_runs.csv").open() as f:
+        rows = pd.read_csv(f, comment="#")
+    missing = [c for c in REQUIRED + tuple(m + ("" if m == "output_throughput" else "_ms")
+                                           for m in METRICS) if c not in rows.columns]
+    if missing:
+        raise ValueError(f"validation_runs.csv lacks columns {missing}")
+    for i, r in rows.iterrows():
+        if "http" not in str(r.source) or " @ " not in str(r.source):
+            raise ValueError(f"validation_runs.csv row {i}: source {r.source!r} names no commit "
+                             f"and URL")
+        if r.split not in SPLITS or r.engine not in ENGINE_PRESETS or r.lengths not in LENGTHS:
+            raise ValueError(f"validation_runs.csv row {i}: split {r.split!r}, engine "
+                             f"{r.engine!r} or lengths {r.lengths!r} unknown")
+    return rows
+
+
+def sglang_random_lengths(n, input_len, output_len, output_min, seed):
+    """``sglang.bench_serving``'s random lengths (range ratio 0): inputs, then outputs."""
+    state = np.random.RandomState(int(seed))
+    p = state.randint(1, int(input_len) + 1, size=int(n))
+    o = state.randint(int(output_min), int(output_len) + 1, size=int(n))
+    return p, np.maximum(o, 1)
+
+
+def workload(row, shape=None) -> pd.DataFrame:
+    """The row's requests, all queued at t = 0 (the closed loop paces them)."""
+    n = int(row.num_prompts)
+    if row.lengths == "sglang-random":
+        p, o = sglang_random_lengths(n, row.input_len, row.output_len, row.output_min, row.seed)
+    else:
+        sp, so = shape if shape is not None else vs._sharegpt_shape()
+        pick = np.random.default_rng(int(row.seed)).integers(0, len(sp), n)
+        mean_p, mean_o = row.total_input_tokens / n, row.total_output_tokens / n
+        p = np.maximum(1, np.rint(sp[pick] * (mean_p / sp.mean()))).astype(int)
+        o = np.maximum(1, np.rint(so[pick] * (mean_o / so.mean()))).astype(int)
+    return pd.DataFrame({"arrival_time": np.zeros(n), "num_prompt_tokens": p,
+                         "num_output_tokens": o})
+
+
+def config(row) -> SimConfig:
+    """The engine's preset, the roofline at the GPU's fitted parameters, the row's setup."""
+    tp = int(row.tensor_parallel)
+    params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
+    cost = RooflineCost(row.model, row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
+                        kv_dtype=row.kv_dtype, params=params)
+    return SimConfig(scheduler=ENGINE_PRESETS[row.engine], cost_model=cost, model=row.model,
+                     gpu=row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
+                     kv_dtype=row.kv_dtype,
+                     closed_loop=workloads.ClosedLoop(int(row.concurrency)))
+
+
+def _measured_column(metric):
+    return metric if metric == "output_throughput" else f"{metric}_ms"
+
+
+def _predicted(summary, metric):
+    if metric == "output_throughput":
+        return summary["output_token_throughput"]
+    return summary[metric] * 1e3
+
+
+def validate(rows: pd.DataFrame, workers=1, jobs_config=None) -> pd.DataFrame:
+    """One row per (run, metric) the source measured: measured, predicted, signed error.
+    ``jobs_config(row) -> SimConfig`` replaces :func:`config` (the knee's experiments)."""
+    shape = vs._sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
+    make = jobs_config or config
+    jobs = [{"workload": workload(r, shape), "config": {"config": make(r)}}
+            for r in rows.itertuples()]
+    summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
+    out = []
+    for r, s in zip(rows.itertuples(), summaries):
+        for m in METRICS:
+            measured = getattr(r, _measured_column(m))
+            if pd.isna(measured):
+                continue
+            pred = _predicted(s, m)
+            out.append({"run_id": r.run_id, "engine": r.engine, "gpu": r.gpu, "model": r.model,
+                        "concurrency": int(r.concurrency), "metric": m, "split": r.split,
+                        "measured": float(measured), "predicted": float(pred),
+                        "error": float(pred / measured - 1.0)})
+    return pd.DataFrame(out)
+
+
+def medians(table: pd.DataFrame, by) -> pd.DataFrame:
+    """Rows and median |error| (and median signed error) per ``by``."""
+    g = table.assign(abs_error=table["error"].abs()).groupby(list(by))
+    return g.agg(rows=("error", "size"), median_abs_error=("abs_error", "median"),
+                 median_error=("error", "median")).reset_index()
+
+
+def report(table: pd.DataFrame) -> dict:
+    """The medians the docs show: per metric and split, per GPU / engine and split."""
+    return {"by_metric": medians(table, ("metric", "split")),
+            "by_gpu": medians(table, ("gpu", "split")),
+            "by_engine": medians(table, ("engine", "split"))}
+
+
+def _records(table):
+    return table.astype(object).where(table.notna(), None).to_dict(orient="records")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
+    ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
+    args = ap.parse_args(argv)
+    if args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
+    table = validate(load_runs(), args.workers)
+    rep = report(table)
+    with pd.option_context("display.width", 200, "display.max_rows", 1000):
+        print(table.round(4).to_string(index=False))
+        for name, t in rep.items():
+            print(f"\n{name}\n{t.round(4).to_string(index=False)}")
+    if args.write:
+        parts = {"rows": table, **rep}
+        body = ",\n".join(f' "{k}": [\n' + ",\n".join("  " + json.dumps(x) for x in _records(t))
+                          + "\n ]" for k, t in parts.items())
+        OUT.write_text("{\n" + body + "\n}\n")  # one row a line
+    return table, rep
+
+
+if __name__ == "__main__":
+    main()
