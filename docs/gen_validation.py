@@ -9,7 +9,9 @@ measured, never a number typed by hand):
   terms and the per-layer, attention-kernel, fixed-cost, decode, all-reduce reports;
 - ``sim/data/moe_fit.json`` - ``experiments/moe_kernels.py``: the fused-MoE kernel fit;
 - ``sim/data/profiles/cpu_calibration.json`` - ``sim calibrate``: the shipped CPU profile's
-  held-out errors.
+  held-out errors;
+- ``sim/data/independent_check.json`` - ``experiments/validate_independent.py``: the
+  independent set of measured serving runs, per metric, GPU and engine, fit and held-out.
 
 Errors are signed ``predicted / measured - 1``; "median |error|" is over the rows of a group,
 "worst" the signed error of largest magnitude. :data:`TABLES` names every table a page can ask
@@ -161,7 +163,26 @@ def calibrated_profile() -> str:
             + table(["what", "split", "points", "median \\|error\\|", "P90"], rows))
 
 
-TABLES = {"serving": serving, "per-layer": per_layer, "attention": attention,
+def independent() -> str:
+    rep = _load("independent_check.json")
+    by = {(r["metric"], r["split"]): r for r in rep["by_metric"]}
+    metrics = sorted({m for m, _ in by}, key=lambda m: (m == "output_throughput", m))
+    rows = [(m, *(f"{_pct(by[m, s]['median_abs_error'])} ({_pct(by[m, s]['median_error'], True)}"
+                  f", {by[m, s]['rows']})" if (m, s) in by else "-" for s in ("fit", "held_out")))
+            for m in metrics]
+    out = table(["metric", "fit: median \\|error\\| (median signed, rows)", "held-out"], rows)
+    for key in ("gpu", "engine"):
+        g = {}
+        for r in rep[f"by_{key}"]:
+            g.setdefault(r[key], {})[r["split"]] = r
+        out += "\n" + table([key, "fit: median \\|error\\| (rows)", "held-out"],
+                            [(f"`{k}`", *(f"{_pct(v[s]['median_abs_error'])} ({v[s]['rows']})"
+                                          if s in v else "-" for s in ("fit", "held_out")))
+                             for k, v in g.items()])
+    return out
+
+
+TABLES = {"independent": independent, "serving": serving, "per-layer": per_layer, "attention": attention,
           "fixed-costs": fixed_costs, "decode": decode, "decode-bands": decode_bands,
           "collectives-cpu-moe": collectives_and_cpu, "per-head-decode": per_head_decode,
           "parameters": parameters, "calibrated-profile": calibrated_profile}

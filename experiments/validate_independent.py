@@ -16,7 +16,8 @@ Replay: each row is a closed loop of ``concurrency`` clients (``sglang.bench_ser
 preset (``"sglang"``) with the roofline at the GPU's fitted parameters, the row's model, TP and
 precisions. Lengths: ``sglang-random`` draws them exactly as ``bench_serving``'s random sampler
 does (numpy's legacy ``RandomState`` seeded with the row's ``seed``: inputs ``randint(1,
-input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``, at least 1 token);
+input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``; a 0-token output runs as
+1);
 ``sharegpt-scaled`` is experiments/validate_serving.py's ShareGPT shape scaled to the row's
 mean lengths (``total_*_tokens / num_prompts``).
 
@@ -77,11 +78,12 @@ def load_runs() -> pd.DataFrame:
 
 
 def sglang_random_lengths(n, input_len, output_len, output_min, seed):
-    """``sglang.bench_serving``'s random lengths (range ratio 0): inputs, then outputs."""
+    """``sglang.bench_serving``'s random lengths (range ratio 0): inputs, then outputs (an output
+    may be 0 tokens; :func:`workload` runs it as 1)."""
     state = np.random.RandomState(int(seed))
     p = state.randint(1, int(input_len) + 1, size=int(n))
     o = state.randint(int(output_min), int(output_len) + 1, size=int(n))
-    return p, np.maximum(o, 1)
+    return p, o
 
 
 def workload(row, shape=None) -> pd.DataFrame:
@@ -89,6 +91,7 @@ def workload(row, shape=None) -> pd.DataFrame:
     n = int(row.num_prompts)
     if row.lengths == "sglang-random":
         p, o = sglang_random_lengths(n, row.input_len, row.output_len, row.output_min, row.seed)
+        o = np.maximum(o, 1)
     else:
         sp, so = shape if shape is not None else vs._sharegpt_shape()
         pick = np.random.default_rng(int(row.seed)).integers(0, len(sp), n)
