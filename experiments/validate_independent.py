@@ -13,13 +13,14 @@ what it must not.
 
 Replay: each row is a closed loop of ``concurrency`` clients (``sglang.bench_serving
 --max-concurrency``, request rate ``inf``) over ``num_prompts`` requests, through the engine's
-preset (``"sglang"``) with the roofline at the GPU's fitted parameters, the row's model, TP and
+preset (``"sglang"``, ``"vllm"``) with the roofline at the GPU's fitted parameters, the row's model, TP and
 precisions. Lengths: ``sglang-random`` draws them exactly as ``bench_serving``'s random sampler
 does (numpy's legacy ``RandomState`` seeded with the row's ``seed``: inputs ``randint(1,
 input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``; a 0-token output runs as
 1);
 ``sharegpt-scaled`` is experiments/validate_serving.py's ShareGPT shape scaled to the row's
-mean lengths (``total_*_tokens / num_prompts``).
+mean lengths (``total_*_tokens / num_prompts``); ``vllm-random`` is ``vllm bench serve``'s
+random sampler's distribution (:func:`vllm_random_lengths`).
 
 Metrics: signed error = predicted / measured - 1 for ``ttft_p50/p99``, ``tpot_p50/p99``,
 ``itl_p50/p99``, ``e2e_p50`` and ``output_throughput`` (the summary's ``*_p50``/``*_p99`` in ms
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -50,8 +52,8 @@ DATA = resources.files("sim").joinpath("data")
 OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "independent_check.json"
 METRICS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50",
            "output_throughput")
-ENGINE_PRESETS = {"sglang": "sglang"}
-LENGTHS = ("sglang-random", "sharegpt-scaled")
+ENGINE_PRESETS = {"sglang": "sglang", "vllm": "vllm"}
+LENGTHS = ("sglang-random", "vllm-random", "sharegpt-scaled")
 SPLITS = ("fit", "held_out")
 REQUIRED = ("run_id", "engine", "engine_version", "gpu", "model", "tensor_parallel",
             "weight_dtype", "kv_dtype", "lengths", "num_prompts", "concurrency",
@@ -86,12 +88,26 @@ def sglang_random_lengths(n, input_len, output_len, output_min, seed):
     return p, o
 
 
+def vllm_random_lengths(n, input_len, output_len, range_ratio, seed):
+    """``vllm bench serve``'s random lengths: ``U[floor(L (1 - r)), ceil(L (1 + r))]`` each,
+    inputs then outputs, from ``np.random.default_rng(seed)`` (the prompts' tokens, drawn by
+    the tool in between, are not: the draws are the tool's distribution, not its exact values)."""
+    rng = np.random.default_rng(int(seed))
+    lo = lambda x: max(1, math.floor(x * (1 - range_ratio)))  # noqa: E731
+    hi = lambda x: math.ceil(x * (1 + range_ratio))  # noqa: E731
+    p = rng.integers(lo(input_len), hi(input_len) + 1, size=int(n))
+    o = rng.integers(lo(output_len), hi(output_len) + 1, size=int(n))
+    return p, o
+
+
 def workload(row, shape=None) -> pd.DataFrame:
     """The row's requests, all queued at t = 0 (the closed loop paces them)."""
     n = int(row.num_prompts)
     if row.lengths == "sglang-random":
         p, o = sglang_random_lengths(n, row.input_len, row.output_len, row.output_min, row.seed)
         o = np.maximum(o, 1)
+    elif row.lengths == "vllm-random":
+        p, o = vllm_random_lengths(n, row.input_len, row.output_len, row.range_ratio, row.seed)
     else:
         sp, so = shape if shape is not None else vs._sharegpt_shape()
         pick = np.random.default_rng(int(row.seed)).integers(0, len(sp), n)

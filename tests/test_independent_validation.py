@@ -29,8 +29,8 @@ def stored():
     return json.loads(resources.files("sim").joinpath("data/independent_check.json").read_text())
 
 
-def test_rows_cover_three_gpus_with_full_setups(runs):
-    assert len(runs) >= 30 and runs["gpu"].nunique() >= 3
+def test_rows_cover_three_gpus_two_engines_with_full_setups(runs):
+    assert len(runs) >= 30 and runs["gpu"].nunique() >= 3 and runs["engine"].nunique() >= 2
     assert runs["run_id"].is_unique
     for col in vi.REQUIRED:
         assert runs[col].notna().all(), col
@@ -52,6 +52,14 @@ def test_random_sampler_reproduces_published_totals(runs):
         assert o.sum() == r.total_output_tokens, r.run_id
         if r.run_id not in MISPRINTED_INPUT:
             assert p.sum() == r.total_input_tokens, r.run_id
+
+
+def test_vllm_random_lengths_lie_in_the_tools_range():
+    p, o = vi.vllm_random_lengths(2000, 20000, 2000, 0.15, 0)
+    assert p.min() >= 17000 and p.max() <= 23000 and o.min() >= 1700 and o.max() <= 2300
+    assert p.mean() == pytest.approx(20000, rel=0.01) and o.mean() == pytest.approx(2000, rel=0.01)
+    p0, o0 = vi.vllm_random_lengths(5, 100, 10, 0.0, 0)
+    assert (p0 == 100).all() and (o0 == 10).all()  # range ratio 0: fixed lengths
 
 
 def test_sharegpt_rows_keep_the_published_means(runs):
