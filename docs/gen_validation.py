@@ -11,7 +11,9 @@ measured, never a number typed by hand):
 - ``sim/data/profiles/cpu_calibration.json`` - ``sim calibrate``: the shipped CPU profile's
   held-out errors;
 - ``sim/data/independent_check.json`` - ``experiments/validate_independent.py``: the
-  independent set of measured serving runs, per metric, GPU and engine, fit and held-out.
+  independent set of measured serving runs, per metric, GPU and engine, fit and held-out;
+- ``sim/data/engine_overheads.json`` - ``experiments/fit_overheads.py``: the engines'
+  overheads fitted on that set's fit split, and the medians before and after.
 
 Errors are signed ``predicted / measured - 1``; "median |error|" is over the rows of a group,
 "worst" the signed error of largest magnitude. :data:`TABLES` names every table a page can ask
@@ -182,7 +184,21 @@ def independent() -> str:
     return out
 
 
-TABLES = {"independent": independent, "serving": serving, "per-layer": per_layer, "attention": attention,
+def overheads() -> str:
+    fit = _load("engine_overheads.json")
+    terms = table(["engine", "per_request_s", "per_seq_s", "overlap"],
+                  [(f"`{e}`", f"{t['per_request_s'] * 1e3:.1f} ms", f"{t['per_seq_s'] * 1e6:.0f} us",
+                    t["overlap"]) for e, t in fit["engines"].items()])
+    by = {(r["metric"], r["split"]): r for r in fit["by_metric"]}
+    metrics = sorted({m for m, _ in by}, key=lambda m: (m == "output_throughput", m))
+    rows = [(m, *(f"{_pct(by[m, s]['median_abs_error_before'])} -> "
+                  f"{_pct(by[m, s]['median_abs_error_after'])}" for s in ("fit", "held_out")))
+            for m in metrics]
+    return terms + "\n" + table(["metric", "fit: before -> after", "held-out: before -> after"],
+                                rows)
+
+
+TABLES = {"independent": independent, "overheads": overheads, "serving": serving, "per-layer": per_layer, "attention": attention,
           "fixed-costs": fixed_costs, "decode": decode, "decode-bands": decode_bands,
           "collectives-cpu-moe": collectives_and_cpu, "per-head-decode": per_head_decode,
           "parameters": parameters, "calibrated-profile": calibrated_profile}

@@ -31,6 +31,7 @@ GPU and engine (all metrics pooled).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -42,6 +43,8 @@ import pandas as pd
 
 import workloads
 from sim import SimConfig, sweep
+from sim.costs.overheads import (EngineOverheads, OverheadCost, client_view,
+                                 closed_loop_think_time, fitted_overheads)
 from sim.costs.roofline import RooflineCost
 from sim.costs.roofline_params import fitted_params
 
@@ -118,16 +121,21 @@ def workload(row, shape=None) -> pd.DataFrame:
                          "num_output_tokens": o})
 
 
-def config(row) -> SimConfig:
-    """The engine's preset, the roofline at the GPU's fitted parameters, the row's setup."""
+def config(row, overheads: EngineOverheads | None = None) -> SimConfig:
+    """The engine's preset, the roofline at the GPU's fitted parameters, the row's setup;
+    ``overheads`` (:mod:`sim.costs.overheads`): their per-iteration CPU time on the roofline,
+    their per-request time as each closed-loop client's gap before its next request."""
     tp = int(row.tensor_parallel)
     params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
     cost = RooflineCost(row.model, row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
                         kv_dtype=row.kv_dtype, params=params)
+    think = 0.0
+    if overheads is not None:
+        cost, think = OverheadCost(cost, overheads), closed_loop_think_time(overheads)
     return SimConfig(scheduler=ENGINE_PRESETS[row.engine], cost_model=cost, model=row.model,
                      gpu=row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
                      kv_dtype=row.kv_dtype,
-                     closed_loop=workloads.ClosedLoop(int(row.concurrency)))
+                     closed_loop=workloads.ClosedLoop(int(row.concurrency), think_time=think))
 
 
 def _measured_column(metric):
@@ -140,14 +148,21 @@ def _predicted(summary, metric):
     return summary[metric] * 1e3
 
 
-def validate(rows: pd.DataFrame, workers=1, jobs_config=None) -> pd.DataFrame:
+def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None) -> pd.DataFrame:
     """One row per (run, metric) the source measured: measured, predicted, signed error.
-    ``jobs_config(row) -> SimConfig`` replaces :func:`config` (the knee's experiments)."""
+    ``overheads``: ``{engine: EngineOverheads}`` (:func:`config`), the prediction then the
+    client's view (:func:`sim.costs.overheads.client_view`). ``bands``: each run also with
+    ``SimConfig(bands=...)`` (:mod:`sim.engine.bands`); the table then has ``lo``, ``hi`` and
+    ``covered`` (the measurement inside ``[lo, hi]``)."""
     shape = vs._sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
-    make = jobs_config or config
-    jobs = [{"workload": workload(r, shape), "config": {"config": make(r)}}
-            for r in rows.itertuples()]
+    ov = [None if overheads is None else overheads.get(r.engine) for r in rows.itertuples()]
+    cfgs = [config(r, o) for r, o in zip(rows.itertuples(), ov)]
+    if bands is not None:
+        cfgs = [dataclasses.replace(c, bands=bands) for c in cfgs]
+    jobs = [{"workload": workload(r, shape), "config": {"config": c}}
+            for r, c in zip(rows.itertuples(), cfgs)]
     summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
+    summaries = [s if o is None else client_view(s, o) for s, o in zip(summaries, ov)]
     out = []
     for r, s in zip(rows.itertuples(), summaries):
         for m in METRICS:
@@ -155,10 +170,15 @@ def validate(rows: pd.DataFrame, workers=1, jobs_config=None) -> pd.DataFrame:
             if pd.isna(measured):
                 continue
             pred = _predicted(s, m)
-            out.append({"run_id": r.run_id, "engine": r.engine, "gpu": r.gpu, "model": r.model,
-                        "concurrency": int(r.concurrency), "metric": m, "split": r.split,
-                        "measured": float(measured), "predicted": float(pred),
-                        "error": float(pred / measured - 1.0)})
+            row = {"run_id": r.run_id, "engine": r.engine, "gpu": r.gpu, "model": r.model,
+                   "concurrency": int(r.concurrency), "metric": m, "split": r.split,
+                   "measured": float(measured), "predicted": float(pred),
+                   "error": float(pred / measured - 1.0)}
+            if bands is not None:
+                lo, hi = (_predicted(s, f"{m}_{end}") if m != "output_throughput" else
+                          s[f"output_token_throughput_{end}"] for end in ("lo", "hi"))
+                row.update(lo=float(lo), hi=float(hi), covered=bool(lo <= measured <= hi))
+            out.append(row)
     return pd.DataFrame(out)
 
 
@@ -184,15 +204,27 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, default=2, help="local processes (default 2)")
     ap.add_argument("--write", action="store_true", help=f"store the report in {OUT}")
+    ap.add_argument("--overheads", action="store_true",
+                    help="add each engine's fitted overheads (sim/data/engine_overheads.json)")
+    ap.add_argument("--bands", type=float, default=None,
+                    help="also report the coverage of this error band (e.g. 0.9)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    table = validate(load_runs(), args.workers)
+    if args.write and (args.overheads or args.bands is not None):
+        ap.error("--write stores the roofline alone: drop --overheads and --bands")
+    runs = load_runs()
+    ov = ({e: fitted_overheads(e) for e in runs.engine.unique()} if args.overheads else None)
+    table = validate(runs, args.workers, ov, args.bands)
     rep = report(table)
     with pd.option_context("display.width", 200, "display.max_rows", 1000):
         print(table.round(4).to_string(index=False))
         for name, t in rep.items():
             print(f"\n{name}\n{t.round(4).to_string(index=False)}")
+        if args.bands is not None:
+            print(f"\ncoverage of the {args.bands:.0%} band")
+            print(table.groupby(["split", "metric"])["covered"].agg(["size", "mean"]).round(3))
+            print(table.groupby("split")["covered"].agg(["size", "mean"]).round(3))
     if args.write:
         parts = {"rows": table, **rep}
         body = ",\n".join(f' "{k}": [\n' + ",\n".join("  " + json.dumps(x) for x in _records(t))

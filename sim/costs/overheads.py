@@ -1,0 +1,136 @@
+"""Engine overheads the roofline does not price: per-request time outside the iterations, and
+per-iteration time that grows with the batch.
+
+Concept. A serving engine's step is the GPU's work (the roofline) plus the CPU's: scheduling,
+input preparation, sampling, output processing, detokenising and streaming. Two terms:
+
+- ``per_request_s``: time each request spends outside the engine's iterations, seen by the
+  client on its first token and its end (API server, tokeniser, the hop to the scheduler,
+  detokeniser, the stream): it shifts every TTFT and E2E by the same amount, changes no TPOT
+  or ITL, and in a closed loop delays each client's next request by as much
+  (:func:`closed_loop_think_time`, :func:`client_view`); open loops take it as a request path
+  (:meth:`EngineOverheads.request_path_in_s`);
+- ``per_iter_s + per_seq_s x sequences``: the CPU time of one iteration over its sequences
+  (decodes plus prefill chunks). A **synchronous** loop (``overlap=False``: vLLM without async
+  scheduling) adds it to the GPU's time; an **overlapped** one (``overlap=True``: SGLang's
+  overlap scheduler, vLLM's ``--async-scheduling``, TensorRT-LLM's overlap scheduler) prepares
+  the next batch while the GPU runs this one, so the step is ``max(GPU, CPU)``: the CPU shows
+  only once it is the longer of the two - the knee's second slope.
+
+Invariants: :class:`OverheadCost` with zero terms prices every batch exactly as its base cost
+model (bit for bit); the terms are non-negative; the fast-forward's ``pure_decode_cost`` is
+kept when the base has one and equals pricing the same decode-only batch. Values: fitted on
+the ``fit`` split of ``sim/data/validation_runs.csv`` by ``experiments/fit_overheads.py``
+(``sim/data/engine_overheads.json``, :func:`fitted_overheads`); nothing here is default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from ..checks import declared_with
+
+TTFT_E2E_PREFIXES = ("ttft_", "e2e_")
+
+
+def _nonneg(name, x) -> float:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
+    return float(x)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOverheads:
+    """One engine's overheads (see the module docstring); ``source`` says where they come from."""
+
+    per_request_s: float = 0.0
+    per_iter_s: float = 0.0
+    per_seq_s: float = 0.0
+    overlap: bool = False
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("per_request_s", "per_iter_s", "per_seq_s"):
+            _nonneg(name, getattr(self, name))
+        if not isinstance(self.overlap, bool):
+            raise ValueError(f"overlap must be True or False, got {self.overlap!r}")
+
+    def cpu_s(self, num_seqs: int) -> float:
+        """One iteration's CPU time over ``num_seqs`` sequences."""
+        return self.per_iter_s + self.per_seq_s * num_seqs
+
+    def step_s(self, gpu_s: float, num_seqs: int) -> float:
+        """The step: GPU plus CPU (synchronous) or the longer of the two (overlapped)."""
+        if not (self.per_iter_s or self.per_seq_s):
+            return gpu_s
+        cpu = self.cpu_s(num_seqs)
+        return max(gpu_s, cpu) if self.overlap else gpu_s + cpu
+
+    def request_path_in_s(self) -> float:
+        """``per_request_s`` as an open loop's request path takes it:
+        ``SimConfig(request_path=RequestPath(in_s=...))`` (``sim.engine.fleet.request_path``)."""
+        return self.per_request_s
+
+
+class OverheadCost:
+    """``base`` (any cost model) with ``overheads``' per-iteration CPU time. Built on a base
+    with a fast-forward pricer (``pure_decode_cost``, the engine's ``decode_pricer`` rule) it is
+    a :class:`PureOverheadCost`, which keeps one."""
+
+    def __new__(cls, base=None, overheads=None):  # (no arguments: unpickling)
+        if cls is OverheadCost and declared_with(base, "pure_decode_cost", "__call__"):
+            cls = PureOverheadCost
+        return object.__new__(cls)
+
+    def __init__(self, base, overheads: EngineOverheads):
+        if not callable(base):
+            raise TypeError(f"base must be a cost model callable(batch) -> seconds, got {base!r}")
+        if not isinstance(overheads, EngineOverheads):
+            raise TypeError(f"overheads must be an EngineOverheads, got {overheads!r}")
+        self.base, self.overheads = base, overheads
+        self.needs_decode_lengths = getattr(base, "needs_decode_lengths", False)
+
+    def __call__(self, batch) -> float:
+        return self.overheads.step_s(self.base(batch),
+                                     batch.num_decode_tokens + len(batch.prefills))
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.base!r}, {self.overheads!r})"
+
+
+class PureOverheadCost(OverheadCost):
+    """An :class:`OverheadCost` whose base prices pure decodes ahead (its fast-forward)."""
+
+    def pure_decode_cost(self, num_decodes: int):
+        """``f(context_tokens)``: the base's pure-decode price, then the step's CPU rule."""
+        f, step = self.base.pure_decode_cost(num_decodes), self.overheads.step_s
+        return lambda context_tokens: step(f(context_tokens), num_decodes)
+
+
+def closed_loop_think_time(overheads: EngineOverheads) -> float:
+    """The engine-side gap between a closed-loop client's finish and its next request."""
+    return overheads.per_request_s
+
+
+def client_view(summary: dict, overheads: EngineOverheads) -> dict:
+    """``summary`` (``Result.summary()``, engine times) as the client sees it: every TTFT and
+    E2E statistic (mean, percentiles and their bands' ``_lo``/``_hi``, seconds) later by
+    ``per_request_s``."""
+    d = overheads.per_request_s
+    return {k: (v + d if k.startswith(TTFT_E2E_PREFIXES) and isinstance(v, float)
+                and not k.endswith("_std") else v) for k, v in summary.items()}
+
+
+def fitted_overheads(engine: str) -> EngineOverheads:
+    """The overheads ``experiments/fit_overheads.py`` fitted for ``engine``."""
+    data = json.loads(resources.files("sim").joinpath("data/engine_overheads.json").read_text())
+    terms = data["engines"]
+    if engine not in terms:
+        raise ValueError(f"engine must be one of {sorted(terms)}, got {engine!r}")
+    t = terms[engine]
+    return EngineOverheads(per_request_s=t["per_request_s"], per_iter_s=t["per_iter_s"],
+                           per_seq_s=t["per_seq_s"], overlap=t["overlap"],
+                           source=data["source"])
