@@ -181,6 +181,14 @@ def independent() -> str:
                             [(f"`{k}`", *(f"{_pct(v[s]['median_abs_error'])} ({v[s]['rows']})"
                                           if s in v else "-" for s in ("fit", "held_out")))
                              for k, v in g.items()])
+    cov = {(c["model"], c["split"], c["metric"]): c for c in rep.get("band_coverage", [])}
+    if cov:
+        ms = sorted({k[2] for k in cov}, key=lambda m: (m == "all", m))
+        out += "\n" + table(["90 % band holds the measurement", *(
+            f"{m} {s}" for m in ("roofline", "overheads") for s in ("fit", "held_out"))],
+            [(f"`{m}`" if m != "all" else "**all metrics**", *(
+                f"{_pct(cov[x, s, m]['coverage'])}" if (x, s, m) in cov else "-"
+                for x in ("roofline", "overheads") for s in ("fit", "held_out"))) for m in ms])
     return out
 
 

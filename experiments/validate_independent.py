@@ -25,7 +25,9 @@ random sampler's distribution (:func:`vllm_random_lengths`).
 Metrics: signed error = predicted / measured - 1 for ``ttft_p50/p99``, ``tpot_p50/p99``,
 ``itl_p50/p99``, ``e2e_p50`` and ``output_throughput`` (the summary's ``*_p50``/``*_p99`` in ms
 and ``output_token_throughput``). The report: the median |error| per metric and split, and per
-GPU and engine (all metrics pooled).
+GPU and engine (all metrics pooled). ``--write`` also stores how often the 90 % error band
+(``SimConfig(bands=0.9)``) holds the measurement, per split and metric, with the roofline alone
+and with the engines' fitted overheads (:mod:`sim.costs.overheads`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ METRICS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99",
 ENGINE_PRESETS = {"sglang": "sglang", "vllm": "vllm"}
 LENGTHS = ("sglang-random", "vllm-random", "sharegpt-scaled")
 SPLITS = ("fit", "held_out")
+BAND_LEVEL = 0.9  # the band whose coverage --write stores
 REQUIRED = ("run_id", "engine", "engine_version", "gpu", "model", "tensor_parallel",
             "weight_dtype", "kv_dtype", "lengths", "num_prompts", "concurrency",
             "total_input_tokens", "total_output_tokens", "split", "source")
@@ -225,8 +228,16 @@ def main(argv=None):
             print(f"\ncoverage of the {args.bands:.0%} band")
             print(table.groupby(["split", "metric"])["covered"].agg(["size", "mean"]).round(3))
             print(table.groupby("split")["covered"].agg(["size", "mean"]).round(3))
-    if args.write:
-        parts = {"rows": table, **rep}
+    if args.write:  # plus the 90 % band's coverage, roofline alone and with the overheads
+        cover = []
+        for name, o in (("roofline", None), ("overheads", {e: fitted_overheads(e)
+                                                          for e in runs.engine.unique()})):
+            t = validate(runs, args.workers, o, BAND_LEVEL)
+            g = t.groupby(["split", "metric"])["covered"].agg(rows="size", coverage="mean")
+            cover += [{"model": name, "level": BAND_LEVEL, **r} for r in _records(
+                pd.concat([g.reset_index(), t.groupby("split")["covered"].agg(
+                    rows="size", coverage="mean").reset_index().assign(metric="all")]))]
+        parts = {"rows": table, **rep, "band_coverage": pd.DataFrame(cover)}
         body = ",\n".join(f' "{k}": [\n' + ",\n".join("  " + json.dumps(x) for x in _records(t))
                           + "\n ]" for k, t in parts.items())
         OUT.write_text("{\n" + body + "\n}\n")  # one row a line
