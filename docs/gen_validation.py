@@ -206,7 +206,21 @@ def overheads() -> str:
                                 rows)
 
 
-TABLES = {"independent": independent, "overheads": overheads, "serving": serving, "per-layer": per_layer, "attention": attention,
+def gpu_terms() -> str:
+    import csv
+    from sim.costs.roofline import RooflineCost
+    from sim.costs.roofline_terms import KINDS, counts
+    with (DATA / "gpus.csv").open() as f:
+        names = [r["gpu"] for r in csv.DictReader(f)]
+    rows = []
+    for name in names:
+        key = RooflineCost("llama-3.1-8b", name).gpu_key
+        c = counts(key)
+        rows.append((name, *(c[k] for k in KINDS)))
+    return table(["GPU", *(f"{k} terms" for k in KINDS)], rows)
+
+
+TABLES = {"independent": independent, "overheads": overheads, "gpu-terms": gpu_terms, "serving": serving, "per-layer": per_layer, "attention": attention,
           "fixed-costs": fixed_costs, "decode": decode, "decode-bands": decode_bands,
           "collectives-cpu-moe": collectives_and_cpu, "per-head-decode": per_head_decode,
           "parameters": parameters, "calibrated-profile": calibrated_profile}

@@ -15,6 +15,7 @@ import sys
 import warnings
 
 from ..checks import plural
+from ..costs.roofline_terms import summary_line
 from ..engine.core.policies import KNOBS
 from .arguments import output_file, output_folder
 from .build import as_written, build, seed_changes_nothing, with_request_path
@@ -107,7 +108,7 @@ def cmd_run(args) -> int:
                   f"requests sample them with replacement")
         cost = cfg.resolved_cost_model()
         if getattr(cost, "terms_fitted", True) is False:  # a roofline on an unmeasured GPU
-            print(f"note: {cost.terms_note}")
+            print(f"note: {cost.terms_note}; roofline terms: {summary_line(cost.gpu_key)}")
         if " has no " in getattr(cost, "compute_note", ""):  # fp4/fp8 weights, weight-only
             print(f"note: {cost.compute_note}")
         print()

@@ -1,0 +1,62 @@
+"""Where each roofline term of a GPU comes from: fitted to that GPU's kernels, or assumed.
+
+Concept. :func:`sim.costs.roofline_params.fitted_params` gives a GPU its own fitted terms
+(``roofline_fit.json``'s ``params[gpu]``), else, term by term, the mean over the GPUs fitted for
+it (:func:`~sim.costs.roofline_params.mean_terms`), plus terms shared by every GPU. This module
+says which is which, per term (:func:`provenance`), and counts them (:func:`summary_line`), so
+a prediction on a GPU with no measured terms says so.
+
+Kinds (:data:`KINDS`): ``fitted`` (this GPU's own kernel timings), ``assumed`` (another GPU's
+or the fitted GPUs' mean: no measurement of this GPU), ``shared`` (one value for every GPU,
+fitted or sourced once: the CPU overheads, the custom all-reduce, the MoE GEMM scale) and
+``default`` (a constant of :class:`~sim.costs.roofline_params.RooflineParams` no fit sets).
+Invariants: every field of ``RooflineParams`` gets exactly one kind; a GPU listed by
+:func:`~sim.costs.roofline_params.fitted_gpus` has at least one ``fitted`` term, any other GPU
+none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from importlib import resources
+
+from .roofline_params import RooflineParams
+
+KINDS = ("fitted", "assumed", "shared", "default")
+
+
+def _load(name):
+    return json.loads(resources.files("sim").joinpath("data", name).read_text())
+
+
+def provenance(gpu_key: str) -> dict:
+    """``{term: (kind, note)}`` for every ``RooflineParams`` field on ``gpu_key`` ("h100",
+    "mi300x", ... as ``RooflineCost.gpu_key``)."""
+    fit = _load("roofline_fit.json")
+    fits = fit.get("params", {})
+    shared = {**fit.get("shared", {}), **_load("moe_fit.json").get("shared", {})}
+    own = fits.get(gpu_key, {})
+    out = {}
+    for f in dataclasses.fields(RooflineParams):
+        if own.get(f.name) is not None:
+            out[f.name] = ("fitted", f"fitted to {gpu_key}'s kernel timings")
+        elif f.name in shared:
+            out[f.name] = ("shared", "one value for every GPU (roofline_fit/moe_fit 'shared')")
+        else:
+            donors = sorted(g for g, p in fits.items() if p.get(f.name) is not None)
+            out[f.name] = (("assumed", f"no {gpu_key} measurement: mean of {', '.join(donors)}")
+                           if donors else ("default", "RooflineParams default, not fitted"))
+    return out
+
+
+def counts(gpu_key: str) -> dict:
+    """How many terms of each kind ``gpu_key`` has."""
+    kinds = [k for k, _ in provenance(gpu_key).values()]
+    return {k: kinds.count(k) for k in KINDS}
+
+
+def summary_line(gpu_key: str) -> str:
+    """One line for a run's report: ``"fitted 9, assumed 3, shared 5, default 7 (mi300x)"``."""
+    c = counts(gpu_key)
+    return ", ".join(f"{k} {c[k]}" for k in KINDS) + f" ({gpu_key})"
