@@ -169,8 +169,8 @@ class MemoryBudget:
         sliding-window, chunked or linear-attention layers: the KV bytes per GPU over one
         sequence's :func:`sequence_kv_bytes` in whole blocks (each local layer holding its
         window, each linear layer its state), as vLLM's hybrid KV cache manager frees the
-        blocks behind a window; the engine's KV pool does not model that (its blocks count
-        every attention layer for every token)."""
+        blocks behind a window (the engine's pool does the same: :mod:`sim.engine.kv.layer_groups`,
+        there each request's pages rounded to whole blocks)."""
         need = blocks_needed(positive_int("seq_len", seq_len), self.block_size)
         if not self.model.has_local_layers:
             return self.kv_blocks // need

@@ -223,7 +223,7 @@ class Transfers:
         while queue:
             r = queue[0]
             if len(rep.running) + self.in_flight[d] >= rep.max_batch_size or not rep.reserve(
-                    -(-r.num_computed // rep.block_size)):
+                    rep.blocks_of(r.num_computed)):
                 return
             queue.popleft()
             self.in_flight[d] += 1
