@@ -45,6 +45,7 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                            weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype,
                            gpu_memory_utilization=util,
                            block_size=config.block_size, overhead_gb=draft_weights,
+                           expert_parallel=config.expert_parallel,
                            accounting=accounting, **trt)
     if not budget.fits and draft is not None:
         raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
