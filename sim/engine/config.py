@@ -65,7 +65,7 @@ from .schedulers import POLICIES, POOL_SIZING, resolve
 from .speculation.draft_cost import DraftCost
 from .speculation.settings import SpeculativeConfig
 
-WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4", "fp4")
+WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4", "fp4", "nvfp4", "mxfp4")
 KV_DTYPES = ("fp16", "bf16", "fp8")
 _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is sized for these
 

@@ -3,7 +3,7 @@
 Units: bytes; GB = 10**9 bytes (the unit of "N billion parameters x bytes" and of the
 ``gpu_memory_gb`` argument), GiB = 2**30 bytes (what devices and serving engines report: an
 "80 GB" A100 reports 81,920 MiB = 80 GiB = 85.9 GB). Bytes per value: 2 fp16/bf16, 1 fp8/int8,
-0.5 int4. :func:`memory_budget` does a serving engine's accounting (vLLM's, SGLang's or
+0.5 int4; FP4 with its block scales 0.5625 (nvfp4, fp4) or 0.53125 (mxfp4): :mod:`.fp4`. :func:`memory_budget` does a serving engine's accounting (vLLM's, SGLang's or
 TensorRT-LLM's), term by term; the terms and their sources are in :mod:`sim.specs.memory_terms`.
 """
 
@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from ..checks import each_gpu, fraction, plural, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE
 from . import layers
+from .fp4 import FP4_DTYPES, fp4_bytes
 from . import memory_terms as terms
 from .memory_terms import GiB, MemoryTerm
 from .models import ModelConfig, get_model
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,
-               "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+               "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+               **{f: fp4_bytes(f) for f in FP4_DTYPES}}  # 4-bit values + block scales
 GB = 1e9
 ACCOUNTINGS = ("vllm", "sglang", "tensorrt-llm")
 # memory_budget's engine knobs -> the accountings that read them (each engine's own settings;
