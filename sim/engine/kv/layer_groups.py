@@ -40,8 +40,9 @@ Invariants (tests/test_layer_pool.py): :meth:`held` is a pure function of ``c``;
 
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...checks import positive_int
 
@@ -57,6 +58,9 @@ class LayerPool:
     window: int = 0
     chunk: int = 0
     state_pages: int = 0  # the linear-attention layers' state of one request, in pages
+    # c -> held(c), and c -> the first change after c (None: none ever)
+    _held: dict = field(default_factory=dict, compare=False, repr=False)
+    _next: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self):
         positive_int("block_size", self.block_size)
@@ -88,8 +92,11 @@ class LayerPool:
         return self.full * blocks + self.local * local + self.state_pages
 
     def held(self, c: int) -> int:
-        """Pool blocks a request with ``c`` tokens in its cache holds."""
-        return -(-self.pages(c) // self.pages_per_block)
+        """Pool blocks a request with ``c`` tokens in its cache holds (memoised)."""
+        h = self._held.get(c)
+        if h is None:
+            h = self._held[c] = -(-self.pages(c) // (self.full + self.local))
+        return h
 
     def bound(self, c: int) -> int:
         """An upper bound of :meth:`held` over ``1..c`` (non-decreasing in ``c``): a local
@@ -125,11 +132,23 @@ class LayerPool:
         """The smallest ``c2`` in ``c + 1 .. limit`` where ``held(c2) != held(c2 - 1)`` (a
         decode writing its ``c2``-th token takes or frees blocks), or None. Pages change only
         where a block boundary is crossed (``c2 % block_size == 1``) or a local layer's skipped
-        blocks grow; candidates are stepped block by block."""
+        blocks grow; candidates are stepped block by block, the first change after ``c``
+        memoised."""
+        x = self._next.get(c, 0)
+        if x == 0:
+            x = self._next[c] = self._first_change(c)
+        return x if x is not None and x <= limit else None
+
+    def _first_change(self, c: int) -> int | None:
+        """The first change after ``c``, or None when there is none: with full layers the
+        held blocks grow at least every ``block_size x pages_per_block`` tokens; without,
+        past the window they repeat with period ``block_size`` (sliding) or ``lcm(block_size,
+        chunk)`` (chunked), so one period without a change means none ever."""
         bs = self.block_size
+        end = None if self.full else max(c, self.window) + math.lcm(bs, self.chunk or bs) + 1
         prev = self.held(c)
         x = c + 1
-        while x <= limit:
+        while end is None or x <= end:
             now = self.held(x)
             if now != prev:
                 return x
