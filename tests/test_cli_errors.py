@@ -110,6 +110,7 @@ CASES = [
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
+                                   "'expert_parallel', 'expert_skew', "
                                    "'format', 'free_gpu_memory_fraction', 'gpu', "
                                    "'gpu_idle_watts', 'gpu_max_watts', "
                                    "'gpu_memory_utilization', 'hash_block_tokens', "

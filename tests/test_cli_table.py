@@ -79,6 +79,8 @@ SAMPLES = {
     "report": ("r.html", "r.html", []),
     "format": ("AIPerf", "aiperf", []),
     "request_path": ("1,2,3", "1,2,3", []),
+    "expert_parallel": ("8", 8, ["--model", "mixtral-8x7b", "--tp", "8"]),
+    "expert_skew": ("0.5", 0.5, ["--model", "mixtral-8x7b", "--tp", "8", "--ep", "8"]),
 }
 OBJECTS = {"closed_loop": "closed_loop", "disaggregation": "disaggregation",
            "speculative": "speculative", "kv_offload": "kv_offload"}  # a row's target -> SimConfig's field holding it

@@ -57,7 +57,7 @@ def test_fp4_weights_without_fp4_tensor_cores_run_weight_only(name):
     g = get_gpu(name)
     assert g.fp4_tflops == 0
     assert (c.compute_dtype, c.peak) == ("fp16", g.fp16_tflops * 1e12)  # never an FP4 peak
-    assert c.wb == 0.5  # 4-bit reads
+    assert c.wb == 0.5 + 1 / 16  # 4-bit reads and their FP8 scale per 16 (fp4: NVFP4)
     with pytest.raises(ValueError, match="no FP4 tensor cores"):
         RooflineCost("llama-3.1-8b", name, weight_dtype="fp4", activation_dtype="fp4")
 

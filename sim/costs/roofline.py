@@ -9,7 +9,8 @@ Per iteration, per layer, each op costs ``max(FLOPs / (peak x compute_eff), byte
   runs it): :mod:`sim.costs.roofline_attention`; sliding-window, chunked and linear-attention
   layers over their window or fixed state: :mod:`sim.costs.roofline_layers`;
 - tensor parallelism's all-reduces, two per layer (NCCL's measured times, a ring model, or the
-  custom kernel on NVLink): :mod:`sim.costs.roofline_collectives`;
+  custom kernel on NVLink): :mod:`sim.costs.roofline_collectives`; expert parallelism's
+  dispatch and combine and its busiest GPU's experts: :mod:`sim.costs.expert_parallel`;
 - the LM head once per iteration for the tokens that sample;
 - fixed costs the kernel timings miss (:meth:`RooflineCost.fixed_time`): ``overhead_s`` per
   iteration (the engine's CPU work: scheduling, input preparation, sampler launch),
@@ -53,6 +54,7 @@ from ..specs.gpus import get_gpu
 from ..specs.memory import bytes_per_value
 from ..specs.memory_terms import check_tensor_parallel
 from ..specs.models import get_model
+from .expert_parallel import ExpertParallel
 from .roofline_attention import RooflineAttention
 from .roofline_collectives import RooflineCollectives
 from .roofline_layers import RooflineLayers
@@ -67,7 +69,8 @@ _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM":
              "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x", "B300-HGX": "b300"}
 
 
-class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, RooflineLayers):
+class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, RooflineLayers,
+                   ExpertParallel):
     """``cost(batch) -> seconds`` for ``model`` on ``gpu`` (see the module docstring; the
     terms are the three mixins')."""
 
@@ -75,7 +78,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
 
     def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
                  weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None,
-                 activation_dtype=None):
+                 activation_dtype=None, expert_parallel=1, expert_skew=0.0):
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
@@ -115,6 +118,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         self._allreduces_per_layer = p.parallel_block_allreduces if m.parallel_attn else 2
         self._init_attention()
         self._init_layers()  # sliding/chunked/linear layers (none: the prices above alone)
+        self._init_expert_parallel(expert_parallel, expert_skew)  # (1: nothing added)
 
     LAYERS_BLOCK = 512  # token counts priced at once on a linear-time memo miss
 
@@ -143,6 +147,9 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
             nbytes = self.model.hidden_size * ACT_BYTES
             layer += self._allreduces_per_layer * np.array(
                 [self.allreduce_time(t * nbytes) for t in counts.tolist()])
+        if self.ep > 1:  # expert parallelism's all-to-alls and busiest GPU (expert_parallel)
+            return (self.model.num_hidden_layers * layer
+                    + self.expert_parallel_times(counts)).tolist()
         return (self.model.num_hidden_layers * layer).tolist()
 
     def linear_time(self, tokens, sampled) -> float:
@@ -227,5 +234,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         own = ", ".join(f"{f.name}={getattr(self.params, f.name)!r}"
                         for f in dataclasses.fields(self.params)
                         if getattr(self.params, f.name) != getattr(fitted, f.name))
-        return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}, "
+        ep = f", ep={self.ep}" + (f", skew={self.expert_skew:g}" if self.expert_skew else "") \
+            if self.ep > 1 else ""
+        return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}{ep}, "
                 f"weights={self.weight_dtype}{kv}" + (f", params({own})" if own else "") + ")")

@@ -31,6 +31,7 @@ from importlib import resources
 import numpy as np
 
 from ..checks import fraction, positive_float
+from ..specs.fp4 import FP4_DTYPES
 
 ELEMENTWISE_OPS = ("input_layernorm", "post_attention_layernorm", "attn_rope", "mlp_act", "add")
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
@@ -188,6 +189,7 @@ def compute_peak(weight_dtype, nbytes, gpu, activation_dtype=None):
     weight-only everywhere. fp4 activations on a GPU without FP4 tensor cores are a
     ``ValueError``, as are fp4 activations with other weights."""
     key = weight_dtype.lower() if isinstance(weight_dtype, str) else str(weight_dtype)
+    key = "fp4" if key in FP4_DTYPES else key  # nvfp4, mxfp4: their scales are in nbytes
     fp16 = gpu.fp16_tflops * 1e12
     act = None if activation_dtype is None else str(activation_dtype).lower()
     if act not in (None, "fp16", "bf16", "fp4"):

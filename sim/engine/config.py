@@ -65,7 +65,7 @@ from .schedulers import POLICIES, POOL_SIZING, resolve
 from .speculation.draft_cost import DraftCost
 from .speculation.settings import SpeculativeConfig
 
-WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4", "fp4")
+WEIGHT_DTYPES = ("fp16", "bf16", "fp8", "int8", "int4", "fp4", "nvfp4", "mxfp4")
 KV_DTYPES = ("fp16", "bf16", "fp8")
 _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is sized for these
 
@@ -93,6 +93,8 @@ class SimConfig:
     gpu: object = None
     gpu_memory_utilization: float | None = None
     tensor_parallel: int = 1
+    expert_parallel: int = 1  # a MoE model's experts over the TP GPUs (costs.expert_parallel)
+    expert_skew: float = 0.0  # expert routing's Zipf exponent under expert parallelism
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
@@ -126,6 +128,12 @@ class SimConfig:
         if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
             from ..specs.models import get_model
             check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
+        if (self.expert_parallel != 1 or self.expert_skew) and not callable(self.model):
+            from ..costs.expert_parallel import check_expert_parallel
+            from ..specs.models import get_model
+            object.__setattr__(self, "expert_parallel", check_expert_parallel(
+                get_model(self.resolved_model()), self.expert_parallel, self.tensor_parallel,
+                self.expert_skew))
         check_router(self.router)
         if self.kv_offload is not None and not isinstance(self.kv_offload, KVTier):
             raise TypeError(f"kv_offload must be a sim.KVTier, got {self.kv_offload!r}")
@@ -332,7 +340,9 @@ class SimConfig:
         if target is None:
             target = RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
                                   tensor_parallel=self.tensor_parallel,
-                                  weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype)
+                                  weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
+                                  expert_parallel=self.expert_parallel,
+                                  expert_skew=self.expert_skew)
         spec = self.speculative
         if spec is None or spec.method == "ngram":
             return target

@@ -7,6 +7,10 @@ A model that does not fit is an error carrying the budget's advice (quantize, ad
 block too large for what is left names ``block_size``, not the weights. With a draft model
 each block also holds the draft's KV of its tokens (one block table per request, as vLLM
 allocates them). Pure: reads the config, returns a count.
+
+:func:`layer_pool_fields` gives a model with sliding-window, chunked-local or linear-attention
+layers its per-layer-kind pool (:mod:`sim.engine.kv.layer_groups`): the same blocks, each request
+holding its window's blocks in the local layers and a fixed state in the linear ones.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                            weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype,
                            gpu_memory_utilization=util,
                            block_size=config.block_size, overhead_gb=draft_weights,
+                           expert_parallel=config.expert_parallel,
                            accounting=accounting, **trt)
     if not budget.fits and draft is not None:
         raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
@@ -65,3 +70,31 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                          f"model, quantize (weight_dtype) or add GPUs "
                          f"(tensor_parallel)")
     return blocks
+
+
+def layer_pool_fields(config) -> dict | None:
+    """The fields of the :class:`~sim.engine.kv.layer_groups.LayerPool` of ``config``'s model
+    (its ``block_size``, ``tensor_parallel`` and ``kv_dtype`` resolved), or None: every layer full
+    attention (one block per ``block_size`` tokens), or a run whose pool keys, shares or
+    looks ahead by block (prefix caching, speculative decoding), where every attention layer
+    counts for every token (an over-estimate for the local layers, as vLLM with its hybrid
+    allocator disabled)."""
+    if config.prefix_caching or config.speculative is not None or callable(config.model):
+        return None
+    from ..specs import layers
+    from ..specs.memory import STATE_BYTES, bytes_per_value
+    from ..specs.models import get_model
+    m = get_model(config.resolved_model())
+    if not m.has_local_layers:
+        return None
+    tp, bs = config.tensor_parallel, config.block_size
+    counts = m.layer_counts()
+    page = bs * m.kv_values_per_token_per_layer(tp) * bytes_per_value("kv_dtype",
+                                                                        config.kv_dtype)
+    linear = counts.get(layers.LINEAR, 0)
+    state = linear * layers.linear_state_values(m, tp) * STATE_BYTES
+    local = counts.get(layers.SLIDING, 0) + counts.get(layers.CHUNKED, 0)
+    return dict(block_size=bs, full=counts.get(layers.FULL, 0), local=local,
+                window=m.sliding_window if local else 0,
+                chunk=m.attention_chunk_size if local and not m.sliding_window else 0,
+                state_pages=int(-(-state // page)))

@@ -3,7 +3,7 @@
 Units: bytes; GB = 10**9 bytes (the unit of "N billion parameters x bytes" and of the
 ``gpu_memory_gb`` argument), GiB = 2**30 bytes (what devices and serving engines report: an
 "80 GB" A100 reports 81,920 MiB = 80 GiB = 85.9 GB). Bytes per value: 2 fp16/bf16, 1 fp8/int8,
-0.5 int4. :func:`memory_budget` does a serving engine's accounting (vLLM's, SGLang's or
+0.5 int4; FP4 with its block scales 0.5625 (nvfp4, fp4) or 0.53125 (mxfp4): :mod:`.fp4`. :func:`memory_budget` does a serving engine's accounting (vLLM's, SGLang's or
 TensorRT-LLM's), term by term; the terms and their sources are in :mod:`sim.specs.memory_terms`.
 """
 
@@ -14,12 +14,14 @@ from dataclasses import dataclass
 from ..checks import each_gpu, fraction, plural, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE
 from . import layers
+from .fp4 import FP4_DTYPES, fp4_bytes
 from . import memory_terms as terms
 from .memory_terms import GiB, MemoryTerm
 from .models import ModelConfig, get_model
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,
-               "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "fp4": 0.5}
+               "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+               **{f: fp4_bytes(f) for f in FP4_DTYPES}}  # 4-bit values + block scales
 GB = 1e9
 ACCOUNTINGS = ("vllm", "sglang", "tensorrt-llm")
 # memory_budget's engine knobs -> the accountings that read them (each engine's own settings;
@@ -169,8 +171,8 @@ class MemoryBudget:
         sliding-window, chunked or linear-attention layers: the KV bytes per GPU over one
         sequence's :func:`sequence_kv_bytes` in whole blocks (each local layer holding its
         window, each linear layer its state), as vLLM's hybrid KV cache manager frees the
-        blocks behind a window; the engine's KV pool does not model that (its blocks count
-        every attention layer for every token)."""
+        blocks behind a window (the engine's pool does the same: :mod:`sim.engine.kv.layer_groups`,
+        there each request's pages rounded to whole blocks)."""
         need = blocks_needed(positive_int("seq_len", seq_len), self.block_size)
         if not self.model.has_local_layers:
             return self.kv_blocks // need
@@ -181,9 +183,18 @@ class MemoryBudget:
 
 def _terms(model, device, tp, wbytes, s):
     """The per-GPU terms of accounting ``s["accounting"]`` (see :mod:`.memory_terms`)."""
-    weights = round(model.total_params() * wbytes / tp)
-    w = MemoryTerm("weights", -weights, f"{model.total_params() / 1e9:.2f} B parameters x "
-                   f"{wbytes:g} B / {plural(tp, 'GPU')}")  # (the replicated norms: < 0.01%)
+    ep = s["expert_parallel"]
+    if ep == 1:
+        weights = round(model.total_params() * wbytes / tp)
+        w = MemoryTerm("weights", -weights, f"{model.total_params() / 1e9:.2f} B parameters x "
+                       f"{wbytes:g} B / {plural(tp, 'GPU')}")  # (replicated norms: < 0.01%)
+    else:  # the experts whole, E / ep of them per GPU; the rest over the TP GPUs
+        experts = (model.num_hidden_layers - model.num_dense_layers) * model.num_local_experts \
+            * model.mlp_params_per_expert()
+        weights = round(((model.total_params() - experts) / tp + experts / ep) * wbytes)
+        w = MemoryTerm("weights", -weights, f"{(model.total_params() - experts) / 1e9:.2f} B "
+                       f"parameters / {plural(tp, 'GPU')} + {experts / 1e9:.2f} B of experts / "
+                       f"{ep} (expert_parallel) x {wbytes:g} B")
     reserved = round(s["overhead_gb"] * GB)
     extra = [MemoryTerm("reserved", -reserved, "overhead_gb, reserved by the caller")] \
         if reserved else []
@@ -247,7 +258,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                   advice_seq_len=4096, accounting="vllm",
                   max_num_batched_tokens=terms.VLLM_MAX_NUM_BATCHED_TOKENS,
                   max_num_seqs=terms.VLLM_MAX_NUM_SEQS, non_torch_gb=None,
-                  mem_fraction_static=None, free_gpu_memory_fraction=None) -> MemoryBudget:
+                  mem_fraction_static=None, free_gpu_memory_fraction=None,
+                  expert_parallel=1) -> MemoryBudget:
     """How much KV cache a model leaves on ``tensor_parallel`` GPUs of ``gpu_memory_gb`` each.
 
     ``gpu_memory_gb``: the memory each GPU reports, in GB of 10**9 bytes (a preset's
@@ -262,6 +274,9 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     below 1) x (device memory - weights - the activations of ``max_num_batched_tokens`` tokens,
     its ``max_num_tokens`` - the other memory in use); ``gpu_memory_utilization`` and
     ``max_num_seqs`` are not used.
+    ``expert_parallel``: the GPUs a MoE model's experts spread over, each holding ``E /
+    expert_parallel`` whole experts beside ``1 / tensor_parallel`` of the other weights (more
+    GPUs than ``tensor_parallel``: attention data-parallel, as SGLang's DP attention).
     ``overhead_gb``: a further per-GPU reserve of the caller's. Terms and sources:
     :mod:`sim.specs.memory_terms`.
     ``fits`` is True when every GPU keeps room for at least one KV block; otherwise ``advice``
@@ -287,7 +302,12 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                              f"{value!r} with accounting={accounting!r}")
     util = (terms.VLLM_GPU_MEMORY_UTILIZATION if gpu_memory_utilization is None
             else fraction("gpu_memory_utilization", gpu_memory_utilization))
+    ep = positive_int("expert_parallel", expert_parallel)
+    if ep > 1 and (not model.is_moe or model.num_local_experts % ep):
+        raise ValueError(f"expert_parallel {ep} must divide the experts of a MoE model; "
+                         f"{model.name!r} has {model.num_local_experts}")
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
+         "expert_parallel": ep,
          "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
          "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),
          "non_torch_gb": None if non_torch_gb is None else positive_float(

@@ -51,7 +51,8 @@ def can_fast_forward(policy, replica) -> bool:
     run (``quiet_when_decoding``, declared where ``schedule`` is defined or below: not a flag
     a subclass overriding ``schedule`` inherits; see :mod:`sim.engine.core.policies`)."""
     return (bool(getattr(policy, "quiet_when_decoding", False))
-            and declared_with(policy, "quiet_when_decoding", "schedule"))
+            and declared_with(policy, "quiet_when_decoding", "schedule")
+            and replica.layers is None)  # (a layer pool's decodes take blocks off-phase)
 
 
 def decode_stretch(process, now, until):

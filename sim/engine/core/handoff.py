@@ -36,7 +36,7 @@ class KVHandoff:
 
     def release(self, r) -> None:
         """A handed-off request's KV has left: free the blocks it held here."""
-        self._free_blocks(r, -(-r.num_computed // self.block_size))
+        self._free_blocks(r, self.blocks_of(r.num_computed))
         self.num_in_transit -= 1
 
     def reserve(self, num_blocks: int) -> bool:

@@ -152,7 +152,8 @@ class Iteration:
                     r.segments.append((-1 - i, -1))
                 if r.output_keys is not None and self.caching:
                     self._cache_answer(r)
-                self._free_blocks(r, -(-r.num_computed // bs))
+                self._free_blocks(r, -(-r.num_computed // bs) if self.layers is None
+                                  else self.layers.held(r.num_computed))
                 _del_running(self.running, r.index)
                 self._finish(r, now)
                 continue

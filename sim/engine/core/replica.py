@@ -61,6 +61,7 @@ from .queues import (RunningSet, WaitingQueue, _dequeue, _dequeue_head, _enqueue
                      _set_running, _del_running)
 from .request import DECODE, PREFILL, STATUS_NAMES, WAITING
 from .spec_decoding import SpecDecodes
+from .windowed_decodes import WindowedClippedDecodes, WindowedDecodes
 
 _NO_KEYS = np.zeros(0, dtype=np.int64)  # block mode: the keys of a request without hash ids
 
@@ -76,7 +77,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
 
     def __init__(self, kv_blocks, block_size, max_batch_size, select_victim=None,
                  prefix_caching=False, speculative=None, draw=None, cache_unit=None,
-                 clip_left=None, offload=None):
+                 clip_left=None, offload=None, layers=None):
         # prefix_caching: False, "block" (True) or "radix"; cache_unit: the workload's tokens
         # per hash id (radix mode's node span); clip_left: keep the decodes' tokens left, each
         # clipped to it, summed (decoding.ClippedDecodes; a policy's clip_left, SGLang's)
@@ -100,9 +101,15 @@ class Replica(Iteration, KVHandoff, PrefixHits):
                 kv_blocks, block_size)
         self.block_size = self.blocks.block_size
         self.max_batch_size = max_batch_size
+        # layers: a kv.layer_groups.LayerPool (windowed or linear layers: each request's
+        # blocks per layer kind, core.windowed_decodes), None: one block per block_size tokens
+        self.layers = layers
         # speculative decoding: k draft tokens verified per decode, emissions from draw(r, n)
         self.num_spec_tokens = speculative.num_speculative_tokens if speculative else 0
-        if speculative:
+        if layers is not None:
+            self.decodes = (WindowedClippedDecodes(self.block_size, clip_left, layers)
+                            if clip_left else WindowedDecodes(self.block_size, layers))
+        elif speculative:
             self.decodes = SpecDecodes(self.block_size, self.num_spec_tokens, draw, clip_left)
         elif clip_left:
             self.decodes = ClippedDecodes(self.block_size, clip_left)
@@ -115,7 +122,8 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         # enqueue(r): an arriving request joins the tail of the queue (the engine's verb; a
         # C-level bound append: no Python frame per arrival)
         self.enqueue = partial(_enqueue, self.waiting)
-        self.capacity_tokens = self.blocks.capacity_tokens
+        self.capacity_tokens = (self.blocks.capacity_tokens if layers is None
+                                else layers.capacity_tokens(self.blocks.num_blocks))
         self.iteration = 0
         # the decode clock: decode steps run so far; equal to the iteration index unless the
         # policy pauses decodes (on_demand_decodes: SGLang's prefill-only iterations)
@@ -156,7 +164,14 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         if r.status == DECODE:
             c = self.clock
             return self.decodes.held_blocks(r, c, self._decodes_reserved == c)
-        return blocks_for(r.num_computed + self._scheduled_tokens(r), self.block_size)
+        return self.blocks_of(r.num_computed + self._scheduled_tokens(r))
+
+    def blocks_of(self, tokens: int) -> int:
+        """Blocks a request with ``tokens`` tokens in its cache holds (its layer pool's, else
+        ``ceil(tokens / block_size)``)."""
+        if self.layers is not None:
+            return self.layers.held(tokens)
+        return blocks_for(tokens, self.block_size)
 
     def _scheduled_tokens(self, r) -> int:
         if r.scheduled_iteration != self.iteration:
@@ -175,7 +190,8 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             self._refuse_admit(r, num_tokens)
         if len(self.running) >= self.max_batch_size:
             return False
-        blocks = -(-num_tokens // self.block_size)  # blocks_for, inlined (hot)
+        blocks = (-(-num_tokens // self.block_size) if self.layers is None  # blocks_for,
+                  else self.layers.held(num_tokens))  # inlined (hot)
         if blocks > self.blocks.num_free:
             return False
         self._dequeue(r)
@@ -276,7 +292,10 @@ class Replica(Iteration, KVHandoff, PrefixHits):
                 or not 0 < num_tokens <= r.prefill_target - done):
             self._refuse_chunk(r, num_tokens)
         bs = self.block_size
-        need = -(-(done + num_tokens) // bs) - (-(-done // bs))  # blocks_for, inlined (hot)
+        if self.layers is None:
+            need = -(-(done + num_tokens) // bs) - (-(-done // bs))  # blocks_for, inlined (hot)
+        else:  # (< 0 where the chunk's window leaves more blocks behind than it takes)
+            need = self.layers.held(done + num_tokens) - self.layers.held(done)
         blocks = self.blocks
         while need > blocks.num_free:
             victim = self.select_victim(self)
@@ -328,7 +347,8 @@ class Replica(Iteration, KVHandoff, PrefixHits):
                 self._prefill_tokens -= new
                 del self._prefill_reqs[k], self._prefills[k]
                 r.scheduled_iteration = -1
-            self._free_blocks(r, -(-held // bs))
+            self._free_blocks(r, -(-held // bs) if self.layers is None
+                              else self.layers.held(held))
             ps = self.prefilling
             k = ps.index(r)
             self.prefilling = ps[:k] + ps[k + 1:]

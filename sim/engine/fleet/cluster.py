@@ -53,6 +53,8 @@ from ..core.records import (ITERATION_COLUMNS, build_result, gc_frozen, offload_
                             release)
 from ..core.replica import Replica
 from ..kv.offload import OffloadTier
+from ..kv.layer_groups import LayerPool
+from ..pool_budget import layer_pool_fields
 from ..schedulers import POLICIES, resolve
 from ..speculation.acceptance import make_drawer
 from .clients import ClosedLoopClients
@@ -217,13 +219,20 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
                   draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None),
-                  offload=offload_tier(config))
+                  offload=offload_tier(config), layers=layer_pool(config))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     rep.max_model_len = max_model_len
     rep.reject_reason = getattr(policy, "reject_reason", None)  # the policy's arrival check
     return rep
 
 
+
+
+def layer_pool(config):
+    """A replica's :class:`~sim.engine.kv.layer_groups.LayerPool` as its model's layer kinds
+    set it (:func:`~sim.engine.pool_budget.layer_pool_fields`), None: the plain pool."""
+    fields = layer_pool_fields(config)
+    return None if fields is None else LayerPool(**fields)
 
 
 def offload_tier(config):

@@ -57,7 +57,8 @@ from ...checks import did_you_mean, positive_float, positive_int
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "kv_tokens", "gpu", "gpu_memory_utilization", "tensor_parallel",
               "free_gpu_memory_fraction", "enable_chunked_context", "capacity_scheduler_policy",
-              "context_chunking_policy", "usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts")
+              "context_chunking_policy", "usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts",
+              "expert_parallel", "expert_skew")
 # the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
                 "kv_dtype", "kv_offload",
@@ -223,7 +224,7 @@ class Transfers:
         while queue:
             r = queue[0]
             if len(rep.running) + self.in_flight[d] >= rep.max_batch_size or not rep.reserve(
-                    -(-r.num_computed // rep.block_size)):
+                    rep.blocks_of(r.num_computed)):
                 return
             queue.popleft()
             self.in_flight[d] += 1

@@ -1,0 +1,152 @@
+"""Expert parallelism (EP): a MoE model's experts spread over ``ep`` GPUs, each holding
+``num_local_experts / ep`` whole experts, with attention tensor-parallel over the same GPUs
+(``ep == tensor_parallel``: vLLM's ``--enable-expert-parallel`` at data-parallel size 1, SGLang's
+``--ep-size`` equal to ``--tp-size``). A MoE layer then costs, on the slowest GPU:
+
+- **dispatch and combine**, two all-to-alls: each GPU takes ``1 / ep`` of the iteration's
+  tokens (the attention all-reduce done as a reduce-scatter, the all-gather after the combine:
+  together an all-reduce, which the roofline already prices) and sends each token's hidden
+  state (``ACT_BYTES`` per value) to the GPUs of its ``k`` experts, ``(ep - 1) / ep`` of them
+  elsewhere under uniform placement; the combine returns as many. Each costs
+  ``allreduce_latency_s`` (the roofline's collective latency) plus the bytes a GPU sends over
+  its scale-up link at the efficiency DeepEP measured: its intranode normal kernels moved 153
+  GB/s (dispatch) and 158 GB/s (combine) per GPU at EP 8 on H800, whose NVLink is 200 GB/s per
+  direction (DeepEP README, "Normal kernels with NVLink and RDMA forwarding",
+  https://github.com/deepseek-ai/DeepEP, read 2026-12-02; 4,096 tokens, hidden 7,168, top-8):
+  ``DISPATCH_EFF = 153 / 200``, ``COMBINE_EFF = 158 / 200``. Assumed for every GPU with a
+  scale-up link; a GPU without one (PCIe) uses 32 GB/s, as the ring all-reduce does;
+- **the busiest GPU's experts**: its rows (token-expert pairs) are the largest of the ``ep``
+  GPUs' loads, :func:`busiest_rank_rows`; its GEMMs read the weights of its touched experts
+  (``E / ep`` experts, each touched with probability ``1 - (1 - k / E)^tokens``) at full width,
+  priced by the roofline's own GEMM rule (:meth:`RooflineOps._times`) in place of the tensor-
+  parallel expert GEMMs (each expert's ``1 / tp`` slice, every row). Shared experts stay
+  tensor-parallel.
+
+Routing: uniform (each of the ``tokens x k`` token-expert pairs on a GPU with probability
+``1 / ep``: the busiest of ``ep`` binomial loads, :func:`sim.costs.moe.expected_busiest`), or
+skewed: expert ``i`` (from 1) chosen with probability ``i^-s / H(E, s)`` (Zipf, exponent
+``expert_skew`` = ``s``), the experts placed on the GPUs in order (GPU 0 holds the hottest ``E /
+ep``: no load balancer such as DeepSeek's EPLB), the busiest load ``tokens x k x`` GPU 0's share
+(the expectation; at least the uniform busiest load).
+
+Invariants (tests/test_expert_parallel.py): ``ep == 1`` adds nothing; every term is >= 0 and
+depends only on the token count (so the roofline's per-token-count memo holds); the busiest load
+is at least the mean ``tokens x k / ep`` and at most ``tokens x k``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .moe import ACT_BYTES, expected_busiest
+
+DISPATCH_EFF = 153 / 200  # DeepEP intranode EP 8, H800: 153 GB/s of 200 GB/s per direction
+COMBINE_EFF = 158 / 200
+PCIE_BYTES_PER_S = 32e9  # no scale-up link: PCIe Gen4 x16 per direction (the ring model's)
+
+
+def zipf_share(num_experts: int, ep: int, skew: float) -> float:
+    """The routing probability GPU 0 gets: the hottest ``E / ep`` experts' share under Zipf
+    popularity ``i^-skew`` (``skew`` 0: ``1 / ep``)."""
+    w = np.arange(1, num_experts + 1, dtype=np.float64) ** -float(skew)
+    return float(w[:num_experts // ep].sum() / w.sum())
+
+
+def busiest_rank_rows(tokens: int, k: int, num_experts: int, ep: int,
+                      skew: float = 0.0) -> float:
+    """Expected rows (token-expert pairs) of the busiest of ``ep`` GPUs for ``tokens`` tokens
+    each routed to ``k`` experts (see the module docstring)."""
+    if tokens <= 0:
+        return 0.0
+    pairs = int(tokens) * k
+    uniform = expected_busiest(pairs, 1, ep) if ep > 1 else float(pairs)
+    if not skew:
+        return uniform
+    return max(uniform, pairs * zipf_share(num_experts, ep, skew))
+
+
+def check_expert_parallel(model, ep, tensor_parallel, skew=0.0) -> int:
+    """``ep`` checked against the model and the tensor-parallel size (one-line errors naming
+    the field); returns it as an int."""
+    from ..checks import positive_int
+    ep = positive_int("expert_parallel", ep)
+    if not float(skew) >= 0 or not np.isfinite(float(skew)):
+        raise ValueError(f"expert_skew must be a Zipf exponent >= 0, got {skew!r}")
+    if ep == 1:
+        if skew:
+            raise ValueError(f"expert_skew {skew!r} needs expert_parallel > 1 (under tensor "
+                             f"parallelism every GPU holds a slice of every expert)")
+        return ep
+    if not model.is_moe:
+        raise ValueError(f"expert_parallel {ep} needs a mixture-of-experts model; "
+                         f"{model.name!r} is dense")
+    if model.num_local_experts % ep:
+        raise ValueError(f"expert_parallel {ep} must divide {model.name!r}'s "
+                         f"{model.num_local_experts} experts")
+    if ep != tensor_parallel:
+        raise ValueError(f"expert_parallel {ep} must equal tensor_parallel {tensor_parallel}: "
+                         f"experts spread over the attention's tensor-parallel GPUs "
+                         f"(data-parallel attention is not modelled)")
+    return ep
+
+
+class ExpertParallel:
+    """A mixin of :class:`~sim.costs.roofline.RooflineCost`: the seconds EP adds to (or saves
+    from) an iteration's MoE layers. Reads the host's ``model``, ``gpu``, ``params``, ``wb``,
+    ``tp`` and its :class:`~sim.costs.roofline_ops.RooflineOps` (``op_work``, ``_times``)."""
+
+    def _init_expert_parallel(self, ep, skew) -> None:
+        self.ep = check_expert_parallel(self.model, ep, self.tp, skew)
+        self.expert_skew = float(skew)
+
+    def all_to_all_time(self, tokens, eff) -> float:
+        """One all-to-all of a MoE layer for ``tokens`` tokens: each GPU sends ``tokens / ep``
+        tokens' ``k`` hidden states, ``(ep - 1) / ep`` of them to other GPUs."""
+        m, ep = self.model, self.ep
+        nbytes = tokens / ep * m.num_experts_per_tok * (ep - 1) / ep * m.hidden_size * ACT_BYTES
+        link = self.gpu.link_bandwidth_gbps * 1e9 or PCIE_BYTES_PER_S
+        return self.params.allreduce_latency_s + nbytes / (link * eff)
+
+    def expert_gemms_ep(self, tokens) -> tuple:
+        """``(FLOPs, bytes)`` of the busiest GPU's expert up- and down-projections."""
+        m, wb = self.model, self.wb
+        h, width, e, k = m.hidden_size, m.intermediate_size, m.num_local_experts, \
+            m.num_experts_per_tok
+        gate = 2 if m.gated_mlp else 1
+        rows = busiest_rank_rows(tokens, k, e, self.ep, self.expert_skew)
+        touched = e / self.ep * (1.0 - (1.0 - k / e) ** tokens)
+        up = (2.0 * rows * h * gate * width,
+              touched * h * gate * width * wb + rows * (h + gate * width) * ACT_BYTES)
+        down = (2.0 * rows * width * h,
+                touched * width * h * wb + rows * (width + h) * ACT_BYTES)
+        if m.n_shared_experts:  # shared experts stay tensor-parallel (as op_work prices them)
+            shared, tp = m.n_shared_experts * width, self.tp
+            up = (up[0] + 2.0 * tokens * h * gate * shared / tp,
+                  up[1] + h * gate * shared / tp * wb
+                  + tokens * (h + gate * shared / tp) * ACT_BYTES)
+            down = (down[0] + 2.0 * tokens * shared / tp * h,
+                    down[1] + shared / tp * h * wb + tokens * (shared / tp + h) * ACT_BYTES)
+        return up, down
+
+    def expert_parallel_layer_time(self, tokens: int) -> float:
+        """Seconds EP adds to ONE MoE layer of an iteration of ``tokens`` tokens: dispatch and
+        combine, plus the busiest GPU's expert GEMMs minus the tensor-parallel ones the
+        roofline's ops price."""
+        if self.ep == 1 or tokens <= 0:
+            return 0.0
+        t = float(tokens)
+        tp_ops = self._times(self.op_work(t))
+        up, down = self.expert_gemms_ep(t)
+        ep_ops = self._times({"moe_router": (0.0, 0.0), "mlp_up_proj": up,
+                              "mlp_down_proj": down, "add": (0.0, 0.0)})
+        gemms = (ep_ops["mlp_up_proj"] + ep_ops["mlp_down_proj"]
+                 - tp_ops["mlp_up_proj"] - tp_ops["mlp_down_proj"])
+        return (self.all_to_all_time(t, DISPATCH_EFF) + self.all_to_all_time(t, COMBINE_EFF)
+                + gemms)
+
+    def expert_parallel_times(self, counts) -> np.ndarray:
+        """EP's seconds for iterations of each token count in ``counts``: every MoE layer's
+        :meth:`expert_parallel_layer_time`."""
+        moe_layers = self.model.num_hidden_layers - self.model.num_dense_layers
+        return np.array([moe_layers * self.expert_parallel_layer_time(int(c))
+                         for c in np.asarray(counts).tolist()])
