@@ -135,7 +135,12 @@ def config_from(s, names=None):
     from ..engine import Disaggregation, KVTier, SimConfig
     p = parts(s)
     speculative = _speculative(p.get("speculative"), names)
-    made = {"closed_loop": workloads.ClosedLoop, "disaggregation": Disaggregation,
+    paced = s.get("max_concurrency") is not None  # vLLM's --max-concurrency: its own loop
+    if paced and s.get("closed_loop_users") is not None:
+        raise ValueError("max_concurrency (vLLM's cap on requests in flight, sent at their "
+                         "arrival times) and closed_loop_users exclude each other: give one")
+    made = {"closed_loop": workloads.MaxConcurrency if paced else workloads.ClosedLoop,
+            "disaggregation": Disaggregation,
             "kv_offload": KVTier}
     objects = {target: cls(**p[target]) for target, cls in made.items()
                if any(field in p.get(target, {}) for field in MADE_BY[target])}
