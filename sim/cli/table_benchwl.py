@@ -1,5 +1,7 @@
-"""Settings of the benchmark tools' generated workloads (``-w vllm-random``, ``-w
-vllm-sharegpt``: :mod:`workloads.vllm_bench`), appended to the table (:mod:`sim.cli.table`).
+"""Settings of the workloads that benchmark tools generate, appended to the settings table.
+
+``-w vllm-random`` and ``-w vllm-sharegpt`` (:mod:`workloads.vllm_bench`); the rows join
+:data:`sim.cli.table.SETTINGS`.
 
 Each flag is ``vllm bench serve``'s own and goes to ``workloads.load`` under its name in snake
 case, so a published command line reads across: ``--num-prompts`` is ``-n``, ``--request-rate``
