@@ -182,7 +182,7 @@ CASES = [
     (RUN + ["-o", "{d}/a_file/out"], "--output '{d}/a_file/out': cannot write there"),
     (RUN + ["-o", "{d}/a_file"], "--output '{d}/a_file': cannot write there"),
     (RUN + ["-s", "chnked"], "argument --scheduler/-s: invalid choice: 'chnked'"),
-    (RUN + ["-n", "ten"], "argument --num-requests/-n: invalid int value: 'ten'"),
+    (RUN + ["-n", "ten"], "argument --num-requests/-n/--num-prompts: invalid int value: 'ten'"),
     # max_model_len: a positive integer, at most the model's context length (vLLM refuses more)
     (RUN + ["--max-model-len", "0"], "error: --max-model-len must be > 0, got 0"),
     (RUN + ["--max-model-len", "4k"], "argument --max-model-len: invalid int value: '4k'"),

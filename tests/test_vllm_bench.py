@@ -188,8 +188,8 @@ def test_published_command_line_replays_through_sim_run(tmp_path, capsys):
     --request-rate 4 --num-prompts 200 (--seed 0), read across flag for flag."""
     out = tmp_path / "out"
     assert main(["run", "-w", "vllm-random", "--random-input-len", "1024",
-                 "--random-output-len", "128", "--rate", "4", "-n", "200", "-o", str(out),
-                 "-q"]) == 0
+                 "--random-output-len", "128", "--request-rate", "4", "--num-prompts", "200",
+                 "-o", str(out), "-q"]) == 0
     summary = json.loads((out / "summary.json").read_text())["summary"]
     assert summary["num_finished"] == 200
     req = pd.read_parquet(out / "requests.parquet")
@@ -198,6 +198,10 @@ def test_published_command_line_replays_through_sim_run(tmp_path, capsys):
     assert main(["run", "-w", "vllm-sharegpt", "--sharegpt-output-len", "64", "-n", "50",
                  "--max-concurrency", "8", "--burstiness", "0.5", "--rate", "10",
                  "-o", str(out), "-q"]) == 0
+    assert main(["run", "-w", "vllm-random", "-n", "20", "--rate", "5", "--burstiness", "inf",
+                 "-o", str(out), "-q"]) == 0
+    req = pd.read_parquet(out / "requests.parquet")
+    assert np.allclose(np.diff(np.sort(req["arrival_time"])), 0.2)
     assert main(["run", "-w", "azure-code", "--random-prefix-len", "8", "-o", str(out)]) == 2
     assert "--random-prefix-len applies to the vllm-random" in capsys.readouterr().err
     assert main(["run", "-w", "vllm-random", "--max-concurrency", "4", "--closed-loop", "4",

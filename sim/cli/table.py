@@ -76,11 +76,13 @@ SETTINGS = (
     S("hash_block_tokens", ("--hash-block-tokens",), ("workload",), parse=int,
       metavar="TOKENS", check=count, help=HASH_BLOCK_TOKENS_HELP,
       default_help="default: the workload's own"),
-    S("num_requests", ("--num-requests", "-n"), ("workload",), "n", parse=int, metavar="N",
+    S("num_requests", ("--num-requests", "-n", "--num-prompts"), ("workload",), "n", parse=int,
+      metavar="N",
       check=num_requests, help="the first N requests, N >= 1; more than a replayed trace holds "
                                 "is an error, a length-only set is resampled",
       default_help="default: all"),
-    S("rate", ("--rate",), ("workload",), parse=float, metavar="REQ_PER_S", check=positive,
+    S("rate", ("--rate", "--request-rate"), ("workload",), parse=float, metavar="REQ_PER_S",
+      check=positive,
       help="requests/s > 0: time-scales a trace, or the Poisson rate of a length-only set such "
            "as sharegpt, where it is required", default_help="default: the trace's own timing"),
     S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=_scheduler_names,

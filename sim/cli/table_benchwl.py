@@ -4,15 +4,23 @@
 :data:`sim.cli.table.SETTINGS`.
 
 Each flag is ``vllm bench serve``'s own and goes to ``workloads.load`` under its name in snake
-case, so a published command line reads across: ``--num-prompts`` is ``-n``, ``--request-rate``
-is ``--rate`` (omitted: inf, all requests at t = 0), ``--seed`` is ``--seed``. Given with any
-other workload, each is an error naming it.
+case, so a published command line reads across; the table's ``-n`` and ``--rate`` take the
+tool's names too (``--num-prompts``, ``--request-rate``; no rate: inf, all requests at t = 0),
+and ``--seed`` is ``--seed``. Given with any other workload, each is an error naming it.
 """
 
 from __future__ import annotations
 
+import math
+
 from .arguments import at_least_zero, count, count_or_zero, positive
 from .setting import Setting as S
+
+
+def _burstiness(shown, value):
+    """> 0, or inf (the tool's constant gaps of 1/rate)."""
+    return math.inf if value == math.inf else positive(shown, value)
+
 
 ROWS = (
     S("random_input_len", ("--random-input-len",), ("workload",), parse=int, metavar="TOKENS",
@@ -40,7 +48,9 @@ ROWS = (
       help="vLLM's --max-concurrency: at most N requests in flight, each sent at its arrival "
            "time or when one of those finishes (at --rate: the client's semaphore; without "
            "--rate: a closed loop of N users), >= 1", default_help="default: no cap"),
-    S("burstiness", ("--burstiness",), ("workload",), parse=float, metavar="B", check=positive,
+    S("burstiness", ("--burstiness",), ("workload",), parse=float, metavar="B",
+      check=_burstiness,
       help="vllm-random, vllm-sharegpt: vLLM's --burstiness, gamma inter-arrivals of shape B "
-           "(CV 1/sqrt(B); 1: Poisson) at --rate, > 0", default_help="default 1"),
+           "(CV 1/sqrt(B); 1: Poisson; inf: constant) at --rate, > 0",
+      default_help="default 1"),
 )
