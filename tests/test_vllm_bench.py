@@ -76,6 +76,12 @@ def test_arrivals_draw_as_the_tools_loop():
     assert np.allclose(vllm_arrivals(4, 2.0, math.inf), [0.5, 1.0, 1.5, 2.0])
 
 
+def test_capacity_searches_a_generated_workload_without_a_rate(capsys):
+    assert main(["capacity", "-w", "vllm-random", "-n", "60", "--random-input-len", "256",
+                 "--slo-ttft", "0.5", "--burstiness", "0.5"]) == 0
+    assert "req/s" in capsys.readouterr().out
+
+
 def test_random_prefix_is_shared_and_hits_the_prefix_cache():
     df = vllm_random(40, input_len=128, output_len=8, prefix_len=512, request_rate=2.0)
     shared = (1 + 512) // 16  # BOS + prefix: 32 full blocks
@@ -197,7 +203,9 @@ def test_published_command_line_replays_through_sim_run(tmp_path, capsys):
     assert req["arrival_time"].max() == pytest.approx(200 / 4)
     assert main(["run", "-w", "vllm-sharegpt", "--sharegpt-output-len", "64", "-n", "50",
                  "--max-concurrency", "8", "--burstiness", "0.5", "--rate", "10",
-                 "-o", str(out), "-q"]) == 0
+                 "--format", "vllm-bench", "-o", str(out), "-q"]) == 0
+    doc = json.loads((out / "vllm-bench.json").read_text())  # the tool's own record of them
+    assert (doc["request_rate"], doc["burstiness"], doc["max_concurrency"]) == (10.0, 0.5, 8)
     assert main(["run", "-w", "vllm-random", "-n", "20", "--rate", "5", "--burstiness", "inf",
                  "-o", str(out), "-q"]) == 0
     req = pd.read_parquet(out / "requests.parquet")

@@ -194,6 +194,10 @@ def build_rescaled(s, names, rescaled=True):
     draws its Poisson arrivals at ``REFERENCE_RATE`` instead of being an error, and the
     settings returned say so. A fixed reference, not a rate of the grid: the base workload
     (which a sweep's resume fingerprint hashes) must not change when the rates do."""
+    from workloads.vllm_bench import BENCH_WORKLOADS
+    if rescaled and s["rate"] is None and s["workload"] in BENCH_WORKLOADS:
+        s = dict(s, rate=REFERENCE_RATE)  # (its default rate, inf, sends all at 0: no rate)
+        return build(s, names), s
     try:
         return build(s, names), s
     except ValueError as e:
