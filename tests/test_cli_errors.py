@@ -127,7 +127,7 @@ CASES = [
                                    "'scheduler', 'seed', 'sharegpt_output_len', 'slo', "
                                    "'speculative', "
                                    "'tensor_parallel', 'think_time', 'token_budget', "
-                                   "'usd_per_gpu_hour', 'weight_dtype', 'workload']"),
+                                   "'usd_per_gpu_hour', 'vllm_formula', 'weight_dtype', 'workload']"),
     (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'offload_gb', "
                                      "'offload_latency', 'offload_read_bandwidth', "
                                      "'offload_write_bandwidth', 'output', 'plots', "

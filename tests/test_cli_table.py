@@ -86,6 +86,7 @@ SAMPLES = {
     "sharegpt_output_len": ("32", 32, ["-w", "vllm-sharegpt"]),
     "max_concurrency": ("16", 16, []),
     "burstiness": ("0.5", 0.5, ["-w", "vllm-random"]),
+    "vllm_formula": ("LEGACY", "legacy", ["-w", "vllm-random"]),
 }
 OBJECTS = {"closed_loop": "closed_loop", "disaggregation": "disaggregation",
            "speculative": "speculative", "kv_offload": "kv_offload"}  # a row's target -> SimConfig's field holding it

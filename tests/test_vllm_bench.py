@@ -48,15 +48,17 @@ def test_legacy_formula_draws_one_stream_from_the_lower_bound_up():
                      formula="legacy", vocab_size=1000, request_rate=5.0, seed=3)
     rs = np.random.RandomState(3)
     rs.randint(0, 1000, size=8)
-    assert (df["num_prompt_tokens"].to_numpy() == 8 + rs.randint(50, 201, size=4000)).all()
+    sampled = rs.randint(50, 201, size=4000)  # [int(200 * 0.25), 200]
+    assert (df["num_prompt_tokens"].to_numpy() == 1 + 8 + sampled).all()  # BOS, prefix, own
     assert (df["num_output_tokens"].to_numpy() == rs.randint(25, 101, size=4000)).all()
     rs.randint(0, 1000, size=4000)
-    assert np.allclose(df["arrival_time"], np.cumsum(rs.gamma(1.0, 0.2, 4000)))
-    assert set(vllm_random(5, formula="legacy")["num_prompt_tokens"]) == {1024}  # r = 1
+    gaps = rs.gamma(1.0, 0.2, 4000)  # the first request at 0, each next one a gap later
+    assert np.allclose(df["arrival_time"], np.concatenate([[0.0], np.cumsum(gaps)[:-1]]))
+    assert set(vllm_random(5, formula="legacy")["num_prompt_tokens"]) == {1025}  # r = 1
 
 
 def test_burstiness_one_gives_exponential_gaps():
-    gaps = np.diff(vllm_arrivals(5000, 8.0, 1.0, seed=11, rescale=False), prepend=0.0)
+    gaps = np.diff(vllm_arrivals(5000, 8.0, 1.0, seed=11, formula="legacy"))  # (unscaled)
     assert stats.kstest(gaps, "expon", args=(0, 1 / 8.0)).pvalue > 0.05
     assert stats.kstest(gaps, "expon", args=(0, 1 / 12.0)).pvalue < 1e-6  # the test can fail
 
@@ -71,7 +73,10 @@ def test_burstiness_sets_the_cv(b):
 def test_arrivals_draw_as_the_tools_loop():
     rs = np.random.RandomState(5)
     loop = np.cumsum([rs.gamma(shape=0.5, scale=1.0 / (2.0 * 0.5)) for _ in range(100)])
-    assert np.array_equal(vllm_arrivals(100, 2.0, 0.5, seed=5, rescale=False), loop)
+    assert np.array_equal(vllm_arrivals(100, 2.0, 0.5, seed=5, formula="legacy")[1:],
+                          loop[:-1])
+    current = vllm_arrivals(100, 2.0, 0.5, seed=5)  # the first after a gap, then rescaled
+    assert np.allclose(current, loop * (50.0 / loop[-1]))
     assert (vllm_arrivals(7, math.inf) == 0).all()
     assert np.allclose(vllm_arrivals(4, 2.0, math.inf), [0.5, 1.0, 1.5, 2.0])
 
@@ -144,6 +149,7 @@ def test_sharegpt_oversamples_as_the_tool_or_not():
     assert 10_000 < valid < len(sharegpt_lengths())
     df = vllm_sharegpt(valid + 50)
     assert len(df) == valid + 50 and _valid(df)
+    assert len(vllm_sharegpt(valid + 50, formula="legacy")) == valid  # it never oversampled
 
 
 def test_same_seed_same_workload_other_seed_other():

