@@ -42,17 +42,17 @@ so the shuffle runs over its 17,400 two-turn conversations, not the tool's full 
 same rules and length distribution, not the same conversations; and the counts are those
 tokenizers', not the served model's (1,000 prompts with ``output_len=2000``: 19,331 input
 tokens by ``tekken``; vLLM 0.6 with Llama 3 reported 19,495, vllm-project/vllm#8104; ``sp32k``
-counts ~8 % more than ``tekken``). The engine generates every
-request's ``output_len`` tokens, as with ``--ignore-eos`` (without it a real server may stop
-earlier at EOS).
+counts ~8 % more than ``tekken``). The engine generates every request's ``output_len``
+tokens: the tool sets ``--ignore-eos`` itself for the random dataset (``serve.py``'s
+``main_async``); for sharegpt a real server without it may stop earlier, at EOS.
 
 **Arrivals** (:func:`vllm_arrivals`): ``request_rate`` inf (the tool's default) sends all at
 ``t = 0``; else gaps ``numpy.random.gamma(shape=burstiness, scale=1/(rate·burstiness))``
 (mean ``1/rate``, CV ``1/sqrt(burstiness)``; 1 is Poisson, inf a constant ``1/rate``) from the
-global ``numpy.random`` seeded with ``seed`` (``np.random.seed(args.seed)``; neither dataset
-draws from it in the current form), summed, the first request after one gap, then all
-times rescaled so that the last is at ``n / rate``; the legacy form sends the first at 0 and
-each next one a gap later, unscaled.
+global ``numpy.random`` seeded with ``seed`` (``main_async``: ``np.random.seed(args.seed)``;
+neither dataset draws from it in the current form), summed, the first request after one
+gap, then all times rescaled so that the last is at ``n / rate``; the legacy form sends the
+first at 0 and each next one a gap later, unscaled.
 ``--max-concurrency N`` is a client-side cap on requests in flight (an ``asyncio.Semaphore``
 around each request): :class:`MaxConcurrency` sends each request at the later of its arrival
 time and the moment one of the ``N`` in flight finishes, in order; with ``request_rate`` inf
