@@ -1,5 +1,6 @@
-"""Workloads: the request schema, real traces, arrival processes, length distributions and
-prefix-sharing generators. Everything seeded by one ``numpy.random.Generator`` (or an int)."""
+"""Workloads: the request schema, real traces, arrival processes, length distributions,
+prefix-sharing generators and benchmark tools' workloads (``vllm bench serve``'s random and
+sharegpt). Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
 from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
 from .benchmarks import Measured, from_benchmark
