@@ -106,7 +106,8 @@ CASES = [
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
     (RUN + ["--bands", "1.5"], "--bands must be a central probability in (0, 1), e.g. 0.9, got "
                                "1.5"),
-    (["run", "{d}/misspelt.toml"], "known: ['bands', 'block_size', 'capacity_scheduler_policy', "
+    (["run", "{d}/misspelt.toml"], "known: ['bands', 'block_size', 'burstiness', "
+                                   "'capacity_scheduler_policy', "
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
@@ -116,21 +117,27 @@ CASES = [
                                    "'gpu_memory_utilization', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', 'kv_tokens', "
                                    "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
+                                   "'max_concurrency', "
                                    "'max_model_len', 'model', 'num_requests', 'offload_gb', "
                                    "'offload_latency', 'offload_read_bandwidth', "
                                    "'offload_write_bandwidth', 'output', 'plots', "
-                                   "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
+                                   "'prefill_replicas', 'prefix_caching', 'profile', "
+                                   "'random_input_len', 'random_output_len', "
+                                   "'random_prefix_len', 'random_range_ratio', 'rate', "
                                    "'replicas', 'report', 'request_path', 'router', "
-                                   "'scheduler', 'seed', 'slo', "
+                                   "'scheduler', 'seed', 'sharegpt_output_len', 'slo', "
                                    "'speculative', "
                                    "'tensor_parallel', 'think_time', 'token_budget', "
-                                   "'usd_per_gpu_hour', 'weight_dtype', 'workload']"),
+                                   "'usd_per_gpu_hour', 'vllm_formula', 'weight_dtype', 'workload']"),
     (["sweep", "{d}/misspelt.toml"], "'model', 'num_requests', 'offload_gb', "
                                      "'offload_latency', 'offload_read_bandwidth', "
                                      "'offload_write_bandwidth', 'output', 'plots', "
-                                     "'prefill_replicas', 'prefix_caching', 'profile', 'rate', "
+                                     "'prefill_replicas', 'prefix_caching', 'profile', "
+                                     "'random_input_len', 'random_output_len', "
+                                     "'random_prefix_len', 'random_range_ratio', 'rate', "
                                      "'repeats', 'replicas', 'router', "),
-    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', 'max_model_len', "
+    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', "
+                                     "'max_concurrency', 'max_model_len', "
                                      "'metrics', 'model', "),
     (["sweep", "{d}/misspelt.toml"], "'gpu', 'gpu_idle_watts', 'gpu_max_watts', "
                                      "'gpu_memory_utilization', 'grid', "
@@ -176,7 +183,7 @@ CASES = [
     (RUN + ["-o", "{d}/a_file/out"], "--output '{d}/a_file/out': cannot write there"),
     (RUN + ["-o", "{d}/a_file"], "--output '{d}/a_file': cannot write there"),
     (RUN + ["-s", "chnked"], "argument --scheduler/-s: invalid choice: 'chnked'"),
-    (RUN + ["-n", "ten"], "argument --num-requests/-n: invalid int value: 'ten'"),
+    (RUN + ["-n", "ten"], "argument --num-requests/-n/--num-prompts: invalid int value: 'ten'"),
     # max_model_len: a positive integer, at most the model's context length (vLLM refuses more)
     (RUN + ["--max-model-len", "0"], "error: --max-model-len must be > 0, got 0"),
     (RUN + ["--max-model-len", "4k"], "argument --max-model-len: invalid int value: '4k'"),

@@ -81,6 +81,14 @@ SAMPLES = {
     "request_path": ("1,2,3", "1,2,3", []),
     "expert_parallel": ("8", 8, ["--model", "mixtral-8x7b", "--tp", "8"]),
     "expert_skew": ("0.5", 0.5, ["--model", "mixtral-8x7b", "--tp", "8", "--ep", "8"]),
+    "random_input_len": ("512", 512, ["-w", "vllm-random"]),
+    "random_output_len": ("64", 64, ["-w", "vllm-random"]),
+    "random_range_ratio": ("0.25", 0.25, ["-w", "vllm-random"]),
+    "random_prefix_len": ("100", 100, ["-w", "vllm-random"]),
+    "sharegpt_output_len": ("32", 32, ["-w", "vllm-sharegpt"]),
+    "max_concurrency": ("16", 16, []),
+    "burstiness": ("0.5", 0.5, ["-w", "vllm-random"]),
+    "vllm_formula": ("LEGACY", "legacy", ["-w", "vllm-random"]),
 }
 OBJECTS = {"closed_loop": "closed_loop", "disaggregation": "disaggregation",
            "speculative": "speculative", "kv_offload": "kv_offload"}  # a row's target -> SimConfig's field holding it

@@ -1,5 +1,6 @@
-"""Workloads: the request schema, real traces, arrival processes, length distributions and
-prefix-sharing generators. Everything seeded by one ``numpy.random.Generator`` (or an int)."""
+"""Workloads: the request schema, real traces, arrival processes, length distributions,
+prefix-sharing generators and benchmark tools' workloads (``vllm bench serve``'s random and
+sharegpt). Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
 from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
 from .benchmarks import Measured, from_benchmark
@@ -9,6 +10,7 @@ from .prefix import ideal_prefix_hit_rate, prefix_block_keys, unit_keys_all
 from .lengths import Empirical, Fixed, LogNormal, Normal, Uniform, Zipf
 from .schema import COLUMNS, REQUIRED, from_records, validate
 from .traces import TRACES, load, load_file, save, trace_names
+from .vllm_bench import MaxConcurrency, vllm_arrivals, vllm_random, vllm_sharegpt
 
 __all__ = [
     "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
@@ -18,4 +20,5 @@ __all__ = [
     "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",
     "COLUMNS", "REQUIRED", "from_records", "validate",
     "TRACES", "load", "load_file", "save", "trace_names",
+    "MaxConcurrency", "vllm_arrivals", "vllm_random", "vllm_sharegpt",
 ]

@@ -23,6 +23,7 @@ import pandas as pd
 
 from .arrivals import _rng, _same, cv_for, gamma, poisson, scale_to_rate
 from .schema import validate
+from .vllm_bench import BENCH_ARGS, BENCH_WORKLOADS, load_bench
 
 TRACES = {
     "azure-code": ("azure_llm_2023_code.csv.gz", "azure"),
@@ -37,7 +38,8 @@ MOONCAKE_BLOCK_SIZE = 512
 
 
 def trace_names() -> list[str]:
-    return list(TRACES)
+    """The bundled traces' names, then the benchmark tools' generated workloads'."""
+    return list(TRACES) + list(BENCH_WORKLOADS)
 
 
 def _open(fname):
@@ -141,8 +143,12 @@ def _arrival_args(name, rate, arrival, cv, arrival_times) -> None:
 
 
 def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=None,
-         max_context=None, seed=0, hash_block_tokens=None) -> pd.DataFrame:
-    """Load a bundled trace (see :data:`TRACES`) or a workload file, in the request schema.
+         max_context=None, seed=0, hash_block_tokens=None, random_input_len=None,
+         random_output_len=None, random_range_ratio=None, random_prefix_len=None,
+         sharegpt_output_len=None, burstiness=None, vllm_formula=None) -> pd.DataFrame:
+    """Load a bundled trace (see :data:`TRACES`), a benchmark tool's generated workload
+    (``vllm-random``, ``vllm-sharegpt``: :mod:`workloads.vllm_bench`) or a workload file, in
+    the request schema.
 
     - ``n``: keep the first ``n`` requests (an integer >= 1). A replayed trace or a file with
       fewer rows is an error; a length-only set samples ``n`` rows with replacement when ``n``
@@ -160,9 +166,29 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       ids were made with: Mooncake's 512), set as ``attrs["block_size"]``; CSV and JSONL files
       cannot carry it (see :func:`with_hash_block_tokens`).
 
+    - ``random_*``, ``sharegpt_output_len``, ``burstiness``, ``vllm_formula`` (``"current"``
+      or ``"legacy"``): a generated workload's own arguments, ``vllm bench serve``'s flags in
+      snake case (``random_input_len`` is
+      ``--random-input-len``); ``n`` is its ``--num-prompts`` and ``rate`` its
+      ``--request-rate`` (default inf: all at t = 0). Given for another workload: an error.
+
     An empty result (``n`` < 1, everything dropped, a file without rows) is a ``ValueError``.
     """
     n, max_context = _num_requests(n), _max_context(max_context)
+    bench = dict(zip(BENCH_ARGS, (random_input_len, random_output_len, random_range_ratio,
+                                  random_prefix_len, sharegpt_output_len, burstiness,
+                                  vllm_formula)))
+    if isinstance(name, str) and name in BENCH_WORKLOADS:
+        if arrival_times is not None or not (_same(arrival, "poisson") and _same(cv, 1.0)):
+            raise ValueError(f"arrival=, cv= and arrival_times= do not shape {name!r}: it "
+                             f"draws the tool's arrivals from rate= and burstiness=")
+        df = _within_context(load_bench(name, n=n, rate=rate, seed=seed, **bench),
+                             max_context, repr(name))
+        return with_hash_block_tokens(df, hash_block_tokens, f"the {name!r} workload")
+    given = [k for k, v in bench.items() if v is not None]
+    if given:
+        raise ValueError(f"{given[0]} applies to the {' and '.join(BENCH_WORKLOADS)} workloads, "
+                         f"not {str(name)!r}")
     if not isinstance(name, (str, Path)):
         raise TypeError(f"workload must be a trace name or a file path, got {name!r}")
     if isinstance(name, str) and not name.strip():  # (Path('') is '.': "a folder", it said)

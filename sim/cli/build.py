@@ -135,7 +135,12 @@ def config_from(s, names=None):
     from ..engine import Disaggregation, KVTier, SimConfig
     p = parts(s)
     speculative = _speculative(p.get("speculative"), names)
-    made = {"closed_loop": workloads.ClosedLoop, "disaggregation": Disaggregation,
+    paced = s.get("max_concurrency") is not None  # vLLM's --max-concurrency: its own loop
+    if paced and s.get("closed_loop_users") is not None:
+        raise ValueError("max_concurrency (vLLM's cap on requests in flight, sent at their "
+                         "arrival times) and closed_loop_users exclude each other: give one")
+    made = {"closed_loop": workloads.MaxConcurrency if paced else workloads.ClosedLoop,
+            "disaggregation": Disaggregation,
             "kv_offload": KVTier}
     objects = {target: cls(**p[target]) for target, cls in made.items()
                if any(field in p.get(target, {}) for field in MADE_BY[target])}
@@ -189,6 +194,10 @@ def build_rescaled(s, names, rescaled=True):
     draws its Poisson arrivals at ``REFERENCE_RATE`` instead of being an error, and the
     settings returned say so. A fixed reference, not a rate of the grid: the base workload
     (which a sweep's resume fingerprint hashes) must not change when the rates do."""
+    from workloads.vllm_bench import BENCH_WORKLOADS
+    if rescaled and s["rate"] is None and s["workload"] in BENCH_WORKLOADS:
+        s = dict(s, rate=REFERENCE_RATE)  # (its default rate, inf, sends all at 0: no rate)
+        return build(s, names), s
     try:
         return build(s, names), s
     except ValueError as e:

@@ -97,7 +97,8 @@ def cmd_run(args) -> int:
     if fmt is not None:
         written += write_bench_files(res, out, fmt, {
             "model": s["model"], "rate": meta.get("rate", s["rate"]),
-            "concurrency": s["closed_loop_users"]})
+            "concurrency": s["closed_loop_users"] if s.get("max_concurrency") is None
+            else s["max_concurrency"], "burstiness": s.get("burstiness")})
     if not args.quiet:
         if is_default_scenario(s):
             print(f"default scenario: {DEFAULT_SCENARIO}\n")

@@ -40,6 +40,7 @@ from ..specs.gpus import gpu_presets
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
                         num_requests, number, positive, prefix_caching, repeats, typed)
 from . import table_models
+from . import table_benchwl
 from .setting import SHARED, TARGETS, Setting, first_line
 
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
@@ -76,11 +77,13 @@ SETTINGS = (
     S("hash_block_tokens", ("--hash-block-tokens",), ("workload",), parse=int,
       metavar="TOKENS", check=count, help=HASH_BLOCK_TOKENS_HELP,
       default_help="default: the workload's own"),
-    S("num_requests", ("--num-requests", "-n"), ("workload",), "n", parse=int, metavar="N",
+    S("num_requests", ("--num-requests", "-n", "--num-prompts"), ("workload",), "n", parse=int,
+      metavar="N",
       check=num_requests, help="the first N requests, N >= 1; more than a replayed trace holds "
                                 "is an error, a length-only set is resampled",
       default_help="default: all"),
-    S("rate", ("--rate",), ("workload",), parse=float, metavar="REQ_PER_S", check=positive,
+    S("rate", ("--rate", "--request-rate"), ("workload",), parse=float, metavar="REQ_PER_S",
+      check=positive,
       help="requests/s > 0: time-scales a trace, or the Poisson rate of a length-only set such "
            "as sharegpt, where it is required", default_help="default: the trace's own timing"),
     S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=_scheduler_names,
@@ -289,7 +292,7 @@ SETTINGS = (
       commands=("sweep",),
       default=1, help="runs per point, seeds seed, seed+1, ...",
       default_help="default: the file's repeats, else 1", kind="integer >= 1"),
-)
+) + table_benchwl.ROWS
 del S
 SETTINGS = SETTINGS + table_models.ROWS
 

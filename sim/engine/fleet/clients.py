@@ -1,5 +1,7 @@
 """Closed-loop clients: ``num_users`` users; each issues its next request ``think_time`` after
-its previous one finished or was rejected. One event per request.
+its previous one finished or was rejected. One event per request. A loop that honours arrival
+times (``workloads.MaxConcurrency``) issues a request at the later of that moment and its
+``arrival_time``: at most ``num_users`` out at once, none sent early (a client's semaphore).
 
 What a user issues next: the next request in workload order, or - when the workload has
 conversations (a ``session_id`` column: :func:`conversations`) - the next turn of the
@@ -78,6 +80,10 @@ class ClosedLoopClients:
     def __init__(self, env, replicas, requests, submit, loop, conversations=None):
         self.env, self.submit = env, submit
         self.think = float(loop.think_time)
+        # a loop that honours arrival times (workloads.MaxConcurrency, vLLM's --max-concurrency)
+        # sends no request before its arrival_time: a user holds it until then
+        self.paced = bool(getattr(loop, "honours_arrival_times", False))
+        self.held = {}  # user -> the request it sends at its arrival time
         self.pending = iter(conversations) if conversations is not None else (
             [r] for r in requests)
         self.turns = {}  # user -> iterator over the turns left of its conversation
@@ -95,14 +101,21 @@ class ClosedLoopClients:
         recursion limit."""
         while True:
             turns = self.turns.get(user)
-            r = None if turns is None else next(turns, None)
-            if r is None:  # its conversation is over (or it held none): the next one
-                conversation = next(self.pending, None)
-                if conversation is None:
-                    self.turns.pop(user, None)
+            r = self.held.pop(user, None)
+            if r is None:
+                r = None if turns is None else next(turns, None)
+                if r is None:  # its conversation is over (or it held none): the next one
+                    conversation = next(self.pending, None)
+                    if conversation is None:
+                        self.turns.pop(user, None)
+                        return
+                    self.turns[user] = iter(conversation)
+                    continue
+                if self.paced and r.arrival_time > self.env.now:
+                    self.held[user] = r
+                    self.env.timeout(r.arrival_time - self.env.now).callbacks.append(
+                        partial(self._issue, user))
                     return
-                self.turns[user] = iter(conversation)
-                continue
             r.arrival_time = self.env.now
             self.user_of[r.index] = user
             if self.submit(r):

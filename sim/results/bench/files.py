@@ -3,7 +3,8 @@
 :mod:`.guidellm` by format; the caller writes them (``sim run --format``).
 
 ``info``, what the run does not hold but the files say: ``model`` (its name), ``rate`` (the
-open loop's mean rate, req/s, or None), ``concurrency`` (the closed loop's users, or None).
+open loop's mean rate, req/s, or None), ``concurrency`` (the closed loop's users, or None),
+``burstiness`` (vLLM's gamma shape of the arrivals, or None: 1).
 """
 
 from __future__ import annotations

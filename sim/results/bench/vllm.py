@@ -60,7 +60,8 @@ def files(result, info) -> dict:
     doc = {"date": datetime.now().strftime("%Y%m%d-%H%M%S"), "endpoint_type": "sim",
            "backend": "sim", "label": None, "model_id": info.get("model"),
            "tokenizer_id": None, "num_prompts": len(req),
-           "request_rate": rate if rate and users is None else "inf", "burstiness": 1.0,
+           "request_rate": rate if rate else "inf",  # (a closed loop's users: no rate)
+           "burstiness": info.get("burstiness") or 1.0,
            "max_concurrency": users}
     m = vllm_metrics(result, percentiles=(99,))
     doc.update({"duration": m["duration"], "completed": int(m["completed"]),
