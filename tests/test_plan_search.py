@@ -128,3 +128,12 @@ def test_processes_and_dask_give_the_same_table(df):
 def test_a_bad_split_names_the_value(df, split):
     with pytest.raises(ValueError, match=r"space\['split'\] value"):
         plan(df, SLO, space={"split": [split]}, base=BASE, rate=1.0)
+
+
+def test_the_pareto_plot_draws_the_frontier(table):
+    from sim.results.plots_plan import plot_pareto
+    fig = plot_pareto(table)
+    line = fig.axes[0].lines[0]
+    assert len(line.get_xdata()) == int(table["pareto"].sum())
+    with pytest.raises(ValueError, match="no ranked candidate"):
+        plot_pareto(table[table["status"] == "pruned"])

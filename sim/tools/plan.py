@@ -130,7 +130,7 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
         knobs = dict(zip(space, values))
         row = {**knobs, "order": order, "status": "pruned", "stage": "", "reason": "",
                "max_rate": math.nan}
-        config, pruned = static_verdict(base, knobs, objective, seen, order)
+        config, pruned = static_verdict(base, knobs, objective, seen)
         if pruned is None and rate is not None:
             bound, why = rate_bound(config, df, slo, attainment)
             if bound * (1 + margin) < rate:

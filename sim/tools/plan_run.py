@@ -15,9 +15,9 @@ the workload, base config, SLO, attainment, target rate, tolerance and space key
 another plan is refused.
 
 A candidate failing at run time (a ``ValueError``/``TypeError``) is pruned at stage ``error``
-with the message; the others go on. Invariants: a candidate's row depends only on its arguments (``run`` is pure), so it is the
-same whatever runs it and whether it was read back; the function shipped to workers is
-module-level and picklable.
+with the message; the others go on. Invariants: a candidate's row depends only on its
+arguments (``run`` is pure), so it is the same whatever runs it and whether it was read back;
+the function shipped to workers is module-level and picklable.
 """
 
 from __future__ import annotations

@@ -73,10 +73,10 @@ def candidate_config(base, knobs) -> SimConfig:
     return dataclasses.replace(base, **fields)
 
 
-def static_verdict(base, knobs, objective, seen, order) -> tuple:
+def static_verdict(base, knobs, objective, seen) -> tuple:
     """``(config, None)`` for a candidate worth simulating, else ``(None, (stage, reason))``
-    (see the module docstring). ``seen``: config -> the order of the first candidate that had
-    it, filled in here; ``order``: this candidate's."""
+    (see the module docstring). ``seen``: config -> the knobs of the first candidate that had
+    it, filled in here."""
     try:
         config = candidate_config(base, knobs)
         if config.disaggregation is not None:
@@ -86,11 +86,11 @@ def static_verdict(base, knobs, objective, seen, order) -> tuple:
         return None, ("invalid", str(e))
     key = repr(config)
     if key in seen:
-        return None, ("duplicate", f"the same configuration as candidate {seen[key]} (a "
-                                   f"disaggregated split's pools are its fleet: replicas does "
-                                   f"not apply)" if config.disaggregation is not None else
-                      f"the same configuration as candidate {seen[key]}")
-    seen[key] = order
+        why = f"the same configuration as {seen[key]}"
+        if config.disaggregation is not None:
+            why += " (a disaggregated split's pools are its fleet: replicas does not apply)"
+        return None, ("duplicate", why)
+    seen[key] = ", ".join(f"{k}={v}" for k, v in knobs.items())
     try:
         pools = ([config] if config.disaggregation is None
                  else config.disaggregation.pool_configs(config))
