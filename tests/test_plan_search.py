@@ -137,3 +137,16 @@ def test_the_pareto_plot_draws_the_frontier(table):
     assert len(line.get_xdata()) == int(table["pareto"].sum())
     with pytest.raises(ValueError, match="no ranked candidate"):
         plot_pareto(table[table["status"] == "pruned"])
+
+
+def test_headroom_is_searched_on_the_frontier_or_as_asked(df, table):
+    ranked = table[table["status"] == "ranked"]
+    assert ranked.loc[~ranked["pareto"], "max_rate"].isna().all()
+    front = ranked[ranked["pareto"]]
+    assert table.attrs["capacity_searches"] == len(front)
+    every = plan(df, SLO, attainment=ATTAINMENT, space={"gpu": ["h100", "a100"],
+                 "replicas": [1, 2]}, base=BASE, rate=20.0, workers=1, headroom="all")
+    ok = every[every["status"] == "ranked"]
+    assert every.attrs["capacity_searches"] == len(ok) and (ok["max_rate"] >= 20.0).all()
+    with pytest.raises(ValueError, match="headroom must be one of"):
+        plan(df, SLO, space={"gpu": ["h100"]}, base=BASE, rate=1.0, headroom="some")

@@ -17,10 +17,12 @@ its ``stage`` and ``reason``, the cheap ones first:
 2. ``roofline``, with a target ``rate``: the upper bound of :func:`.plan_bounds.rate_bound`
    (raised by ``margin``) is below it;
 3. the survivors are simulated (:func:`.plan_run.evaluate`): with a target ``rate``, one run
-   there (``slo``: it misses the SLO at the target), then the capacity search from it up
-   (:func:`sim.tools.capacity.max_rate`: ``max_rate``, the headroom; NaN when the workload is
-   too short to load the candidate past the SLO); without a rate, the capacity search alone
-   (``slo``: no rate meets it; ``workload``: every rate tried meets it, give more requests).
+   there (``slo``: it misses the SLO at the target), then, for those meeting it that
+   ``headroom`` names (``"pareto"``: on the frontier, the default; ``"all"``; ``"none"``), the
+   capacity search from it up (:func:`sim.tools.capacity.max_rate`: ``max_rate``, the
+   headroom; NaN when not searched, or when the workload is too short to load the candidate
+   past the SLO); without a rate, the capacity search alone (``slo``: no rate meets it;
+   ``workload``: every rate tried meets it, give more requests).
 
 The rest are ranked by ``objective`` (a summary column, lower is better; default
 ``usd_per_million_output_tokens``) at the target rate, or at the capacity rate without one
@@ -31,7 +33,8 @@ with the space's keys, ``status`` (``ranked`` or ``pruned``), ``stage``, ``reaso
 ``max_rate`` and every summary metric; ``pareto`` marks the ranked candidates on the frontier
 of ``objective`` vs ``latency`` (default ``ttft_p99``): none cheaper and faster at once.
 ``table.attrs``: ``simulated`` (candidates simulated by this call), ``resumed`` (read back
-from ``out``) and ``pruned_before`` (pruned without a simulation).
+from ``out``), ``pruned_before`` (pruned without a simulation) and ``capacity_searches`` (run
+by this call).
 
 Runs on local processes (``workers``, default one per CPU) or a Dask ``client``; ``out``
 (parquet) makes it resumable (:mod:`.plan_run`): interrupted and called again, it gives the same
@@ -57,6 +60,7 @@ from .plan_space import check_space, static_verdict
 from .sweep_resume import fingerprint, row_key
 
 BOUND_MARGIN = 0.1  # the roofline stage prunes when bound x (1 + margin) < the target rate
+HEADROOM = ("pareto", "all", "none")  # which candidates meeting a target get a capacity search
 
 
 def _pareto(table, objective, latency) -> list:
@@ -78,6 +82,20 @@ def _bar(total, progress):
     show = sys.stderr.isatty() if progress is None else bool(progress)
     return tqdm(total=total, unit="candidate", desc="plan", disable=not show, leave=False,
                 file=stream, mininterval=0)
+
+
+def _headroom(found, keys, configs, headroom, objective, latency) -> list:
+    """``(key, config)`` of the candidates that meet the target and get a capacity search:
+    ``headroom`` ``"all"`` of them, ``"pareto"`` those on the frontier, ``"none"``."""
+    if headroom == "none":
+        return []
+    ranked = [k for k in keys if found[k]["status"] == "ranked"
+              and found[k].get(objective, math.nan) == found[k].get(objective, math.nan)]
+    if headroom == "pareto" and ranked:
+        t = pd.DataFrame([found[k] for k in ranked]).reindex(
+            columns=["status", objective, latency])
+        ranked = [k for k, on in zip(ranked, _pareto(t, objective, latency)) if on]
+    return [(k, configs[k]) for k in ranked]
 
 
 def _rank(rows, objective, latency) -> pd.DataFrame:
@@ -115,7 +133,7 @@ def _check_args(workload, slo, attainment, rate, tol, margin):
 
 def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
          objective="usd_per_million_output_tokens", latency="ttft_p99", tol=0.01,
-         margin=BOUND_MARGIN, workers=None, client=None, out=None,
+         margin=BOUND_MARGIN, headroom="pareto", workers=None, client=None, out=None,
          progress=False) -> pd.DataFrame:
     """The ranked table of the candidates of ``space`` (see the module docstring)."""
     base = as_config(base, "base")
@@ -124,7 +142,9 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
     context = fingerprint(df, base, {**slo, "\0attainment": attainment, "\0rate": rate,
                                      "\0tol": tol}, list(space))
     done = read_rows(out, context)
-    rows, jobs, seen, pruned_before = [], [], {}, 0
+    if headroom not in HEADROOM:
+        raise ValueError(f"headroom must be one of {HEADROOM}, got {headroom!r}")
+    rows, jobs, seen, configs, pruned_before = [], [], {}, {}, 0
     bar = _bar(len(list(itertools.product(*space.values()))), progress)
     for order, values in enumerate(itertools.product(*space.values())):
         knobs = dict(zip(space, values))
@@ -145,27 +165,39 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
             if key in done:
                 bar.update(1)
             else:
-                jobs.append((key, df, config, slo, attainment, rate, tol))
-            row["plan_key"] = key
+                jobs.append((key, df, config, slo, attainment, rate, tol, "target"))
+            row["plan_key"], configs[key] = key, config
         rows.append(row)
-    found = {k: r for k, r in done.items()}
+    found = dict(done)
 
     def finished(key, result):
-        found[key] = {**result, "plan_key": key, "plan_context": context}
+        if "status" in result:  # (a first-phase row; a second phase's sets max_rate alone)
+            found[key] = {**result, "plan_key": key, "plan_context": context,
+                          "capacity_searched": float(rate is None)}
+        else:
+            found[key].update(result, capacity_searched=1.0)
         bar.update(1)
         if out is not None:
             write_rows(out, list(found.values()))
 
+    keys = {row["plan_key"]: row for row in rows if "plan_key" in row}
     with bar:
         run_candidates(jobs, workers, client, finished)
+        second = [] if rate is None else [
+            (key, df, config, slo, attainment, rate, tol, "capacity")
+            for key, config in _headroom(found, keys, configs, headroom, objective, latency)
+            if not found[key].get("capacity_searched")]
+        bar.total += len(second)
+        bar.refresh()
+        run_candidates(second, workers, client, finished)
     if out is not None and found:
         found = read_rows(out, context)  # (the same rows however many runs wrote them)
     for row in rows:
         key = row.pop("plan_key", None)
         if key is not None:
             result = {k: v for k, v in found[key].items()
-                      if k not in ("plan_key", "plan_context") and k not in row or k in (
-                          "status", "stage", "reason", "max_rate")}
+                      if k not in ("plan_key", "plan_context", "capacity_searched")
+                      and k not in row or k in ("status", "stage", "reason", "max_rate")}
             row.update(result)
     simulated = [r for r in found.values() if r.get("status") == "ranked"]
     if simulated and not any(objective in r and r[objective] == r[objective]
@@ -173,5 +205,5 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
         raise ValueError(f"objective {objective!r} is not a summary metric")
     table = _rank(rows, objective, latency)
     table.attrs.update(simulated=len(jobs), resumed=len(rows) - pruned_before - len(jobs),
-                       pruned_before=pruned_before)
+                       pruned_before=pruned_before, capacity_searches=len(second))
     return table

@@ -2,10 +2,11 @@
 
 :func:`evaluate` is one surviving candidate's verdict and metrics: with a target ``rate``, one
 run at that rate (missing the SLO there prunes it at stage ``slo``: its capacity is below the
-target), then the capacity search from the target up (``max_rate``, for the headroom);
-without one, the capacity search alone. :func:`run_candidates` runs many: on a Dask client
-(:func:`sim.tools.sweep_backends.map_calls`), in local worker processes, or, with one worker
-or one candidate, in this process.
+target), and, as a second phase for the candidates the planner asks it of, the capacity search
+from the target up (``max_rate``, the headroom); without one, the capacity search alone.
+:func:`run_candidates` runs many: on a Dask client (:func:`sim.tools.sweep_backends.
+map_calls`), in local worker processes, or, with one worker or one candidate, in this
+process.
 
 Resume (``out=``, a parquet path): each evaluated row is written as it finishes (to a
 temporary file, then renamed: a run killed mid-write leaves the previous file whole); a later
@@ -40,17 +41,17 @@ def _meets(summary, slo, attainment) -> bool:
                       for k, v in slo.items() if k not in SLO_KEYS)
 
 
-def evaluate(df, config, slo, attainment, rate, tol) -> dict:
+def evaluate(df, config, slo, attainment, rate, tol, phase="target") -> dict:
     """One candidate's row: ``status`` (``ranked``/``pruned``), ``stage``, ``reason``,
-    ``max_rate`` and every summary metric (at the target ``rate`` when given, else at the
-    capacity)."""
+    ``max_rate`` and every summary metric. ``phase``: ``"target"``, the run at the target
+    ``rate``; ``"capacity"``, only the capacity search from it up (``{"max_rate": ...}``);
+    without a target, the capacity search and the summary at the capacity."""
     import workloads as wl
 
     from ..engine import run
-    from .capacity import max_rate
     per_request = {k: v for k, v in slo.items() if k in SLO_KEYS} or None
     row = {"status": "ranked", "stage": "", "reason": "", "max_rate": math.nan}
-    if rate is not None:
+    if rate is not None and phase == "target":
         summary = run(wl.scale_to_rate(df, rate), config).summary(slo=per_request)
         unknown = [k for k in slo if k not in SLO_KEYS and k not in summary]
         if unknown:
@@ -62,32 +63,42 @@ def evaluate(df, config, slo, attainment, rate, tol) -> dict:
             row.update(status="pruned", stage="slo",
                        reason=f"misses the SLO at the target {rate:g} req/s (attainment "
                               f"{got:.1%}): its capacity is below the target")
-            return row
+        return row
+    cap = _capacity(df, config, slo, attainment, rate, tol)
+    if rate is not None:  # (the headroom of a candidate meeting the target)
+        return {"max_rate": cap if isinstance(cap, float) else cap.rate}
+    if isinstance(cap, tuple):
+        row.update(status="pruned", stage=cap[0], reason=cap[1])
+        return row
+    row["max_rate"] = cap.rate
+    row.update(cap.summary)
+    if not cap.rate == cap.rate:
+        row.update(status="pruned", stage="slo",
+                   reason=f"no rate meets {slo} at attainment {attainment}")
+    return row
+
+
+def _capacity(df, config, slo, attainment, rate, tol):
+    """``max_rate``'s answer; from a target ``rate`` that passes, NaN when every rate tried
+    passes (the workload too short to find the edge); without one, ``(stage, reason)`` when
+    the search cannot answer."""
+    from .capacity import max_rate
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # (no rate meets: the row says so)
         try:
-            cap = max_rate(df, slo, attainment=attainment, config=config, tol=tol, start=rate)
+            return max_rate(df, slo, attainment=attainment, config=config, tol=tol, start=rate)
         except ValueError as e:
             if str(e).startswith("slo keys"):  # an unknown SLO: no candidate's fault
                 raise
             if rate is not None and str(e).startswith("every rate tried"):
-                return row  # meets the target; the workload is too short to find its edge
-            stage = "workload" if str(e).startswith("every rate tried") else "slo"
-            row.update(status="pruned", stage=stage, reason=str(e))
-            return row
-    row["max_rate"] = cap.rate
-    if rate is None:
-        row.update(cap.summary)
-        if not cap.rate == cap.rate:
-            row.update(status="pruned", stage="slo",
-                       reason=f"no rate meets {slo} at attainment {attainment}")
-    return row
+                return math.nan  # meets the target; the workload is too short for its edge
+            return ("workload" if str(e).startswith("every rate tried") else "slo", str(e))
 
 
 def _call(args):
-    key, df, config, slo, attainment, rate, tol = args
+    key, df, config, slo, attainment, rate, tol, phase = args
     try:
-        return key, evaluate(df, config, slo, attainment, rate, tol)
+        return key, evaluate(df, config, slo, attainment, rate, tol, phase)
     except (ValueError, TypeError) as e:  # the candidate's, at run time: its row says why
         if str(e).startswith("slo keys"):
             raise
@@ -96,8 +107,8 @@ def _call(args):
 
 
 def run_candidates(jobs, workers, client, finished) -> None:
-    """Evaluate ``jobs`` (``(key, df, config, slo, attainment, rate, tol)`` tuples), calling
-    ``finished(key, row)`` in this process as each comes back (in the order they finish):
+    """Evaluate ``jobs`` (``(key, df, config, slo, attainment, rate, tol, phase)`` tuples),
+    calling ``finished(key, row)`` in this process as each comes back (in the order they finish):
     :func:`sim.tools.sweep_backends.map_calls`."""
     from .sweep_backends import map_calls
     if jobs:
