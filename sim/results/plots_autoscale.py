@@ -1,5 +1,5 @@
 """The autoscaled day's figure: load and replicas over time above, SLO attainment below (a
-:class:`~sim.engine.fleet.autoscaler.AutoscaledRun`).
+:class:`~sim.tools.autoscale.AutoscaledRun`).
 
 matplotlib is imported lazily through :mod:`.plots.figure`. The replica counts are the run's
 step functions (paid: loading, serving and draining replicas; serving: routed to); the rate and
