@@ -77,6 +77,11 @@ def test_gpu_hours_are_the_integral_of_the_replica_count(day):
     assert s["usd"] == pytest.approx(s["gpu_hours"] * price)
     cold = (run.leases["serving_from"] - run.leases["paid_from"]).sum() / 3600
     assert s["cold_start_gpu_hours"] == pytest.approx(cold)
+    p = sim.specs.economics.gpu_power("a100")
+    busy = run.result.iterations["duration"].sum()
+    joules = p.idle_watts * integral + p.active_fraction * (p.max_watts - p.idle_watts) * busy
+    assert s["energy_joules"] == pytest.approx(joules)
+    assert s["avg_power_watts"] == pytest.approx(joules / run.end)
 
 
 def test_a_fixed_fleet_pays_every_replica_all_day():

@@ -13,8 +13,10 @@ decision and its last request's finish (a draining replica finishes its work); l
 
 Invariants (tests/test_autoscaler.py): ``gpu_hours`` = the integral of the paid replica count
 over the run x ``tensor_parallel`` / 3600 (the ``timeline``'s step function); ``usd`` =
-``gpu_hours`` x the GPU's $/GPU-hour (``usd_per_gpu_hour``, else the sourced price); the
-cluster's own dollar columns (every replica paid all run long) are replaced by these.
+``gpu_hours`` x the GPU's $/GPU-hour (``usd_per_gpu_hour``, else the sourced price);
+``energy_joules`` = ``tensor_parallel`` x (idle watts x paid seconds + the active share of
+the power range x busy seconds); the cluster's own dollar and power columns (every replica
+paid all run long) are replaced by these.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class AutoscaledRun:
                    - self.leases["paid_from"]).clip(lower=0).sum()
         out = dict(self.result.summary(slo=slo))
         for k in ("usd_per_hour", "usd_per_million_output_tokens",
-                  "usd_per_million_total_tokens"):
+                  "usd_per_million_total_tokens", "avg_power_watts",
+                  "energy_joules_per_output_token"):
             out.pop(k, None)  # (the cluster's: every replica paid all run long)
         gpu_hours = paid * tp / 3600.0
         out.update(gpu_hours=gpu_hours, usd=gpu_hours * self.usd_per_gpu_hour,
@@ -65,7 +68,22 @@ class AutoscaledRun:
         tokens = self.result.requests["num_output_tokens"][
             self.result.requests["status"] == "finished"].sum()
         out["usd_per_million_output_tokens"] = out["usd"] / tokens * 1e6 if tokens else math.nan
+        joules = self._joules(paid)
+        out["energy_joules"] = joules
+        out["avg_power_watts"] = joules / self.end if self.end > 0 else math.nan
+        out["energy_joules_per_output_token"] = joules / tokens if tokens else math.nan
         return out
+
+    def _joules(self, paid_seconds) -> float:
+        """Energy: every paid GPU at its idle power, plus the active share of its range
+        while an iteration runs (the power model of :mod:`sim.results.economics`)."""
+        from ..specs.economics import gpu_power
+        config = self.result.config
+        terms = gpu_power(config.resolved_gpu(), config.gpu_max_watts)
+        idle = terms.idle_watts if config.gpu_idle_watts is None else config.gpu_idle_watts
+        busy = float(self.result.iterations["duration"].sum())
+        return config.tensor_parallel * (idle * paid_seconds + terms.active_fraction
+                                         * (terms.max_watts - idle) * busy)
 
     def over_time(self, slo, window_s=900.0) -> pd.DataFrame:
         """Per window of ``window_s`` seconds (by arrival): ``rate`` (req/s), the mean paid and
