@@ -47,6 +47,8 @@ _PUBLIC = {
     **dict.fromkeys(("Capacity", "max_rate"), "tools.capacity"),
     "sweep": "tools.sweep",
     "plan": "tools.plan",
+    "Autoscaler": "engine.fleet.autoscaler",
+    "run_autoscaled": "tools.autoscale",
 }
 
 
@@ -68,7 +70,7 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "RequestPath", "KVTier", "Result",
     "Batch", "sweep", "max_rate", "Capacity",
-    "plan",
+    "plan", "Autoscaler", "run_autoscaled",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",
     "POLICIES", "StaticBatching", "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi",
     "Orca", "SGLang",

@@ -73,3 +73,11 @@ def test_the_benchmark_refuses_a_scale_that_is_not_positive(load_script, monkeyp
     bench = load_script("benchmarks/run.py")
     with pytest.raises(SystemExit):
         bench.main(["--scale", scale])
+
+
+@pytest.mark.perf
+def test_a_plan_over_200_candidates_within_two_minutes_on_two_workers(load_script):
+    r = load_script("benchmarks/bench_plan.py").measure(workers=2)
+    print(r)
+    assert r["candidates"] >= 200 and r["wall_s"] <= 120
+    assert r["pruned_before_simulating"] + r["simulated"] == r["candidates"]

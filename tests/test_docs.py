@@ -4,7 +4,8 @@ Per page, in a fresh temporary working directory holding a copy of ``examples/``
 
 1. its ```` ```python ```` blocks run in order in one shared namespace;
 2. each ```` ```toml ```` block whose first line is ``# file: NAME.toml`` is written there and
-   checked to parse as a ``sim run`` (or, with a ``[grid]``, ``sim sweep``) settings file;
+   checked to parse as a ``sim run`` (or, with a ``[grid]``, ``sim sweep``; with a
+   ``[space]``, ``sim plan``) settings file;
 3. each line of its ```` ```bash ```` blocks (``\\`` continuations joined, ``#`` comments cut,
    ``&&`` chains split) that starts with ``sim `` is run through ``sim.cli.main.main(argv)``
    and must exit 0; one ending in ``# parse-only`` (a GPU-only ``sim calibrate``) is only
@@ -98,11 +99,13 @@ def _fail(page, line, what, detail=""):
 
 
 def check_toml_file(path: Path) -> None:
-    """``path`` parses as ``sim run``'s settings (a sweep file's with its ``[grid]`` keys):
+    """``path`` parses as ``sim run``'s settings (a sweep file's with its ``[grid]`` keys, a
+    plan file's with its ``[space]``):
     unknown keys, bad tables and bad values are errors naming the file and key."""
     from sim.cli.main import build_parser
     from sim.cli.settings import Names, settings_from
-    command = "sweep" if "grid" in tomllib.loads(path.read_text()) else "run"
+    loaded = tomllib.loads(path.read_text())
+    command = "sweep" if "grid" in loaded else "plan" if "space" in loaded else "run"
     args = build_parser().parse_args([command, str(path.name)])
     settings_from(args, Names(path.name), command=command)
 

@@ -76,7 +76,8 @@ def test_toml_reference_lists_every_key_the_reader_accepts(tmp_path):
     rows = ref.toml_rows()
     listed = {key.split(".")[0] for key, *_ in rows}
     run_keys = _known_keys(tmp_path, "run")
-    other_keys = _known_keys(tmp_path, "sweep") | _known_keys(tmp_path, "capacity")
+    other_keys = (_known_keys(tmp_path, "sweep") | _known_keys(tmp_path, "capacity")
+                  | _known_keys(tmp_path, "plan"))
     assert run_keys | other_keys <= listed
     assert listed <= run_keys | other_keys  # nothing listed that the reader refuses
     text = ref.toml_reference()

@@ -5,6 +5,7 @@ sharegpt). Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
 from .benchmarks import Measured, from_benchmark
 from .describe import describe, plot_workload
+from .diurnal import diurnal, rate_at, time_scaled
 from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
 from .prefix import ideal_prefix_hit_rate, prefix_block_keys, unit_keys_all
 from .lengths import Empirical, Fixed, LogNormal, Normal, Uniform, Zipf
@@ -16,6 +17,7 @@ __all__ = [
     "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
     "Measured", "from_benchmark",
     "describe", "plot_workload",
+    "diurnal", "rate_at", "time_scaled",
     "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "unit_keys_all", "multi_turn", "shared_prefix", "synthetic",
     "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",
     "COLUMNS", "REQUIRED", "from_records", "validate",

@@ -17,7 +17,7 @@ import sys
 import warnings
 from functools import partial
 
-from . import capacity, catalog, compare, device, info, run, serve, sweep
+from . import capacity, catalog, compare, device, info, plan, run, serve, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_parser(sub)
     capacity.add_parser(sub)
     sweep.add_parser(sub)
+    plan.add_parser(sub)
     compare.add_parser(sub)
     serve.add_parser(sub)
     info.add_parsers(sub)

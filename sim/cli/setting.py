@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SHARED = ("run", "capacity", "sweep")  # the commands that read sim run's settings
+SHARED = ("run", "capacity", "sweep", "plan")  # the commands that read sim run's settings
 # where a value goes, ``{field}`` its row's API field
 TARGETS = {"workload": "workloads.load(..., {field}=)",
            "config": "SimConfig.{field}",
@@ -22,7 +22,8 @@ TARGETS = {"workload": "workloads.load(..., {field}=)",
            "request_path": "SimConfig.request_path: sim.RequestPath",
            "slo": "Result.summary(slo={{'{field}': seconds}})",
            "output": "the files and lines the command writes",
-           "sweep": "sim sweep's {field}"}
+           "sweep": "sim sweep's {field}",
+           "plan": "sim plan's {field}"}
 
 
 @dataclass(frozen=True, slots=True)

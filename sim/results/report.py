@@ -210,7 +210,8 @@ def render(result, *, slo=None, settings=None, findings=None, figures=True,
     shown as the settings (e.g. the CLI's, with the workload; default: the run's config);
     ``findings``: defaults to ``result.diagnose()``; ``figures=False``: a page without them;
     ``sections``: (heading, rows) tables after the summary, rows[0] their header (``sim
-    compare``'s measured vs simulated)."""
+    compare``'s measured vs simulated), or (heading, draw) figures, ``draw(buffer)`` saving a
+    PNG into it (``sim plan``'s Pareto plot)."""
     from .plots import run_title
     summary = result.summary(slo=slo)
     findings = result.diagnose() if findings is None else findings
@@ -229,7 +230,7 @@ def render(result, *, slo=None, settings=None, findings=None, figures=True,
     parts += _summary_html(summary)
     for heading, rows in sections:
         parts.append(f"<h2>{html.escape(heading)}</h2>")
-        parts.append(_grid(rows))
+        parts.append(_png(rows) if callable(rows) else _grid(rows))
     if figures:
         parts += _figures(result, slo)
     parts.append("<h2>Settings</h2>")

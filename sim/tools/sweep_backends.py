@@ -134,3 +134,23 @@ def run_jobs(jobs, slo, workers, client) -> list[dict]:
         return [run_job(j, slo) for j in jobs]
     with ProcessPoolExecutor(workers) as pool:
         return list(pool.map(run_job, jobs, [slo] * len(jobs)))
+
+
+def map_calls(fn, jobs, workers, client, finished) -> None:
+    """``fn(job)`` for each of ``jobs`` on a Dask ``client``, else ``workers`` local processes
+    (default: one per CPU; 1, or a single job, in this process), calling ``finished(result)``
+    in this process as each comes back (in the order they finish). ``fn``: module-level."""
+    if client is not None:
+        from dask.distributed import as_completed as dask_completed
+        with dask_client(client) as c:
+            for fut in dask_completed(c.map(fn, jobs, pure=False)):
+                finished(fut.result())
+        return
+    workers = workers or min(len(jobs), os.cpu_count() or 1)
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            finished(fn(job))
+        return
+    with ProcessPoolExecutor(workers) as pool:
+        for fut in as_completed([pool.submit(fn, job) for job in jobs]):
+            finished(fut.result())

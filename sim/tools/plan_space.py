@@ -1,0 +1,106 @@
+"""The planner's search space: its candidates, each built into a config, and the pruning that
+needs no simulation.
+
+``space`` maps a key to a non-empty list of values: a :class:`~sim.engine.config.SimConfig`
+field (``gpu``, ``tensor_parallel``, ``weight_dtype``, ``scheduler``, ``max_batch_size``,
+``chunk_size``, ``replicas``, ``router``, ...) or ``split``, the serving layout:
+``"aggregated"`` (colocated replicas, the base config's ``replicas``), or ``"P:D"``, a
+prefill pool of P replicas and a decode pool of D (:class:`~sim.engine.fleet.disaggregation.
+Disaggregation`, the base's link if it has one). Candidates are the product of the lists, in
+the space's order (the first key varies slowest).
+
+Invariants: every candidate gets a verdict, in order, before any simulation: ``invalid`` (the
+config does not build: its check's message), ``duplicate`` (the same config as an earlier
+candidate: ``replicas`` beside a disaggregated split, whose pools are its fleet), ``memory``
+(the weights do not fit: the memory budget's message and advice), ``price`` (ranking by
+dollars, and the GPU has no sourced price); the rest are simulated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from ..engine.config import SimConfig
+from ..results.economics import price_missing
+
+FIELDS = frozenset(f.name for f in dataclasses.fields(SimConfig))
+SPLIT = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
+
+
+def check_space(space) -> dict:
+    """``space`` as a dict of lists, a ``ValueError`` naming a bad key or value."""
+    if not isinstance(space, dict) or not space:
+        raise ValueError(f"space must be a non-empty dict of SimConfig field -> list of values, "
+                         f"got {space!r}")
+    out = {}
+    for key, values in space.items():
+        if key not in FIELDS and key != "split":
+            raise ValueError(f"space key {key!r} is not a SimConfig field nor 'split'")
+        if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+            raise ValueError(f"space[{key!r}] must be a list of values, got {values!r}")
+        out[key] = list(values)
+        if not out[key]:
+            raise ValueError(f"space[{key!r}] is empty")
+    for v in out.get("split", ()):
+        if not (v == "aggregated" or (isinstance(v, str) and SPLIT.match(v))):
+            raise ValueError(f"space['split'] value {v!r} must be 'aggregated' or 'P:D' "
+                             f"(prefill and decode replicas, e.g. '1:2')")
+    return out
+
+
+def split_of(value) -> tuple | None:
+    """``(P, D)`` of a ``split`` value, ``None`` for ``"aggregated"``."""
+    if value == "aggregated":
+        return None
+    p, d = SPLIT.match(value).groups()
+    return int(p), int(d)
+
+
+def candidate_config(base, knobs) -> SimConfig:
+    """``base`` with a candidate's knobs (a ``split`` sets or drops its disaggregation)."""
+    fields = {k: v for k, v in knobs.items() if k != "split"}
+    if "split" in knobs:
+        pools = split_of(knobs["split"])
+        if pools is None:
+            fields["disaggregation"] = None
+        else:
+            from ..engine.fleet.disaggregation import Disaggregation
+            given = base.disaggregation or Disaggregation()
+            fields["disaggregation"] = dataclasses.replace(
+                given, prefill_replicas=pools[0], decode_replicas=pools[1])
+            fields["replicas"] = 1  # (its pools are the fleet: replicas does not apply)
+    return dataclasses.replace(base, **fields)
+
+
+def static_verdict(base, knobs, objective, seen) -> tuple:
+    """``(config, None)`` for a candidate worth simulating, else ``(None, (stage, reason))``
+    (see the module docstring). ``seen``: config -> the knobs of the first candidate that had
+    it, filled in here."""
+    try:
+        config = candidate_config(base, knobs)
+        if config.disaggregation is not None:
+            config.disaggregation.pool_configs(config)
+            config.disaggregation.bandwidth_bytes(config)  # (a GPU with no link: give one)
+    except (TypeError, ValueError) as e:
+        return None, ("invalid", str(e))
+    key = repr(config)
+    if key in seen:
+        why = f"the same configuration as {seen[key]}"
+        if config.disaggregation is not None:
+            why += " (a disaggregated split's pools are its fleet: replicas does not apply)"
+        return None, ("duplicate", why)
+    seen[key] = ", ".join(f"{k}={v}" for k, v in knobs.items())
+    try:
+        pools = ([config] if config.disaggregation is None
+                 else config.disaggregation.pool_configs(config))
+        for pool in pools:
+            pool.resolved_kv_blocks()
+    except (TypeError, ValueError) as e:
+        text = str(e)
+        return None, ("memory" if "fit" in text or "room" in text else "invalid", text)
+    if objective.startswith("usd_"):
+        missing = price_missing(config)
+        if missing:
+            return None, ("price", missing)
+    return config, None

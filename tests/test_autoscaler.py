@@ -1,0 +1,132 @@
+"""The autoscaled day: nothing lost, never below the minimum, a new replica serves only after
+its load time, GPU-hours the integral of the replica count; the diurnal generator's curve."""
+
+import math
+
+import numpy as np
+import pytest
+
+import sim
+import workloads as wl
+from sim.engine.fleet.autoscaler import Autoscaler, load_time
+from sim.tools.autoscale import run_autoscaled
+
+SLO = {"ttft": 1.0}
+CONFIG = sim.SimConfig(model="llama-3.1-8b", gpu="a100")
+POLICY = Autoscaler(target=8, min_replicas=1, max_replicas=5, interval_s=10,
+                    scale_down_delay_s=60, load_bandwidth_gbps=2.0)
+
+
+@pytest.fixture(scope="module")
+def day():
+    # a "day" of 24 minutes (period 0.4 h): trough 1.5 req/s, peak 6x that, and a burst
+    df = wl.diurnal(0.4, mean_rate=5.0, peak_to_trough=6.0, peak_hour=0.2, period_hours=0.4,
+                    bursts=[(900.0, 60.0, 2.0)], prompt=wl.LogNormal(600, 0.8, max_tokens=4000),
+                    output=wl.LogNormal(200, 0.8, max_tokens=1000), seed=1)
+    return df, run_autoscaled(df, CONFIG, POLICY)
+
+
+def test_nothing_is_lost(day):
+    df, run = day
+    req = run.result.requests
+    assert len(req) == len(df)
+    assert set(req["status"]) <= {"finished", "rejected"}
+    assert run.leases["requests"].sum() == len(df)
+
+
+def test_it_scales_up_and_down(day):
+    _, run = day
+    s = run.summary(slo=SLO)
+    assert s["peak_replicas"] >= 3 and s["replica_starts"] >= 2
+    assert run.leases["stop_at"].notna().any()  # (the trough: some drained)
+    assert 1 <= s["mean_replicas"] < s["peak_replicas"]
+
+
+def test_never_below_the_minimum_serving(day):
+    _, run = day
+    assert (run.timeline["serving"] >= POLICY.min_replicas).all()
+    assert (run.timeline["paid"] <= POLICY.max_replicas).all()
+    assert (run.ticks["desired"] >= POLICY.min_replicas).all()
+
+
+def test_a_new_replica_serves_only_after_its_load_time(day):
+    _, run = day
+    load = load_time(CONFIG, POLICY)
+    # closed form: 8.03 B parameters x 2 bytes (fp16) / 2 GB/s
+    params = sim.get_model("llama-3.1-8b").total_params()
+    assert load == pytest.approx(params * 2 / 2e9)
+    started = run.leases[run.leases["paid_from"] > 0]
+    assert np.allclose(started["serving_from"] - started["paid_from"], load)
+    req = run.result.requests
+    for k in range(POLICY.max_replicas):
+        arrivals = req.loc[req["replica"] == k, "arrival_time"].to_numpy()
+        leases = run.leases[run.leases["replica"] == k]
+        stops = leases["stop_at"].fillna(math.inf).to_numpy()
+        inside = [((leases["serving_from"].to_numpy() <= t) & (t <= stops)).any()
+                  for t in arrivals]
+        assert all(inside)
+
+
+def test_gpu_hours_are_the_integral_of_the_replica_count(day):
+    _, run = day
+    s = run.summary(slo=SLO)
+    t = np.append(run.timeline["time"].to_numpy(), run.end)
+    integral = (np.diff(t) * run.timeline["paid"].to_numpy()).sum()
+    assert s["gpu_hours"] == pytest.approx(integral * CONFIG.tensor_parallel / 3600, rel=1e-12)
+    price = sim.specs.economics.gpu_price("a100").usd_per_gpu_hour
+    assert s["usd"] == pytest.approx(s["gpu_hours"] * price)
+    cold = (run.leases["serving_from"] - run.leases["paid_from"]).sum() / 3600
+    assert s["cold_start_gpu_hours"] == pytest.approx(cold)
+    p = sim.specs.economics.gpu_power("a100")
+    busy = run.result.iterations["duration"].sum()
+    joules = p.idle_watts * integral + p.active_fraction * (p.max_watts - p.idle_watts) * busy
+    assert s["energy_joules"] == pytest.approx(joules)
+    assert s["avg_power_watts"] == pytest.approx(joules / run.end)
+
+
+def test_a_fixed_fleet_pays_every_replica_all_day():
+    df = wl.synthetic(300, rate=2.0, prompt=200, output=50, seed=0)
+    fixed = Autoscaler(target=1e9, min_replicas=2, max_replicas=2)
+    run = run_autoscaled(df, CONFIG, fixed)
+    s = run.summary()
+    assert s["gpu_hours"] == pytest.approx(2 * run.end / 3600) and s["cold_start_usd"] == 0
+    assert set(run.result.requests["replica"]) == {0, 1}
+
+
+def test_attainment_over_time_has_every_window(day):
+    df, run = day
+    over = run.over_time(SLO, 120)
+    assert len(over) == math.ceil(df["arrival_time"].max() / 120)
+    assert over["slo_attainment"].between(0, 1).all()
+    assert over["rate"].sum() * 120 == pytest.approx(len(df))
+
+
+def test_the_diurnal_curve_peaks_where_asked_and_averages_the_mean():
+    t = np.linspace(0, 24 * 3600, 100_001)
+    lam = wl.rate_at(t, mean_rate=4.0, peak_to_trough=3.0, peak_hour=14)
+    assert lam.mean() == pytest.approx(4.0, rel=1e-3)
+    assert lam.max() / lam.min() == pytest.approx(3.0, rel=1e-6)
+    assert t[lam.argmax()] / 3600 == pytest.approx(14, abs=0.01)
+    df = wl.diurnal(24, mean_rate=0.5, peak_to_trough=3.0, peak_hour=14, prompt=100,
+                    output=10, seed=2)
+    assert len(df) == pytest.approx(0.5 * 24 * 3600, rel=0.03)  # Poisson: sd ~0.7 %
+    hours = np.floor(df["arrival_time"] / 3600)
+    assert hours.value_counts().idxmax() in (12, 13, 14, 15)
+
+
+@pytest.mark.parametrize("kw,said", [({"metric": "gpu"}, "metric must be one of"),
+                                     ({"target": 0}, "target must be"),
+                                     ({"min_replicas": 3, "max_replicas": 2}, "below min"),
+                                     ({"initial_replicas": 9}, "initial_replicas")])
+def test_a_bad_policy_names_the_field(kw, said):
+    with pytest.raises(ValueError, match=said):
+        Autoscaler(**kw)
+
+
+def test_the_plot_draws_replicas_and_attainment(day):
+    from sim.results.plots_autoscale import plot_autoscaled
+    _, run = day
+    fig = plot_autoscaled(run, SLO, window_s=120)
+    top, bottom = fig.axes[0], fig.axes[1]
+    assert len(top.lines) == 2 and len(bottom.lines[0].get_xdata()) == len(
+        run.over_time(SLO, 120))

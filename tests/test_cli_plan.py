@@ -1,0 +1,110 @@
+"""sim plan FILE.toml: the winner's TOML replays with sim run to the plan's numbers and meets
+the SLO; a killed plan resumed gives the same table; bad files are one-line errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from sim.cli.main import main
+
+PLAN = """model = "llama-3.1-8b"
+workload = "sharegpt"
+num_requests = {n}
+rate = 20.0
+
+[slo]
+ttft = 1.0
+tpot = 0.05
+
+[space]
+gpu = ["a100", "h100", "l40s"]
+tensor_parallel = [1, 2]
+replicas = [1, 2]
+split = ["aggregated", "1:1"]
+"""
+
+
+def _table(path):
+    t = pd.read_csv(path)
+    return t.drop(columns=[c for c in t.columns if "wall" in c])
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plan")
+    (d / "plan.toml").write_text(PLAN.format(n=150))
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        assert main(["plan", "plan.toml", "-o", "out", "--workers", "1", "--no-progress"]) == 0
+        assert main(["run", "out/winner.toml", "-q"]) == 0
+    finally:
+        os.chdir(cwd)
+    return d
+
+
+def test_the_winner_replayed_by_sim_run_meets_the_slo_with_the_plans_numbers(planned):
+    table = pd.read_csv(planned / "out" / "plan.csv")
+    best = table.iloc[0]
+    summary = json.loads((planned / "out" / "winner" / "summary.json").read_text())["summary"]
+    assert summary["slo_attainment"] >= 0.9
+    assert summary["usd_per_million_output_tokens"] == pytest.approx(
+        best["usd_per_million_output_tokens"], rel=1e-12)
+    assert summary["ttft_p99"] == pytest.approx(best["ttft_p99"], rel=1e-12)
+    for name in ("pareto.png", "plan.html", "plan.parquet", "winner-workload.parquet"):
+        assert (planned / "out" / name).stat().st_size > 0
+    page = (planned / "out" / "plan.html").read_text()
+    assert "Plan: every candidate" in page and "roofline" in page
+    assert "Plan: cost against latency</h2>\n<img" in page  # (a figure section)
+
+
+def test_every_pruned_candidate_says_why(planned):
+    table = pd.read_csv(planned / "out" / "plan.csv")
+    pruned = table[table["status"] == "pruned"]
+    assert pruned["reason"].str.len().gt(0).all()
+    assert {"roofline", "slo", "duplicate", "invalid"} <= set(pruned["stage"])
+
+
+def test_killed_and_resumed_gives_the_same_table(planned, tmp_path):
+    (tmp_path / "plan.toml").write_text(PLAN.format(n=150))
+    cmd = [sys.executable, "-m", "sim.cli.main", "plan", "plan.toml", "-o", "out",
+           "--workers", "1", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    parquet = tmp_path / "out" / "plan.parquet"
+    deadline = time.monotonic() + 120
+    while not parquet.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-plan: some candidates written, others not
+    proc.wait()
+    written = len(pd.read_parquet(parquet))
+    assert 0 < written < 10  # (10 simulated in all: the kill came mid-plan)
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert f"{written} read back from plan.parquet" in out.stdout
+    pd.testing.assert_frame_equal(_table(tmp_path / "out" / "plan.csv"),
+                                  _table(planned / "out" / "plan.csv"))
+
+
+@pytest.mark.parametrize("edit,said", [
+    (lambda t: t.split("[space]")[0], r"a plan needs a \[space\] table"),
+    (lambda t: t.replace("gpu = [", "gpuu = ["), "space.gpuu: not a sim run setting"),
+    (lambda t: t.replace("[slo]\nttft = 1.0\ntpot = 0.05\n", ""), r"a plan needs an \[slo\]"),
+    (lambda t: t.replace('split = ["aggregated", "1:1"]', 'split = ["2-1"]'),
+     r"space\['split'\] value '2-1'"),
+    (lambda t: "attainment = 1.5\n" + t, "attainment must be a fraction"),
+])
+def test_a_bad_plan_file_is_one_line(tmp_path, capsys, edit, said):
+    import re
+    (tmp_path / "p.toml").write_text(edit(PLAN.format(n=20)))
+    assert main(["plan", str(tmp_path / "p.toml"), "-o", str(tmp_path / "o"),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim plan: error:") and len(err.strip().splitlines()) == 1
+    assert re.search(said, err), err
