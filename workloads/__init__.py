@@ -1,7 +1,8 @@
 """Workloads: the request schema, real traces, arrival processes, length distributions and
 prefix-sharing generators. Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
-from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
+from .arrivals import (ClosedLoop, constant, drawn_at, gamma, interarrival_cv, own_rate, poisson,
+                       scale_to_rate)
 from .benchmarks import Measured, from_benchmark
 from .describe import describe, plot_workload
 from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
@@ -11,7 +12,8 @@ from .schema import COLUMNS, REQUIRED, from_records, validate
 from .traces import TRACES, load, load_file, save, trace_names
 
 __all__ = [
-    "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
+    "ClosedLoop", "constant", "drawn_at", "gamma", "interarrival_cv", "own_rate", "poisson",
+    "scale_to_rate",
     "Measured", "from_benchmark",
     "describe", "plot_workload",
     "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "unit_keys_all", "multi_turn", "shared_prefix", "synthetic",

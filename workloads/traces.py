@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .arrivals import _rng, _same, cv_for, gamma, poisson, scale_to_rate
+from .arrivals import _rng, _same, cv_for, drawn_at, gamma, poisson, scale_to_rate
 from .schema import validate
 
 TRACES = {
@@ -149,7 +149,9 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       exceeds it (then ``attrs["resampled_from"]`` holds the set's size), else takes the
       first ``n``.
     - ``rate``: for traces with timestamps, time-scale to this mean rate; for length-only sets,
-      the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``).
+      the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``), kept as
+      ``attrs["arrival_rate"]``: time-scaling the result to ``R`` gives the arrivals drawn at
+      ``R`` (:func:`workloads.scale_to_rate`).
     - ``arrival_times``: explicit arrival times for a length-only set (instead of ``rate``).
       ``arrival``, ``cv`` and ``arrival_times`` shape a length-only set's arrivals only: given
       for a trace or a file with its own arrival times, or beside each other where they would
@@ -198,6 +200,8 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
         else:
             raise ValueError(f"arrival must be 'poisson' or 'gamma', got {arrival!r}")
         df.insert(0, "arrival_time", times)
+        if arrival_times is None:  # (drawn here: scale_to_rate uses the nominal rate)
+            drawn_at(df, rate, 1.0 if arrival == "poisson" else cv)
     else:
         _replayed(f"the {name!r} trace", arrival, cv, arrival_times)
         df = _first(df, n, f"the {name!r} trace")

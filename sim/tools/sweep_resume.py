@@ -39,6 +39,8 @@ def fingerprint(df, base, slo, fields) -> str:
         for c in ("arrival_time", "num_prompt_tokens", "num_output_tokens"):
             h.update(df[c].to_numpy().tobytes())
         h.update(plain(sorted(set(df.columns))).encode())
+        if df.attrs.get("arrival_rate") is not None:  # (drawn: scaled by its nominal rate)
+            h.update(plain(("arrival_rate", df.attrs["arrival_rate"])).encode())
     if base is not None:
         h.update(plain([(f.name, getattr(base, f.name))
                         for f in dataclasses.fields(base)]).encode())
