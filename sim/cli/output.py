@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..checks import plural
 from ..results import FIGURES
+from ..results.atomic import atomic_path
 
 
 # an SLO in the summary's words: the ITL limit holds each request's every gap (its max_itl)
@@ -235,11 +236,7 @@ def write_bench_files(res, out, fmt, info) -> list[str]:
     from ..results.bench.files import export
     names = []
     for name, text in export(res, fmt, info).items():
-        tmp = out / f".{name}.{os.getpid()}.tmp"
-        try:
+        with atomic_path(out / name) as tmp:
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out / name)
-        finally:
-            tmp.unlink(missing_ok=True)
         names.append(name)
     return names

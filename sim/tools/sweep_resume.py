@@ -98,7 +98,9 @@ def read_done(out, context, names) -> dict:
 
 def write_rows(out, rows, names) -> None:
     """Write ``rows`` (dicts) to the parquet file ``out`` (its folder created if missing), the
-    values of the grid fields ``names`` as the file holds them (:func:`_stored`)."""
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    values of the grid fields ``names`` as the file holds them (:func:`_stored`); atomically
+    (:mod:`sim.results.atomic`): the file holds the previous rows or all the new ones."""
+    from ..results.atomic import atomic_path
     stored = [{k: _stored(v) if k in names else v for k, v in row.items()} for row in rows]
-    pd.DataFrame(stored).to_parquet(out, index=False)
+    with atomic_path(out) as tmp:  # (a kill or a full disk mid-write: the previous rows stay)
+        pd.DataFrame(stored).to_parquet(tmp, index=False)
