@@ -204,8 +204,22 @@ def remove_stale_temporaries(out) -> list[str]:
     return removed
 
 
+WALL_KEYS = ("wall_seconds",)  # the summary's wall-clock keys: timing.json, not summary.json
+
+
+def split_wall_time(doc) -> tuple[dict, dict]:
+    """``(doc without the wall-clock keys of its summary, {those keys})``: ``summary.json`` is
+    then the same bytes for the same inputs, on any machine and at any load; the wall time,
+    which is neither, goes to ``timing.json``."""
+    summary = dict(doc.get("summary") or {})
+    timing = {k: summary.pop(k) for k in WALL_KEYS if k in summary}
+    return ({**doc, "summary": summary} if "summary" in doc else doc), timing
+
+
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
-    """Write the files into a temporary folder inside ``out``, then rename each into place: an
+    """Write the files (``summary.json`` byte-stable for the same inputs, the wall time apart in
+    ``timing.json``: :func:`split_wall_time`) into a temporary folder inside ``out``, then
+    rename each into place: an
     interrupted run leaves the previous files or the new ones, never half a file (and a killed
     run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A
     figure of a previous run (``FIGURES``) that this run does not write is removed."""
@@ -215,8 +229,10 @@ def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     try:
         write_parquet(res.requests, tmp / "requests.parquet")
         write_parquet(res.iterations, tmp / "iterations.parquet")
+        doc, timing = split_wall_time(doc)
         (tmp / "summary.json").write_text(strict_json(doc))
-        written = ["requests.parquet", "iterations.parquet", "summary.json"]
+        (tmp / "timing.json").write_text(strict_json(timing) + "\n")
+        written = ["requests.parquet", "iterations.parquet", "summary.json", "timing.json"]
         if plots:
             from ..results.plots import save_plots
             written += [p.name for p in save_plots(res, tmp, slo=slo)]
