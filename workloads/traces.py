@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .arrivals import _rng, _same, cv_for, drawn_at, gamma, poisson, scale_to_rate
+from .lines import as_lines
 from .schema import validate
 
 TRACES = {
@@ -306,7 +307,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     ``hash_block_tokens``: the tokens per ``hash_ids`` entry (:func:`with_hash_block_tokens`),
     which a CSV or JSONL file cannot hold.
 
-    Every row is checked; errors name the file and the row (0-based, header not counted). A file
+    Every row is checked; errors name the file and the line of a CSV or JSONL file (the header
+    is line 1 of a CSV: :mod:`workloads.lines`), the row of a parquet one (0-based). A file
     that cannot be read in its format, or has no rows, is a ``ValueError`` naming the file;
     ``n`` larger than the file is an error (see :func:`load`)."""
     n, max_context = _num_requests(n), _max_context(max_context)
@@ -332,11 +334,14 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     if not isinstance(df, pd.DataFrame):  # e.g. a JSON file holding one scalar
         raise ValueError(f"{where}does not hold a table of requests")
     df.columns = [str(c) for c in df.columns]
-    if suffix.startswith(".csv"):
-        df = _text_times(df, where)
-    if "hash_ids" in df.columns:
-        df = _hash_id_lists(df, where)
-    df = validate(df.reset_index(drop=True), source=str(path))
+    try:
+        if suffix.startswith(".csv"):
+            df = _text_times(df, where)
+        if "hash_ids" in df.columns:
+            df = _hash_id_lists(df, where)
+        df = validate(df.reset_index(drop=True), source=str(path))
+    except ValueError as e:  # "row i" of the DataFrame: "line N" of the file
+        raise ValueError(as_lines(str(e), path, suffix)) from None
     df = _within_context(df, max_context, str(path))
     df = _first(df, n, str(path))
     if rate is not None:

@@ -36,6 +36,7 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     why = ", ".join(f"{n:,} {what}" for n, what in (
         (summary.get("num_rejected_context_length"), "over max_model_len"),
         (summary.get("num_rejected_max_num_tokens"), "over max_num_tokens"),
+        (summary.get("num_rejected_kv_pool"), "needing more KV than the pool holds"),
         (summary.get("num_rejected_conversation_abandoned"), "turns of abandoned "
                                                               "conversations")) if n)
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "

@@ -79,6 +79,7 @@ LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
     "num_rejected": ("rejected", ""),
     "num_rejected_context_length": ("rejected: over the context length", ""),
     "num_rejected_max_num_tokens": ("rejected: prompt over the token budget", ""),
+    "num_rejected_kv_pool": ("rejected: more KV than the pool holds", ""),
     "num_rejected_conversation_abandoned": ("rejected: turns of abandoned conversations", ""),
     "slo_attainment": ("meet every SLO", "%"), "goodput": ("goodput", "req/s"),
     "goodput_per_gpu": ("goodput per GPU", "req/s"),

@@ -67,6 +67,8 @@ def run_point(workload, params, base, slo, repeat=0):
             if "seed" not in params or callable(workload):  # the base's seed, or the
                 # workload's too (drawn per seed): not the grid's choice of a seed unused
                 warnings.filterwarnings("ignore", message="seed=")
+            if "replicas" in params:  # the base's router, for the grid's points of several
+                warnings.filterwarnings("ignore", message="router=")
             res = run(w, config)
         summary = res.summary(slo=slo)
         clash = sorted(set(row) & set(summary))
