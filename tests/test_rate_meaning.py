@@ -93,3 +93,17 @@ def test_max_rate_answer_is_the_rate_sim_run_takes():
     assert again["slo_attainment"] >= 0.9
     # the search starts at the workload's nominal rate, not its measured one
     assert 1.0 in set(cap.points["rate"])
+
+
+def test_a_file_is_a_trace_whatever_its_format_and_a_bad_nominal_rate_is_named(tmp_path):
+    df = wl.load("sharegpt", n=200, rate=2.0)
+    for name in ("w.parquet", "w.csv"):
+        wl.save(df, tmp_path / name)
+    scaled = [wl.load(tmp_path / name, rate=4.0)["arrival_time"].to_numpy()
+              for name in ("w.parquet", "w.csv")]
+    np.testing.assert_allclose(scaled[0], scaled[1], rtol=1e-12)  # the same, by its own rate
+    assert "arrival_rate" not in wl.load(tmp_path / "w.parquet").attrs
+    bad = df.copy()
+    bad.attrs["arrival_rate"] = -1
+    with pytest.raises(ValueError, match=r"attrs\['arrival_rate'\] must be the positive rate"):
+        wl.scale_to_rate(bad, 3.0)

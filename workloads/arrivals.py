@@ -13,7 +13,8 @@ One rate, one meaning: a workload whose arrivals were drawn (:func:`poisson`, :f
 workload time-scaled to ``R`` holds the arrivals drawn at ``R`` with the same seed (to
 rounding): ``sim run --rate R`` and a sweep or capacity search at ``R`` simulate the same
 requests. A replayed trace or file (no nominal rate) is scaled by its measured mean rate,
-``(n - 1) / span``. A nominal rate the times no longer match (rows thinned or two workloads
+``(n - 1) / span``; so is a workload read from a file (``workloads.load_file`` drops the attrs
+a parquet file kept: its CSV twin could not keep them). A nominal rate the times no longer match (rows thinned or two workloads
 merged after drawing: the measured rate off by more than six standard deviations) is not used,
 with a warning.
 - :class:`ClosedLoop` - a fixed number of users, each sending its next request a think time after
@@ -31,6 +32,15 @@ from .schema import _plain
 
 
 RATE_KEY, CV_KEY = "arrival_rate", "arrival_cv"  # attrs of a drawn workload (see above)
+
+
+def _nominal(rate) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(rate) or rate <= 0:
+        raise ValueError(f"attrs['{RATE_KEY}'] must be the positive rate the arrivals were "
+                         f"drawn at, got {_plain(rate)!r} (delete it to scale by the measured "
+                         f"rate)")
+    return float(rate)
 
 
 def _pos(name, value, allow_zero=False):
@@ -104,6 +114,7 @@ def nominal_rate(df: pd.DataFrame, warn=True) -> float | None:
     rate = df.attrs.get(RATE_KEY)
     if rate is None or "arrival_time" not in df.columns:
         return None
+    rate = _nominal(rate)
     t = df["arrival_time"].to_numpy(dtype=np.float64)
     measured = _measured(t)
     cv = max(float(df.attrs.get(CV_KEY, 1.0)), 0.05)

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .arrivals import _rng, _same, cv_for, drawn_at, gamma, poisson, scale_to_rate
+from .arrivals import (CV_KEY, RATE_KEY, _rng, _same, cv_for, drawn_at, gamma, poisson,
+                       scale_to_rate)
 from .lines import as_lines
 from .schema import validate
 
@@ -342,6 +343,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
         df = validate(df.reset_index(drop=True), source=str(path))
     except ValueError as e:  # "row i" of the DataFrame: "line N" of the file
         raise ValueError(as_lines(str(e), path, suffix)) from None
+    for key in (RATE_KEY, CV_KEY):  # (a parquet file keeps a drawn workload's attrs, a CSV
+        df.attrs.pop(key, None)  # one cannot: every file is a trace, scaled by its own rate)
     df = _within_context(df, max_context, str(path))
     df = _first(df, n, str(path))
     if rate is not None:
