@@ -69,7 +69,7 @@ def test_run_errors_are_clear(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("arrival_time,num_prompt_tokens,num_output_tokens\n0,5,5\n1,-5,5\n")
     assert main(["run", "-w", str(bad), "-o", str(tmp_path / "x")]) == 2
-    assert "num_prompt_tokens: row 1" in capsys.readouterr().err
+    assert "num_prompt_tokens: line 3" in capsys.readouterr().err  # (the file's own line)
     assert main(["run", "-w", "azure-code", "-n", "5", "--max-batch-size", "0",
                  "-o", str(tmp_path / "x")]) == 2
     assert "--max-batch-size must be > 0" in capsys.readouterr().err

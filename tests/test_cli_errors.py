@@ -63,7 +63,7 @@ CASES = [
     (RUN + ["-n", "0"], "--num-requests must be >= 1, got 0: an empty workload has nothing"),
     (RUN + ["-w", "{d}/header_only.csv"], "header_only.csv: workload has no requests"),
     (RUN + ["-w", "{d}/zero_bytes.csv"], "zero_bytes.csv: the file is empty"),
-    (RUN + ["-w", "{d}/negative.csv"], "negative.csv: num_prompt_tokens: row 1 has -200 ("),
+    (RUN + ["-w", "{d}/negative.csv"], "negative.csv: num_prompt_tokens: line 3 has -200 ("),
     (RUN + ["-w", "azure-cod"], "did you mean 'azure-code'?"),
     (RUN + ["-w", "mooncake-conversation", "-s", "sglang", "--block-size", "7"],
      "--block-size 7 does not divide the workload's 512 tokens per hash id"),

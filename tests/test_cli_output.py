@@ -114,7 +114,8 @@ def test_interrupted_run_leaves_the_previous_files(tmp_path, monkeypatch, capsys
                  "--plots", "-o", str(out)]) == 130  # (one line: "sim run: interrupted")
     assert (out / "summary.json").read_text() == before  # not half a new set of files
     assert sorted(p.name for p in out.iterdir()) == ["iterations.parquet", "requests.parquet",
-                                                     "summary.json"]  # no temporary left
+                                                     "summary.json", "timing.json"]  # (no
+    # temporary left)
 
 
 def test_every_flag_has_help_with_its_default():

@@ -150,7 +150,7 @@ def test_disaggregated_pools_reject_at_arrival_and_the_context_reason_comes_firs
     req = res.requests
     assert list(req["status"]) == ["finished", "rejected", "finished", "rejected"]
     assert req["reason"][1].startswith("context_length: 5,010 tokens")  # (over both limits)
-    assert req["reason"][3] == "needs 310 tokens of KV but a decode replica's pool holds 160 " \
+    assert req["reason"][3] == "kv_pool: needs 310 tokens of KV but a decode replica's pool holds 160 " \
                                "(10 blocks)"
     assert _codes(res).count("context_length") == 1 and "rejected" in _codes(res)
 

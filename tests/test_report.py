@@ -145,7 +145,7 @@ def test_write_is_atomic_and_leaves_nothing_behind_on_failure(overloaded, tmp_pa
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(report_module.os, "replace", broken_replace)
+    monkeypatch.setattr("sim.results.atomic.os.replace", broken_replace)  # (its writer)
     with pytest.raises(OSError, match="disk full"):
         write_report(overloaded, path, slo={"e2e": 1.0}, figures=False)
     assert path.read_text() == first  # the previous page, whole

@@ -150,7 +150,7 @@ def test_rejected_requests_never_run(monkeypatch):
     assert history[1] == [REJECTED]
     assert history[0] == history[2] == [PREFILL, DECODE, FINISHED]
     assert list(res.requests["status"]) == ["finished", "rejected", "finished"]
-    assert res.requests["reason"].iloc[1] == ("needs 32 KV blocks for 505 tokens but the pool "
+    assert res.requests["reason"].iloc[1] == ("kv_pool: needs 32 KV blocks for 505 tokens but the pool "
                                               "has 4")
 
 

@@ -169,6 +169,7 @@ def _subset(rows):
                                  & (rows["concurrency"] == 256)])
 
 
+@pytest.mark.determinism  # (.ci/run: under two OpenBLAS kernels)
 def test_a_rerun_reproduces_the_stored_report_exactly(vs, rows, stored):
     assert len(stored["rows"]) == len(rows) and stored["seed"] == vs.SEED
     subset = _subset(rows)

@@ -4,6 +4,7 @@ pandas, never a silently shortened or empty workload. Readers fuzzed with hypoth
 
 import gzip
 import json
+import re
 from functools import partial
 
 import numpy as np
@@ -71,14 +72,14 @@ def test_empty_workloads_are_errors(tmp_path):
     ("latin1.csv", HEADER.encode() + b"0,5,\xff\xfe\n", r"latin1\.csv: "),
     ("ragged.csv", HEADER.encode() + b'0,5,5\n1,"2\n', r"ragged\.csv: "),
     ("hash.csv", (HEADER.strip() + ",hash_ids\n0,5,5,[1\n").encode(),
-     r"hash\.csv: hash_ids: row 0 has '\[1', not a JSON list of integers"),
+     r"hash\.csv: hash_ids: line 2 has '\[1', not a JSON list of integers"),
     ("hashnest.jsonl", json.dumps({"arrival_time": 0, "num_prompt_tokens": 5,
                                    "num_output_tokens": 5, "hash_ids": [[1]]}).encode(),
-     r"hashnest\.jsonl: hash_ids: row 0 has \[\[1\]\], not a list of integers"),
-    ("huge.csv", HEADER.encode() + b"0,1e30,5\n", r"huge\.csv: num_prompt_tokens: row 0 has "
+     r"hashnest\.jsonl: hash_ids: line 1 has \[\[1\]\], not a list of integers"),
+    ("huge.csv", HEADER.encode() + b"0,1e30,5\n", r"huge\.csv: num_prompt_tokens: line 2 has "
                                                    r"1e\+30 \(must be an integer from 1 to 2\*\*53\)"),
     ("np.csv", HEADER.encode() + b"0,5,5\n1,-200,5\n",
-     r"np\.csv: num_prompt_tokens: row 1 has -200 \(must be"),
+     r"np\.csv: num_prompt_tokens: line 3 has -200 \(must be"),
 ])
 def test_unreadable_files_name_the_file(tmp_path, name, content, message):
     path = tmp_path / name
@@ -235,12 +236,12 @@ def test_a_csv_files_timestamps_and_durations_become_seconds_too(tmp_path):
     assert wl.load(azure)["arrival_time"].tolist() == [0.0, pytest.approx(3.31941)]
     mixed = tmp_path / "mixed.csv"  # a row that is not a timestamp is named
     mixed.write_text(HEADER + "2024-01-01 00:00:00,1,1\nsoon,2,2\n")
-    with pytest.raises(ValueError, match=r"mixed.csv: arrival_time: row 1 has 'soon', not a "
-                                         r"timestamp as row 0 \('2024-01-01 00:00:00'\)"):
+    with pytest.raises(ValueError, match=r"mixed.csv: arrival_time: line 3 has 'soon', not a "
+                                         r"timestamp as line 2 \('2024-01-01 00:00:00'\)"):
         wl.load(mixed)
     typo = tmp_path / "typo.csv"  # numbers stay seconds: '0' is no duration of 0 ns
     typo.write_text(HEADER + "0,1,1\nx,2,2\n")
-    with pytest.raises(ValueError, match=r"typo.csv: arrival_time: row 1 has 'x' \(must be a "
+    with pytest.raises(ValueError, match=r"typo.csv: arrival_time: line 3 has 'x' \(must be a "
                                          r"finite number of seconds"):
         wl.load(typo)
 
@@ -299,13 +300,14 @@ def test_request_ids_are_all_there_and_of_one_kind(tmp_path, capsys, ids, messag
              "num_output_tokens": 3} for k, i in enumerate(ids)]
     path = tmp_path / "w.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows).replace("NaN", "null"))
-    with pytest.raises(ValueError, match=f"w.jsonl: {message}"):
+    in_file = re.sub(r"row (\d+)", lambda m: f"line {int(m.group(1)) + 1}", message)
+    with pytest.raises(ValueError, match=f"w.jsonl: {in_file}"):  # (the file's line numbers)
         wl.load(str(path))
     with pytest.raises(ValueError, match=message):
         wl.validate(pd.DataFrame(rows))
     assert main(["run", "-w", str(path), "-o", str(tmp_path / "out"), "-q"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "w.jsonl: request_id: row" in err
+    assert err.count("\n") == 1 and "w.jsonl: request_id: line" in err
 
 
 def test_request_ids_of_one_kind_are_kept():

@@ -107,8 +107,15 @@ def test_file_round_trip_and_engine_reads_files(tmp_path, suffix):
 def test_file_errors_name_file_and_row(tmp_path):
     p = tmp_path / "bad.csv"
     p.write_text("arrival_time,num_prompt_tokens,num_output_tokens\n0,5,5\n1,abc,5\n")
-    with pytest.raises(ValueError, match=r"bad.csv: num_prompt_tokens: row 1 has 'abc'"):
-        wl.load(str(p))
+    with pytest.raises(ValueError, match=r"bad.csv: num_prompt_tokens: line 3 has 'abc'"):
+        wl.load(str(p))  # (the file's own line: the header is line 1)
+    p.write_text("arrival_time,num_prompt_tokens,num_output_tokens\n0,5,5\n\n1,abc,5\n")
+    with pytest.raises(ValueError, match=r"bad.csv: num_prompt_tokens: line 4 has 'abc'"):
+        wl.load(str(p))  # (a blank line, which the reader skips, still counts)
+    p.with_suffix(".jsonl").write_text('{"arrival_time": 0, "num_prompt_tokens": 5, '
+                                       '"num_output_tokens": 0}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl: num_output_tokens: line 1 has 0"):
+        wl.load(str(p.with_suffix(".jsonl")))
     p2 = tmp_path / "w.txt"
     p2.write_text("x")
     with pytest.raises(ValueError, match="unknown format"):

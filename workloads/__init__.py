@@ -2,7 +2,8 @@
 prefix-sharing generators and benchmark tools' workloads (``vllm bench serve``'s random and
 sharegpt). Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
-from .arrivals import ClosedLoop, constant, gamma, interarrival_cv, poisson, scale_to_rate
+from .arrivals import (ClosedLoop, constant, drawn_at, gamma, interarrival_cv, own_rate, poisson,
+                       scale_to_rate)
 from .benchmarks import Measured, from_benchmark
 from .describe import describe, plot_workload
 from .diurnal import diurnal, rate_at, time_scaled
@@ -14,7 +15,8 @@ from .traces import TRACES, load, load_file, save, trace_names
 from .vllm_bench import MaxConcurrency, vllm_arrivals, vllm_random, vllm_sharegpt
 
 __all__ = [
-    "ClosedLoop", "constant", "gamma", "interarrival_cv", "poisson", "scale_to_rate",
+    "ClosedLoop", "constant", "drawn_at", "gamma", "interarrival_cv", "own_rate", "poisson",
+    "scale_to_rate",
     "Measured", "from_benchmark",
     "describe", "plot_workload",
     "diurnal", "rate_at", "time_scaled",

@@ -3,7 +3,20 @@
 - :func:`poisson` - exponential inter-arrivals (CV 1);
 - :func:`gamma` - Gamma inter-arrivals with a chosen coefficient of variation (CV > 1: bursty);
 - :func:`constant` - evenly spaced;
-- :func:`scale_to_rate` - time-scale a trace's timestamps to a target mean rate (keeps its shape);
+- :func:`scale_to_rate` - time-scale a workload's arrivals to a target rate (keeps its shape);
+- :func:`own_rate` - the rate a workload's arrivals stand for.
+
+One rate, one meaning: a workload whose arrivals were drawn (:func:`poisson`, :func:`gamma`,
+:func:`constant` through ``workloads.load`` or the generators) carries the rate it was drawn at,
+``attrs["arrival_rate"]`` (and the process's CV, ``attrs["arrival_cv"]``), and
+:func:`scale_to_rate` multiplies its times by the ratio of the nominal rates, so a drawn
+workload time-scaled to ``R`` holds the arrivals drawn at ``R`` with the same seed (to
+rounding): ``sim run --rate R`` and a sweep or capacity search at ``R`` simulate the same
+requests. A replayed trace or file (no nominal rate) is scaled by its measured mean rate,
+``(n - 1) / span``; so is a workload read from a file (``workloads.load_file`` drops the attrs
+a parquet file kept: its CSV twin could not keep them). A nominal rate the times no longer match (rows thinned or two workloads
+merged after drawing: the measured rate off by more than six standard deviations) is not used,
+with a warning.
 - :class:`ClosedLoop` - a fixed number of users, each sending its next request a think time after
   its previous one finished (the engine issues these; arrival times in the workload are ignored).
 """
@@ -16,6 +29,18 @@ import numpy as np
 import pandas as pd
 
 from .schema import _plain
+
+
+RATE_KEY, CV_KEY = "arrival_rate", "arrival_cv"  # attrs of a drawn workload (see above)
+
+
+def _nominal(rate) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(rate) or rate <= 0:
+        raise ValueError(f"attrs['{RATE_KEY}'] must be the positive rate the arrivals were "
+                         f"drawn at, got {_plain(rate)!r} (delete it to scale by the measured "
+                         f"rate)")
+    return float(rate)
 
 
 def _pos(name, value, allow_zero=False):
@@ -70,12 +95,64 @@ def constant(n, rate) -> np.ndarray:
     return np.arange(_count(n)) / _pos("rate", rate)
 
 
+def drawn_at(df: pd.DataFrame, rate, cv=1.0) -> pd.DataFrame:
+    """``df`` (changed in place) marked as arrivals drawn at ``rate`` with inter-arrival CV
+    ``cv`` (1 Poisson, 0 evenly spaced): the nominal rate :func:`scale_to_rate` and
+    :func:`own_rate` use."""
+    df.attrs[RATE_KEY], df.attrs[CV_KEY] = float(rate), float(cv)
+    return df
+
+
+def _measured(t) -> float:
+    return (len(t) - 1) / (t[-1] - t[0]) if len(t) > 1 and t[-1] > t[0] else float("nan")
+
+
+def nominal_rate(df: pd.DataFrame, warn=True) -> float | None:
+    """The rate ``df``'s arrivals were drawn at, or None (a trace, a file, or a nominal rate its
+    times no longer match: the measured mean rate off by more than six standard deviations of
+    its estimate, ``cv / sqrt(n - 1)`` relative; then a warning when ``warn``)."""
+    rate = df.attrs.get(RATE_KEY)
+    if rate is None or "arrival_time" not in df.columns:
+        return None
+    rate = _nominal(rate)
+    t = df["arrival_time"].to_numpy(dtype=np.float64)
+    measured = _measured(t)
+    cv = max(float(df.attrs.get(CV_KEY, 1.0)), 0.05)
+    if measured == measured and len(t) > 2 \
+            and abs(measured / rate - 1) > 6 * cv / np.sqrt(len(t) - 1) + 1e-9:
+        if warn:
+            import warnings
+            warnings.warn(f"attrs['{RATE_KEY}'] {rate:g} req/s, the rate the arrivals were "
+                          f"drawn at, does not match their measured rate {measured:.4g} req/s "
+                          f"(rows dropped or workloads merged after drawing?): scaling by the "
+                          f"measured rate (delete the attr to silence this)",
+                          UserWarning, stacklevel=3)
+        return None
+    return float(rate)
+
+
+def own_rate(df: pd.DataFrame) -> float:
+    """The rate ``df``'s arrivals stand for, requests/s: the nominal rate they were drawn at
+    (:func:`nominal_rate`), else their measured mean rate ``(n - 1) / span`` (nan for fewer than
+    two requests or a zero span)."""
+    rate = nominal_rate(df, warn=False)
+    return rate if rate is not None else _measured(df["arrival_time"].to_numpy(np.float64))
+
+
 def scale_to_rate(df: pd.DataFrame, rate) -> pd.DataFrame:
-    """Time-scale ``arrival_time`` so the mean rate ``(n - 1) / span`` becomes ``rate``."""
+    """``df`` with ``arrival_time`` time-scaled to ``rate`` (see the module docstring): a drawn
+    workload's times multiplied by (its nominal rate / ``rate``), so they are the arrivals drawn
+    at ``rate``; others shifted to start at 0 and scaled so the measured mean rate
+    ``(n - 1) / span`` becomes ``rate``. The result carries ``rate`` as its nominal rate."""
     rate = _pos("rate", rate)
     out = df.copy()
     out.attrs = dict(df.attrs)
     t = out["arrival_time"].to_numpy(dtype=np.float64)
+    nominal = nominal_rate(df)
+    if nominal is not None:
+        out["arrival_time"] = t * (nominal / rate)
+        out.attrs[RATE_KEY] = rate
+        return out
     t = t - t[0] if len(t) else t
     span = t[-1] if len(t) else 0.0
     if len(t) < 2 or span <= 0:
@@ -85,6 +162,8 @@ def scale_to_rate(df: pd.DataFrame, rate) -> pd.DataFrame:
                          f"needs at least two requests spread over time (omit the rate to "
                          f"replay it as it is)")
     out["arrival_time"] = t * ((len(t) - 1) / span) / rate
+    out.attrs.pop(RATE_KEY, None)  # (a trace's measured rate: scaled again by the same rule)
+    out.attrs.pop(CV_KEY, None)
     return out
 
 

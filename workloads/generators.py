@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from .arrivals import _count, _pos, _rng, constant, cv_for, gamma, poisson
+from .arrivals import _count, _pos, _rng, constant, cv_for, drawn_at, gamma, poisson
 from .lengths import as_distribution
 from .schema import _plain, validate
 
@@ -31,6 +31,11 @@ def _arrivals(n, rate, arrival, cv, rng):
     raise ValueError(f"arrival must be 'poisson', 'gamma' or 'constant', got {arrival!r}")
 
 
+def _drawn(df, rate, arrival, cv):
+    """``df`` marked with the rate its arrivals were drawn at (``workloads.drawn_at``)."""
+    return drawn_at(df, rate, {"poisson": 1.0, "constant": 0.0}.get(arrival, cv))
+
+
 def synthetic(n, *, rate, prompt, output, arrival="poisson", cv=1.0, seed=0) -> pd.DataFrame:
     """``n`` independent requests: lengths from ``prompt``/``output`` (an int or a distribution
     from :mod:`workloads.lengths`), arrivals from ``arrival`` at ``rate`` requests/s."""
@@ -39,8 +44,8 @@ def synthetic(n, *, rate, prompt, output, arrival="poisson", cv=1.0, seed=0) -> 
     times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
     p = as_distribution(prompt).sample(n, rng)
     o = as_distribution(output).sample(n, rng)
-    return validate(pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p,
-                                  "num_output_tokens": o}))
+    return _drawn(validate(pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p,
+                                         "num_output_tokens": o})), rate, arrival, cv)
 
 
 class _BlockIds:
@@ -136,7 +141,7 @@ def shared_prefix(n, *, n_groups, system_prompt_tokens, user_tokens, output, rat
     df = pd.DataFrame({"arrival_time": times, "num_prompt_tokens": prompts,
                        "num_output_tokens": out, "group": groups, "hash_ids": hashes})
     df.attrs["block_size"] = block_size
-    return validate(df)
+    return _drawn(validate(df), rate, arrival, cv)
 
 
 def multi_turn(n_conversations, *, turns, user_tokens, output, rate, think_time=5.0,

@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .arrivals import _rng, _same, cv_for, gamma, poisson, scale_to_rate
+from .arrivals import (CV_KEY, RATE_KEY, _rng, _same, cv_for, drawn_at, gamma, poisson,
+                       scale_to_rate)
+from .lines import as_lines
 from .schema import validate
 from .vllm_bench import BENCH_ARGS, BENCH_WORKLOADS, load_bench
 
@@ -155,7 +157,9 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       exceeds it (then ``attrs["resampled_from"]`` holds the set's size), else takes the
       first ``n``.
     - ``rate``: for traces with timestamps, time-scale to this mean rate; for length-only sets,
-      the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``).
+      the rate of the ``arrival`` process (``"poisson"`` or ``"gamma"`` with ``cv``), kept as
+      ``attrs["arrival_rate"]``: time-scaling the result to ``R`` gives the arrivals drawn at
+      ``R`` (:func:`workloads.scale_to_rate`).
     - ``arrival_times``: explicit arrival times for a length-only set (instead of ``rate``).
       ``arrival``, ``cv`` and ``arrival_times`` shape a length-only set's arrivals only: given
       for a trace or a file with its own arrival times, or beside each other where they would
@@ -224,6 +228,8 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
         else:
             raise ValueError(f"arrival must be 'poisson' or 'gamma', got {arrival!r}")
         df.insert(0, "arrival_time", times)
+        if arrival_times is None:  # (drawn here: scale_to_rate uses the nominal rate)
+            drawn_at(df, rate, 1.0 if arrival == "poisson" else cv)
     else:
         _replayed(f"the {name!r} trace", arrival, cv, arrival_times)
         df = _first(df, n, f"the {name!r} trace")
@@ -328,7 +334,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     ``hash_block_tokens``: the tokens per ``hash_ids`` entry (:func:`with_hash_block_tokens`),
     which a CSV or JSONL file cannot hold.
 
-    Every row is checked; errors name the file and the row (0-based, header not counted). A file
+    Every row is checked; errors name the file and the line of a CSV or JSONL file (the header
+    is line 1 of a CSV: :mod:`workloads.lines`), the row of a parquet one (0-based). A file
     that cannot be read in its format, or has no rows, is a ``ValueError`` naming the file;
     ``n`` larger than the file is an error (see :func:`load`)."""
     n, max_context = _num_requests(n), _max_context(max_context)
@@ -354,11 +361,16 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     if not isinstance(df, pd.DataFrame):  # e.g. a JSON file holding one scalar
         raise ValueError(f"{where}does not hold a table of requests")
     df.columns = [str(c) for c in df.columns]
-    if suffix.startswith(".csv"):
-        df = _text_times(df, where)
-    if "hash_ids" in df.columns:
-        df = _hash_id_lists(df, where)
-    df = validate(df.reset_index(drop=True), source=str(path))
+    try:
+        if suffix.startswith(".csv"):
+            df = _text_times(df, where)
+        if "hash_ids" in df.columns:
+            df = _hash_id_lists(df, where)
+        df = validate(df.reset_index(drop=True), source=str(path))
+    except ValueError as e:  # "row i" of the DataFrame: "line N" of the file
+        raise ValueError(as_lines(str(e), path, suffix)) from None
+    for key in (RATE_KEY, CV_KEY):  # (a parquet file keeps a drawn workload's attrs, a CSV
+        df.attrs.pop(key, None)  # one cannot: every file is a trace, scaled by its own rate)
     df = _within_context(df, max_context, str(path))
     df = _first(df, n, str(path))
     if rate is not None:

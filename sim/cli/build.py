@@ -154,8 +154,12 @@ def build(s, names=None):
     wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
     import workloads
     from ..engine.simulation import cache_unit
+    from .footprint import check_footprint
     load = parts(s)["workload"]
     try:
+        if workloads.TRACES.get(load.get("name"), ("", ""))[1] == "lengths":  # (resampled to
+            # any n: a trace or file with fewer rows is an error before anything is allocated)
+            check_footprint(load.get("n"), names("num_requests") if names else "num_requests")
         try:
             df = workloads.load(**load)
         except ValueError as e:  # a closed loop issues requests itself: no arrivals needed

@@ -6,12 +6,16 @@ line on stderr, ``sim <command>: error: <message>``, exit status 2, no traceback
 shows it). Those errors are a bad flag value (argparse, through :class:`Parser`) and the
 library's ``ValueError``/``TypeError``, which name the field, the value and, for files, the file
 and row; the commands turn a missing or unwritable user-named file into a ``ValueError`` before
-they start. Anything else is a bug and keeps its traceback.
+they start. An ``OSError`` while writing (a full disk, a folder made read-only) is one line
+too, exit status 1: every output is written whole or not at all (:mod:`sim.results.atomic`,
+:func:`sim.cli.output.write_outputs`), so the previous files stay. Anything else is a bug and
+keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 import warnings
@@ -42,6 +46,17 @@ class Parser(argparse.ArgumentParser):
 
 def one_line(message) -> str:
     return " ".join(str(message).split())
+
+
+def os_error(e: OSError) -> str:
+    """An ``OSError`` in one line: what failed, on which file; a full disk says that the
+    outputs are written whole or not at all (sim.results.atomic), so the previous ones stay."""
+    what = e.strerror or str(e) or type(e).__name__
+    where = f": {e.filename}" if e.filename else ""
+    if e.errno == errno.ENOSPC:
+        return (f"{what}{where} (the disk is full: nothing was half-written, the files already "
+                f"in the output folder are as they were; free space and run again)")
+    return one_line(f"{what}{where}")
 
 
 def _one_line_warning(command, seen, message, category, filename, lineno, file=None,
@@ -94,6 +109,11 @@ def main(argv=None) -> int:
         return 130
     except BrokenPipeError:  # ``sim run | head``: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python's recipe)
+        return 1
+    except OSError as e:  # a full disk, a folder not writable: one line naming the file
+        if args.debug:
+            raise
+        print(f"sim {args.command}: error: {os_error(e)}", file=sys.stderr)
         return 1
 
 

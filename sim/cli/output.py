@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..checks import plural
 from ..results import FIGURES
+from ..results.atomic import atomic_path
 
 
 # an SLO in the summary's words: the ITL limit holds each request's every gap (its max_itl)
@@ -35,6 +36,7 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     why = ", ".join(f"{n:,} {what}" for n, what in (
         (summary.get("num_rejected_context_length"), "over max_model_len"),
         (summary.get("num_rejected_max_num_tokens"), "over max_num_tokens"),
+        (summary.get("num_rejected_kv_pool"), "needing more KV than the pool holds"),
         (summary.get("num_rejected_conversation_abandoned"), "turns of abandoned "
                                                               "conversations")) if n)
     rows = [("requests", f"{summary['num_finished']:,} finished, {summary['num_rejected']:,} "
@@ -203,8 +205,22 @@ def remove_stale_temporaries(out) -> list[str]:
     return removed
 
 
+WALL_KEYS = ("wall_seconds",)  # the summary's wall-clock keys: timing.json, not summary.json
+
+
+def split_wall_time(doc) -> tuple[dict, dict]:
+    """``(doc without the wall-clock keys of its summary, {those keys})``: ``summary.json`` is
+    then the same bytes for the same inputs, on any machine and at any load; the wall time,
+    which is neither, goes to ``timing.json``."""
+    summary = dict(doc.get("summary") or {})
+    timing = {k: summary.pop(k) for k in WALL_KEYS if k in summary}
+    return ({**doc, "summary": summary} if "summary" in doc else doc), timing
+
+
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
-    """Write the files into a temporary folder inside ``out``, then rename each into place: an
+    """Write the files (``summary.json`` byte-stable for the same inputs, the wall time apart in
+    ``timing.json``: :func:`split_wall_time`) into a temporary folder inside ``out``, then
+    rename each into place: an
     interrupted run leaves the previous files or the new ones, never half a file (and a killed
     run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A
     figure of a previous run (``FIGURES``) that this run does not write is removed."""
@@ -214,8 +230,10 @@ def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
     try:
         write_parquet(res.requests, tmp / "requests.parquet")
         write_parquet(res.iterations, tmp / "iterations.parquet")
+        doc, timing = split_wall_time(doc)
         (tmp / "summary.json").write_text(strict_json(doc))
-        written = ["requests.parquet", "iterations.parquet", "summary.json"]
+        (tmp / "timing.json").write_text(strict_json(timing) + "\n")
+        written = ["requests.parquet", "iterations.parquet", "summary.json", "timing.json"]
         if plots:
             from ..results.plots import save_plots
             written += [p.name for p in save_plots(res, tmp, slo=slo)]
@@ -235,11 +253,7 @@ def write_bench_files(res, out, fmt, info) -> list[str]:
     from ..results.bench.files import export
     names = []
     for name, text in export(res, fmt, info).items():
-        tmp = out / f".{name}.{os.getpid()}.tmp"
-        try:
+        with atomic_path(out / name) as tmp:
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, out / name)
-        finally:
-            tmp.unlink(missing_ok=True)
         names.append(name)
     return names

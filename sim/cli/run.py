@@ -1,8 +1,8 @@
 """``sim run``: one simulation from the settings (:mod:`sim.cli.settings`), files out.
 
 The settings and the output folder are checked before anything is simulated. Writes
-``requests.parquet``, ``iterations.parquet``, ``summary.json`` (settings + metrics, strict JSON)
-and, with ``--plots`` (``plots = true``), two PNG figures (only when asked: importing
+``requests.parquet``, ``iterations.parquet``, ``summary.json`` (settings + metrics, strict JSON;
+the same bytes for the same inputs), ``timing.json`` (the wall time, kept apart) and, with ``--plots`` (``plots = true``), two PNG figures (only when asked: importing
 matplotlib and drawing cost ~1 s of a default run, ~4 s at 1M requests): :mod:`sim.cli.output`.
 ``--report FILE.html`` (or ``report`` in the TOML file) also writes the self-contained HTML
 page of :mod:`sim.results.report` (checked writable before the run).

@@ -68,8 +68,10 @@ def _check_metrics(config, metrics, slo, cfg, grid) -> None:
 def cmd_sweep(args) -> int:
     import pandas as pd
 
+    from ..results.atomic import atomic_path
     from ..results.plots_sweep import plot_sweep
     from ..tools.sweep import sweep
+    from ..tools.sweep_backends import WorkerLost
     from ..tools.sweep_grid import check_grid, check_grid_fields
     names = Names(args.config)
     s = settings_from(args, names, "sweep")
@@ -102,13 +104,18 @@ def cmd_sweep(args) -> int:
         table = sweep(df, grid, base=cfg, slo=s["slo"] or None, repeats=repeats,
                       workers=args.workers, client=args.dask, out=Path(out) / "sweep.parquet",
                       progress=False if args.no_progress else None)
+    except WorkerLost as e:  # the rows that came back are in the file
+        raise ValueError(f"{e.lost} of {e.total} points lost: their worker process died "
+                         f"({e.why}); the finished ones are in {out}/sweep.parquet: run the "
+                         f"same command again to run the lost ones (a resume)") from None
     except ValueError as e:  # the library names its argument (client=): name the flag
         if args.dask is None:
             raise
         raise ValueError(str(e).replace(f"client={args.dask!r}", f"--dask {args.dask!r}", 1)) \
             from None
     Path(out).mkdir(parents=True, exist_ok=True)
-    table.to_csv(Path(out) / "sweep.csv", index=False)
+    with atomic_path(Path(out) / "sweep.csv") as tmp:
+        table.to_csv(tmp, index=False)
     missing = [m for m in metrics if m not in table.columns]
     if missing and (table["error"] == "").any():
         raise ValueError(f"{args.config}: metrics {missing} are not summary keys (the runs "

@@ -89,6 +89,8 @@ SEED_UNUSED = ("seed={seed} changes nothing: the engine draws at random only for
                "generator's seed (workloads.load(..., seed=), workloads.synthetic(..., seed=))")
 
 
+ROUTER_UNUSED = ("router={router!r} routes nothing: there is one replica (give replicas=N, "
+                 "N >= 2, or drop the router)")
 EPOCH_S = 1e8  # a first arrival past ~3 years: a timestamp, not a trace's own clock
 MS_GAP = 50.0  # integer times this far apart (median gap, s): milliseconds, likely
 RESOLUTION_S = 1e-6  # float64's spacing at the last arrival beyond this: latencies lose digits
@@ -242,6 +244,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     given = config
     if config.seed and not config.draws_at_random():
         warnings.warn(SEED_UNUSED.format(seed=config.seed), UserWarning, stacklevel=2)
+    if config.replicas == 1 and config.disaggregation is None and not (
+            isinstance(config.router, str) and config.router.strip().lower() == "round_robin"):
+        warnings.warn(ROUTER_UNUSED.format(router=config.router), UserWarning, stacklevel=2)
     config, policy = resolve(config)  # every knob filled in: what the Result records
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
                                   config.prefix_caching,

@@ -5,7 +5,7 @@ and its plots.
 summary's dollars and joules), ``diagnose`` (findings),
 ``plots`` (a package: a Result's figures, one module per family; matplotlib, imported lazily:
 nothing in the core imports it), ``plots_sweep`` (a sweep table's figures), ``report`` (the
-self-contained HTML page). A ``Result`` holds columns; the engine builds it
+self-contained HTML page), ``atomic`` (files written whole or not at all). A ``Result`` holds columns; the engine builds it
 (:mod:`sim.engine.core.records`).
 
 May import: ``sim.checks``, ``sim.constants``, ``sim.specs`` (prices and power by GPU). Never

@@ -8,13 +8,15 @@ nothing of the engine: it holds columns and computes summaries from them.
 ``max_model_len`` (a reason starting with :data:`CONTEXT_LENGTH`, the model's context length
 unless set; vLLM's and SGLang's servers refuse such a request), its prompt exceeds the
 tensorrt-llm preset's ``max_num_tokens`` without chunked context (a reason starting with
-:data:`MAX_NUM_TOKENS`; TensorRT-LLM refuses it), or it could never fit the KV pool; or, in a
+:data:`MAX_NUM_TOKENS`; TensorRT-LLM refuses it), or it could never fit the KV pool (a reason
+starting with :data:`KV_POOL`: its prompt + output need more blocks than the pool, or a decode
+replica's, holds); or, in a
 closed loop with conversations, it is a later turn of a conversation whose turn was rejected,
 never sent (a reason starting with :data:`CONVERSATION_ABANDONED`; its ``arrival_time`` is when
 its user dropped the conversation, as vLLM's multi-turn benchmark client drops it). A rejected
 request's times and latencies are NaN. The summary counts every kind in ``num_rejected``, the
 first also in ``num_rejected_context_length``, the second in ``num_rejected_max_num_tokens``,
-the last in ``num_rejected_conversation_abandoned``.
+the third in ``num_rejected_kv_pool``, the last in ``num_rejected_conversation_abandoned``.
 Per request
 (n = ``num_output_tokens``):
 
@@ -96,6 +98,7 @@ PCTS = (50, 90, 95, 99)
 CONTEXT_LENGTH = "context_length"  # how the reason of a request over max_model_len starts
 MAX_NUM_TOKENS = "max_num_tokens"  # ... of a prompt over TensorRT-LLM's max_num_tokens
 CONVERSATION_ABANDONED = "conversation_abandoned"  # ... of a turn after a rejected one
+KV_POOL = "kv_pool"  # ... of a request needing more KV than the whole pool holds
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
@@ -243,6 +246,7 @@ class Result:
                "num_rejected": int((req["status"] == "rejected").sum()),
                "num_rejected_context_length": int(self.over_max_model_len().sum()),
                "num_rejected_max_num_tokens": int(self.over_max_num_tokens().sum()),
+               "num_rejected_kv_pool": int(self._rejected_for(KV_POOL).sum()),
                "num_rejected_conversation_abandoned": int(self.abandoned().sum())}
         for key in ("ttft", "tpot", "e2e", "queueing_delay"):
             col = fin[key].dropna().to_numpy()

@@ -18,9 +18,9 @@ import dataclasses
 import html
 import io
 import math
-import os
-import uuid
 from pathlib import Path
+
+from .atomic import atomic_path
 
 GANTT_MAX = 300  # requests: above this the Gantt view is left out (a bar per request)
 
@@ -79,6 +79,7 @@ LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
     "num_rejected": ("rejected", ""),
     "num_rejected_context_length": ("rejected: over the context length", ""),
     "num_rejected_max_num_tokens": ("rejected: prompt over the token budget", ""),
+    "num_rejected_kv_pool": ("rejected: more KV than the pool holds", ""),
     "num_rejected_conversation_abandoned": ("rejected: turns of abandoned conversations", ""),
     "slo_attainment": ("meet every SLO", "%"), "goodput": ("goodput", "req/s"),
     "goodput_per_gpu": ("goodput per GPU", "req/s"),
@@ -248,14 +249,6 @@ def write_report(result, path, *, slo=None, settings=None, findings=None,
     path = Path(path)
     page = render(result, slo=slo, settings=settings, findings=findings, figures=figures,
                   sections=sections)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    try:  # O_EXCL: a fresh file; mode 0o666 less the umask, as open() would give the page
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(page)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:  # (the folder created if missing)
+        tmp.write_text(page, encoding="utf-8")
     return path

@@ -4,7 +4,10 @@
     cap.rate, cap.goodput_per_gpu, cap.points   # the answer, and every rate it tried
 
 The workload keeps its shape (arrival pattern, lengths) and is time-scaled to each trial rate
-(:func:`workloads.scale_to_rate`), so the criterion is a deterministic function of the rate. A
+(:func:`workloads.scale_to_rate`), so the criterion is a deterministic function of the rate; a
+rate means what it means to ``workloads.load`` and ``sim run --rate``: for a drawn workload the
+rate its arrivals are drawn at (the answer ``R`` is the run of ``load(..., rate=R)``), for a
+replayed trace its mean rate ``(n - 1) / span``. A
 rate *passes* when every limit holds at once:
 
 - per-request SLOs (``ttft``, ``itl``, ``tpot``, ``e2e``, seconds): the fraction of requests
@@ -16,7 +19,7 @@ rate *passes* when every limit holds at once:
 - summary limits (any numeric key of :meth:`Result.summary`, e.g. ``"e2e_mean"``,
   ``"ttft_p99"``): the metric is at most the limit.
 
-Search: from the workload's own rate, double until a rate fails and halve until one passes
+Search: from the workload's own rate (:func:`workloads.own_rate`), double until a rate fails and halve until one passes
 (bracketing), then bisect in log space until the bracket is narrower than ``tol`` (relative).
 That assumes the criterion fails more as the rate grows, which holds for a queue whose service
 does not get faster under load; every point tried is returned, so a non-monotone case shows.
@@ -123,7 +126,7 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
              max_steps=60) -> Capacity:
     """The highest rate at which ``slo`` holds (see the module docstring). ``config``: a
     :class:`SimConfig` (default ``SimConfig()``); ``start``: the first rate tried (default:
-    the workload's own mean rate). ``config.bands`` (e.g. 0.9): the search runs twice more,
+    the workload's own rate, :func:`workloads.own_rate`). ``config.bands`` (e.g. 0.9): the search runs twice more,
     with every step priced at the slow and the fast end of the cost model's measured error
     band (:mod:`sim.engine.bands`), giving ``rate_lo`` and ``rate_hi``."""
     check_search(slo, attainment, tol)
@@ -179,7 +182,7 @@ def _max_rate(workload, slo, attainment, config, tol, start, max_steps) -> Capac
         raise ValueError(f"max_rate time-scales the workload's arrivals, but its {len(df):,} "
                          f"requests all arrive at {t[0]:g} s: there is no rate to scale (give "
                          f"it arrival times, e.g. workloads.poisson)")
-    rate = float(start) if start else (len(t) - 1) / (t[-1] - t[0])
+    rate = float(start) if start else wl.own_rate(df)  # (a drawn workload: its nominal rate)
     lo = hi = None
     floor = rate / 2 ** 20  # below a millionth of the starting rate: the limits cannot be met
     for _ in range(max_steps):  # bracket

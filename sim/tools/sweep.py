@@ -36,6 +36,12 @@ seed; a fixed DataFrame with ``repeats > 1`` is refused (its rows would be ident
 speculative decoding is on (in the base config or the grid): its acceptance draws take the
 seed. A function workload also works with ``repeats=1``.
 
+**Faults**: a worker process that dies (killed, out of memory) loses only the points it held:
+every row that came back is kept (in ``out``'s file), then
+:class:`~sim.tools.sweep_backends.WorkerLost` says how many were lost; the same call again
+resumes, running those alone (no point lost or run twice). On Dask the scheduler first retries
+a killed worker's points on the others.
+
 **Progress**: a bar (tqdm, on stderr) counts finished points; ``progress=None`` shows it only
 when stderr is a terminal, ``False`` never, ``True`` always.
 
@@ -56,7 +62,7 @@ import sys
 
 import pandas as pd
 
-from .sweep_backends import run_jobs, run_points
+from .sweep_backends import WorkerLost, run_jobs, run_points
 from .sweep_grid import check_grid, has_object
 from .sweep_resume import fingerprint, read_done, row_key, write_rows
 
@@ -107,7 +113,13 @@ def _grid_sweep(df, grid, base, slo, repeats, workers, client, out, progress):
             write_rows(out, [rows[k] for k in keys if k in rows] + others, names)
 
     with bar:
-        run_points(df, todo, base, slo, workers, client, finished)
+        try:
+            run_points(df, todo, base, slo, workers, client, finished)
+        except WorkerLost as e:  # the rows that came back are in the file: say how to go on
+            kept = (f"the {len(rows)} finished are in out={str(out)!r}: call again with the "
+                    f"same out= to run the {e.lost} lost (a resume)" if out is not None else
+                    "give out= (a parquet path) to keep finished points across a rerun")
+            raise WorkerLost(e.lost, e.total, e.why, kept) from None
     table = pd.DataFrame([rows[k] for k in keys])
     table.attrs["computed"] = len(todo)
     table.attrs["kept"] = len(others)

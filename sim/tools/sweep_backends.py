@@ -20,6 +20,7 @@ import os
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 
 from .sweep_grid import point_config
@@ -66,6 +67,8 @@ def run_point(workload, params, base, slo, repeat=0):
             if "seed" not in params or callable(workload):  # the base's seed, or the
                 # workload's too (drawn per seed): not the grid's choice of a seed unused
                 warnings.filterwarnings("ignore", message="seed=")
+            if "replicas" in params:  # the base's router, for the grid's points of several
+                warnings.filterwarnings("ignore", message="router=")
             res = run(w, config)
         summary = res.summary(slo=slo)
         clash = sorted(set(row) & set(summary))
@@ -101,17 +104,30 @@ def dask_client(client):
             client.close()
 
 
+class WorkerLost(RuntimeError):
+    """Worker processes died (killed, out of memory) before returning some points' rows; the
+    rows that did come back were all handed to ``finished`` first (nothing finished is lost)."""
+
+    def __init__(self, lost, total, why, then=""):
+        self.lost, self.total, self.why = lost, total, why
+        super().__init__(f"{lost} of {total} points lost: their worker process died ({why})"
+                         + (f"; {then}" if then else ""))
+
+
 def run_points(df, todo, base, slo, workers, client, finished) -> None:
     """Run the (point, repeat) pairs ``todo`` over the workload ``df``, calling ``finished(row)``
-    in this process as each row comes back (in the order they finish)."""
+    in this process as each row comes back (in the order they finish). A worker process that
+    dies (``kill -9``, the OOM killer; on Dask after the scheduler's retries on other workers,
+    ``distributed.scheduler.allowed-failures``) loses only the points it held: every row that
+    comes back is handed on, then :class:`WorkerLost` says how many did not."""
     if client is not None:
+        from dask.distributed import KilledWorker
         from dask.distributed import as_completed as dask_completed
         with dask_client(client) as c:
             n = len(todo)  # (keyword arguments of map are not mapped: all positional)
             futures = c.map(run_point, [df] * n, [p for p, _ in todo], [base] * n, [slo] * n,
                             [r for _, r in todo], pure=False)
-            for fut in dask_completed(futures):
-                finished(fut.result())
+            _collect(dask_completed(futures), KilledWorker, n, finished)
         return
     workers = workers or min(len(todo), os.cpu_count() or 1)
     if workers <= 1 or len(todo) <= 1:
@@ -120,8 +136,22 @@ def run_points(df, todo, base, slo, workers, client, finished) -> None:
     else:
         with ProcessPoolExecutor(workers) as pool:
             futs = [pool.submit(run_point, df, p, base, slo, r) for p, r in todo]
-            for fut in as_completed(futs):
-                finished(fut.result())
+            _collect(as_completed(futs), BrokenProcessPool, len(futs), finished)
+
+
+def _collect(completed, died, total, finished) -> None:
+    """Hand each future's row to ``finished``; the futures whose worker ``died`` (that
+    exception) are counted and raised as one :class:`WorkerLost` after all the others."""
+    lost, why = 0, ""
+    for fut in completed:
+        try:
+            row = fut.result()
+        except died as e:
+            lost, why = lost + 1, why or " ".join(f"{type(e).__name__}: {e}".split())[:160]
+            continue
+        finished(row)
+    if lost:
+        raise WorkerLost(lost, total, why)
 
 
 def run_jobs(jobs, slo, workers, client) -> list[dict]:

@@ -39,6 +39,8 @@ def fingerprint(df, base, slo, fields) -> str:
         for c in ("arrival_time", "num_prompt_tokens", "num_output_tokens"):
             h.update(df[c].to_numpy().tobytes())
         h.update(plain(sorted(set(df.columns))).encode())
+        if df.attrs.get("arrival_rate") is not None:  # (drawn: scaled by its nominal rate)
+            h.update(plain(("arrival_rate", df.attrs["arrival_rate"])).encode())
     if base is not None:
         h.update(plain([(f.name, getattr(base, f.name))
                         for f in dataclasses.fields(base)]).encode())
@@ -96,7 +98,9 @@ def read_done(out, context, names) -> dict:
 
 def write_rows(out, rows, names) -> None:
     """Write ``rows`` (dicts) to the parquet file ``out`` (its folder created if missing), the
-    values of the grid fields ``names`` as the file holds them (:func:`_stored`)."""
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    values of the grid fields ``names`` as the file holds them (:func:`_stored`); atomically
+    (:mod:`sim.results.atomic`): the file holds the previous rows or all the new ones."""
+    from ..results.atomic import atomic_path
     stored = [{k: _stored(v) if k in names else v for k, v in row.items()} for row in rows]
-    pd.DataFrame(stored).to_parquet(out, index=False)
+    with atomic_path(out) as tmp:  # (a kill or a full disk mid-write: the previous rows stay)
+        pd.DataFrame(stored).to_parquet(tmp, index=False)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from heapq import heappop, heappush
 
-from ...results.metrics import CONTEXT_LENGTH
+from ...results.metrics import CONTEXT_LENGTH, KV_POOL
 from .batch import decode_pricer
 from .events import URGENT, Wakeup, delay_until
 from .fastforward import decode_stretch
@@ -57,7 +57,7 @@ def submit(replica, process, r) -> bool:
     if need > replica.capacity_tokens:
         spec = (f" (with {replica.num_spec_tokens} speculative lookahead slots)"
                 if replica.num_spec_tokens else "")
-        replica.reject(r, f"needs {-(-need // replica.block_size)} KV blocks for "
+        replica.reject(r, f"{KV_POOL}: needs {-(-need // replica.block_size)} KV blocks for "
                           f"{need} tokens{spec} but the pool has {replica.blocks.num_blocks}")
         return False
     replica.enqueue(r)

@@ -59,6 +59,7 @@ from ..schedulers import POLICIES, resolve
 from ..speculation.acceptance import make_drawer
 from .clients import ClosedLoopClients
 from .routers import ReplicaView, make_router
+from ...results.metrics import KV_POOL
 
 
 
@@ -135,8 +136,8 @@ class Cluster:
         need = r.num_prompt_tokens + r.num_output_tokens + self.decode_lookahead
         if self.max_tokens is not None and need > self.max_tokens[0]:
             if not reject_too_long(self.replicas[k], r):  # (the server's check comes first)
-                self.replicas[k].reject(r, f"needs {need} tokens of KV but a decode replica's "
-                                           f"pool holds {self.max_tokens[0]} "
+                self.replicas[k].reject(r, f"{KV_POOL}: needs {need} tokens of KV but a decode "
+                                           f"replica's pool holds {self.max_tokens[0]} "
                                            f"({self.max_tokens[1]} blocks)")
             return False
         return submit(self.replicas[k], self.processes[k], r)

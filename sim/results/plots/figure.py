@@ -13,6 +13,8 @@ inline backend for later plots too. A table without the columns a figure needs r
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 
@@ -28,8 +30,15 @@ def pyplot(headless):
 def finish(fig, path, plt):
     """``fig`` saved to ``path`` and closed when a path is given; ``fig`` either way."""
     if path is not None:
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
+        from ..atomic import atomic_path
+        try:
+            if isinstance(path, (str, os.PathLike)):
+                with atomic_path(path) as tmp:  # (a full disk: the previous figure stays)
+                    fig.savefig(tmp, dpi=110)
+            else:  # a file object (the report's inline figures)
+                fig.savefig(path, dpi=110)
+        finally:
+            plt.close(fig)
     return fig
 
 
