@@ -14,8 +14,6 @@ run's HTML page with the comparison table in it.
 
 from __future__ import annotations
 
-import dataclasses
-
 from ..checks import plural
 from .arguments import output_file
 from .build import as_written, config_from, with_request_path
@@ -46,10 +44,26 @@ def loop_of(measured) -> str:
     return "open loop at the requests' send times"
 
 
+def engine_config(args):
+    """``(settings, SimConfig)`` of the engine flags (``sim run``'s rows), checked through to
+    its KV pool and cost model; an error names each setting as the user wrote it."""
+    names = Names(None)
+    s = settings_from(args, names, "run")
+    check_router_used(s, names)
+    try:
+        cfg = config_from(s, names)
+        cfg.resolved_kv_blocks()
+        cfg.resolved_cost_model()
+    except (ValueError, TypeError) as e:
+        raise type(e)(as_written(str(e), s, names)) from None
+    return s, with_request_path(cfg, args, s)
+
+
 def cmd_compare(args) -> int:
     import workloads
     from ..engine import run
     from ..results.bench.metrics import HEADLINE, compare_rows, tool_metrics
+    from ..tools.fit import replay_config
     if args.index is not None and args.index < 0:
         raise ValueError(f"--index {args.index} must be >= 0")
     report = None
@@ -59,19 +73,8 @@ def cmd_compare(args) -> int:
                              f"{args.report!r}")
         report = output_file(args.report, "--report")
     measured = workloads.from_benchmark(args.measured, index=args.index)
-    names = Names(None)
-    s = settings_from(args, names, "run")
-    check_router_used(s, names)
-    try:
-        cfg = config_from(s, names)
-        if measured.concurrency is not None:
-            cfg = dataclasses.replace(cfg, closed_loop=workloads.ClosedLoop(measured.concurrency))
-        cfg.resolved_kv_blocks()
-        cfg.resolved_cost_model()
-    except (ValueError, TypeError) as e:
-        raise type(e)(as_written(str(e), s, names)) from None
-    cfg = with_request_path(cfg, args, s)
-    res = run(measured.workload, cfg)
+    s, cfg = engine_config(args)
+    res = run(measured.workload, replay_config(cfg, measured))
     simulated = tool_metrics(res, measured.tool)
     rows = compare_rows(measured.metrics, simulated,
                         None if args.all else HEADLINE[measured.tool])

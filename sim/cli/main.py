@@ -17,7 +17,7 @@ import sys
 import warnings
 from functools import partial
 
-from . import capacity, catalog, compare, device, info, run, serve, sweep
+from . import capacity, catalog, compare, device, fit, info, run, serve, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_parser(sub)
     sweep.add_parser(sub)
     compare.add_parser(sub)
+    fit.add_parser(sub)
     serve.add_parser(sub)
     info.add_parsers(sub)
     catalog.add_parsers(sub)

@@ -22,7 +22,8 @@ TARGETS = {"workload": "workloads.load(..., {field}=)",
            "request_path": "SimConfig.request_path: sim.RequestPath",
            "slo": "Result.summary(slo={{'{field}': seconds}})",
            "output": "the files and lines the command writes",
-           "sweep": "sim sweep's {field}"}
+           "sweep": "sim sweep's {field}",
+           "fit": "sim fit's {field}"}
 
 
 @dataclass(frozen=True, slots=True)
