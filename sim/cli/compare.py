@@ -3,7 +3,8 @@ vs simulated per metric in the tool's own names.
 
 ``FILE`` is any file ``workloads.from_benchmark`` reads (``vllm bench serve`` result JSON,
 AIPerf ``profile_export.jsonl`` / ``profile_export_aiperf.json``, guidellm ``benchmarks.json``
-with ``--index`` for a sweep). Its workload is replayed as the tool sent it: a closed loop of
+with ``--index`` for a sweep; ``--time-scale S`` for a run measured against ``sim serve
+--time-scale S``). Its workload is replayed as the tool sent it: a closed loop of
 the tool's concurrency, else an open loop at the requests' send times. The engine's settings
 are ``sim run``'s rows of the settings table (``--model``, ``--gpu``, ``--scheduler``,
 ``--tp``, ...; the workload's own rows are left out: the file is the workload). Prints one row
@@ -13,6 +14,8 @@ run's HTML page with the comparison table in it.
 """
 
 from __future__ import annotations
+
+import math
 
 from ..checks import plural
 from .arguments import output_file
@@ -72,7 +75,10 @@ def cmd_compare(args) -> int:
             raise ValueError(f"--report must be a file name ending in .html, got "
                              f"{args.report!r}")
         report = output_file(args.report, "--report")
-    measured = workloads.from_benchmark(args.measured, index=args.index)
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
+        raise ValueError(f"--time-scale must be a number > 0, got {args.time_scale}")
+    measured = workloads.from_benchmark(args.measured, index=args.index,
+                                        time_scale=args.time_scale)
     s, cfg = engine_config(args)
     res = run(measured.workload, replay_config(cfg, measured))
     simulated = tool_metrics(res, measured.tool)
@@ -111,6 +117,9 @@ def add_parser(sub):
                         "profile_export_aiperf.json, or guidellm benchmarks.json")
     p.add_argument("--index", type=int, default=None, metavar="I",
                    help="guidellm: which benchmark of a sweep (default: the only one)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="S",
+                   help="the run was measured against 'sim serve --time-scale S': its times "
+                        "are divided and its rates multiplied by S (default: 1)")
     p.add_argument("--all", action="store_true",
                    help="every metric both have (default: TTFT, TPOT, ITL, E2E and the "
                         "throughputs)")

@@ -13,7 +13,15 @@ loads no Starlette, no uvicorn).
 
 from __future__ import annotations
 
-__all__ = ["serve"]
+__all__ = ["serve", "word_tokenizer"]
+
+
+def word_tokenizer():
+    """The folder of the word tokenizer (``sim/data/word_tokenizer``) benchmark clients load
+    to count tokens as ``sim serve`` does: one token a whitespace-separated word (AIPerf's
+    ``--tokenizer``, guidellm's ``--processor``)."""
+    from importlib import resources
+    return resources.files("sim").joinpath("data", "word_tokenizer")
 
 
 def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grace=30.0,
