@@ -12,6 +12,8 @@ import workloads
 from workloads.benchmarks.common import Measured
 
 FIX = __import__("pathlib").Path(__file__).parent / "fixtures" / "benchmarks"
+# a real AIPerf 0.13.0 run against sim serve (examples/aiperf/README.md)
+REAL_AIPERF = FIX.parents[1].parent / "examples" / "aiperf" / "profile_export_aiperf.json"
 
 
 def test_vllm_detailed_workload_and_metrics():
@@ -70,6 +72,56 @@ def test_aiperf_records_follow_aiperfs_definitions():
 def test_aiperf_summary_reads_its_records_and_its_concurrency():
     s = workloads.from_benchmark(FIX / "aiperf" / "profile_export_aiperf.json")
     assert s.per_request and s.concurrency == 2 and len(s.workload) == 4
+
+
+def test_a_real_aiperf_0_13_run_reads_its_phases():
+    """AIPerf 0.13.0's own files (run against sim serve): the load is in input_config.phases."""
+    s = workloads.from_benchmark(REAL_AIPERF)
+    assert s.tool == "aiperf" and s.concurrency == 3 and s.per_request and s.num_failed == 0
+    assert len(s.workload) == 6 and set(s.workload["num_prompt_tokens"]) == {300}
+    assert set(s.workload["num_output_tokens"]) == {8}
+    assert s.metrics["request_count.avg"] == 6
+    assert 0 < s.metrics["time_to_first_token.avg"] < s.metrics["request_latency.avg"]
+
+
+def test_a_run_against_a_slowed_server_is_brought_back_to_simulated_time():
+    path = REAL_AIPERF
+    wall = workloads.from_benchmark(path)
+    assert workloads.from_benchmark(path, time_scale=1).metrics == wall.metrics
+    s = workloads.from_benchmark(path, time_scale=4)
+    m, w = s.metrics, wall.metrics
+    assert m["time_to_first_token.p99"] == pytest.approx(w["time_to_first_token.p99"] / 4)
+    assert m["benchmark_duration.avg"] == pytest.approx(w["benchmark_duration.avg"] / 4)
+    assert m["request_throughput.avg"] == pytest.approx(w["request_throughput.avg"] * 4)
+    assert m["output_token_throughput_per_user.avg"] == pytest.approx(
+        w["output_token_throughput_per_user.avg"] * 4)
+    assert m["request_count.avg"] == 6 and m["input_sequence_length.avg"] == 300
+    assert np.allclose(s.workload["arrival_time"], wall.workload["arrival_time"] / 4)
+    assert "--time-scale 4" in s.notes[-1] and s.concurrency == 3
+    v = workloads.from_benchmark(FIX / "vllm_bench_detailed.json", time_scale=2)
+    v1 = workloads.from_benchmark(FIX / "vllm_bench_detailed.json")
+    assert v.metrics["mean_ttft_ms"] == v1.metrics["mean_ttft_ms"] / 2
+    assert v.metrics["completed"] == v1.metrics["completed"] and v.rate == 2 * v1.rate
+    with pytest.raises(ValueError, match="time_scale must be a number > 0"):
+        workloads.from_benchmark(path, time_scale=0)
+
+
+def test_aiperf_phases_name_the_bad_field(tmp_path):
+    doc = json.loads(REAL_AIPERF.read_text())
+    doc["input_config"]["phases"][0]["concurrency"] = 0
+    path = tmp_path / "profile_export_aiperf.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"input_config.phases\[0\].concurrency: must be an "
+                                         r"integer >= 1, got 0"):
+        workloads.from_benchmark(path)
+    doc["input_config"]["phases"][0].update(type="poisson", rate=2.5)
+    path.write_text(json.dumps(doc))
+    m = workloads.from_benchmark(path)
+    assert m.concurrency is None and m.rate == 2.5  # a rate phase: an open loop
+    doc["input_config"]["phases"] = [{"kind": "warmup", "type": "concurrency"}]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="input_config.phases: no phase of kind 'profiling'"):
+        workloads.from_benchmark(path)
 
 
 def test_aiperf_summary_alone_is_rebuilt_at_its_rate():

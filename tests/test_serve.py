@@ -4,6 +4,7 @@ the same arrivals, nothing lost, 400s with the engine's reason, ``/metrics``, sh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -35,29 +36,43 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
-    engine = LiveEngine(SimConfig(), SCALE)
+@contextlib.contextmanager
+def served(engine, **kw):
+    """``engine``'s app served by uvicorn in a thread of this process: yields its port."""
     port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(make_app(engine, "sim"), host="127.0.0.1", port=port,
-                                        log_level="warning"))
+    srv = uvicorn.Server(uvicorn.Config(make_app(engine, "sim", **kw), host="127.0.0.1",
+                                        port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not srv.started:
         assert time.monotonic() < deadline, "server did not start"
         time.sleep(0.01)
-    # the time each request goes out, as the HTTP client sends it (after the SDK built it)
-    http = httpx.Client(timeout=30, event_hooks={"request": [
+    try:
+        yield port
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+
+
+def sdk_client(port, timeout=30):
+    """The openai SDK on ``port``, its HTTP client noting when each request goes out (after
+    the SDK built it) in ``SENT`` by its x-tag header."""
+    http = httpx.Client(timeout=timeout, event_hooks={"request": [
         lambda r: SENT.__setitem__(r.headers.get("x-tag"), time.monotonic())]})
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
-                           max_retries=0, http_client=http)
-    client.completions.create(model="sim", prompt="warm up", max_tokens=2)  # (lazy imports)
-    client.chat.completions.create(model="sim", max_tokens=2,
-                                   messages=[{"role": "user", "content": "warm up"}])
-    yield client, port, engine
-    srv.should_exit = True
-    thread.join(10)
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none",
+                         max_retries=0, http_client=http)
+
+
+@pytest.fixture(scope="module")
+def server():
+    engine = LiveEngine(SimConfig(), SCALE)
+    with served(engine) as port:
+        client = sdk_client(port)
+        client.completions.create(model="sim", prompt="warm up", max_tokens=2)  # (lazy imports)
+        client.chat.completions.create(model="sim", max_tokens=2,
+                                       messages=[{"role": "user", "content": "warm up"}])
+        yield client, port, engine
 
 
 def stream_one(client, prompt_words, max_tokens, chat, out):
@@ -191,9 +206,10 @@ def test_non_streaming_usage_models_health_and_metrics(server):
 
 
 @pytest.mark.slow
-def test_sigterm_lets_requests_in_flight_finish_then_exits(tmp_path):
-    """`sim serve` in a subprocess: SIGTERM while three streams run; each gets all its tokens,
-    the process exits 0 and then refuses connections (nothing left hanging)."""
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_lets_requests_in_flight_finish_then_exits(tmp_path, sig):
+    """`sim serve` in a subprocess: SIGTERM (or SIGINT) while three streams run; each gets all
+    its tokens, the process exits 0 and then refuses connections (nothing left hanging)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "sim.cli.main", "serve", "--port", str(port),
                              "--model", "llama-3.2-1b"], stderr=subprocess.PIPE,
@@ -215,9 +231,10 @@ def test_sigterm_lets_requests_in_flight_finish_then_exits(tmp_path):
         for th in threads:
             th.start()
         time.sleep(0.3)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         for th in threads:
             th.join(30)
+        assert not any(th.is_alive() for th in threads)  # none left hanging
         assert proc.wait(20) == 0
         assert len(results) == 3 and all(len(r[1]) == 200 for r in results)
         with pytest.raises(httpx.TransportError):

@@ -61,6 +61,20 @@ def profile_model_mismatch(cost, s) -> str | None:
             f"the profiled model")
 
 
+def fit_profile_cost(profile, s):
+    """The roofline of ``--model`` on ``--gpu`` with a ``sim fit`` profile's terms; a warning
+    when the profile was fitted on another GPU (its terms describe that GPU's engine)."""
+    from ..costs.fitted import fitted_roofline, profile_terms
+    from ..specs.gpus import get_gpu
+    terms = profile_terms(profile, f"--profile {str(s['profile'])!r}")
+    fitted_on = (profile.get("fitted_to") or {}).get("gpu")
+    if fitted_on and get_gpu(fitted_on).name != get_gpu(s["gpu"]).name:
+        print(f"sim run: warning: the profile was fitted on {fitted_on!r}, the run is on "
+              f"{s['gpu']!r}: its terms describe another GPU's engine", file=sys.stderr)
+    return fitted_roofline(terms, s["model"], s["gpu"], tensor_parallel=s["tensor_parallel"],
+                           weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"])
+
+
 def cost_model_from(s):
     """The cost model the settings name: ``--profile`` (a calibrated profile) wins, else
     ``--cost``: ``roofline`` (``None``: SimConfig builds the roofline of model on gpu),
@@ -68,7 +82,11 @@ def cost_model_from(s):
     from ..costs.simple import ConstantCost, LinearCost
     if s["profile"]:
         from ..costs.calibrated import CalibratedCost
-        cost = CalibratedCost(read_profile(s["profile"]))
+        from ..costs.fitted import is_fit_profile
+        profile = read_profile(s["profile"])
+        if is_fit_profile(profile):
+            return fit_profile_cost(profile, s)
+        cost = CalibratedCost(profile)
         for note in (cost.warning(), profile_model_mismatch(cost, s)):
             if note:
                 print(f"sim run: warning: {note}", file=sys.stderr)

@@ -3,7 +3,8 @@ vs simulated per metric in the tool's own names.
 
 ``FILE`` is any file ``workloads.from_benchmark`` reads (``vllm bench serve`` result JSON,
 AIPerf ``profile_export.jsonl`` / ``profile_export_aiperf.json``, guidellm ``benchmarks.json``
-with ``--index`` for a sweep). Its workload is replayed as the tool sent it: a closed loop of
+with ``--index`` for a sweep; ``--time-scale S`` for a run measured against ``sim serve
+--time-scale S``). Its workload is replayed as the tool sent it: a closed loop of
 the tool's concurrency, else an open loop at the requests' send times. The engine's settings
 are ``sim run``'s rows of the settings table (``--model``, ``--gpu``, ``--scheduler``,
 ``--tp``, ...; the workload's own rows are left out: the file is the workload). Prints one row
@@ -14,7 +15,7 @@ run's HTML page with the comparison table in it.
 
 from __future__ import annotations
 
-import dataclasses
+import math
 
 from ..checks import plural
 from .arguments import output_file
@@ -46,10 +47,26 @@ def loop_of(measured) -> str:
     return "open loop at the requests' send times"
 
 
+def engine_config(args):
+    """``(settings, SimConfig)`` of the engine flags (``sim run``'s rows), checked through to
+    its KV pool and cost model; an error names each setting as the user wrote it."""
+    names = Names(None)
+    s = settings_from(args, names, "run")
+    check_router_used(s, names)
+    try:
+        cfg = config_from(s, names)
+        cfg.resolved_kv_blocks()
+        cfg.resolved_cost_model()
+    except (ValueError, TypeError) as e:
+        raise type(e)(as_written(str(e), s, names)) from None
+    return s, with_request_path(cfg, args, s)
+
+
 def cmd_compare(args) -> int:
     import workloads
     from ..engine import run
     from ..results.bench.metrics import HEADLINE, compare_rows, tool_metrics
+    from ..tools.fit import replay_config
     if args.index is not None and args.index < 0:
         raise ValueError(f"--index {args.index} must be >= 0")
     report = None
@@ -58,20 +75,12 @@ def cmd_compare(args) -> int:
             raise ValueError(f"--report must be a file name ending in .html, got "
                              f"{args.report!r}")
         report = output_file(args.report, "--report")
-    measured = workloads.from_benchmark(args.measured, index=args.index)
-    names = Names(None)
-    s = settings_from(args, names, "run")
-    check_router_used(s, names)
-    try:
-        cfg = config_from(s, names)
-        if measured.concurrency is not None:
-            cfg = dataclasses.replace(cfg, closed_loop=workloads.ClosedLoop(measured.concurrency))
-        cfg.resolved_kv_blocks()
-        cfg.resolved_cost_model()
-    except (ValueError, TypeError) as e:
-        raise type(e)(as_written(str(e), s, names)) from None
-    cfg = with_request_path(cfg, args, s)
-    res = run(measured.workload, cfg)
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
+        raise ValueError(f"--time-scale must be a number > 0, got {args.time_scale}")
+    measured = workloads.from_benchmark(args.measured, index=args.index,
+                                        time_scale=args.time_scale)
+    s, cfg = engine_config(args)
+    res = run(measured.workload, replay_config(cfg, measured))
     simulated = tool_metrics(res, measured.tool)
     rows = compare_rows(measured.metrics, simulated,
                         None if args.all else HEADLINE[measured.tool])
@@ -108,6 +117,9 @@ def add_parser(sub):
                         "profile_export_aiperf.json, or guidellm benchmarks.json")
     p.add_argument("--index", type=int, default=None, metavar="I",
                    help="guidellm: which benchmark of a sweep (default: the only one)")
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="S",
+                   help="the run was measured against 'sim serve --time-scale S': its times "
+                        "are divided and its rates multiplied by S (default: 1)")
     p.add_argument("--all", action="store_true",
                    help="every metric both have (default: TTFT, TPOT, ITL, E2E and the "
                         "throughputs)")

@@ -21,7 +21,7 @@ import sys
 import warnings
 from functools import partial
 
-from . import capacity, catalog, compare, device, info, plan, run, serve, sweep
+from . import capacity, catalog, compare, device, fit, info, plan, run, serve, sweep
 
 USER_ERRORS = (ValueError, TypeError)
 
@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_parser(sub)
     plan.add_parser(sub)
     compare.add_parser(sub)
+    fit.add_parser(sub)
     serve.add_parser(sub)
     info.add_parsers(sub)
     catalog.add_parsers(sub)

@@ -2,10 +2,10 @@
 
 Takes ``sim run``'s engine settings (model, GPU, scheduler/preset, KV pool, cost model,
 speculative decoding: the table's rows for one replica; no workload, no output files) plus
-``--host``, ``--port``, ``--time-scale`` (wall seconds per simulated second) and
-``--served-model-name``; the settings are checked, and the model's KV pool and cost model
-built, before the server starts. Runs until SIGINT/SIGTERM (:mod:`sim.serve`). Needs the
-``serve`` extra.
+``--host``, ``--port``, ``--time-scale`` (wall seconds per simulated second),
+``--served-model-name`` and ``--max-concurrency`` (more requests in flight: HTTP 429); the
+settings are checked, and the model's KV pool and cost model built, before the server starts.
+Runs until SIGINT/SIGTERM (:mod:`sim.serve`). Needs the ``serve`` extra.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def cmd_serve(args) -> int:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if not (math.isfinite(args.time_scale) and args.time_scale > 0):
         raise ValueError(f"--time-scale must be a number > 0, got {args.time_scale}")
+    if args.max_concurrency is not None and args.max_concurrency < 1:
+        raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
     names = Names(None)
     s = settings_from(args, names, "run")
     try:
@@ -40,7 +42,8 @@ def cmd_serve(args) -> int:
     print(f"sim serve: {s['model']} on {s['gpu']}, scheduler {cfg.policy()!r}; "
           f"http://{args.host}:{args.port}/v1 as model {model!r}, "
           f"time scale {args.time_scale:g} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-    serve(cfg, args.host, args.port, args.time_scale, model)
+    serve(cfg, args.host, args.port, args.time_scale, model,
+          max_concurrency=args.max_concurrency)
     print("sim serve: stopped", file=sys.stderr)
     return 0
 
@@ -54,6 +57,9 @@ def add_parser(sub):
     p.add_argument("--time-scale", type=float, default=1.0, metavar="S",
                    help="wall seconds per simulated second: 1 is real time, 10 ten times "
                         "slower (default: 1)")
+    p.add_argument("--max-concurrency", type=int, default=None, metavar="N",
+                   help="at most N requests in flight; another is an HTTP 429 with the reason "
+                        "(default: no limit)")
     p.add_argument("--served-model-name", default=None, metavar="NAME",
                    help="the model name clients send and /v1/models lists (default: --model)")
     add_flags(p, [r for r in rows_for("run") if r.to[0] in TARGETS and r.key not in NOT_HERE])

@@ -23,7 +23,8 @@ TARGETS = {"workload": "workloads.load(..., {field}=)",
            "slo": "Result.summary(slo={{'{field}': seconds}})",
            "output": "the files and lines the command writes",
            "sweep": "sim sweep's {field}",
-           "plan": "sim plan's {field}"}
+           "plan": "sim plan's {field}",
+           "fit": "sim fit's {field}"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,12 +13,21 @@ loads no Starlette, no uvicorn).
 
 from __future__ import annotations
 
-__all__ = ["serve"]
+__all__ = ["serve", "word_tokenizer"]
+
+
+def word_tokenizer():
+    """The folder of the word tokenizer (``sim/data/word_tokenizer``) benchmark clients load
+    to count tokens as ``sim serve`` does: one token a whitespace-separated word (AIPerf's
+    ``--tokenizer``, guidellm's ``--processor``)."""
+    from importlib import resources
+    return resources.files("sim").joinpath("data", "word_tokenizer")
 
 
 def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grace=30.0,
-          log_level="warning"):
-    """Serve ``config`` (a ``SimConfig``) on ``host:port`` until SIGINT/SIGTERM."""
+          log_level="warning", max_concurrency=None):
+    """Serve ``config`` (a ``SimConfig``) on ``host:port`` until SIGINT/SIGTERM, at most
+    ``max_concurrency`` requests in flight (more: HTTP 429)."""
     try:
         import uvicorn
     except ImportError:
@@ -35,5 +44,5 @@ def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grac
             getattr(self, "_captured_signals", []).clear()
 
     engine = LiveEngine(config, time_scale)
-    Server(uvicorn.Config(make_app(engine, model), host=host, port=port, log_level=log_level,
+    Server(uvicorn.Config(make_app(engine, model, max_concurrency), host=host, port=port, log_level=log_level,
                           timeout_graceful_shutdown=grace)).run()

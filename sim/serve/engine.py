@@ -19,7 +19,9 @@ memory is bounded by the requests in flight.
 
 Invariants (tests/test_serve.py): every submitted request's listener ends with exactly one
 ``"done"`` or ``"rejected"``; tokens arrive in order and sum to its output tokens; the clock
-never goes backwards; :meth:`stop` ends every request still in flight with ``"aborted"``.
+never goes backwards; :meth:`stop` ends every request still in flight with ``"aborted"``, and
+so does :meth:`abort` one request (its client left): taken out of the queue or the batch in
+flight (the engine's preemption: its KV blocks freed), counted in ``counts["aborted"]``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from heapq import heappush
 from ..engine.config import as_config
 from ..engine.core.events import NORMAL, Environment
 from ..engine.core.process import ReplicaProcess, submit
-from ..engine.core.request import FINISHED, REJECTED, Request
+from ..engine.core.request import DECODE, FINISHED, PREFILL, REJECTED, WAITING, Request
 from ..engine.fleet.cluster import new_replica
 from ..engine.schedulers import resolve
 
@@ -88,7 +90,7 @@ class LiveEngine:
         self.inbox = queue.SimpleQueue()
         self.active = {}  # request index -> [request, tokens sent, listener]
         self.snapshot = (0, 0, 0.0)
-        self.counts = {"finished": 0, "rejected": 0}
+        self.counts = {"finished": 0, "rejected": 0, "aborted": 0}
         self._next = 0
         self._thread = None
         self._start = None
@@ -102,6 +104,12 @@ class LiveEngine:
         """Queue a request arriving now (thread-safe); ``listener`` hears of its tokens."""
         self.inbox.put((time.monotonic(), int(num_prompt_tokens), int(num_output_tokens),
                         listener))
+
+    def abort(self, listener) -> None:
+        """Abort the request ``listener`` listens to (thread-safe; a client that left): it
+        leaves the queue or the batch, its KV blocks are freed, it is counted ``aborted`` and
+        its listener hears ``"aborted"``. Nothing for a request already ended."""
+        self.inbox.put(("abort", listener))
 
     def start(self):
         self._start = time.monotonic()
@@ -136,7 +144,10 @@ class LiveEngine:
                 while item is not False:
                     if item is None:
                         return
-                    pending.append(item)
+                    if item[0] == "abort":
+                        self._abort(item[1], pending)
+                    else:
+                        pending.append(item)
                     try:
                         item = self.inbox.get_nowait()
                     except queue.Empty:
@@ -162,6 +173,30 @@ class LiveEngine:
             self.counts["rejected"] += 1
             self.replica.finished.clear()
             listener("rejected", r.reason, t)
+        self._refresh()
+
+    def _abort(self, listener, pending):
+        reason = "aborted: the client disconnected"
+        for k, item in enumerate(pending):  # not arrived yet
+            if item[3] is listener:
+                del pending[k]
+                self.counts["aborted"] += 1
+                listener("aborted", reason, self.env.now)
+                return
+        key = next((k for k, e in self.active.items() if e[2] is listener), None)
+        if key is None:  # ended already
+            return
+        r = self.active.pop(key)[0]
+        replica = self.replica
+        if r.status in (PREFILL, DECODE):
+            # between events the batch in flight is formed, as when a scheduler preempts
+            # while forming one: preemption frees the blocks and takes r out of the batch
+            replica.preempt(r)
+        if r.status == WAITING:
+            replica._dequeue(r)
+        r.status, r.reason = REJECTED, reason
+        self.counts["aborted"] += 1
+        listener("aborted", reason, self.env.now)
         self._refresh()
 
     def _emit(self):

@@ -6,7 +6,9 @@ gauges ``vllm:num_requests_running``, ``vllm:num_requests_waiting``, ``vllm:kv_c
 ``vllm:generation_tokens_total``; histograms ``vllm:time_to_first_token_seconds``,
 ``vllm:inter_token_latency_seconds`` and ``vllm:e2e_request_latency_seconds``, each labelled
 ``model_name``. Latencies are **simulated** seconds (what the engine predicts), not wall time.
-Plus ``sim:num_requests_rejected_total`` (a request refused at arrival). Bounded memory:
+Plus ``sim:num_requests_rejected_total`` (a request the engine refused at arrival),
+``sim:num_requests_refused_total`` (over the server's ``--max-concurrency``: HTTP 429) and
+``sim:num_requests_aborted_total`` (its client left mid-stream). Bounded memory:
 histograms are bucket counts.
 """
 
@@ -51,7 +53,7 @@ class Metrics:
         self.labels = f'model_name="{model}"'
         self.ttft, self.itl = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
-        self.success = self.rejected = self.prompt_tokens = self.generation_tokens = 0
+        self.success = self.rejected = self.refused = self.aborted = self.prompt_tokens = self.generation_tokens = 0
 
     def finished(self, r, token_times) -> None:
         """A request finished: its simulated arrival, token times (one per emission, with the
@@ -76,7 +78,9 @@ class Metrics:
                                   ("vllm:generation_tokens_total", "counter",
                                    self.generation_tokens),
                                   ("sim:num_requests_rejected_total", "counter",
-                                   self.rejected)):
+                                   self.rejected),
+                                  ("sim:num_requests_refused_total", "counter", self.refused),
+                                  ("sim:num_requests_aborted_total", "counter", self.aborted)):
             base = name[:-6] if kind == "counter" else name
             out += [f"# TYPE {base} {kind}", f"{name}{{{self.labels}}} {value}"]
         for name, h in (("vllm:time_to_first_token_seconds", self.ttft),

@@ -16,6 +16,7 @@ from pathlib import Path
 from .aiperf import is_summary, read_records, read_summary
 from .common import TOOLS, Measured, fail
 from .guidellm import is_guidellm, read_guidellm
+from .timescale import rescaled
 from .vllm import is_vllm, read_vllm
 
 __all__ = ["TOOLS", "Measured", "from_benchmark"]
@@ -25,11 +26,17 @@ _FILES = ("vllm-bench.json", "profile_export_aiperf.json", "profile_export.jsonl
           "benchmarks.json")
 
 
-def from_benchmark(path, index=None) -> Measured:
+def from_benchmark(path, index=None, time_scale=1.0) -> Measured:
     """The run a benchmark tool's result file describes: a ``vllm bench serve`` result JSON, an
     AIPerf/GenAI-Perf ``profile_export.jsonl`` or ``profile_export_aiperf.json``, a guidellm
-    ``benchmarks.json`` (``index``: which benchmark of a sweep). ``ValueError`` (one line
-    naming the file and the field) for a file of none of these forms or with a bad field."""
+    ``benchmarks.json`` (``index``: which benchmark of a sweep). ``time_scale``: the run was
+    measured against ``sim serve --time-scale S``; its times are brought back to simulated
+    time (:func:`~workloads.benchmarks.timescale.rescaled`). ``ValueError`` (one line naming
+    the file and the field) for a file of none of these forms or with a bad field."""
+    return rescaled(_read(path, index), time_scale)
+
+
+def _read(path, index) -> Measured:
     if not isinstance(path, (str, Path)):
         raise TypeError(f"path must be a file path (str or Path), got {type(path).__name__}")
     if index is not None and (isinstance(index, bool) or not isinstance(index, numbers.Integral)):

@@ -7,7 +7,9 @@ and ``aiperf/common/models/export_models.py`` (``JsonExportData``, which mimics 
 ``profile_export_genai_perf.json``). A JSONL record is ``{"metadata": {"request_start_ns",
 "request_end_ns", ...}, "metrics": {tag: {"value", "unit"}}, "error": null | {...}}``; the
 summary holds one ``{"unit", "avg", "p1".."p99", "min", "max", "std"}`` per metric tag, plus
-``input_config`` (``loadgen.concurrency``, ``loadgen.request_rate``, ``loadgen.request_count``).
+``input_config`` (``loadgen.concurrency``, ``loadgen.request_rate``, ``loadgen.request_count``;
+AIPerf 0.13.0, checked by running it against ``sim serve``: ``phases``, each with ``kind``,
+``type`` - ``concurrency`` or a rate type -, ``concurrency``, ``rate``, ``requests``).
 
 AIPerf's definitions (``aiperf/metrics/types/``): ``time_to_first_token``, ``request_latency``
 (ms); ``inter_token_latency`` = (request_latency - TTFT) / (OSL - 1) per request (vLLM's TPOT);
@@ -125,10 +127,31 @@ def read_records(path) -> Measured:
                      "not say the concurrency the run held)",))
 
 
+def _profiling_phase(phases, path):
+    """AIPerf 0.13's ``input_config.phases``: (concurrency, rate, requests) of the profiling
+    phase (``kind`` "profiling"; a warmup phase is not measured). A ``concurrency`` phase is a
+    closed loop; a rate phase (``poisson``, ``gamma``, ``constant``, ...) an open loop at
+    ``rate``, its ``concurrency`` only a cap (the send times are replayed)."""
+    if not isinstance(phases, list) or not all(isinstance(p, dict) for p in phases):
+        fail(path, "input_config.phases", "must be a list of objects")
+    found = [(i, p) for i, p in enumerate(phases) if p.get("kind", "profiling") == "profiling"]
+    if not found:
+        fail(path, "input_config.phases", "no phase of kind 'profiling'")
+    i, phase = found[-1]
+    where = f"input_config.phases[{i}]"
+    if phase.get("type") == "concurrency":
+        return (count(phase.get("concurrency"), path, f"{where}.concurrency", minimum=1), None,
+                phase.get("requests"))
+    rate = number(phase.get("rate"), path, f"{where}.rate", allow_none=True)
+    return None, rate, phase.get("requests")
+
+
 def _loadgen(doc, path):
     cfg = doc.get("input_config") or {}
     if not isinstance(cfg, dict):
         fail(path, "input_config", "must be an object")
+    if "phases" in cfg and "loadgen" not in cfg:
+        return _profiling_phase(cfg["phases"], path)
     load = cfg.get("loadgen") or {}
     if not isinstance(load, dict):
         fail(path, "input_config.loadgen", "must be an object")
