@@ -1,0 +1,218 @@
+"""Chains of KV offload tiers (sim.engine.kv.tiers, kv.tier_stores, presets.offload)."""
+
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import sim
+import workloads
+from sim.engine.kv.tier_stores import ARCStore, LRUStore
+from sim.engine.kv.tiers import KVTierChain, TierChain
+from test_offload import BASE, _df, _hash, _one
+
+INF = math.inf
+BLOCK = sim.kv_cache_bytes(16, model="llama-3.1-8b")  # one 16-token block's bytes
+
+
+def _chain(*tiers, **kw):
+    return sim.KVTierChain(tuple(tiers), **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(write_policy="write_through"),
+                                dict(write_policy="write_through_selective"),
+                                dict(chunk_tokens=256), dict(link_gbps=1.0)])
+def test_a_chain_of_empty_tiers_is_bit_identical_to_no_tier(kw):
+    df = _df()
+    off = sim.run(df, **BASE)
+    zero = sim.run(df, kv_offload=_chain(sim.KVTier(0), sim.KVTier(0, eviction="arc"), **kw),
+                   **BASE)
+    assert _hash(off) == _hash(zero)
+    s = zero.summary()
+    assert s["offload_hit_rate"] == 0 and s["offload_bytes_stored"] == 0
+    assert s["offload_tier0_hit_rate"] == s["offload_tier1_hit_rate"] == 0
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(write_policy="write_through")])
+@pytest.mark.parametrize("eviction", ["lru", "arc"])
+def test_an_unlimited_free_tier_hits_as_an_unlimited_gpu_pool(kw, eviction):
+    """Everything is kept and loads take no time: each request hits what a pool that never
+    evicts would, token for token (behind a small first tier: it demotes to the unlimited)."""
+    df = _df()
+    big = sim.run(df, **{**BASE, "kv_blocks": 28_000}).summary()["prefix_hit_rate"]
+    for tiers in ((sim.KVTier(INF, INF, INF, eviction=eviction),),
+                  (sim.KVTier(0.2, INF, INF, eviction=eviction), sim.KVTier(INF, INF, INF))):
+        res = sim.run(df, kv_offload=_chain(*tiers, **kw), **BASE)
+        assert res.summary()["prefix_hit_rate"] == big
+        assert (res.requests["load_time"] == 0).all()
+    assert res.summary()["offload_tier1_hit_rate"] > 0  # the unlimited second tier served
+
+
+def test_a_lower_tier_hit_lies_between_a_gpu_hit_and_a_recompute_and_loses_when_slow():
+    """The 250 shared blocks were evicted to a first tier of 600 blocks, which demoted the
+    oldest as three unrelated prompts' blocks followed: the load reads the rest from the
+    first tier and the demoted from the second, over the link, closed form."""
+    hit, _ = _one(None, gpu_hit=True)
+    recompute, _ = _one(None, gpu_hit=False)
+    first = 600 * BLOCK / 1e9
+    chain = _chain(sim.KVTier(first, read_gbps=50), sim.KVTier(100, read_gbps=10, latency=1e-3),
+                   link_gbps=25)
+    loaded, res = _one(chain, gpu_hit=False)
+    assert res.requests["num_offload_tokens"].iloc[-1] == 4000
+    assert hit < loaded < recompute
+    s = res.summary()
+    n0 = round(s["offload_tier0_bytes_read"] / BLOCK)
+    n1 = round(s["offload_tier1_bytes_read"] / BLOCK)
+    assert n0 + n1 == 250 and n1 > 0 and n0 > 0
+    assert s["offload_tier1_hit_rate"] > 0 and s["offload_tier0_hit_rate"] > 0
+    assert res.requests["load_time"].iloc[-1] == pytest.approx(
+        n0 * BLOCK / 25e9 + n1 * BLOCK / 10e9 + 1e-3)  # link-bound, then the disk's; latency
+    slow = _chain(sim.KVTier(first, read_gbps=50), sim.KVTier(100, read_gbps=0.05))
+    assert _one(slow, gpu_hit=False)[0] > recompute
+
+
+def test_loads_queue_on_the_shared_link():
+    """Two loads asked at once: the second lands after both transfers (FIFO), the first
+    after its own; a later one after the link is free starts at once."""
+    chain = TierChain(_chain(sim.KVTier(INF, read_gbps=10, latency=0.002), link_gbps=5),
+                      block_bytes=1e6, block_size=16)
+    chain.store(np.arange(30))
+    a = chain.load(np.arange(10), now=0.0)
+    b = chain.load(np.arange(10, 30), now=0.0)
+    assert a == pytest.approx(10e6 / 5e9 + 0.002)
+    assert b == pytest.approx(30e6 / 5e9 + 0.002)
+    assert chain.load(np.arange(5), now=1.0) == pytest.approx(5e6 / 5e9 + 0.002)
+    assert chain.bytes_read == [35e6] and chain.blocks_read == [35]
+
+
+def test_write_policies_store_when_they_say():
+    """A pool that never evicts: write-back stores nothing; write-through stores every
+    computed block at once; selective (threshold 2) only the blocks used twice (a shared
+    system prompt's), so strictly between."""
+    df = _df()
+    kw = {**BASE, "kv_blocks": 28_000}
+    stored = {p: sim.run(df, kv_offload=_chain(sim.KVTier(INF), write_policy=p), **kw)
+              .summary()["offload_bytes_stored"]
+              for p in ("write_back", "write_through", "write_through_selective")}
+    assert stored["write_back"] == 0
+    computed = sim.run(df, **kw).summary()
+    assert stored["write_through"] > stored["write_through_selective"] > 0
+    # write-through: each distinct full block once (prompt and answer blocks), and no more
+    assert stored["write_through"] <= computed["prefill_tokens_computed"] // 16 * BLOCK + \
+        float(df["num_output_tokens"].sum()) / 16 * BLOCK
+    chain = TierChain(_chain(sim.KVTier(INF), write_policy="write_through_selective",
+                             write_threshold=3), 1.0, 16)
+    chain.computed(np.array([1, 2]))
+    chain.used(np.array([1, 2]))
+    assert chain.bytes_stored == 0
+    chain.used(np.array([1]))
+    assert chain.bytes_stored == 1.0 and 1 in chain.stores[0] and 2 not in chain.stores[0]
+
+
+def test_chunked_hits_are_whole_chunks_of_the_prompt():
+    chain = TierChain(_chain(sim.KVTier(INF), chunk_tokens=64), 1.0, 16)  # 4 blocks a chunk
+    chain.store(np.arange(11))
+    keys = np.arange(20)
+    assert chain.hits(keys, 0, 20) == 8  # 11 held: two whole chunks
+    assert chain.hits(keys, 2, 20) == 6  # from block 2 to the chunk boundary at 8
+    assert chain.hits(keys, 9, 20) == 0
+    with pytest.raises(ValueError, match="chunk_tokens must be a multiple of the block size"):
+        TierChain(_chain(sim.KVTier(1), chunk_tokens=24), 1.0, 16)
+
+
+def test_arc_keeps_a_reused_set_through_a_scan_that_lru_loses():
+    """ARC's point (Megiddo & Modha 2003): keys read twice survive a one-time scan."""
+    for store, kept in ((LRUStore(10), 0), (ARCStore(10), 5)):
+        store.insert(range(5))
+        store.touch(range(5))  # the reused set
+        store.insert(range(100, 130))  # a scan of 30 keys seen once
+        assert sum(k in store for k in range(5)) == kept
+        assert len(store) == 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(cap=st.integers(0, 12), ops=st.lists(st.tuples(st.booleans(), st.integers(0, 30)),
+                                             max_size=200))
+def test_arc_invariants(cap, ops):
+    store = ARCStore(cap)
+    for insert, k in ops:
+        if insert:
+            new, out = store.insert([k])
+            assert all(x not in store for x in out)
+        elif k in store:
+            store.touch([k])
+            assert k in store.t2
+        assert len(store) <= cap and len(store.t1) + len(store.b1) <= max(cap, 0) + 0
+        assert len(store.t1) + len(store.t2) + len(store.b1) + len(store.b2) <= 2 * cap
+        assert 0 <= store.p <= cap
+
+
+def test_nothing_lost_with_a_chain_in_a_cluster_and_in_disaggregated_pools():
+    df = _df(rate=8.0, n=200)
+    chain = sim.offload_preset("lmcache", 0.5, 8)
+    for kw in (dict(replicas=2), dict(disaggregation=sim.Disaggregation(1, 1))):
+        res = sim.run(df, kv_offload=chain, **BASE, **kw)
+        s = res.summary()
+        assert s["num_finished"] + s.get("num_rejected", 0) == len(df)
+        assert s["offload_bytes_stored"] > 0
+    assert s["offload_hit_rate"] >= 0
+
+
+def test_ttft_split_sums_to_the_mean_ttft():
+    res = sim.run(_df(rate=8.0), kv_offload=sim.offload_preset("hicache", 1, 10), **BASE)
+    s = res.summary()
+    assert s["ttft_load_mean"] > 0
+    assert s["ttft_queue_mean"] + s["ttft_load_mean"] + s["ttft_prefill_mean"] == \
+        pytest.approx(s["ttft_mean"])
+
+
+def test_presets_are_the_data_files_rows():
+    from sim.engine.presets.offload import preset_rows
+    rows = preset_rows()
+    assert set(rows) == {"vllm", "lmcache", "hicache"}
+    assert all(r["source"] for tiers in rows.values() for r in tiers)
+    lm = sim.offload_preset("lmcache", 10, 100)
+    assert lm.chunk_tokens == 256 and [t.capacity_gb for t in lm.tiers] == [10, 100]
+    assert lm.tiers[1].read_gbps == 7.45 and lm.write_policy == "write_through"
+    assert len(sim.offload_preset("lmcache", 10).tiers) == 1  # no disk given: none
+    hi = sim.offload_preset("hicache", 10, write_policy="write_through_selective")
+    assert hi.write_threshold == 2 and hi.write_policy == "write_through_selective"
+    with pytest.raises(ValueError, match="kv_offload preset must be one of hicache, lmcache"):
+        sim.offload_preset("mooncake", 1)
+    with pytest.raises(ValueError, match="preset 'vllm' has one tier: lower_gb must be 0"):
+        sim.offload_preset("vllm", 1, 2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tiers=()), "kv_offload.tiers must be a non-empty tuple of sim.KVTier"),
+    (dict(write_policy="lazy"), "kv_offload.write_policy must be one of write_back"),
+    (dict(write_threshold=0), "kv_offload.write_threshold must be an integer >= 1, got 0"),
+    (dict(chunk_tokens=-16), "kv_offload.chunk_tokens must be an integer >= 0, got -16"),
+    (dict(link_gbps=0), r"kv_offload.link_gbps must be > 0, got 0")])
+def test_bad_chain_settings_name_the_field(kwargs, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        KVTierChain(**{"tiers": (sim.KVTier(1),), **kwargs})
+    with pytest.raises(ValueError, match="kv_offload.eviction must be 'lru' or 'arc'"):
+        sim.KVTier(1, eviction="fifo")
+    with pytest.raises(ValueError, match=r"kv_offload.capacity_gb must be >= 0, got -1"):
+        sim.KVTier(-1)
+
+
+def test_chain_under_random_evictions_keeps_each_tier_within_capacity():
+    rnd = random.Random(0)
+    chain = TierChain(_chain(sim.KVTier(5e-9), sim.KVTier(8e-9, eviction="arc")), 1.0, 16)
+    for _ in range(300):
+        chain.store(np.array([rnd.randrange(40) for _ in range(rnd.randrange(1, 6))]))
+        assert len(chain.stores[0]) <= 5 and len(chain.stores[1]) <= 8
+    assert chain.bytes_written[1] > 0  # demotions reached the second tier
+    pd.Series(chain.bytes_written)  # (plain floats)
+
+
+def test_needs_a_scheduler_that_continues_partial_prefills():
+    with pytest.raises(ValueError, match="kv_offload needs a scheduler that continues partial "
+                                         "prefills .*, got scheduler='continuous'"):
+        sim.run(_df(n=5), kv_offload=sim.offload_preset("vllm", 1),
+                **{**BASE, "scheduler": "continuous", "prefix_caching": "block"})
