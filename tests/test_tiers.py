@@ -216,3 +216,28 @@ def test_needs_a_scheduler_that_continues_partial_prefills():
                                          "prefills .*, got scheduler='continuous'"):
         sim.run(_df(n=5), kv_offload=sim.offload_preset("vllm", 1),
                 **{**BASE, "scheduler": "continuous", "prefix_caching": "block"})
+
+
+def test_cli_builds_a_chain_and_refuses_bad_values(capsys, tmp_path, monkeypatch):
+    from sim.cli import table_offload
+    from sim.cli.main import main
+    from sim.engine.kv.tiers import WRITE_POLICIES
+    from sim.engine.presets.offload import OFFLOAD_PRESETS
+    assert table_offload.OFFLOAD_PRESETS == OFFLOAD_PRESETS
+    assert table_offload.WRITE_POLICIES == WRITE_POLICIES
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-w", "mooncake-conversation", "-n", "40", "--rate", "0.5", "-s", "vllm",
+                 "--kv-blocks", "2000", "--offload-gb", "2", "--offload-preset", "lmcache",
+                 "--offload-lower-gb", "50", "--offload-read-bandwidth", "20", "-q"]) == 0
+    assert "offload_tier1_hit_rate" in (tmp_path / "sim-out" / "summary.json").read_text()
+    for flags, message in (
+            (["--offload-preset", "hicache"], "--offload-preset needs offload_gb"),
+            (["--offload-gb", "1", "--offload-write-threshold", "0"],
+             "--offload-write-threshold must be > 0, got 0"),
+            (["--offload-gb", "1", "--offload-write-policy", "lazy"], "invalid choice: 'lazy'")):
+        try:
+            assert main(["run", "-w", "mooncake-conversation", "-n", "5"] + flags) != 0
+        except SystemExit as e:  # argparse's choices
+            assert e.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and message in err[0]
