@@ -280,3 +280,21 @@ def test_offload_experiment_rows(load_script):
     assert fast["offload_hit_rate"] == slow["offload_hit_rate"] > 0 == none["offload_hit_rate"]
     assert fast["prefix_hit_rate"] > none["prefix_hit_rate"]
     assert fast["ttft_mean"] < none["ttft_mean"] < slow["ttft_mean"]  # a slow tier loses
+
+
+@pytest.mark.parametrize("flags, check", [
+    (["--offload-preset", "lmcache", "--offload-lower-gb", "100"],
+     lambda c: c.name == "lmcache" and [t.capacity_gb for t in c.tiers] == [1.0, 100.0]),
+    (["--offload-preset", "hicache", "--offload-read-bandwidth", "20"],
+     lambda c: c.tiers[0].read_gbps == 20 and c.write_threshold == 2),
+    (["--offload-lower-gb", "5", "--offload-write-policy", "write_through_selective",
+      "--offload-write-threshold", "3", "--offload-link-bandwidth", "16"],
+     lambda c: (c.write_policy, c.write_threshold, c.link_gbps, len(c.tiers))
+     == ("write_through_selective", 3, 16.0, 2)),
+    (["--offload-eviction", "arc"], lambda c: c.eviction == "arc")])
+def test_cli_chain_flags_reach_the_chain(flags, check):
+    from sim.cli.build import config_from
+    from sim.cli.main import build_parser
+    from sim.cli.settings import settings_from
+    args = build_parser().parse_args(["run", "--offload-gb", "1", *flags])
+    assert check(config_from(settings_from(args)).kv_offload)
