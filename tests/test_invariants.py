@@ -125,7 +125,7 @@ def every_feature_at_once(rows, sched, caching, spec, kv_blocks, block_size, clo
               disaggregation=Disaggregation(*fleet, link_bandwidth_gbps=50.0) if pools
               else None,
               kv_offload=TIERS[tiers]() if tiers and caching == "block" and sched not in (
-                  "static", "continuous", "orca") else None)
+                  "static", "continuous", "orca", "sglang") else None)
     res = sim.run(df, **kw)
     req = res.requests
     k = spec.num_speculative_tokens if spec else 0

@@ -211,11 +211,14 @@ def test_chain_under_random_evictions_keeps_each_tier_within_capacity():
     pd.Series(chain.bytes_written)  # (plain floats)
 
 
-def test_needs_a_scheduler_that_continues_partial_prefills():
+@pytest.mark.parametrize("scheduler", ["continuous", "static", "orca", "sglang"])
+def test_needs_a_scheduler_that_continues_partial_prefills(scheduler):
+    """A landed request continues as a running partial prefill: these never schedule one (it
+    raised 'formed an empty batch' before, found by tests/test_invariants.py)."""
     with pytest.raises(ValueError, match="kv_offload needs a scheduler that continues partial "
-                                         "prefills .*, got scheduler='continuous'"):
+                                         f"prefills .*, got scheduler='{scheduler}'"):
         sim.run(_df(n=5), kv_offload=sim.offload_preset("vllm", 1),
-                **{**BASE, "scheduler": "continuous", "prefix_caching": "block"})
+                **{**BASE, "scheduler": scheduler, "prefix_caching": "block"})
 
 
 def test_cli_builds_a_chain_and_refuses_bad_values(capsys, tmp_path, monkeypatch):

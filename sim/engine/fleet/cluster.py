@@ -227,9 +227,10 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
 
 
 
-# policies that prefill a prompt whole at admission: a request whose blocks land from a tier
-# continues its prefill as a running partial prefill, which they never schedule
-_WHOLE_PROMPT_POLICIES = ("static", "continuous", "orca")
+# a request whose blocks land from a tier continues its prefill as a running partial prefill,
+# which these never schedule: they prefill a prompt whole at admission (static, continuous,
+# orca) or continue only the one chunked request they admitted themselves (sglang)
+_NO_LANDING_POLICIES = ("static", "continuous", "orca", "sglang")
 
 
 def offload_tier(config, policy=None):
@@ -241,9 +242,9 @@ def offload_tier(config, policy=None):
     if config.prefix_caching != "block":
         raise ValueError(f"kv_offload needs prefix_caching='block', got "
                          f"prefix_caching={config.prefix_caching!r}")
-    if getattr(policy, "name", None) in _WHOLE_PROMPT_POLICIES:
+    if getattr(policy, "name", None) in _NO_LANDING_POLICIES:
         raise ValueError(f"kv_offload needs a scheduler that continues partial prefills "
-                         f"(vllm, sglang, chunked, sarathi, tensorrt-llm), got "
+                         f"(vllm, chunked, sarathi, tensorrt-llm), got "
                          f"scheduler={policy.name!r}")
     from ...specs.memory import kv_cache_bytes
     block = kv_cache_bytes(config.block_size, model=config.resolved_model(),
