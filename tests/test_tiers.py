@@ -301,3 +301,20 @@ def test_cli_chain_flags_reach_the_chain(flags, check):
     from sim.cli.settings import settings_from
     args = build_parser().parse_args(["run", "--offload-gb", "1", *flags])
     assert check(config_from(settings_from(args)).kv_offload)
+
+
+def test_a_hit_below_the_load_threshold_is_recomputed():
+    chain = TierChain(_chain(sim.KVTier(INF), load_threshold=40), 1.0, 16)  # 3 blocks at least
+    chain.store(np.arange(5))
+    keys = np.arange(10)
+    assert chain.hits(keys, 0, 10) == 5
+    assert chain.hits(keys, 2, 10) == 3
+    assert chain.hits(keys, 3, 10) == 0  # 2 blocks, 32 tokens < 40
+    with pytest.raises(ValueError, match="kv_offload.load_threshold must be an integer >= 0"):
+        _chain(sim.KVTier(1), load_threshold=-1)
+    # in a run: the threshold above every hit turns the tier's hits into recomputes
+    df = _df()
+    off = sim.run(df, **BASE)
+    far = sim.run(df, kv_offload=_chain(sim.KVTier(8), load_threshold=10**6), **BASE)
+    assert far.summary()["offload_hit_rate"] == 0
+    assert far.summary()["prefix_hit_rate"] == off.summary()["prefix_hit_rate"]

@@ -18,7 +18,8 @@ block prefix cache that feeds it. The model (tests/test_tiers.py):
   tier hit (rounded down to whole ``chunk_tokens`` chunks of the prompt when set: LMCache
   stores and retrieves 256-token chunks); each block is read from the first tier holding it
   (touched there); one read from a lower tier is also copied into the first (promotion,
-  HiCache's L3 -> L2 prefetch).
+  HiCache's L3 -> L2 prefetch). A hit of fewer than ``load_threshold`` tokens is recomputed
+  instead (HiCache's load-back threshold: a short load is not worth its transfer).
 - **Loads are asynchronous and share the link.** A replica's loads are served one after the
   other (FIFO) on its link: a load starts when the link is free, occupies it for
   ``sum(bytes_k / min(read_k, link))`` over the tiers it reads and lands ``max(latency_k)``
@@ -53,13 +54,15 @@ class KVTierChain:
     stored under ``write_through_selective`` (>= 1; SGLang's default 2); ``link_gbps``: the
     GPU <-> host link every load crosses, GB/s per direction (``math.inf``: no limit beyond
     the tiers'); ``chunk_tokens``: hits in whole chunks of this many tokens (0: blocks; a
-    multiple of the block size); ``name``: a label (a preset's)."""
+    multiple of the block size); ``load_threshold``: tier hits shorter than this many tokens
+    are recomputed, not loaded (0: every hit loads); ``name``: a label (a preset's)."""
 
     tiers: tuple = ()
     write_policy: str = "write_back"
     write_threshold: int = 2
     link_gbps: float = math.inf
     chunk_tokens: int = 0
+    load_threshold: int = 0
     name: str = "custom"
 
     def __post_init__(self):
@@ -72,7 +75,8 @@ class KVTierChain:
             raise ValueError(f"kv_offload.write_policy must be one of "
                              f"{', '.join(WRITE_POLICIES)}, got {self.write_policy!r}")
         for name, value in (("write_threshold", self.write_threshold),
-                            ("chunk_tokens", self.chunk_tokens)):
+                            ("chunk_tokens", self.chunk_tokens),
+                            ("load_threshold", self.load_threshold)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0 or \
                     name == "write_threshold" and value < 1:
                 bound = ">= 1" if name == "write_threshold" else ">= 0"
@@ -112,6 +116,7 @@ class TierChain:
             raise ValueError(f"kv_offload.chunk_tokens must be a multiple of the block size "
                              f"{block_size}, got {chunk}")
         self.chunk_blocks = chunk // block_size
+        self.min_blocks = -(-setting.load_threshold // block_size)  # a hit's fewest blocks
         # the secs one block occupies the link reading from tier k
         self._secs = [block_bytes / (min(t.read_gbps, setting.link_gbps) * 1e9)
                       for t in self.tiers]
@@ -182,7 +187,7 @@ class TierChain:
         c = self.chunk_blocks
         if c > 1:
             n = max(0, (start + n) // c * c - start)
-        return n
+        return n if n >= self.min_blocks else 0
 
     def load(self, keys, now: float = 0.0) -> float:
         """Load the blocks ``keys`` (each from the first tier holding it); returns the
