@@ -36,7 +36,8 @@ _PUBLIC = {
     **dict.fromkeys(("ConstantCost", "LinearCost"), "costs.simple"),
     **dict.fromkeys(("POLICIES", "VLLM", "Batch", "ChunkedPrefill", "ContinuousBatching",
                      "Disaggregation", "Orca", "Sarathi", "SGLang", "SimConfig",
-                     "SpeculativeConfig", "StaticBatching", "run", "RequestPath", "KVTier"),
+                     "SpeculativeConfig", "StaticBatching", "run", "RequestPath", "KVTier",
+                     "KVTierChain", "offload_preset"),
                     "engine"),
     "Result": "results.metrics",
     **dict.fromkeys(("GPU", "get_gpu", "gpu_presets"), "specs.gpus"),
@@ -69,6 +70,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "RequestPath", "KVTier", "Result",
+    "KVTierChain", "offload_preset",
     "Batch", "sweep", "max_rate", "Capacity",
     "plan", "Autoscaler", "run_autoscaled",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost",

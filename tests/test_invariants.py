@@ -92,11 +92,24 @@ features = dict(
     closed=st.sampled_from([None, 1, 3]), seed=st.integers(0, 2),
     fleet=st.one_of(st.just(1), st.integers(2, 3), st.tuples(st.integers(1, 2),
                                                              st.integers(1, 2))),
-    router=st.sampled_from(sorted(ROUTERS)))
+    router=st.sampled_from(sorted(ROUTERS)),
+    tiers=st.sampled_from([None, "one", "lru", "arc", "write_through", "selective"]))
+
+# block mode's offload tiers (sim.engine.kv.tiers): tiny ones (a 16-token block of the default
+# model is 2 MB), slow enough that loads overlap iterations
+_TIER = dict(read_gbps=0.5, latency=0.003)
+TIERS = {"one": lambda: sim.KVTier(0.02, **_TIER),
+         "lru": lambda: sim.KVTierChain((sim.KVTier(0.01, **_TIER), sim.KVTier(0.03))),
+         "arc": lambda: sim.KVTierChain((sim.KVTier(0.01, eviction="arc", **_TIER),),
+                                        link_gbps=0.2),
+         "write_through": lambda: sim.KVTierChain((sim.KVTier(0.004), sim.KVTier(0.02)),
+                                                  write_policy="write_through"),
+         "selective": lambda: sim.KVTierChain((sim.KVTier(0.02, **_TIER),),
+                                              write_policy="write_through_selective")}
 
 
 def every_feature_at_once(rows, sched, caching, spec, kv_blocks, block_size, closed, seed,
-                          fleet, router):
+                          fleet, router, tiers=None):
     df = _workload(rows, 4)
     if caching == "radix" and 4 % block_size:  # the tree's pages must divide a hash id's 4
         block_size = 4
@@ -110,7 +123,9 @@ def every_feature_at_once(rows, sched, caching, spec, kv_blocks, block_size, clo
               closed_loop=workloads.ClosedLoop(closed, 0.05) if closed else None,
               replicas=1 if pools else fleet, router=router,
               disaggregation=Disaggregation(*fleet, link_bandwidth_gbps=50.0) if pools
-              else None)
+              else None,
+              kv_offload=TIERS[tiers]() if tiers and caching == "block" and sched not in (
+                  "static", "continuous", "orca", "sglang") else None)
     res = sim.run(df, **kw)
     req = res.requests
     k = spec.num_speculative_tokens if spec else 0
@@ -118,10 +133,13 @@ def every_feature_at_once(rows, sched, caching, spec, kv_blocks, block_size, clo
     assert req["request_id"].tolist() == list(range(len(df)))  # each once, in order
     assert (req["status"] == "finished").tolist() == fits.tolist()
     assert (req.loc[~fits, "reason"].str.len() > 0).all()
-    if pools or closed and fleet > 1:  # stepped every iteration (no fast-forward there)
-        assert check.checks == len(res.iterations) or pools and check.checks > len(res.iterations)
-    else:  # fast-forwarded pure-decode iterations form no batch (a closed loop on one replica)
-        assert check.checks <= len(res.iterations)
+    if kw["kv_offload"] is None:  # (with tiers, batches formed empty while loads are in
+        # flight are checked too and fast-forwards check none: no count to match)
+        if pools or closed and fleet > 1:  # stepped every iteration (no fast-forward there)
+            assert check.checks == len(res.iterations) or \
+                pools and check.checks > len(res.iterations)
+        else:  # fast-forwarded pure-decode iterations form no batch (a closed loop on one
+            assert check.checks <= len(res.iterations)  # replica)
     fin = req[req.status == "finished"]
     if spec is None:  # (speculation: one gap per emission of 1..k+1 tokens)
         assert len(res.itl()) == int((fin.num_output_tokens - 1).sum())

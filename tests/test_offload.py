@@ -23,7 +23,7 @@ def _hash(res):
     h = hashlib.sha256(pd.util.hash_pandas_object(res.requests[cols]).values.tobytes())
     h.update(pd.util.hash_pandas_object(res.iterations).values.tobytes())
     keep = {k: v for k, v in res.summary().items() if "wall" not in k and "sim_speed" not in k
-            and "requests_per_wall" not in k and not k.startswith(("offload", "load_time"))}
+            and "requests_per_wall" not in k and not k.startswith(("offload", "load_time", "ttft_queue", "ttft_load", "ttft_prefill"))}
     h.update(repr(sorted(keep.items())).encode())
     return h.hexdigest()
 

@@ -19,6 +19,7 @@ import re
 import sys
 
 from .arguments import read_profile
+from .build_tiers import tier_chain
 from .settings import given_value
 from .table import BY_KEY, SETTINGS
 
@@ -162,6 +163,9 @@ def config_from(s, names=None):
             "kv_offload": KVTier}
     objects = {target: cls(**p[target]) for target, cls in made.items()
                if any(field in p.get(target, {}) for field in MADE_BY[target])}
+    if "kv_tiers" in p:  # a chain of offload tiers (sim.cli.table_offload)
+        objects["kv_offload"] = tier_chain(p["kv_tiers"], objects.get("kv_offload"),
+                                           p.get("kv_offload", {}))
     return SimConfig(**p.get("config", {}), speculative=speculative,
                      cost_model=cost_model_from(s), **objects)
 

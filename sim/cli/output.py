@@ -87,6 +87,16 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                                      f"{summary['offload_bytes_loaded'] / 1e9:,.1f} GB loaded; "
                                      f"{_num(summary['load_time_mean'] * 1e3, '.1f')} ms "
                                      f"load per request on average"))
+        k = 0
+        while f"offload_tier{k}_hit_rate" in summary:  # a chain: one line per tier
+            rows.append((f"  tier {k}", f"{_num(summary[f'offload_tier{k}_hit_rate'], '.1%')} "
+                         f"of prompt tokens read from it; "
+                         f"{summary[f'offload_tier{k}_bytes_written'] / 1e9:,.1f} GB written, "
+                         f"{summary[f'offload_tier{k}_bytes_read'] / 1e9:,.1f} GB read"))
+            k += 1
+        rows.append(("TTFT split", f"mean {_num(summary['ttft_queue_mean'], '.4g')} s queued + "
+                                   f"{_num(summary['ttft_load_mean'], '.4g')} s loading + "
+                                   f"{_num(summary['ttft_prefill_mean'], '.4g')} s prefill"))
     if "spec_acceptance_rate" in summary:
         rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
                                     f"tokens accepted; "

@@ -28,6 +28,7 @@ _PUBLIC = {"Batch": "core.batch", "SimConfig": "config", "Disaggregation": "flee
            "StaticBatching": "core.policies", "VLLM": "presets.vllm", "Orca": "presets.orca",
            "Sarathi": "presets.sarathi", "SGLang": "presets.sglang", "POLICIES": "schedulers",
            "run": "simulation", "SpeculativeConfig": "speculation.settings", "KVTier": "kv.offload",
+           "KVTierChain": "kv.tiers", "offload_preset": "presets.offload",
            "RequestPath": "fleet.request_path"}
 
 
@@ -41,4 +42,4 @@ def __getattr__(name):
 
 __all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
            "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca", "SGLang",
-           "SpeculativeConfig", "RequestPath", "KVTier"]
+           "SpeculativeConfig", "RequestPath", "KVTier", "KVTierChain", "offload_preset"]

@@ -59,6 +59,7 @@ from .bands import check_bands
 from .core.policies import PREFIX_CACHING_MODES
 from .fleet.disaggregation import Disaggregation
 from .kv.offload import KVTier
+from .kv.tiers import KVTierChain
 from .fleet.routers import check_router
 from .pool_budget import DEFAULT_GPU, DEFAULT_MODEL, budget_kv_blocks
 from .schedulers import POLICIES, POOL_SIZING, resolve
@@ -98,7 +99,7 @@ class SimConfig:
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
-    kv_offload: object = None  # sim.KVTier: a tier under the block prefix cache (kv.offload)
+    kv_offload: object = None  # sim.KVTier / KVTierChain: tiers under the block prefix cache
     replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.fleet.cluster)
     router: object = "round_robin"  # a name in sim.engine.fleet.routers.ROUTERS or a callable
     disaggregation: object = None  # sim.engine.fleet.disaggregation.Disaggregation: two pools
@@ -135,8 +136,10 @@ class SimConfig:
                 get_model(self.resolved_model()), self.expert_parallel, self.tensor_parallel,
                 self.expert_skew))
         check_router(self.router)
-        if self.kv_offload is not None and not isinstance(self.kv_offload, KVTier):
-            raise TypeError(f"kv_offload must be a sim.KVTier, got {self.kv_offload!r}")
+        if self.kv_offload is not None and not isinstance(self.kv_offload,
+                                                          (KVTier, KVTierChain)):
+            raise TypeError(f"kv_offload must be a sim.KVTier or sim.KVTierChain, got "
+                            f"{self.kv_offload!r}")
         if self.disaggregation is not None:
             if not isinstance(self.disaggregation, Disaggregation):
                 raise TypeError(f"disaggregation must be a sim.Disaggregation, got "

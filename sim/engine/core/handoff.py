@@ -83,7 +83,8 @@ class KVHandoff:
         self._hits.pop(r, None)
         held = keys[:nodes]
         blocks.acquire(held)
-        seconds = self.tier.load(keys[nodes:nodes + loaded])  # (made recent: not evicted now)
+        # (made recent: not evicted now; a chain queues it on its link behind earlier loads)
+        seconds = self.tier.load(keys[nodes:nodes + loaded], self.now)
         blocks.allocate(loaded)
         r.kv_keys = held
         r.status = PREFILL

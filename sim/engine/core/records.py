@@ -198,9 +198,15 @@ def _times(requests, name) -> np.ndarray:
 
 def offload_traffic(res, replicas):
     """Record on ``res`` the bytes the replicas' offload tiers stored and loaded, in all
-    (``offload_bytes``: ``(stored, loaded)``; None without a tier)."""
+    (``offload_bytes``: ``(stored, loaded)``, plus a chain's ``(written, read, blocks read)``
+    per tier summed over replicas (kv.tiers); None without a tier)."""
     tiers = [rep.tier for rep in replicas if rep.tier is not None]
     if tiers:
         res.offload_bytes = (sum(t.bytes_stored for t in tiers),
                              sum(t.bytes_loaded for t in tiers))
+        if hasattr(tiers[0], "blocks_read"):  # a chain: per tier
+            res.offload_bytes += (tuple(
+                (sum(t.bytes_written[k] for t in tiers), sum(t.bytes_read[k] for t in tiers),
+                 sum(t.blocks_read[k] for t in tiers) * tiers[0].block_size)
+                for k in range(len(tiers[0].bytes_written))),)
     return res

@@ -93,7 +93,8 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         self.num_loading = 0  # requests waiting for their blocks to load from the tier
         self.on_load = None  # callback(request, seconds, start): the process lands it then
         if self.tier is not None:
-            self.blocks = OffloadingBlockManager(kv_blocks, block_size, self.tier)
+            self.blocks = getattr(self.tier, "manager", OffloadingBlockManager)(
+                kv_blocks, block_size, self.tier)  # (kv.tiers: a chain's own)
         elif self.radix:
             self.blocks = RadixBlockManager(kv_blocks, block_size, cache_unit or block_size)
         else:

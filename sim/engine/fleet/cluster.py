@@ -52,8 +52,9 @@ from ..core.process import ReplicaProcess, reject_too_long, submit
 from ..core.records import (ITERATION_COLUMNS, build_result, gc_frozen, offload_traffic,
                             release)
 from ..core.replica import Replica
-from ..kv.offload import OffloadTier
 from ..kv.layer_groups import LayerPool
+from ..kv.offload import KVTier, OffloadTier
+from ..kv.tiers import KVTierChain, TierChain
 from ..pool_budget import layer_pool_fields
 from ..schedulers import POLICIES, resolve
 from ..speculation.acceptance import make_drawer
@@ -220,13 +221,11 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
                   draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None),
-                  offload=offload_tier(config), layers=layer_pool(config))
+                  offload=offload_tier(config, policy), layers=layer_pool(config))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     rep.max_model_len = max_model_len
     rep.reject_reason = getattr(policy, "reject_reason", None)  # the policy's arrival check
     return rep
-
-
 
 
 def layer_pool(config):
@@ -236,18 +235,34 @@ def layer_pool(config):
     return None if fields is None else LayerPool(**fields)
 
 
-def offload_tier(config):
-    """A replica's :class:`~sim.engine.kv.offload.OffloadTier` as ``config.kv_offload`` sets
-    it (None without), its blocks priced at the model's KV bytes per GPU."""
+# a request whose blocks land from a tier continues its prefill as a running partial prefill,
+# which these never schedule: they prefill a prompt whole at admission (static, continuous,
+# orca) or continue only the one chunked request they admitted themselves (sglang)
+_NO_LANDING_POLICIES = ("static", "continuous", "orca", "sglang")
+
+
+def offload_tier(config, policy=None):
+    """A replica's :class:`~sim.engine.kv.offload.OffloadTier` or
+    :class:`~sim.engine.kv.tiers.TierChain` as ``config.kv_offload`` sets it (None without),
+    its blocks priced at the model's KV bytes per GPU."""
     if config.kv_offload is None:
         return None
     if config.prefix_caching != "block":
         raise ValueError(f"kv_offload needs prefix_caching='block', got "
                          f"prefix_caching={config.prefix_caching!r}")
+    if getattr(policy, "name", None) in _NO_LANDING_POLICIES:
+        raise ValueError(f"kv_offload needs a scheduler that continues partial prefills "
+                         f"(vllm, chunked, sarathi, tensorrt-llm), got "
+                         f"scheduler={policy.name!r}")
     from ...specs.memory import kv_cache_bytes
     block = kv_cache_bytes(config.block_size, model=config.resolved_model(),
                            dtype=config.kv_dtype, tensor_parallel=config.tensor_parallel)
-    return OffloadTier(config.kv_offload, block)
+    setting = config.kv_offload
+    if isinstance(setting, KVTier) and setting.eviction == "lru":
+        return OffloadTier(setting, block)
+    if isinstance(setting, KVTier):  # ARC: a one-tier chain
+        setting = KVTierChain((setting,))
+    return TierChain(setting, block, config.block_size)
 
 
 def replica_policy(config, policy):

@@ -253,7 +253,7 @@ def run_disaggregated(ctx):
     leaves unset with its own scheduler)."""
     from .cluster import Cluster, concatenate, shift_segments, simulate
     from ..core.invariants import check_finished
-    from ..core.records import build_result
+    from ..core.records import build_result, offload_traffic
     from .routers import make_router
     from ..schedulers import resolve
     env, requests, config = ctx.env, ctx.requests, ctx.config
@@ -299,7 +299,7 @@ def run_disaggregated(ctx):
                                 "kv_transfer_time": transfers.transfer_time}, **kwargs)
     res.replica_pools = ([rep.blocks.num_blocks for rep in reps],
                          [rep.max_batch_size for rep in reps])
-    return res
+    return offload_traffic(res, reps)
 
 
 def _trim_first_runs(requests, moved):

@@ -4,9 +4,10 @@ Modules: ``blocks`` (:class:`~sim.engine.kv.blocks.BlockManager`: the block pool
 owner of KV accounting), ``prefix_cache`` (vLLM v1's block-hash prefix cache as a pool),
 ``radix`` (SGLang's radix tree as a pool), ``prefix_hits`` (the replica's prefix-hit lookups,
 memoised per waiting request: a base class of ``Replica``), ``offload`` (a KV offload tier
-under the block prefix cache: ``KVTier``, its stores on eviction, its loads),
-``layer_groups`` (the blocks a request holds per layer kind: sliding-window, chunked-local
-and linear-attention layers).
+under the block prefix cache: ``KVTier``, its stores on eviction, its loads), ``tiers`` (a
+chain of tiers: ``KVTierChain``, write policies, demotion, loads queued on a shared link),
+``tier_stores`` (what one tier holds: LRU or ARC) and ``layer_groups`` (the blocks a request
+holds per layer kind: sliding-window, chunked-local and linear-attention layers).
 
 May import: ``sim.checks``, ``sim.constants`` and NumPy; no other part of ``sim.engine`` (the
 pools know blocks, keys and token counts, not requests' states or the iteration loop).

@@ -47,7 +47,9 @@ class KVTier:
 
     ``capacity_gb``: its size (GB, 1e9 bytes; ``math.inf``: unlimited, 0: holds nothing);
     ``read_gbps`` / ``write_gbps``: load and store bandwidth (GB/s, > 0; ``math.inf``: free);
-    ``latency``: seconds added to every load (>= 0). Defaults: a host-memory tier over PCIe 5
+    ``latency``: seconds added to every load (>= 0); ``eviction``: ``"lru"`` or ``"arc"``
+    (:mod:`sim.engine.kv.tier_stores`; ARC runs as a one-tier
+    :class:`~sim.engine.kv.tiers.KVTierChain`). Defaults: a host-memory tier over PCIe 5
     x16 (~50 GB/s each way in practice, of 64 GB/s nominal)."""
 
     capacity_gb: float = 0.0
@@ -63,8 +65,9 @@ class KVTier:
         _number("latency", self.latency)
         if math.isinf(self.latency):
             raise ValueError(f"kv_offload.latency must be finite, got {self.latency!r}")
-        if self.eviction != "lru":
-            raise ValueError(f"kv_offload.eviction must be 'lru', got {self.eviction!r}")
+        if self.eviction not in ("lru", "arc"):
+            raise ValueError(f"kv_offload.eviction must be 'lru' or 'arc', got "
+                             f"{self.eviction!r}")
 
     def load_seconds(self, num_bytes: float) -> float:
         """Seconds to load ``num_bytes`` from the tier: latency + bytes / read bandwidth."""
@@ -116,8 +119,9 @@ class OffloadTier:
             n += 1
         return n
 
-    def load(self, keys) -> float:
-        """Load the blocks ``keys`` (a hit: made most recent); returns the seconds it takes."""
+    def load(self, keys, now: float = 0.0) -> float:
+        """Load the blocks ``keys`` (a hit: made most recent); returns the seconds it takes
+        (``now``: unused, loads do not queue)."""
         held = self.keys
         for k in keys.tolist():
             del held[k]

@@ -1,0 +1,149 @@
+"""What one offload tier holds: the block keys it keeps and which it evicts (LRU or ARC).
+
+A store is a tier's contents, nothing else: ``key in store``, :meth:`LRUStore.insert` (keys
+enter; returns how many were new and the keys it evicted to make room, oldest first) and
+:meth:`LRUStore.touch` (keys were read: a hit). The chain (:mod:`sim.engine.kv.tiers`) moves
+the evicted keys down and counts the bytes.
+
+- **LRU**: one ordered dict, least recently used first; an insert of a held key makes it most
+  recent (as :class:`~sim.engine.kv.offload.OffloadTier`).
+- **ARC** (Megiddo & Modha, "ARC: A Self-Tuning, Low Overhead Replacement Cache", FAST 2003;
+  vLLM's ``ARCOffloadingManager``): two resident lists, ``t1`` (seen once) and ``t2`` (seen at
+  least twice: a touch moves a key there), two ghost lists ``b1``/``b2`` of keys evicted from
+  each (at most ``capacity`` in all), and a target ``p`` for ``t1``'s size that a ghost hit in
+  ``b1`` raises and one in ``b2`` lowers. A key inserted again while resident is left where it
+  is (a store of a block the tier holds is no reuse).
+
+Invariants (tests/test_tiers.py): ``len(store) <= capacity``; ARC: ``len(t1) + len(t2) <=
+capacity``, ``len(t1) + len(b1) <= capacity``, all four lists ``<= 2 * capacity``, ``0 <= p
+<= capacity``; a capacity of 0 holds nothing (what enters it passes on, as evicted).
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class LRUStore:
+    """A tier's keys in least-recently-used order (a dict, oldest first)."""
+
+    __slots__ = ("capacity", "keys")
+
+    def __init__(self, capacity):
+        self.capacity = capacity  # blocks (math.inf: unlimited)
+        self.keys = {}
+
+    def __contains__(self, key) -> bool:
+        return key in self.keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def insert(self, keys):
+        """``keys`` enter (held ones made most recent): ``(new, evicted keys)``."""
+        held, new = self.keys, 0
+        if not self.capacity:  # holds nothing: they pass on
+            return 0, list(keys)
+        for k in keys:
+            if held.pop(k, None) is None:
+                new += 1
+            held[k] = None
+        extra = len(held) - self.capacity
+        if extra <= 0:
+            return new, ()
+        it = iter(held)
+        out = [next(it) for _ in range(int(extra))]
+        for k in out:
+            del held[k]
+        return new, out
+
+    def touch(self, keys) -> None:
+        """``keys`` (held) were read: made most recent."""
+        held = self.keys
+        for k in keys:
+            del held[k]
+            held[k] = None
+
+
+class ARCStore:
+    """A tier's keys under ARC (see the module docstring)."""
+
+    __slots__ = ("capacity", "t1", "t2", "b1", "b2", "p")
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.t1, self.t2, self.b1, self.b2 = {}, {}, {}, {}
+        self.p = 0.0
+
+    def __contains__(self, key) -> bool:
+        return key in self.t1 or key in self.t2
+
+    def __len__(self) -> int:
+        return len(self.t1) + len(self.t2)
+
+    def _replace(self, in_b2: bool, out: list) -> None:
+        """Evict one resident key into its ghost list (ARC's REPLACE)."""
+        t1 = self.t1
+        if t1 and (len(t1) > self.p or in_b2 and len(t1) == self.p or not self.t2):
+            k = next(iter(t1))
+            del t1[k]
+            self.b1[k] = None
+        else:
+            k = next(iter(self.t2))
+            del self.t2[k]
+            self.b2[k] = None
+        out.append(k)
+
+    def insert(self, keys):
+        """``keys`` enter (a miss, or a ghost hit that tunes ``p``): ``(new, evicted keys)``."""
+        c = self.capacity
+        if not c:
+            return 0, list(keys)
+        t1, t2, b1, b2 = self.t1, self.t2, self.b1, self.b2
+        new, out = 0, []
+        for k in keys:
+            if k in t1 or k in t2:
+                continue
+            new += 1
+            if math.isinf(c):
+                t1[k] = None
+                continue
+            if k in b1:
+                self.p = min(c, self.p + max(len(b2) / len(b1), 1.0))
+                del b1[k]
+                if len(t1) + len(t2) >= c:
+                    self._replace(False, out)
+                t2[k] = None
+                continue
+            if k in b2:
+                self.p = max(0.0, self.p - max(len(b1) / len(b2), 1.0))
+                del b2[k]
+                if len(t1) + len(t2) >= c:
+                    self._replace(True, out)
+                t2[k] = None
+                continue
+            if len(t1) + len(b1) >= c:
+                if len(t1) < c:
+                    del b1[next(iter(b1))]
+                    if len(t1) + len(t2) >= c:
+                        self._replace(False, out)
+                else:
+                    out.append(next(iter(t1)))
+                    del t1[out[-1]]
+            elif len(t1) + len(t2) + len(b1) + len(b2) >= c:
+                if len(t1) + len(t2) + len(b1) + len(b2) >= 2 * c:
+                    del b2[next(iter(b2))]
+                if len(t1) + len(t2) >= c:
+                    self._replace(False, out)
+            t1[k] = None
+        return new, out
+
+    def touch(self, keys) -> None:
+        """``keys`` (held) were read: each moves to the most recent end of ``t2``."""
+        t1, t2 = self.t1, self.t2
+        for k in keys:
+            if t1.pop(k, 0) is None or t2.pop(k, 0) is None:
+                t2[k] = None
+
+
+STORES = {"lru": LRUStore, "arc": ARCStore}
