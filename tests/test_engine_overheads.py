@@ -123,6 +123,23 @@ def test_every_run_path_takes_the_lag():
             assert b["arrival_time"].max() > a["arrival_time"].max()
 
 
+def test_auto_is_fitted_where_there_are_terms_and_none_bit_for_bit_elsewhere():
+    df = workloads.synthetic(30, rate=10.0, prompt=workloads.LogNormal(300, 0.5),
+                             output=workloads.LogNormal(60, 0.5), seed=2)
+    drop = ("wall_seconds", "sim_speed", "requests_per_wall")
+    for scheduler in ("chunked", "tensorrt-llm", "sarathi"):
+        a = run(df, SimConfig(scheduler=scheduler))
+        b = run(df, SimConfig(scheduler=scheduler, engine_overheads="auto"))
+        _frames_equal(a, b)
+        assert {k: v for k, v in a.summary().items() if k not in drop} == \
+               {k: v for k, v in b.summary().items() if k not in drop}
+    for engine in ("sglang", "vllm"):
+        a = run(df, SimConfig(scheduler=engine, engine_overheads="fitted"))
+        b = run(df, SimConfig(scheduler=engine, engine_overheads="auto"))
+        _frames_equal(a, b)
+        assert b.summary()["engine_overheads"] == f"fitted ({engine})"
+
+
 def test_bands_hold_the_point_and_carry_the_lag():
     df = workloads.synthetic(30, rate=10.0, prompt=workloads.LogNormal(300, 0.5),
                              output=workloads.LogNormal(60, 0.5), seed=1)
@@ -137,8 +154,8 @@ def test_bands_hold_the_point_and_carry_the_lag():
 @pytest.mark.parametrize("value,scheduler,match", [
     ("fitted", "chunked", "scheduler 'chunked' has no fitted overheads"),
     ("fitted", "tensorrt-llm", "scheduler 'tensorrt-llm' has no fitted overheads"),
-    ("some", "vllm", "engine_overheads must be one of none, fitted"),
-    (0.07, "vllm", "engine_overheads must be one of none, fitted")])
+    ("some", "vllm", "engine_overheads must be one of none, fitted, auto"),
+    (0.07, "vllm", "engine_overheads must be one of none, fitted, auto")])
 def test_bad_values_name_the_field(value, scheduler, match):
     with pytest.raises(ValueError, match=match):
         SimConfig(scheduler=scheduler, engine_overheads=value)
@@ -170,3 +187,20 @@ def test_independent_check_reproduced_through_the_setting():
         tol = 0.005 if row["metric"] == "output_throughput" else 1e-9
         assert got.loc[(row["metric"], row["split"]), "median_abs_error"] == pytest.approx(
             row["median_abs_error_after"], abs=tol), row["metric"]
+
+
+def test_toml_and_flag_reach_the_run(tmp_path, capsys):
+    from sim.cli.main import main
+    f = tmp_path / "run.toml"
+    f.write_text('workload = "azure-code"\nnum_requests = 8\nscheduler = "sglang"\n'
+                 'engine_overheads = "fitted"\n')
+    assert main(["run", str(f), "-o", str(tmp_path / "a")]) == 0
+    doc = json.loads((tmp_path / "a" / "summary.json").read_text())
+    s = doc["summary"]
+    assert doc["settings"]["engine_overheads"] == "fitted"
+    assert s["engine_overheads"] == "fitted (sglang)"
+    assert "overheads     fitted (sglang): 71.3 ms per request" in capsys.readouterr().out
+    assert main(["run", "-w", "azure-code", "-n", "8", "--cost", "constant:0.01",
+                 "--engine-overheads", "50,0,0,sync", "-o", str(tmp_path / "b"), "-q"]) == 0
+    b = json.loads((tmp_path / "b" / "summary.json").read_text())["summary"]
+    assert b["engine_overheads"] == "given" and b["engine_overhead_per_request_s"] == 0.05

@@ -6,7 +6,9 @@ every run before this setting; ``"fitted"``: the preset engine's terms fitted on
 split of ``sim/data/validation_runs.csv`` (``sim/data/engine_overheads.json``, written by
 ``experiments/fit_overheads.py``): ``sglang`` and ``vllm``. Any other scheduler with
 ``"fitted"`` is an error naming it: no measured terms exist for it and none is assumed (give an
-:class:`~sim.costs.overheads.EngineOverheads` of your own instead); or an ``EngineOverheads``.
+:class:`~sim.costs.overheads.EngineOverheads` of your own instead); ``"auto"``: ``"fitted"``
+where the scheduler has fitted terms, ``"none"`` (bit for bit) where it has not - the form a
+default could take; or an ``EngineOverheads``.
 
 One meaning everywhere (open loop, closed loop, replicas, disaggregation, bands):
 
@@ -22,7 +24,7 @@ One meaning everywhere (open loop, closed loop, replicas, disaggregation, bands)
   closed loop a user sees its finish that much later, so it issues its next request
   ``think_time + per_request_s`` after the engine's finish.
 
-Invariants: ``"none"`` is the run without the setting, bit for bit (no wrapper, no shift, no
+Invariants: ``"none"`` (and ``"auto"`` for a scheduler without fitted terms) is the run without the setting, bit for bit (no wrapper, no shift, no
 summary key); with a setting the summary says which (``engine_overheads``: ``"fitted
 (sglang)"`` or ``"given"``, and its four terms ``engine_overhead_*``).
 """
@@ -34,7 +36,7 @@ from functools import lru_cache
 
 from ..costs.overheads import EngineOverheads, OverheadCost, fitted_overheads
 
-NAMES = ("none", "fitted")
+NAMES = ("none", "fitted", "auto")
 
 
 @lru_cache(maxsize=None)
@@ -42,11 +44,12 @@ def _fitted(engine: str) -> EngineOverheads:
     return fitted_overheads(engine)
 
 
-def _fitted_engines() -> list:
+@lru_cache(maxsize=None)
+def _fitted_engines() -> tuple:
     import json
     from importlib import resources
     data = resources.files("sim").joinpath("data/engine_overheads.json").read_text()
-    return sorted(json.loads(data)["engines"])
+    return tuple(sorted(json.loads(data)["engines"]))
 
 
 def _engine_name(scheduler) -> str | None:
@@ -76,12 +79,15 @@ def check_engine_overheads(value, scheduler):
 
 
 def overheads_of(config) -> EngineOverheads | None:
-    """The run's overheads; None for ``"none"``."""
+    """The run's overheads; None for ``"none"`` (and ``"auto"`` without fitted terms)."""
     value = getattr(config, "engine_overheads", "none")
     if value == "none" or value is None:
         return None
-    if value == "fitted":
-        return _fitted(_engine_name(config.scheduler))
+    if value in ("fitted", "auto"):
+        engine = _engine_name(config.scheduler)
+        if value == "auto" and engine not in _fitted_engines():
+            return None
+        return _fitted(engine)
     return value
 
 
@@ -135,7 +141,7 @@ def summary_keys(config) -> dict:
         return {}
     given = config.engine_overheads
     return {"engine_overheads": (f"fitted ({_engine_name(config.scheduler)})"
-                                 if given == "fitted" else "given"),
+                                 if given in ("fitted", "auto") else "given"),
             "engine_overhead_per_request_s": ov.per_request_s,
             "engine_overhead_per_iter_s": ov.per_iter_s,
             "engine_overhead_per_seq_s": ov.per_seq_s,
