@@ -204,3 +204,10 @@ def test_toml_and_flag_reach_the_run(tmp_path, capsys):
                  "--engine-overheads", "50,0,0,sync", "-o", str(tmp_path / "b"), "-q"]) == 0
     b = json.loads((tmp_path / "b" / "summary.json").read_text())["summary"]
     assert b["engine_overheads"] == "given" and b["engine_overhead_per_request_s"] == 0.05
+
+
+def test_sim_serve_refuses_the_setting():
+    pytest.importorskip("starlette")
+    from sim.serve.engine import LiveEngine
+    with pytest.raises(ValueError, match="sim serve does not take engine_overheads"):
+        LiveEngine(SimConfig(scheduler="vllm", engine_overheads="fitted"))
