@@ -45,8 +45,7 @@ import pandas as pd
 
 import workloads
 from sim import SimConfig, sweep
-from sim.costs.overheads import (EngineOverheads, OverheadCost, client_view,
-                                 closed_loop_think_time, fitted_overheads)
+from sim.costs.overheads import EngineOverheads
 from sim.costs.roofline import RooflineCost
 from sim.costs.roofline_params import fitted_params
 
@@ -124,21 +123,19 @@ def workload(row, shape=None) -> pd.DataFrame:
                          "num_output_tokens": o})
 
 
-def config(row, overheads: EngineOverheads | None = None) -> SimConfig:
+def config(row, overheads: EngineOverheads | str | None = None) -> SimConfig:
     """The engine's preset, the roofline at the GPU's fitted parameters, the row's setup;
-    ``overheads`` (:mod:`sim.costs.overheads`): their per-iteration CPU time on the roofline,
-    their per-request time as each closed-loop client's gap before its next request."""
+    ``overheads``: the run's ``SimConfig(engine_overheads=...)`` (``"fitted"``, an
+    ``EngineOverheads`` or None: ``"none"``; :mod:`sim.engine.engine_overheads`)."""
     tp = int(row.tensor_parallel)
     params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
     cost = RooflineCost(row.model, row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
                         kv_dtype=row.kv_dtype, params=params)
-    think = 0.0
-    if overheads is not None:
-        cost, think = OverheadCost(cost, overheads), closed_loop_think_time(overheads)
     return SimConfig(scheduler=ENGINE_PRESETS[row.engine], cost_model=cost, model=row.model,
                      gpu=row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
                      kv_dtype=row.kv_dtype,
-                     closed_loop=workloads.ClosedLoop(int(row.concurrency), think_time=think))
+                     closed_loop=workloads.ClosedLoop(int(row.concurrency)),
+                     engine_overheads=overheads)
 
 
 def _measured_column(metric):
@@ -153,8 +150,8 @@ def _predicted(summary, metric):
 
 def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None) -> pd.DataFrame:
     """One row per (run, metric) the source measured: measured, predicted, signed error.
-    ``overheads``: ``{engine: EngineOverheads}`` (:func:`config`), the prediction then the
-    client's view (:func:`sim.costs.overheads.client_view`). ``bands``: each run also with
+    ``overheads``: ``{engine: EngineOverheads or "fitted"}`` (:func:`config`: the run's
+    ``engine_overheads`` setting, whose summary is the client's view). ``bands``: each run also with
     ``SimConfig(bands=...)`` (:mod:`sim.engine.bands`); the table then has ``lo``, ``hi`` and
     ``covered`` (the measurement inside ``[lo, hi]``)."""
     shape = vs._sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
@@ -165,7 +162,6 @@ def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None) -> pd.Da
     jobs = [{"workload": workload(r, shape), "config": {"config": c}}
             for r, c in zip(rows.itertuples(), cfgs)]
     summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
-    summaries = [s if o is None else client_view(s, o) for s, o in zip(summaries, ov)]
     out = []
     for r, s in zip(rows.itertuples(), summaries):
         for m in METRICS:
@@ -217,7 +213,7 @@ def main(argv=None):
     if args.write and (args.overheads or args.bands is not None):
         ap.error("--write stores the roofline alone: drop --overheads and --bands")
     runs = load_runs()
-    ov = ({e: fitted_overheads(e) for e in runs.engine.unique()} if args.overheads else None)
+    ov = ({e: "fitted" for e in runs.engine.unique()} if args.overheads else None)
     table = validate(runs, args.workers, ov, args.bands)
     rep = report(table)
     with pd.option_context("display.width", 200, "display.max_rows", 1000):
@@ -230,7 +226,7 @@ def main(argv=None):
             print(table.groupby("split")["covered"].agg(["size", "mean"]).round(3))
     if args.write:  # plus the 90 % band's coverage, roofline alone and with the overheads
         cover = []
-        for name, o in (("roofline", None), ("overheads", {e: fitted_overheads(e)
+        for name, o in (("roofline", None), ("overheads", {e: "fitted"
                                                           for e in runs.engine.unique()})):
             t = validate(runs, args.workers, o, BAND_LEVEL)
             g = t.groupby(["split", "metric"])["covered"].agg(rows="size", coverage="mean")

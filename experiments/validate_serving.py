@@ -209,12 +209,15 @@ def workload(row, max_requests=MAX_REQUESTS, shape=None) -> pd.DataFrame:
     return pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p, "num_output_tokens": o})
 
 
-def config(row, request_path=False) -> SimConfig:
+def config(row, request_path=False, engine_overheads=None) -> SimConfig:
     """The simulator's settings for ``row``: its engine's (:data:`ENGINES`), model, GPU,
     tensor parallelism and precisions; the roofline with the engine's graph and all-reduce
     rules; the KV pool by the engine's memory accounting; ``request_path``: its front end's
-    (:data:`REQUEST_PATHS`), where it has one."""
+    (:data:`REQUEST_PATHS`), where it has one; ``engine_overheads``: an ``EngineOverheads``
+    for every row (none of these engines has fitted terms: an assumption to test)."""
     cfg = _config(row)
+    if engine_overheads is not None:
+        cfg = dataclasses.replace(cfg, engine_overheads=engine_overheads)
     if request_path and row.engine in REQUEST_PATHS:
         from sim.engine.fleet import request_path as paths
         cfg = dataclasses.replace(cfg, request_path=getattr(paths, REQUEST_PATHS[row.engine])())
@@ -252,11 +255,11 @@ def _plain(x):
 
 
 def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
-             request_path=False) -> pd.DataFrame:
+             request_path=False, engine_overheads=None) -> pd.DataFrame:
     """Predicted vs measured for each row. Rows of one run (same workload and settings, another
     metric) share it; the runs go through :func:`sim.sweep` (``workers`` local processes; each
     run is deterministic, so the table does not depend on them). ``request_path``: see the
-    module docstring."""
+    module docstring; ``engine_overheads``: see :func:`config`."""
     shape = _sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
     keys, jobs = {}, []
     for r in rows.itertuples():
@@ -264,7 +267,7 @@ def validate(rows: pd.DataFrame, max_requests=MAX_REQUESTS, workers=1,
         if key not in keys:
             keys[key] = len(jobs)
             jobs.append({"workload": workload(r, max_requests, shape),
-                         "config": {"config": config(r, request_path)}})
+                         "config": {"config": config(r, request_path, engine_overheads)}})
     summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
     out = []
     for r in rows.itertuples():
@@ -304,7 +307,20 @@ def main(argv=None):
     ap.add_argument("--request-path", action="store_true",
                     help="add the published front end's request path to the rows that have "
                          "one (Triton's; see sim.engine.fleet.request_path); not with --write")
+    ap.add_argument("--engine-overheads", default=None, metavar="SPEC",
+                    help="every row with these engine overheads, as sim run --engine-overheads "
+                         "writes them (REQUEST_MS,ITER_US,SEQ_US,sync|overlap; none of these "
+                         "engines has fitted ones); not with --write")
     args = ap.parse_args(argv)
+    overheads = None
+    if args.engine_overheads is not None:
+        from sim.cli.table_overheads import engine_overheads as spec
+        try:
+            overheads = spec("--engine-overheads", args.engine_overheads)
+        except ValueError as e:
+            ap.error(str(e))
+    if args.write and overheads is not None:
+        ap.error("--write stores the check as configured: drop --engine-overheads")
     if args.max_requests is not None and args.max_requests < 1:
         ap.error(f"--max-requests must be >= 1, got {args.max_requests}")
     if args.write and args.request_path:
@@ -314,7 +330,8 @@ def main(argv=None):
     t = time.perf_counter()
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    table = validate(load_rows(), args.max_requests, args.workers, args.request_path)
+    table = validate(load_rows(), args.max_requests, args.workers, args.request_path,
+                     overheads)
     summary = report(table)
     with pd.option_context("display.width", 220, "display.max_rows", 1000):
         print(table.round({"predicted": 4, "error": 4}).to_string(

@@ -104,6 +104,10 @@ CASES = [
                                    "token; write 0 for a term not wanted), got 1"),
     (RUN + ["--cost", "linear:1,2,3,4,5"], "--cost 'linear:1,2,3,4,5': four numbers expected"),
     (RUN + ["--cost", "cubic:1"], "--cost 'cubic:1': use roofline, constant:SECONDS or"),
+    (RUN + ["--engine-overheads", "fitted"], "--engine-overheads 'fitted': scheduler 'chunked' "
+                                             "has no fitted overheads (fitted: sglang, vllm)"),
+    (RUN + ["--engine-overheads", "1,2,3"], "--engine-overheads must be none, fitted, auto or "
+                                            "REQUEST_MS,ITER_US,SEQ_US,sync|overlap, got '1,2,3'"),
     (RUN + ["--bands", "1.5"], "--bands must be a central probability in (0, 1), e.g. 0.9, got "
                                "1.5"),
     (["run", "{d}/misspelt.toml"], "known: ['bands', 'block_size', 'burstiness', "
@@ -111,6 +115,7 @@ CASES = [
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
+                                   "'engine_overheads', "
                                    "'expert_parallel', 'expert_skew', "
                                    "'format', 'free_gpu_memory_fraction', 'gpu', "
                                    "'gpu_idle_watts', 'gpu_max_watts', "

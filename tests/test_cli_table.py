@@ -47,6 +47,7 @@ SAMPLES = {
     "block_size": ("32", 32, []),
     "seed": ("3", 3, []),
     "bands": ("0.8", 0.8, []),
+    "engine_overheads": ("Fitted", "fitted", ["-s", "sglang"]),
     "cost": ("constant:0.01", "constant:0.01", []),
     "profile": (str(shipped_cpu_profile()), str(shipped_cpu_profile()), ["--kv-blocks", "100"]),
     "usd_per_gpu_hour": ("2.5", 2.5, []),

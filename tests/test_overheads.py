@@ -1,5 +1,5 @@
 """Engine overheads (sim.costs.overheads): the step's closed forms (synchronous sum, overlapped
-max), the fast-forward kept and exact, the client's view, the knee it makes in a run, and the
+max), the fast-forward kept and exact, the knee it makes in a run, and the
 fitted terms' closed-form step (experiments/fit_overheads.py) against the stored rows."""
 
 import json
@@ -15,8 +15,8 @@ import pytest
 
 import workloads
 from sim import SimConfig, run
-from sim.costs.overheads import (EngineOverheads, OverheadCost, PureOverheadCost, client_view,
-                                 closed_loop_think_time, fitted_overheads)
+from sim.costs.overheads import (EngineOverheads, OverheadCost, PureOverheadCost,
+                                 fitted_overheads)
 from sim.costs.simple import ConstantCost, LinearCost
 
 
@@ -79,17 +79,6 @@ def test_overlapped_cpu_makes_the_knee_in_a_closed_loop():
         s = run(df, config=SimConfig(cost_model=cost, max_batch_size=users,
                                      closed_loop=workloads.ClosedLoop(users))).summary()
         assert s["tpot_p50"] == pytest.approx(max(gpu, k * users), rel=0.05)
-
-
-def test_client_view_shifts_ttft_and_e2e_only():
-    ov = EngineOverheads(per_request_s=0.07)
-    s = {"ttft_p50": 0.1, "ttft_p99_hi": 0.3, "e2e_mean": 2.0, "tpot_p50": 0.02,
-         "output_token_throughput": 900.0, "num_rejected": 0}
-    c = client_view(s, ov)
-    assert c["ttft_p50"] == pytest.approx(0.17) and c["ttft_p99_hi"] == pytest.approx(0.37)
-    assert c["e2e_mean"] == pytest.approx(2.07)
-    assert (c["tpot_p50"], c["output_token_throughput"], c["num_rejected"]) == (0.02, 900.0, 0)
-    assert closed_loop_think_time(ov) == 0.07
 
 
 @pytest.mark.parametrize("field,value", [("per_request_s", -1.0), ("per_seq_s", float("nan")),

@@ -117,6 +117,13 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
         rows.append(("SLOs", f"{_num(summary['slo_attainment'], '.1%')} of requests meet all "
                              f"({each}); goodput {_num(summary['goodput'], '.3g')} req/s, "
                              f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
+    if "engine_overheads" in summary:  # (SimConfig.engine_overheads; none: no row)
+        rows.append(("overheads", f"{summary['engine_overheads']}: "
+                     f"{summary['engine_overhead_per_request_s'] * 1e3:.3g} ms per request (in "
+                     f"TTFT, E2E), CPU {summary['engine_overhead_per_iter_s'] * 1e6:.3g} us + "
+                     f"{summary['engine_overhead_per_seq_s'] * 1e6:.3g} us per sequence per "
+                     f"iteration, " + ("overlapped with the GPU" if
+                                       summary["engine_overhead_overlap"] else "after the GPU")))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -7,9 +7,8 @@ input preparation, sampling, output processing, detokenising and streaming. Two 
 - ``per_request_s``: time each request spends outside the engine's iterations, seen by the
   client on its first token and its end (API server, tokeniser, the hop to the scheduler,
   detokeniser, the stream): it shifts every TTFT and E2E by the same amount, changes no TPOT
-  or ITL, and in a closed loop delays each client's next request by as much
-  (:func:`closed_loop_think_time`, :func:`client_view`); open loops take it as a request path
-  (:meth:`EngineOverheads.request_path_in_s`);
+  or ITL, and in a closed loop delays each client's next request by as much (the run applies
+  it: ``SimConfig(engine_overheads=...)``, :mod:`sim.engine.engine_overheads`);
 - ``per_iter_s + per_seq_s x sequences``: the CPU time of one iteration over its sequences
   (decodes plus prefill chunks). A **synchronous** loop (``overlap=False``: vLLM without async
   scheduling) adds it to the GPU's time; an **overlapped** one (``overlap=True``: SGLang's
@@ -21,7 +20,8 @@ Invariants: :class:`OverheadCost` with zero terms prices every batch exactly as 
 model (bit for bit); the terms are non-negative; the fast-forward's ``pure_decode_cost`` is
 kept when the base has one and equals pricing the same decode-only batch. Values: fitted on
 the ``fit`` split of ``sim/data/validation_runs.csv`` by ``experiments/fit_overheads.py``
-(``sim/data/engine_overheads.json``, :func:`fitted_overheads`); nothing here is default.
+(``sim/data/engine_overheads.json``, :func:`fitted_overheads`; ``engine_overheads="fitted"``);
+nothing here is default.
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..checks import declared_with
-
-TTFT_E2E_PREFIXES = ("ttft_", "e2e_")
 
 
 def _nonneg(name, x) -> float:
@@ -69,11 +67,6 @@ class EngineOverheads:
         cpu = self.cpu_s(num_seqs)
         return max(gpu_s, cpu) if self.overlap else gpu_s + cpu
 
-    def request_path_in_s(self) -> float:
-        """``per_request_s`` as an open loop's request path takes it:
-        ``SimConfig(request_path=RequestPath(in_s=...))`` (``sim.engine.fleet.request_path``)."""
-        return self.per_request_s
-
 
 class OverheadCost:
     """``base`` (any cost model) with ``overheads``' per-iteration CPU time. Built on a base
@@ -108,20 +101,6 @@ class PureOverheadCost(OverheadCost):
         """``f(context_tokens)``: the base's pure-decode price, then the step's CPU rule."""
         f, step = self.base.pure_decode_cost(num_decodes), self.overheads.step_s
         return lambda context_tokens: step(f(context_tokens), num_decodes)
-
-
-def closed_loop_think_time(overheads: EngineOverheads) -> float:
-    """The engine-side gap between a closed-loop client's finish and its next request."""
-    return overheads.per_request_s
-
-
-def client_view(summary: dict, overheads: EngineOverheads) -> dict:
-    """``summary`` (``Result.summary()``, engine times) as the client sees it: every TTFT and
-    E2E statistic (mean, percentiles and their bands' ``_lo``/``_hi``, seconds) later by
-    ``per_request_s``."""
-    d = overheads.per_request_s
-    return {k: (v + d if k.startswith(TTFT_E2E_PREFIXES) and isinstance(v, float)
-                and not k.endswith("_std") else v) for k, v in summary.items()}
 
 
 def fitted_overheads(engine: str) -> EngineOverheads:

@@ -7,7 +7,8 @@ Sub-packages, in layer order (each may import only those before it; tests/test_l
   the batch snapshot, the policy contract, events, records, fast-forward, invariants;
 - ``speculation`` - speculative decoding's settings, acceptance draws and draft price;
   ``presets`` - vLLM, Sarathi, Orca, SGLang, TensorRT-LLM rule by rule; ``bands`` (module) -
-  error bands, the runs at the cost model's measured error (all on ``core``, independent of
+  error bands, the runs at the cost model's measured error; ``engine_overheads`` (module) -
+  the setting of the engine's time outside the roofline (all on ``core``, independent of
   each other);
 - ``schedulers`` (module) - the table of scheduler names and knob resolution;
 - ``fleet`` - routers, clusters, disaggregated pools, closed-loop clients, the request path;

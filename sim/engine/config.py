@@ -57,6 +57,7 @@ from ..specs.economics import check_power
 from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
 from .bands import check_bands
 from .core.policies import PREFIX_CACHING_MODES
+from .engine_overheads import check_engine_overheads, summary_keys
 from .fleet.disaggregation import Disaggregation
 from .kv.offload import KVTier
 from .kv.tiers import KVTierChain
@@ -113,6 +114,7 @@ class SimConfig:
     # check the engine's invariants every iteration (sim.engine.core.invariants)
     check: bool = False
     bands: float | None = None  # run(..., bands=0.9): the error band's runs (sim.engine.bands)
+    engine_overheads: object = "none"  # "fitted" | EngineOverheads (sim.engine.engine_overheads)
 
     def __post_init__(self):
         object.__setattr__(self, "bands", check_bands(self.bands))
@@ -201,6 +203,8 @@ class SimConfig:
         if self.closed_loop is not None and not (hasattr(self.closed_loop, "num_users")
                                                  and hasattr(self.closed_loop, "think_time")):
             raise TypeError(f"closed_loop must be a workloads.ClosedLoop, got {self.closed_loop!r}")
+        object.__setattr__(self, "engine_overheads",
+                           check_engine_overheads(self.engine_overheads, self.scheduler))
         if self.request_path is not None:  # (the module loads numpy: not for the CLI's parser)
             from .fleet.request_path import check_request_path
             check_request_path(self.request_path, self.closed_loop)
@@ -332,6 +336,10 @@ class SimConfig:
             if getattr(self, knob) is not None:
                 return knob
         return "memory budget" if self.pool_from_budget() else "cheat sheet"
+
+    def overheads_summary(self) -> dict:
+        """The summary's record of ``engine_overheads`` (none for ``"none"``)."""
+        return summary_keys(self)
 
     def resolved_cost_model(self):
         """The cost model a run prices iterations with: ``cost_model``, else the roofline of

@@ -77,6 +77,7 @@ from .core.invariants import check_finished
 from .core.process import ReplicaProcess, submit
 from .core.records import build_result, gc_frozen, gc_paused, offload_traffic
 from .core.request import Request
+from .engine_overheads import as_client_sees_lag, client_loop, engine_cost
 from .fleet.clients import ClosedLoopClients, conversations
 from .fleet.cluster import RunContext, new_replica, run_cluster
 from .fleet.disaggregation import run_disaggregated
@@ -256,7 +257,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
         warnings.warn(odd, UserWarning, stacklevel=2)
     unit = cache_unit(df, config)
     limit = context_limit(df, config)
-    cost = config.resolved_cost_model()
+    cost = engine_cost(config.resolved_cost_model(), config)  # (engine_overheads' CPU time)
     kv_blocks = config.resolved_kv_blocks()
     over = pool_warning(given, kv_blocks)
     if over:
@@ -268,7 +269,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                      cache_unit=unit, max_model_len=limit, conversations=turns)
     runner = (run_disaggregated if config.disaggregation is not None
               else run_cluster if config.replicas > 1 else run_replica)
-    return as_client_sees(runner(ctx), client, config.request_path)
+    return as_client_sees_lag(as_client_sees(runner(ctx), client, config.request_path), config)
 
 
 def run_replica(ctx: RunContext) -> Result:
@@ -288,7 +289,7 @@ def run_replica(ctx: RunContext) -> Result:
     else:  # stretches stop at the clients' next issue and leave finishes to the loop's time
         process.closed = True
         ClosedLoopClients(env, [replica], requests, partial(submit, replica, process),
-                          config.closed_loop, ctx.conversations)
+                          client_loop(config), ctx.conversations)
     process.start()
     with gc_frozen():  # the requests are not traversed by the loop's collections
         env.run()

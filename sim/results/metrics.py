@@ -297,6 +297,8 @@ class Result:
             out["kv_transfer_time_mean"] = float(col.mean()) if col.size else float("nan")
             for q, v in zip((50, 99), np.percentile(col, (50, 99)) if col.size else [np.nan] * 2):
                 out[f"kv_transfer_time_p{q}"] = float(v)
+        overheads = getattr(self.config, "overheads_summary", None)  # (engine_overheads)
+        out.update(overheads() if overheads else {})
         out["num_preemptions"] = int(req["num_preemptions"].sum())
         out["max_preemptions"] = int(req["num_preemptions"].max()) if len(req) else 0
         prompt = float(fin["num_prompt_tokens"].sum())

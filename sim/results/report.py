@@ -70,7 +70,8 @@ SECTIONS = (("Requests", ("num_requests", "num_finished", "num_rejected")),
                                     "max_preemptions", "prefill_", "prefix_")),
             ("Speculative decoding", ("spec_",)),
             ("Cost and energy", ("usd_", "energy_", "avg_power_")),
-            ("Run", ("scheduler", "cost_model", "num_replicas", "num_gpus", "wall_seconds")))
+            ("Run", ("scheduler", "cost_model", "engine_overhead", "num_replicas", "num_gpus",
+                     "wall_seconds")))
 STATS = {"mean": "mean", "p50": "P50", "p90": "P90", "p95": "P95", "p99": "P99"}
 METRICS = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "e2e": "E2E",
            "queueing_delay": "queueing delay", "kv_transfer_time": "KV transfer time"}
@@ -104,6 +105,11 @@ LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
     "energy_joules_per_output_token": ("energy per output token", "J"),
     "avg_power_watts": ("mean GPU power", "W"),
     "scheduler": ("scheduler", ""), "cost_model": ("cost model", ""),
+    "engine_overheads": ("engine overheads", ""),
+    "engine_overhead_per_request_s": ("engine overhead per request", "s"),
+    "engine_overhead_per_iter_s": ("engine CPU per iteration", "s"),
+    "engine_overhead_per_seq_s": ("engine CPU per sequence per iteration", "s"),
+    "engine_overhead_overlap": ("engine CPU overlapped with the GPU", ""),
     "num_replicas": ("replicas", ""), "num_gpus": ("GPUs", ""),
     "wall_seconds": ("wall time to simulate", "s")}
 

@@ -79,6 +79,9 @@ class LiveEngine:
                              "disaggregation")
         if config.closed_loop is not None:
             raise ValueError("sim serve takes its requests from its clients: no closed_loop")
+        if config.engine_overheads != "none":  # (its clients' own time is real, not priced)
+            raise ValueError(f"sim serve does not take engine_overheads "
+                             f"({config.engine_overheads!r}): leave it none")
         self.config, policy = resolve(config)
         self.scale = float(scale)
         self.env = PacedEnvironment()

@@ -58,6 +58,7 @@ from ..kv.tiers import KVTierChain, TierChain
 from ..pool_budget import layer_pool_fields
 from ..schedulers import POLICIES, resolve
 from ..speculation.acceptance import make_drawer
+from ..engine_overheads import client_loop
 from .clients import ClosedLoopClients
 from .routers import ReplicaView, make_router
 from ...results.metrics import KV_POOL
@@ -328,7 +329,7 @@ def simulate(env, config, entry, *others, busy=False, fast_forward=None,
     if config.closed_loop is None:
         entry.open_loop(fast_forward)
     else:
-        entry.closed_loop(config.closed_loop, conversations)
+        entry.closed_loop(client_loop(config), conversations)
     for pool in (entry, *others):
         pool.start()
     with gc_frozen():  # the requests are not traversed by the loop's collections

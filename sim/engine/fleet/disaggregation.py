@@ -63,7 +63,7 @@ POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
                 "kv_dtype", "kv_offload",
                 "speculative", "replicas", "router", "disaggregation", "closed_loop",
-                "request_path", "seed", "progress", "check", "bands")
+                "request_path", "seed", "progress", "check", "bands", "engine_overheads")
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,13 +256,15 @@ def run_disaggregated(ctx):
     from ..core.records import build_result, offload_traffic
     from .routers import make_router
     from ..schedulers import resolve
+    from ..engine_overheads import engine_cost
     env, requests, config = ctx.env, ctx.requests, ctx.config
     disagg = config.disaggregation
     pools = []
     for name, cfg in zip(("prefill", "decode"), disagg.pool_configs(ctx.given, shared=config)):
         try:  # (checked as late as a run's own pool: an error names its pool)
             cfg, policy = resolve(cfg)
-            cost, kv_blocks = cfg.resolved_cost_model(), cfg.resolved_kv_blocks()
+            cost = engine_cost(cfg.resolved_cost_model(), cfg)  # (engine_overheads' CPU time)
+            kv_blocks = cfg.resolved_kv_blocks()
         except (ValueError, TypeError) as e:
             raise type(e)(f"{name}: {e}") from None
         pools.append(Cluster(ctx, cfg, policy, cost, kv_blocks,
