@@ -15,8 +15,13 @@ The offload estimate (stated in the finding's action): each lost prefix is a uni
 previous turn's finish to its own issue. ``X`` is the mean bytes parked while any gap is open
 (time-weighted); ``Y`` the share of the evicted tokens a first-in-first-out tier of ``X``
 bytes, written at each gap's start and read at its end, still holds when read (a unit larger
-than the tier is not stored). The peak parked bytes keep all of it. It ignores the eviction
-timing inside the gap and the tier's bandwidth (what ``kv_offload`` simulates).
+than the tier is not stored); the action names the peak parked bytes too. It ignores when in
+the gap the blocks were evicted, the other blocks a real tier stores and its bandwidth (what
+``kv_offload`` simulates). Against a simulated LRU tier of ``X`` GB with free transfers
+(five agentic workloads, Llama-3.1-8B on an H100, 900-1,500 blocks): the guide's example
+said 44 % and the tier kept 43 % of the evicted tokens; the others were 6-24 points off
+either way; a tier of the peak kept 55-76 %, not all (it also stores blocks never asked for
+again).
 """
 
 from __future__ import annotations
@@ -110,7 +115,7 @@ def tool_gap_eviction(result):
     peak, mean = _parked(start, end, size)
     kept = fifo_kept(start, end, size, evicted[lost], mean)
     message += f"; an offload tier of {mean / 1e9:.3g} GB would keep {kept:.0%} of it"
-    action = (f"add a KV offload tier (kv_offload; {peak / 1e9:.3g} GB, the most parked at "
-              f"once, keeps all of it; estimate: the evicted blocks' KV bytes held FIFO from "
-              f"each answer to the next turn), a larger KV pool, or shorter tool gaps")
+    action = (f"add a KV offload tier (kv_offload; {peak / 1e9:.3g} GB is the most parked at "
+              f"once; estimate: the evicted blocks' KV bytes held first-in-first-out from each "
+              f"answer to the next turn), a larger KV pool, or shorter tool gaps")
     return share, message, action
