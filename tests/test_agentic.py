@@ -198,3 +198,24 @@ def test_the_offload_estimate_matches_a_simulated_tier_of_its_size():
     left = float(re.search(r"\(([\d,]+) tokens evicted", again[0].message).group(1)
                  .replace(",", "")) if again else 0.0
     assert abs((1 - left / evicted) - kept / 100) < 0.15, (evicted, left, kept)
+
+
+def test_disaggregated_pools_and_a_paced_loop_honour_gaps_too():
+    from sim.engine import Disaggregation
+    df = wl.agentic(5, turns=3, tool_gap=wl.Exponential(0.5), fan_out=1, sub_turns=2,
+                    new_tokens=100, output=20, rate=2.0, seed=4)
+    pools = run(df, closed_loop=wl.ClosedLoop(3), cost_model=COST, check=True,
+                disaggregation=Disaggregation(1, 1)).requests
+    assert len(pools) == len(df) and (pools["status"] == "finished").all()
+    _check_order(df, pools)
+    paced = run(df, closed_loop=wl.MaxConcurrency(2), cost_model=COST, check=True).requests
+    assert (paced["status"] == "finished").all()
+    assert (paced["arrival_time"].to_numpy() >= df["arrival_time"].to_numpy() - 1e-9).all()
+    _check_order(df, paced)
+
+
+def test_a_saved_agentic_workload_runs_the_same(tmp_path):
+    df = wl.agentic(4, turns=3, tool_gap=1.0, fan_out=1, sub_turns=2, seed=6)
+    wl.save(df, tmp_path / "a.parquet")
+    back = wl.load_file(tmp_path / "a.parquet")
+    pd.testing.assert_frame_equal(_run(df).requests, _run(back).requests)

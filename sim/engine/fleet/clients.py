@@ -29,10 +29,16 @@ after a hook already there); abandoned turns are recorded by the first replica's
 verb (never routed: their ``replica`` reads -1 in a cluster). Bound methods, not closures that
 refer to one another: no reference cycle keeps the requests alive once the run is over.
 
+Agentic sessions (:mod:`sim.engine.fleet.sessions`: ``gap_s``, ``parent``, ``join``): a turn
+is also held its ``gap_s`` past that moment; a finished turn's sub-agent sessions start at
+once, each run by a user of its own beside the ``num_users`` (so more requests may be out),
+and a joined parent issues its next turn (think time, gap) only once they are all over; a
+rejected or abandoned turn's sub-agents are abandoned (tests/test_agentic.py).
+
 Invariants (tests/test_clients.py): every request comes out once, issued (finished or
-rejected) or abandoned; at most ``num_users`` requests are out at once; a conversation's turns
-are issued in order, each at or after the previous turn's finish (+ ``think_time``); the turns
-after a rejected one are abandoned, none issued.
+rejected) or abandoned; at most ``num_users`` requests are out at once (sub-agents aside); a
+conversation's turns are issued in order, each at or after the previous turn's finish
+(+ ``think_time`` + ``gap_s``); the turns after a rejected one are abandoned, none issued.
 """
 
 from __future__ import annotations
