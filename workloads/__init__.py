@@ -2,6 +2,7 @@
 prefix-sharing generators and benchmark tools' workloads (``vllm bench serve``'s random and
 sharegpt). Everything seeded by one ``numpy.random.Generator`` (or an int)."""
 
+from .agentic import Exponential, agentic
 from .arrivals import (ClosedLoop, constant, drawn_at, gamma, interarrival_cv, own_rate, poisson,
                        scale_to_rate)
 from .benchmarks import Measured, from_benchmark
@@ -15,6 +16,7 @@ from .traces import TRACES, load, load_file, save, trace_names
 from .vllm_bench import MaxConcurrency, vllm_arrivals, vllm_random, vllm_sharegpt
 
 __all__ = [
+    "Exponential", "agentic",
     "ClosedLoop", "constant", "drawn_at", "gamma", "interarrival_cv", "own_rate", "poisson",
     "scale_to_rate",
     "Measured", "from_benchmark",

@@ -10,6 +10,7 @@ A workload is a pandas DataFrame with one row per request:
 | ``num_output_tokens`` | int >= 1 | tokens to generate |
 | ``hash_ids`` | list of ints (optional) | prefix-block ids, ``attrs["block_size"]`` tokens each |
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
+| ``gap_s``, ``parent``, ``join`` | optional | agentic sessions: tool gaps, sub-agents (:mod:`workloads.agentic`) |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
 
 An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, a JSONL file's epoch or
@@ -116,6 +117,9 @@ def validate(df, *, source=None) -> pd.DataFrame:
         out.insert(0, "request_id", np.arange(len(out), dtype=np.int64))
     else:
         _check_ids(out["request_id"], where)
+    if "gap_s" in out.columns or "parent" in out.columns:  # agentic sessions
+        from .agentic import check_columns
+        check_columns(out, where)
     return out.reset_index(drop=True)
 
 

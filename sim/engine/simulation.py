@@ -79,6 +79,7 @@ from .core.records import build_result, gc_frozen, gc_paused, offload_traffic
 from .core.request import Request
 from .engine_overheads import as_client_sees_lag, client_loop, engine_cost
 from .fleet.clients import ClosedLoopClients, conversations
+from .fleet.sessions import gap_turns
 from .fleet.cluster import RunContext, new_replica, run_cluster
 from .fleet.disaggregation import run_disaggregated
 from .fleet.request_path import as_client_sees, enter
@@ -269,7 +270,10 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                      cache_unit=unit, max_model_len=limit, conversations=turns)
     runner = (run_disaggregated if config.disaggregation is not None
               else run_cluster if config.replicas > 1 else run_replica)
-    return as_client_sees_lag(as_client_sees(runner(ctx), client, config.request_path), config)
+    res = as_client_sees_lag(as_client_sees(runner(ctx), client, config.request_path), config)
+    res.sessions = (gap_turns(df, requests, config.block_size)  # (the tool-gap finding)
+                    if unit and config.prefix_caching == "block" else None)
+    return res
 
 
 def run_replica(ctx: RunContext) -> Result:

@@ -42,6 +42,9 @@ config) and returns a list of :class:`Finding`. Each rule below fires on a measu
   "speculation got slower: measure the acceptance rate first"). ``c``: the configured
   ``draft_cost_ratio``, or a draft model's step over the target's for one decode at 1,024
   tokens of context (``DraftCost.cost_ratio``), or 0 for n-gram drafting;
+- ``tool_gap_eviction`` - agentic turns after a tool gap served fewer cached tokens than their
+  previous turn's context holds: evicted during the gap, with the offload tier that would keep
+  them (:mod:`sim.results.session_findings`);
 - ``fragile`` - a run with error bands (``run(..., bands=0.9)``) whose TTFT or TPOT P99 band
   spans more than ``FRAGILE`` times (hi / lo): the operating point sits at the knee, where the
   cost model's measured step-time error alone moves the tail that much.
@@ -54,6 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..checks import plural
+from .session_findings import tool_gap_eviction
 
 BACKLOG = 0.1  # overloaded: requests unfinished at the last arrival above this share
 IDLE_SLOTS = 0.5  # static batching: slot utilisation below this while requests wait
@@ -251,6 +255,9 @@ def diagnose(result) -> list:
                 f"step costing {c:.2g} of a target step that is a {speedup:.2f}x speedup",
                 "measure the acceptance rate first: fewer speculative tokens, a better-matched "
                 "draft, or no speculation", speedup))
+    gap = tool_gap_eviction(result)
+    if gap is not None:
+        out.append(Finding("tool_gap_eviction", gap[1], gap[2], gap[0]))
     out.extend(_fragile(s))
     return out
 

@@ -29,17 +29,25 @@ after a hook already there); abandoned turns are recorded by the first replica's
 verb (never routed: their ``replica`` reads -1 in a cluster). Bound methods, not closures that
 refer to one another: no reference cycle keeps the requests alive once the run is over.
 
+Agentic sessions (:mod:`sim.engine.fleet.sessions`: ``gap_s``, ``parent``, ``join``): a turn
+is also held its ``gap_s`` past that moment; a finished turn's sub-agent sessions start at
+once, each run by a user of its own beside the ``num_users`` (so more requests may be out),
+and a joined parent issues its next turn (think time, gap) only once they are all over; a
+rejected or abandoned turn's sub-agents are abandoned (tests/test_agentic.py).
+
 Invariants (tests/test_clients.py): every request comes out once, issued (finished or
-rejected) or abandoned; at most ``num_users`` requests are out at once; a conversation's turns
-are issued in order, each at or after the previous turn's finish (+ ``think_time``); the turns
-after a rejected one are abandoned, none issued.
+rejected) or abandoned; at most ``num_users`` requests are out at once (sub-agents aside); a
+conversation's turns are issued in order, each at or after the previous turn's finish
+(+ ``think_time`` + ``gap_s``); the turns after a rejected one are abandoned, none issued.
 """
 
 from __future__ import annotations
 
 from functools import partial
+from itertools import count
 
 from ...results.metrics import CONVERSATION_ABANDONED
+from .sessions import plan
 
 
 def conversations(df, requests):
@@ -69,7 +77,7 @@ def conversations(df, requests):
     if "turn" in df.columns and not df["turn"].isna().any():
         turn = df["turn"].tolist()  # (a turn's request, by its index in the workload)
         order = [sorted(c, key=lambda r: turn[r.index]) if len(c) > 1 else c for c in order]
-    return order
+    return plan(df, order)  # (agentic sessions: gaps and sub-agents, fleet.sessions)
 
 
 class ClosedLoopClients:
@@ -89,6 +97,13 @@ class ClosedLoopClients:
         self.turns = {}  # user -> iterator over the turns left of its conversation
         self.user_of = {}  # request index -> the user who issued it (until it finishes)
         self.reject = replicas[0].reject  # (abandoned turns: never routed)
+        # agentic sessions (fleet.sessions.Sessions): a turn's tool gap, and sub-agents run by
+        # users of their own (numbered from num_users) that end with their session
+        self.gap = getattr(conversations, "gap", None)
+        self.children = getattr(conversations, "children", None) or {}
+        self.joins = getattr(conversations, "joins", None)
+        self.roots, self.subs = int(loop.num_users), count(int(loop.num_users))
+        self.parent_of, self.waiting = {}, {}  # sub-user -> the user it joins; user -> count
         for rep in replicas:
             rep.on_finish = chain(rep.on_finish, self._done)
         for user in range(int(loop.num_users)):
@@ -105,15 +120,22 @@ class ClosedLoopClients:
             if r is None:
                 r = None if turns is None else next(turns, None)
                 if r is None:  # its conversation is over (or it held none): the next one
+                    if user >= self.roots:  # a sub-agent's: its user ends with it
+                        self.turns.pop(user, None)
+                        self._joined(user)
+                        return
                     conversation = next(self.pending, None)
                     if conversation is None:
                         self.turns.pop(user, None)
                         return
                     self.turns[user] = iter(conversation)
                     continue
-                if self.paced and r.arrival_time > self.env.now:
+                due = self.env.now if self.gap is None else self.env.now + self.gap[r.index]
+                if self.paced and r.arrival_time > due:
+                    due = r.arrival_time
+                if due > self.env.now:
                     self.held[user] = r
-                    self.env.timeout(r.arrival_time - self.env.now).callbacks.append(
+                    self.env.timeout(due - self.env.now).callbacks.append(
                         partial(self._issue, user))
                     return
             r.arrival_time = self.env.now
@@ -121,6 +143,7 @@ class ClosedLoopClients:
             if self.submit(r):
                 return
             del self.user_of[r.index]
+            self._drop_children(r)
             self._abandon(turns, r)
             if self.think > 0:
                 self.env.timeout(self.think).callbacks.append(partial(self._issue, user))
@@ -134,9 +157,46 @@ class ClosedLoopClients:
             r.arrival_time = now
             self.reject(r, f"{CONVERSATION_ABANDONED}: an earlier turn of its conversation "
                            f"(request {rejected.request_id}) was rejected")
+            self._drop_children(r)
+
+    def _drop_children(self, r):
+        """Reject now the sub-agent sessions ``r`` (rejected or abandoned) would have
+        spawned, and theirs: never started, as a turn never answered starts none."""
+        for conversation in self.children.pop(r.index, ()):
+            for t in conversation:
+                t.arrival_time = self.env.now
+                self.reject(t, f"{CONVERSATION_ABANDONED}: its parent turn (request "
+                               f"{r.request_id}) was never answered")
+                self._drop_children(t)
+
+    def _joined(self, sub):
+        """Sub-agent user ``sub``'s session is over: its parent resumes once it waits for
+        no other."""
+        user = self.parent_of.pop(sub, None)
+        if user is None:
+            return
+        self.waiting[user] -= 1
+        if not self.waiting[user]:
+            del self.waiting[user]
+            self._resume(user)
 
     def _done(self, r, _now):
         user = self.user_of.pop(r.index)
+        subs = []
+        for conversation in self.children.pop(r.index, ()):  # its sub-agents start now
+            subs.append(next(self.subs))
+            self.turns[subs[-1]] = iter(conversation)
+            if self.joins[id(conversation)]:
+                self.parent_of[subs[-1]] = user
+                self.waiting[user] = self.waiting.get(user, 0) + 1
+        joined = user in self.waiting  # (then _joined resumes it, once, after the last one)
+        for sub in subs:
+            self._issue(sub)
+        if not joined:
+            self._resume(user)
+
+    def _resume(self, user):
+        """``user`` issues its next turn ``think_time`` from now."""
         if self.think > 0:
             self.env.timeout(self.think).callbacks.append(partial(self._issue, user))
         else:
