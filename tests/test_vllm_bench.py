@@ -152,6 +152,15 @@ def test_sharegpt_oversamples_as_the_tool_or_not():
     assert len(vllm_sharegpt(valid + 50, formula="legacy")) == valid  # it never oversampled
 
 
+def test_sharegpt_output_len_that_filters_every_row_is_named_not_a_traceback(capsys):
+    with pytest.raises(ValueError, match="^output_len 5000 leaves no ShareGPT conversation"):
+        vllm_sharegpt(10, output_len=5000)
+    assert main(["run", "-w", "vllm-sharegpt", "--sharegpt-output-len", "200000", "-n", "5",
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sim run: error: --sharegpt-output-len 200000 leaves no ShareGPT")
+
+
 def test_same_seed_same_workload_other_seed_other():
     for make in (lambda s: vllm_random(300, range_ratio=0.5, request_rate=3.0, seed=s),
                  lambda s: vllm_sharegpt(300, request_rate=3.0, burstiness=0.5, seed=s)):

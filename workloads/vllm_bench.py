@@ -254,6 +254,9 @@ def vllm_sharegpt(num_prompts=1000, *, output_len=None, request_rate=math.inf,
     o = np.full(len(p), output_len) if fixed else lengths["output"].to_numpy()[order] + special
     keep = np.flatnonzero(is_valid_sequence(p, o, fixed))[:n]
     rows = keep.tolist()
+    if not rows:  # only a fixed output this long filters every conversation out
+        raise ValueError(f"output_len {output_len} leaves no ShareGPT conversation valid: "
+                         f"vLLM keeps prompt + output <= {MAX_TOTAL_LEN} tokens")
     if len(rows) < n and oversample:
         pick = random.Random(seed)
         rows += [pick.choice(rows) for _ in range(n - len(rows))]
