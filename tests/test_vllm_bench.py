@@ -161,6 +161,14 @@ def test_sharegpt_output_len_that_filters_every_row_is_named_not_a_traceback(cap
     assert err.startswith("sim run: error: --sharegpt-output-len 200000 leaves no ShareGPT")
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_burstiness_error_says_inf_is_allowed(value, capsys):
+    assert main(["run", "-w", "vllm-random", "--burstiness", value, "--rate", "2", "-n", "5",
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sim run: error: --burstiness must be > 0 or inf, got ")
+
+
 def test_same_seed_same_workload_other_seed_other():
     for make in (lambda s: vllm_random(300, range_ratio=0.5, request_rate=3.0, seed=s),
                  lambda s: vllm_sharegpt(300, request_rate=3.0, burstiness=0.5, seed=s)):
