@@ -186,6 +186,14 @@ def test_a_bad_measured_file_is_one_line_naming_file_and_field(measured, tmp_pat
         capsys.readouterr().err
 
 
+def test_a_file_given_twice_is_refused_not_fitted_and_held_out(measured, capsys):
+    """Twice the same run would be both a fit run and the held-out test of the fit."""
+    assert main(["fit", str(measured[0]), str(measured[1]), str(measured[0]), "-o",
+                 "never.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{measured[0]}: given twice" in err
+
+
 def test_a_guidellm_sweep_is_one_run_per_benchmark(tmp_path):
     df = workloads.load("sharegpt", n=10, rate=2.0, seed=0)
     res = sim.run(df, model=MODEL, gpu=GPU)
