@@ -173,6 +173,18 @@ def test_a_bad_profile_is_one_line_naming_the_field(doc, message, tmp_path, caps
     assert err.count("\n") == 1 and str(p) in err and message.split(":")[0] in err
 
 
+@pytest.mark.parametrize("doc", [{}, {"completed": 3, "request_throughput": 1.0}])
+def test_a_json_object_that_is_no_profile_names_the_file(doc, tmp_path, capsys):
+    """An empty object or a benchmark result given as --profile: the error names the file."""
+    p = tmp_path / "notaprofile.json"
+    p.write_text(json.dumps(doc))
+    assert main(["run", "-n", "5", "--rate", "1", "--profile", str(p), "-q",
+                 "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"--profile '{p}': not a calibration profile (format None); write one" in err
+
+
 def test_a_bad_measured_file_is_one_line_naming_file_and_field(measured, tmp_path, capsys):
     doc = json.loads(measured[0].read_text())
     doc["input_lens"][3] = "many"

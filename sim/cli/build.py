@@ -86,7 +86,11 @@ def cost_model_from(s):
         profile = read_profile(s["profile"])
         if is_fit_profile(profile):
             return fit_profile_cost(profile, s)
-        cost = CalibratedCost(profile)
+        try:
+            cost = CalibratedCost(profile)
+        except ValueError as e:  # (a JSON object of another kind: name the file)
+            raise ValueError(f"--profile {str(s['profile'])!r}: {e}; write one with 'sim fit' "
+                             f"or 'sim calibrate'") from None
         for note in (cost.warning(), profile_model_mismatch(cost, s)):
             if note:
                 print(f"sim run: warning: {note}", file=sys.stderr)
