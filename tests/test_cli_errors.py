@@ -316,6 +316,11 @@ CASES = [
      "--capacity-scheduler-policy 'max_utilization' is not used by the 'vllm' scheduler"),
     (RUN + ["-s", "tensorrt-llm", "--capacity-scheduler-policy", "fcfs"],
      "argument --capacity-scheduler-policy: invalid choice: 'fcfs'"),
+    # a flag the command lacks: named by that command, whose --help lists what it takes
+    (["compare", "{d}/x.json", "--rate", "3"],
+     "unrecognized arguments: --rate 3 (see 'sim compare --help')"),
+    (["memory", "llama-3.1-8b", "--ep", "2"],
+     "unrecognized arguments: --ep 2 (see 'sim memory --help')"),
     (["run", "{d}/trt_policy.toml"],
      "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
      "'max_utilization'), got 'fcfs'"),
