@@ -178,12 +178,14 @@ def build(s, names=None, fits=True):
     parallelism and dtypes: a model that does not fit the base is no error here (each point
     that does not fit is an error row or a pruned candidate)."""
     import workloads
+    from workloads.vllm_bench import BENCH_WORKLOADS
     from ..engine.simulation import cache_unit
     from .footprint import check_footprint
     load = parts(s)["workload"]
     try:
-        if workloads.TRACES.get(load.get("name"), ("", ""))[1] == "lengths":  # (resampled to
-            # any n: a trace or file with fewer rows is an error before anything is allocated)
+        if workloads.TRACES.get(load.get("name"), ("", ""))[1] == "lengths" \
+                or load.get("name") in BENCH_WORKLOADS:  # (resampled or drawn to any n: a
+            # trace or file with fewer rows is an error before anything is allocated)
             check_footprint(load.get("n"), names("num_requests") if names else "num_requests")
         try:
             df = workloads.load(**load)
