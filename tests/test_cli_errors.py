@@ -238,6 +238,8 @@ CASES = [
     # the fractions were checked only by the library, without their flags
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--closed-loop", "4"],
      "error: --closed-loop 4: sim capacity time-scales an open loop's arrivals"),
+    (["run", "-w", "vllm-random", "-n", "5", "--request-rate", "inf"],  # vllm's default
+     "--rate must be a finite number > 0, got inf: omit it to send a vllm-random"),
     (["capacity", "-w", "vllm-random", "-n", "5", "--slo-ttft", "1", "--max-concurrency", "4"],
      "error: --max-concurrency 4: sim capacity time-scales an open loop's arrivals"),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--think-time", "2"],

@@ -38,7 +38,8 @@ from ..results.bench import FORMATS as BENCH_FORMATS
 from ..results.metrics import SLO_KEYS
 from ..specs.gpus import gpu_presets
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
-                        num_requests, number, positive, prefix_caching, repeats, typed)
+                        num_requests, number, positive, prefix_caching, repeats, request_rate,
+                        typed)
 from . import table_benchwl, table_fit, table_models, table_plan
 from .setting import SHARED, TARGETS, Setting, first_line
 
@@ -82,7 +83,7 @@ SETTINGS = (
                                 "is an error, a length-only set is resampled",
       default_help="default: all"),
     S("rate", ("--rate", "--request-rate"), ("workload",), parse=float, metavar="REQ_PER_S",
-      check=positive,
+      check=request_rate,
       help="requests/s > 0: time-scales a trace, or the Poisson rate of a length-only set such "
            "as sharegpt, where it is required", default_help="default: the trace's own timing"),
     S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=_scheduler_names,
