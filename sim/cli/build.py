@@ -72,7 +72,8 @@ def fit_profile_cost(profile, s):
         print(f"sim run: warning: the profile was fitted on {fitted_on!r}, the run is on "
               f"{s['gpu']!r}: its terms describe another GPU's engine", file=sys.stderr)
     return fitted_roofline(terms, s["model"], s["gpu"], tensor_parallel=s["tensor_parallel"],
-                           weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"])
+                           weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"],
+                           expert_parallel=s["expert_parallel"], expert_skew=s["expert_skew"])
 
 
 def cost_model_from(s):
