@@ -132,7 +132,10 @@ def vllm_arrivals(n, request_rate=math.inf, burstiness=1.0, seed=0, *, formula="
     n, formula = _count(n), _formula(formula)
     rate = _num("request_rate", request_rate, 0.0, inf=True, low_open=True)
     b = _num("burstiness", burstiness, 0.0, inf=True, low_open=True)
-    if rate == math.inf:
+    if rate == math.inf:  # (vLLM ignores burstiness here too; said, not dropped)
+        if b != 1.0:
+            raise ValueError(f"burstiness {b:g} shapes the gaps between requests sent at a "
+                             f"rate: with none (inf) every request is sent at t = 0")
         return np.zeros(n)
     if b == math.inf:
         gaps = np.full(n, 1.0 / rate)
