@@ -38,10 +38,10 @@ from ..results.bench import FORMATS as BENCH_FORMATS
 from ..results.metrics import SLO_KEYS
 from ..specs.gpus import gpu_presets
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
-                        num_requests, number, positive, prefix_caching, repeats, request_rate,
-                        typed)
+                        num_requests, number, positive, prefix_caching, repeats, typed)
 from . import table_benchwl, table_fit, table_models, table_plan
 from .setting import SHARED, TARGETS, Setting, first_line
+from .arguments import request_rate  # (rate's check; a line of its own: fewer merge conflicts)
 
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
 
