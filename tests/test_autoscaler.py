@@ -114,10 +114,25 @@ def test_the_diurnal_curve_peaks_where_asked_and_averages_the_mean():
     assert hours.value_counts().idxmax() in (12, 13, 14, 15)
 
 
+@pytest.mark.parametrize("kw,said", [
+    ({"peak_to_trough": 0.5}, r"peak_to_trough must be >= 1"),
+    ({"peak_to_trough": math.inf}, "peak_to_trough must be a positive number, got inf"),
+    ({"peak_hour": math.nan}, "peak_hour must be a finite number of hours, got nan")])
+def test_a_bad_diurnal_shape_names_the_field(kw, said):
+    """A peak below its trough would thin from a bound under the curve's maximum: the day's
+    mean and shape would silently be wrong; inf would fail inside numpy."""
+    with pytest.raises(ValueError, match=said):
+        wl.diurnal(1, mean_rate=1.0, prompt=100, output=10, **kw)
+    with pytest.raises(ValueError, match=said):
+        wl.rate_at([0.0], mean_rate=1.0, **kw)
+
+
 @pytest.mark.parametrize("kw,said", [({"metric": "gpu"}, "metric must be one of"),
                                      ({"target": 0}, "target must be"),
                                      ({"min_replicas": 3, "max_replicas": 2}, "below min"),
-                                     ({"initial_replicas": 9}, "initial_replicas")])
+                                     ({"initial_replicas": 9}, "initial_replicas"),
+                                     ({"metric": "kv", "target": 2.0},
+                                      r"target must be a fraction in \(0, 1\) for metric 'kv'")])
 def test_a_bad_policy_names_the_field(kw, said):
     with pytest.raises(ValueError, match=said):
         Autoscaler(**kw)

@@ -250,6 +250,10 @@ CASES = [
     # the fractions were checked only by the library, without their flags
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--closed-loop", "4"],
      "error: --closed-loop 4: sim capacity time-scales an open loop's arrivals"),
+    (["run", "-w", "vllm-random", "-n", "5", "--request-rate", "inf"],  # vllm's default
+     "--rate must be a finite number > 0, got inf: omit it to send a vllm-random"),
+    (["capacity", "-w", "vllm-random", "-n", "5", "--slo-ttft", "1", "--max-concurrency", "4"],
+     "error: --max-concurrency 4: sim capacity time-scales an open loop's arrivals"),
     (["capacity", "-w", "azure-code", "-n", "5", "--slo-ttft", "1", "--think-time", "2"],
      "error: --think-time is not used by sim capacity: it time-scales an open loop's arrivals"),
     # sim run's output flags were accepted and ignored: nothing written, --quiet printed all
@@ -328,6 +332,11 @@ CASES = [
      "--capacity-scheduler-policy 'max_utilization' is not used by the 'vllm' scheduler"),
     (RUN + ["-s", "tensorrt-llm", "--capacity-scheduler-policy", "fcfs"],
      "argument --capacity-scheduler-policy: invalid choice: 'fcfs'"),
+    # a flag the command lacks: named by that command, whose --help lists what it takes
+    (["compare", "{d}/x.json", "--rate", "3"],
+     "unrecognized arguments: --rate 3 (see 'sim compare --help')"),
+    (["memory", "llama-3.1-8b", "--ep", "2"],
+     "unrecognized arguments: --ep 2 (see 'sim memory --help')"),
     (["run", "{d}/trt_policy.toml"],
      "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
      "'max_utilization'), got 'fcfs'"),

@@ -108,3 +108,32 @@ def test_a_bad_plan_file_is_one_line(tmp_path, capsys, edit, said):
     err = capsys.readouterr().err
     assert err.startswith("sim plan: error:") and len(err.strip().splitlines()) == 1
     assert re.search(said, err), err
+
+
+BIG = """model = "llama-3.1-70b"
+workload = "sharegpt"
+num_requests = 20
+rate = 2.0
+gpu = "h100"
+{extra}
+[{table}]
+tensor_parallel = [1, 4]
+"""
+
+
+def test_a_space_that_makes_the_base_fit_plans_it(tmp_path, capsys):
+    """70B fp16 does not fit one H100 (the base's tensor_parallel 1), but the space's TP 4
+    does: the plan prunes TP 1 by memory and ranks TP 4, not an error for the base."""
+    (tmp_path / "p.toml").write_text(BIG.format(extra="[slo]\nttft = 5.0\n", table="space"))
+    assert main(["plan", str(tmp_path / "p.toml"), "-o", str(tmp_path / "o"), "--workers", "1",
+                 "--no-progress"]) == 0
+    t = pd.read_csv(tmp_path / "o" / "plan.csv").set_index("tensor_parallel")
+    assert t.loc[1, "stage"] == "memory" and t.loc[4, "status"] == "ranked"
+
+
+def test_a_grid_that_makes_the_base_fit_sweeps_it(tmp_path, capsys):
+    (tmp_path / "s.toml").write_text(BIG.format(extra="", table="grid"))
+    assert main(["sweep", str(tmp_path / "s.toml"), "-o", str(tmp_path / "o"),
+                 "--no-progress"]) == 0
+    t = pd.read_csv(tmp_path / "o" / "sweep.csv").set_index("tensor_parallel")
+    assert "does not fit" in t.loc[1, "error"] and t.loc[4, "error"] != t.loc[4, "error"]

@@ -101,3 +101,17 @@ def test_ep_1_is_the_roofline_and_runs_differ_with_ep():
 def test_bad_expert_parallel_settings_are_one_line_errors(kw, message):
     with pytest.raises(ValueError, match=message):
         sim.SimConfig(**kw)
+
+
+def test_expert_skew_with_a_cost_model_that_cannot_price_it_is_an_error():
+    """Only the roofline prices the busiest GPU's experts: a constant cost would run as if
+    routing were uniform, the skew dropped without a word."""
+    from sim.costs.simple import ConstantCost
+    cfg = sim.SimConfig(model="mixtral-8x7b", tensor_parallel=8, expert_parallel=8,
+                        expert_skew=1.0, cost_model=ConstantCost(0.01))
+    with pytest.raises(ValueError, match="^expert_skew=1 is not used by cost_model Constant"):
+        cfg.resolved_cost_model()
+    own = RooflineCost("mixtral-8x7b", "h100", tensor_parallel=8, expert_parallel=8,
+                       expert_skew=1.0)  # a roofline of the same skew prices it
+    assert sim.SimConfig(model="mixtral-8x7b", tensor_parallel=8, expert_parallel=8,
+                         expert_skew=1.0, cost_model=own).resolved_cost_model() is own

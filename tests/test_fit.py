@@ -173,6 +173,30 @@ def test_a_bad_profile_is_one_line_naming_the_field(doc, message, tmp_path, caps
     assert err.count("\n") == 1 and str(p) in err and message.split(":")[0] in err
 
 
+def test_a_fit_profile_keeps_expert_parallelism(tmp_path, capsys):
+    """--profile FIT.json with --ep 8 --expert-skew 1 priced the MoE layers as tensor-parallel
+    slices (no all-to-all, no hot GPU): the fitted roofline dropped the two settings."""
+    p = tmp_path / "fit.json"
+    p.write_text(json.dumps({"format": FIT_FORMAT, "terms": {
+        "compute_eff_scale": 0.5, "memory_eff_scale": 0.7, "overhead_s": 0.001}}))
+    assert main(["run", "--model", "mixtral-8x7b", "--tp", "8", "--ep", "8", "--expert-skew",
+                 "1", "--profile", str(p), "-n", "5", "--rate", "1",
+                 "-o", str(tmp_path / "o")]) == 0
+    assert "tp=8, ep=8, skew=1, weights=fp16, params(" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("doc", [{}, {"completed": 3, "request_throughput": 1.0}])
+def test_a_json_object_that_is_no_profile_names_the_file(doc, tmp_path, capsys):
+    """An empty object or a benchmark result given as --profile: the error names the file."""
+    p = tmp_path / "notaprofile.json"
+    p.write_text(json.dumps(doc))
+    assert main(["run", "-n", "5", "--rate", "1", "--profile", str(p), "-q",
+                 "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert f"--profile '{p}': not a calibration profile (format None); write one" in err
+
+
 def test_a_bad_measured_file_is_one_line_naming_file_and_field(measured, tmp_path, capsys):
     doc = json.loads(measured[0].read_text())
     doc["input_lens"][3] = "many"
@@ -184,6 +208,14 @@ def test_a_bad_measured_file_is_one_line_naming_file_and_field(measured, tmp_pat
     assert main(["fit", str(measured[0]), str(measured[1]), "--holdout", "2"]) == 2
     assert "--holdout 2: must be below the number of measured runs, 2" in \
         capsys.readouterr().err
+
+
+def test_a_file_given_twice_is_refused_not_fitted_and_held_out(measured, capsys):
+    """Twice the same run would be both a fit run and the held-out test of the fit."""
+    assert main(["fit", str(measured[0]), str(measured[1]), str(measured[0]), "-o",
+                 "never.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{measured[0]}: given twice" in err
 
 
 def test_a_guidellm_sweep_is_one_run_per_benchmark(tmp_path):

@@ -21,6 +21,21 @@ def test_a_run_beyond_the_memory_available_is_refused_in_one_line(monkeypatch, c
     assert not drawn  # refused before anything was allocated
 
 
+@pytest.mark.parametrize("name", ["vllm-random", "vllm-sharegpt"])
+def test_a_generated_bench_workload_beyond_the_memory_is_refused_too(name, monkeypatch,
+                                                                     capsys):
+    """vllm bench serve's workloads draw any n as a length-only set does (-n 1e8 was killed
+    by the OOM killer: they skipped the check)."""
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 2e9)
+    drawn = []
+    import workloads
+    monkeypatch.setattr(workloads, "load", lambda *a, **k: drawn.append(1))
+    assert main(["run", "-w", name, "--rate", "5", "-n", "10000000"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("sim run: error: --num-requests 10,000,000: ")
+    assert not drawn
+
+
 def test_a_run_over_half_the_memory_is_a_warning(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(footprint, "available_bytes", lambda: 2 * footprint.estimate_bytes(300)
                         - 1)

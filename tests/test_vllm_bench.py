@@ -152,6 +152,32 @@ def test_sharegpt_oversamples_as_the_tool_or_not():
     assert len(vllm_sharegpt(valid + 50, formula="legacy")) == valid  # it never oversampled
 
 
+def test_sharegpt_output_len_that_filters_every_row_is_named_not_a_traceback(capsys):
+    with pytest.raises(ValueError, match="^output_len 5000 leaves no ShareGPT conversation"):
+        vllm_sharegpt(10, output_len=5000)
+    assert main(["run", "-w", "vllm-sharegpt", "--sharegpt-output-len", "200000", "-n", "5",
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sim run: error: --sharegpt-output-len 200000 leaves no ShareGPT")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_burstiness_error_says_inf_is_allowed(value, capsys):
+    assert main(["run", "-w", "vllm-random", "--burstiness", value, "--rate", "2", "-n", "5",
+                 "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sim run: error: --burstiness must be > 0 or inf, got ")
+
+
+def test_burstiness_without_a_rate_is_named_not_dropped(capsys):
+    """At request_rate inf every request is sent at t = 0: a burstiness there shapes nothing."""
+    with pytest.raises(ValueError, match="^burstiness 2 shapes the gaps between requests"):
+        vllm_random(5, burstiness=2.0)
+    assert (vllm_random(5)["arrival_time"] == 0).all()  # burstiness 1, the default: fine
+    assert main(["run", "-w", "vllm-random", "--burstiness", "2", "-n", "5", "-q"]) == 2
+    assert capsys.readouterr().err.startswith("sim run: error: --burstiness 2 shapes the gaps")
+
+
 def test_same_seed_same_workload_other_seed_other():
     for make in (lambda s: vllm_random(300, range_ratio=0.5, request_rate=3.0, seed=s),
                  lambda s: vllm_sharegpt(300, request_rate=3.0, burstiness=0.5, seed=s)):

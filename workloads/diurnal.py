@@ -46,11 +46,24 @@ def _bursts(bursts) -> list:
     return out
 
 
+def _shape(peak_to_trough, peak_hour) -> float:
+    """``peak_to_trough`` checked (>= 1: a peak below its trough would put the thinning's
+    candidates under the curve's maximum) with ``peak_hour`` (finite)."""
+    k = _positive("peak_to_trough", peak_to_trough)
+    if k < 1:
+        raise ValueError(f"peak_to_trough must be >= 1 (the peak's rate over the trough's), "
+                         f"got {peak_to_trough!r}")
+    if isinstance(peak_hour, bool) or not isinstance(peak_hour, (int, float)) \
+            or not math.isfinite(peak_hour):
+        raise ValueError(f"peak_hour must be a finite number of hours, got {peak_hour!r}")
+    return k
+
+
 def rate_at(t, *, mean_rate, peak_to_trough=4.0, peak_hour=14.0, bursts=(),
             period_hours=24.0) -> np.ndarray:
     """The rate curve ``lambda(t)`` (requests/s) at the times ``t`` (seconds), see the module
     docstring."""
-    k = _positive("peak_to_trough", peak_to_trough)
+    k = _shape(peak_to_trough, peak_hour)
     a = (k - 1) / (k + 1)
     t = np.asarray(t, dtype=np.float64)
     lam = _positive("mean_rate", mean_rate) * (
@@ -65,6 +78,7 @@ def diurnal(hours=24.0, *, mean_rate, prompt, output, peak_to_trough=4.0, peak_h
             bursts=(), period_hours=24.0, seed=0) -> pd.DataFrame:
     """Requests over ``hours`` of the diurnal curve (see the module docstring)."""
     duration = _positive("hours", hours) * 3600.0
+    peak_to_trough = _shape(peak_to_trough, peak_hour)
     burst = _bursts(bursts)
     peak = _positive("mean_rate", mean_rate) * 2 * peak_to_trough / (peak_to_trough + 1) * max(
         [1.0] + [f for _, _, f in burst])

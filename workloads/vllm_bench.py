@@ -132,7 +132,10 @@ def vllm_arrivals(n, request_rate=math.inf, burstiness=1.0, seed=0, *, formula="
     n, formula = _count(n), _formula(formula)
     rate = _num("request_rate", request_rate, 0.0, inf=True, low_open=True)
     b = _num("burstiness", burstiness, 0.0, inf=True, low_open=True)
-    if rate == math.inf:
+    if rate == math.inf:  # (vLLM ignores burstiness here too; said, not dropped)
+        if b != 1.0:
+            raise ValueError(f"burstiness {b:g} shapes the gaps between requests sent at a "
+                             f"rate: with none (inf) every request is sent at t = 0")
         return np.zeros(n)
     if b == math.inf:
         gaps = np.full(n, 1.0 / rate)
@@ -254,6 +257,9 @@ def vllm_sharegpt(num_prompts=1000, *, output_len=None, request_rate=math.inf,
     o = np.full(len(p), output_len) if fixed else lengths["output"].to_numpy()[order] + special
     keep = np.flatnonzero(is_valid_sequence(p, o, fixed))[:n]
     rows = keep.tolist()
+    if not rows:  # only a fixed output this long filters every conversation out
+        raise ValueError(f"output_len {output_len} leaves no ShareGPT conversation valid: "
+                         f"vLLM keeps prompt + output <= {MAX_TOTAL_LEN} tokens")
     if len(rows) < n and oversample:
         pick = random.Random(seed)
         rows += [pick.choice(rows) for _ in range(n - len(rows))]

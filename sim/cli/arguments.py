@@ -146,6 +146,15 @@ def positive(shown, value):
     return positive_float(shown, value)
 
 
+def request_rate(shown, value):
+    """> 0 and finite; inf (vllm bench serve's --request-rate default) says how to get it."""
+    if value == math.inf:
+        raise ValueError(f"{shown} must be a finite number > 0, got inf: omit it to send "
+                         f"a vllm-random or vllm-sharegpt workload all at t = 0, as vllm bench "
+                         f"serve's --request-rate inf does")
+    return positive_float(shown, value)
+
+
 def at_least_zero(shown, value):
     return positive_float(shown, value, allow_zero=True)
 

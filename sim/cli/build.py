@@ -73,7 +73,8 @@ def fit_profile_cost(profile, s):
         print(f"sim run: warning: the profile was fitted on {fitted_on!r}, the run is on "
               f"{s['gpu']!r}: its terms describe another GPU's engine", file=sys.stderr)
     return fitted_roofline(terms, s["model"], s["gpu"], tensor_parallel=s["tensor_parallel"],
-                           weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"])
+                           weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"],
+                           expert_parallel=s["expert_parallel"], expert_skew=s["expert_skew"])
 
 
 def cost_model_from(s):
@@ -87,7 +88,11 @@ def cost_model_from(s):
         profile = read_profile(s["profile"])
         if is_fit_profile(profile):
             return fit_profile_cost(profile, s)
-        cost = CalibratedCost(profile)
+        try:
+            cost = CalibratedCost(profile)
+        except ValueError as e:  # (a JSON object of another kind: name the file)
+            raise ValueError(f"--profile {str(s['profile'])!r}: {e}; write one with 'sim fit' "
+                             f"or 'sim calibrate'") from None
         for note in (cost.warning(), profile_model_mismatch(cost, s)):
             if note:
                 print(f"sim run: warning: {note}", file=sys.stderr)
@@ -170,17 +175,22 @@ def config_from(s, names=None):
                      cost_model=cost_model_from(s), **objects)
 
 
-def build(s, names=None):
+def build(s, names=None, fits=True):
     """(workload DataFrame, SimConfig) from settings, the config checked through to its KV
     pool and cost model; ``names`` (a :class:`Names`): an error names each setting as the user
-    wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``)."""
+    wrote it (``exp.toml: chunk_size``, ``--chunk-size``, ``--tp 2``, ``--rate``). ``fits``
+    False: the base of a sweep's grid or a plan's space, whose points set their own GPU,
+    parallelism and dtypes: a model that does not fit the base is no error here (each point
+    that does not fit is an error row or a pruned candidate)."""
     import workloads
+    from workloads.vllm_bench import BENCH_WORKLOADS
     from ..engine.simulation import cache_unit
     from .footprint import check_footprint
     load = parts(s)["workload"]
     try:
-        if workloads.TRACES.get(load.get("name"), ("", ""))[1] == "lengths":  # (resampled to
-            # any n: a trace or file with fewer rows is an error before anything is allocated)
+        if workloads.TRACES.get(load.get("name"), ("", ""))[1] == "lengths" \
+                or load.get("name") in BENCH_WORKLOADS:  # (resampled or drawn to any n: a
+            # trace or file with fewer rows is an error before anything is allocated)
             check_footprint(load.get("n"), names("num_requests") if names else "num_requests")
         try:
             df = workloads.load(**load)
@@ -189,7 +199,11 @@ def build(s, names=None):
                 raise
             df = workloads.load(**dict(load, rate=1.0))
         cfg = config_from(s, names)
-        cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
+        try:
+            cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
+        except ValueError as e:
+            if fits or "does not fit" not in str(e):
+                raise
         cfg.resolved_cost_model()
         cache_unit(df, cfg.resolved())  # the workload's hash ids and the prefix cache's pages
         return df, cfg
@@ -214,23 +228,23 @@ def seed_changes_nothing(s, cfg) -> bool:
 REFERENCE_RATE = 1.0  # req/s: a length-only set's arrivals where every run re-scales them
 
 
-def build_rescaled(s, names, rescaled=True):
-    """``(build(s, names), s)``; when ``rescaled`` (each run time-scales the workload to a rate
-    of its own: sim sweep's grid rates, sim capacity's search) a length-only set given no rate
-    draws its Poisson arrivals at ``REFERENCE_RATE`` instead of being an error, and the
+def build_rescaled(s, names, rescaled=True, fits=True):
+    """``(build(s, names, fits), s)``; when ``rescaled`` (each run time-scales the workload to
+    a rate of its own: sim sweep's grid rates, sim capacity's search) a length-only set given
+    no rate draws its Poisson arrivals at ``REFERENCE_RATE`` instead of being an error, and the
     settings returned say so. A fixed reference, not a rate of the grid: the base workload
     (which a sweep's resume fingerprint hashes) must not change when the rates do."""
     from workloads.vllm_bench import BENCH_WORKLOADS
     if rescaled and s["rate"] is None and s["workload"] in BENCH_WORKLOADS:
         s = dict(s, rate=REFERENCE_RATE)  # (its default rate, inf, sends all at 0: no rate)
-        return build(s, names), s
+        return build(s, names, fits), s
     try:
-        return build(s, names), s
+        return build(s, names, fits), s
     except ValueError as e:
         if not rescaled or s["rate"] is not None or "no arrival times" not in str(e):
             raise
     s = dict(s, rate=REFERENCE_RATE)
-    return build(s, names), s
+    return build(s, names, fits), s
 
 
 _LEADING = re.compile(r"(\w+)(?:=| )(.*)", re.S)  # "chunk_size=100 is ...", "cost 'x': ..."

@@ -43,6 +43,11 @@ def cmd_capacity(args) -> int:
                          f"time-scales an open loop's arrivals, and a closed loop's users issue "
                          f"requests as theirs finish (drop it; compare user counts with sim run "
                          f"or a sweep)")
+    if s.get("max_concurrency") is not None:  # (the API's refusal names config.closed_loop)
+        raise ValueError(f"{names('max_concurrency')} {s['max_concurrency']}: sim capacity "
+                         f"time-scales an open loop's arrivals, and the cap holds requests back "
+                         f"until others finish, its latencies counted from the send (drop it; "
+                         f"compare caps with sim run or a sweep)")
     for flag, value, top in (("--attainment", args.attainment, 1), ("--tol", args.tol, None)):
         if value > 1 or (top is None and value == 1):
             raise ValueError(f"{flag} {value:g} must be {'at most 1' if top else 'below 1'} "

@@ -13,6 +13,7 @@ terms found.
 from __future__ import annotations
 
 import json
+import os
 
 from ..checks import plural
 from .arguments import output_file
@@ -62,6 +63,13 @@ def cmd_fit(args) -> int:
     if not str(own["write"]).endswith(".json"):
         raise ValueError(f"--write must be a file name ending in .json, got {own['write']!r}")
     target = output_file(own["write"], "--write")
+    seen = {}
+    for path in args.measured:  # a file twice would be fitted to and held out at once
+        key = os.path.realpath(path)
+        if key in seen:
+            raise ValueError(f"{path}: given twice (as {seen[key]} too): each measured run "
+                             f"once, or a held-out run may be one the fit saw")
+        seen[key] = path
     runs = [r for path in args.measured for r in runs_of(path)]
     if own["holdout"] is not None and own["holdout"] >= len(runs):
         raise ValueError(f"--holdout {own['holdout']}: must be below the number of measured "

@@ -90,7 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the command they were given to: 'sim compare --help', not 'sim --help'
+        sub = parser._subparsers._group_actions[0].choices.get(args.command, parser)
+        sub.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return 2

@@ -139,7 +139,7 @@ def cmd_plan(args) -> int:
         raise ValueError(f"{args.config}: a plan needs an [slo] table (ttft, itl, tpot, e2e)")
     target = s["rate"]  # the target load (None: each candidate's capacity is ranked)
     out = output_folder(s["output"], names("output"))
-    (df, cfg), s = build_rescaled(s, names)
+    (df, cfg), s = build_rescaled(s, names, fits=False)  # (the space sets tp, gpu, ...)
     kwargs = dict(space=space, base=cfg, attainment=own["attainment"], rate=target,
                   objective=own["objective"], latency=own["latency"], tol=own["tol"],
                   margin=own["margin"], workers=args.workers, client=args.dask,

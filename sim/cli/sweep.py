@@ -86,7 +86,7 @@ def cmd_sweep(args) -> int:
     out = output_folder(s["output"], names("output"))
     # a trace's own timing, or a length-only set's arrivals at a reference rate: each grid
     # rate re-scales them (a grid of closed_loop_users: its users ignore them)
-    (df, cfg), s = build_rescaled(s, names,
+    (df, cfg), s = build_rescaled(s, names, fits=False,  # (the grid may set tp, gpu, ...)
                                   rescaled="rate" in grid or "closed_loop_users" in grid)
     if repeats > 1:  # each repeat draws the workload again with its seed
         import workloads

@@ -42,6 +42,7 @@ from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_
 from . import (table_benchwl, table_fit, table_models, table_offload, table_overheads,
                table_plan)
 from .setting import SHARED, TARGETS, Setting, first_line
+from .arguments import request_rate  # (rate's check; a line of its own: fewer merge conflicts)
 
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
 
@@ -83,7 +84,7 @@ SETTINGS = (
                                 "is an error, a length-only set is resampled",
       default_help="default: all"),
     S("rate", ("--rate", "--request-rate"), ("workload",), parse=float, metavar="REQ_PER_S",
-      check=positive,
+      check=request_rate,
       help="requests/s > 0: time-scales a trace, or the Poisson rate of a length-only set such "
            "as sharegpt, where it is required", default_help="default: the trace's own timing"),
     S("scheduler", ("--scheduler", "-s"), parse=str.lower, choices=_scheduler_names,

@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import math
 
-from .arguments import at_least_zero, count, count_or_zero, name_any_case, positive
+from .arguments import at_least_zero, count, count_or_zero, name_any_case
 from .setting import Setting as S
 
 
 def _burstiness(shown, value):
     """> 0, or inf (the tool's constant gaps of 1/rate)."""
-    return math.inf if value == math.inf else positive(shown, value)
+    if value == math.inf:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{shown} must be > 0 or inf, got {value}")  # (nan fails > 0 too)
+    return float(value)
 
 
 ROWS = (

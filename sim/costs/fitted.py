@@ -84,14 +84,16 @@ def profile_terms(doc, where="profile") -> dict:
 
 
 def fitted_roofline(terms: dict, model, gpu, *, tensor_parallel=1, weight_dtype="fp16",
-                    kv_dtype="fp16", activation_dtype=None) -> RooflineCost:
+                    kv_dtype="fp16", activation_dtype=None, expert_parallel=1,
+                    expert_skew=0.0) -> RooflineCost:
     """The roofline of ``model`` on ``gpu`` with the fit's ``terms`` applied (see the module
     docstring)."""
-    base = RooflineCost(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
-                        kv_dtype=kv_dtype, activation_dtype=activation_dtype)
+    same = dict(tensor_parallel=tensor_parallel, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                activation_dtype=activation_dtype, expert_parallel=expert_parallel,
+                expert_skew=expert_skew)
+    base = RooflineCost(model, gpu, **same)
     params = scaled_params(base.params, terms["compute_eff_scale"], terms["memory_eff_scale"],
                            terms["overhead_s"])
     if params is base.params:
         return base
-    return RooflineCost(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
-                        kv_dtype=kv_dtype, params=params, activation_dtype=activation_dtype)
+    return RooflineCost(model, gpu, params=params, **same)

@@ -348,6 +348,10 @@ class SimConfig:
         ``ngram``)."""
         from ..costs.roofline import RooflineCost
         target = self.cost_model
+        if self.expert_skew and target is not None and getattr(
+                target, "expert_skew", None) != self.expert_skew:  # (the roofline's alone)
+            raise ValueError(f"expert_skew={self.expert_skew:g} is not used by cost_model "
+                             f"{target!r}: only the roofline prices the busiest GPU's experts")
         if target is None:
             target = RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
                                   tensor_parallel=self.tensor_parallel,

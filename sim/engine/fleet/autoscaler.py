@@ -59,6 +59,10 @@ class Autoscaler:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
+        if self.metric == "kv" and not self.target < 1:  # (a pool is at most all in use)
+            raise ValueError(f"target must be a fraction in (0, 1) for metric 'kv' (the pool's "
+                             f"used fraction: one of {self.target!r} never scales up), got "
+                             f"{self.target!r}")
         for name in ("scale_down_delay_s", "load_time_s"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
