@@ -11,6 +11,7 @@ A workload is a pandas DataFrame with one row per request:
 | ``hash_ids`` | list of ints (optional) | prefix-block ids, ``attrs["block_size"]`` tokens each |
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
+| ``lora_id`` | any id, missing: the base model (optional) | its LoRA adapter (``workloads.lora``) |
 
 An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, a JSONL file's epoch or
 ISO times, which pandas reads as dates, or a CSV file's ISO text, which ``load_file`` parses)
