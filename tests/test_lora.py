@@ -156,3 +156,20 @@ def test_base_only_column_is_the_base_model():
     plain = sim.run(df.drop(columns="lora_id"), scheduler="continuous")
     assert sim.run(df, scheduler="continuous").requests["finish_time"].equals(
         plain.requests["finish_time"])
+
+
+def test_vllm_skips_a_request_whose_adapter_has_no_slot():
+    """vLLM v1: A B A B with one slot: the second A is admitted beside the first (B is
+    skipped, not waited for), so B's two requests run after both A's: 2 loads, not 4."""
+    lora = LoRAConfig(max_loras=1, max_cpu_loras=2)
+    res = sim.run(_frame(["A", "B", "A", "B"]), scheduler="vllm", cost_model=ConstantCost(0.01),
+                  model=MODEL, gpu="h100", lora=lora, check=True)
+    order = list(res.requests.sort_values(["finish_time", "request_id"])["request_id"])
+    assert order == [0, 2, 1, 3]
+    assert res.summary()["lora_adapter_loads"] == 2
+
+
+def test_cli_ranks_are_the_engines():
+    from sim.cli.table_lora import LORA_RANKS
+    from sim.engine.kv.lora import VLLM_RANKS
+    assert LORA_RANKS == VLLM_RANKS
