@@ -38,7 +38,7 @@ _PUBLIC = {
     **dict.fromkeys(("POLICIES", "VLLM", "Batch", "ChunkedPrefill", "ContinuousBatching",
                      "Disaggregation", "Orca", "Sarathi", "SGLang", "SimConfig",
                      "SpeculativeConfig", "StaticBatching", "run", "RequestPath", "KVTier",
-                     "KVTierChain", "offload_preset"),
+                     "KVTierChain", "offload_preset", "LoRAConfig"),
                     "engine"),
     "Result": "results.metrics",
     **dict.fromkeys(("GPU", "get_gpu", "gpu_presets"), "specs.gpus"),
@@ -71,7 +71,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "run", "SimConfig", "SpeculativeConfig", "Disaggregation", "RequestPath", "KVTier", "Result",
-    "KVTierChain", "offload_preset",
+    "KVTierChain", "offload_preset", "LoRAConfig",
     "Batch", "sweep", "max_rate", "Capacity",
     "plan", "Autoscaler", "run_autoscaled",
     "ConstantCost", "LinearCost", "RooflineCost", "CalibratedCost", "EngineOverheads",

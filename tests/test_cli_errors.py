@@ -115,14 +115,17 @@ CASES = [
                                    "'chunk_size', 'closed_loop_users', "
                                    "'context_chunking_policy', "
                                    "'cost', 'decode_replicas', 'enable_chunked_context', "
-                                   "'engine_overheads', "
+                                   "'enable_lora', 'engine_overheads', "
                                    "'expert_parallel', 'expert_skew', "
                                    "'format', 'free_gpu_memory_fraction', 'gpu', "
                                    "'gpu_idle_watts', 'gpu_max_watts', "
                                    "'gpu_memory_utilization', 'hash_block_tokens', "
                                    "'kv_blocks', 'kv_dtype', 'kv_tokens', "
-                                   "'link_bandwidth_gbps', 'link_latency_s', 'max_batch_size', "
-                                   "'max_concurrency', "
+                                   "'link_bandwidth_gbps', 'link_latency_s', 'lora_adapters', "
+                                   "'lora_cpu_bandwidth', 'lora_default_rank', "
+                                   "'lora_disk_bandwidth', 'lora_zipf', 'max_batch_size', "
+                                   "'max_concurrency', 'max_cpu_loras', 'max_lora_rank', "
+                                   "'max_loras', "
                                    "'max_model_len', 'model', 'num_requests', "
                                    "'offload_eviction', 'offload_gb', "
                                    "'offload_latency', 'offload_link_bandwidth', "
@@ -148,8 +151,11 @@ CASES = [
                                      "'random_input_len', 'random_output_len', "
                                      "'random_prefix_len', 'random_range_ratio', 'rate', "
                                      "'repeats', 'replicas', 'router', "),
-    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'max_batch_size', "
-                                     "'max_concurrency', 'max_model_len', "
+    (["sweep", "{d}/misspelt.toml"], "'link_latency_s', 'lora_adapters', "
+                                     "'lora_cpu_bandwidth', 'lora_default_rank', "
+                                     "'lora_disk_bandwidth', 'lora_zipf', 'max_batch_size', "
+                                     "'max_concurrency', 'max_cpu_loras', 'max_lora_rank', "
+                                     "'max_loras', 'max_model_len', "
                                      "'metrics', 'model', "),
     (["sweep", "{d}/misspelt.toml"], "'gpu', 'gpu_idle_watts', 'gpu_max_watts', "
                                      "'gpu_memory_utilization', 'grid', "
@@ -340,6 +346,11 @@ CASES = [
     (["run", "{d}/trt_policy.toml"],
      "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
      "'max_utilization'), got 'fcfs'"),
+    (RUN + ["--max-loras", "2"], "--max-loras needs enable_lora (--enable-lora)"),
+    (RUN + ["--enable-lora", "--max-lora-rank", "24"], "max_lora_rank must be one of (8, 16, "),
+    (RUN + ["--enable-lora", "--max-loras", "2", "--max-cpu-loras", "1"],
+     "max_cpu_loras (1) must be >= max_loras (2)"),
+    (RUN + ["--lora-zipf", "1"], "needs lora_adapters (--lora-adapters)"),
 ]
 
 

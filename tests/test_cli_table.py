@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.engine.kv.lora import LoRAConfig
 from sim.cli.build import config_from, parts, with_request_path
 from sim.cli.main import build_parser
 from sim.cli.settings import DEFAULTS, Names, given_value, reference_rows, settings_from
@@ -96,9 +97,19 @@ SAMPLES = {
     "max_concurrency": ("16", 16, []),
     "burstiness": ("0.5", 0.5, ["-w", "vllm-random"]),
     "vllm_formula": ("LEGACY", "legacy", ["-w", "vllm-random"]),
+    "enable_lora": (None, True, []),
+    "max_loras": ("4", 4, ["--enable-lora", "--max-cpu-loras", "4"]),
+    "max_lora_rank": ("64", 64, ["--enable-lora"]),
+    "max_cpu_loras": ("8", 8, ["--enable-lora"]),
+    "lora_default_rank": ("8", 8, ["--enable-lora"]),
+    "lora_cpu_bandwidth": ("12.5", 12.5, ["--enable-lora"]),
+    "lora_disk_bandwidth": ("3", 3.0, ["--enable-lora"]),
+    "lora_adapters": ("5", 5, []),
+    "lora_zipf": ("0.5", 0.5, ["--lora-adapters", "3"]),
 }
 OBJECTS = {"closed_loop": "closed_loop", "disaggregation": "disaggregation",
-           "speculative": "speculative", "kv_offload": "kv_offload"}  # a row's target -> SimConfig's field holding it
+           "speculative": "speculative", "kv_offload": "kv_offload",
+           "lora": "lora"}  # a row's target -> SimConfig's field holding it
 
 
 def _argv(key):
@@ -152,6 +163,7 @@ def test_every_field_the_cli_exposes_is_in_the_table():
     targets = {"config": _fields(SimConfig), "speculative": _fields(SpeculativeConfig),
                "disaggregation": _fields(Disaggregation),
                "closed_loop": _fields(workloads.ClosedLoop), "kv_offload": _fields(KVTier),
+               "lora": _fields(LoRAConfig),
                "workload": set(inspect.signature(workloads.load).parameters)}
     for row in SETTINGS:
         for target in row.to:
@@ -160,7 +172,7 @@ def test_every_field_the_cli_exposes_is_in_the_table():
                 assert row.api_field in targets[target], (row.key, target)
     by_rows = {row.api_field for row in SETTINGS if "config" in row.to}
     built = {"cost_model", "speculative", "closed_loop", "disaggregation", "request_path",
-             "kv_offload"}
+             "kv_offload", "lora"}
     not_exposed = {"progress", "check"}  # a terminal's progress bar; the engine's self-check
     assert _fields(SimConfig) == by_rows | built | not_exposed
     for name, (owner, attr) in PARTS.items():  # sweep's grid: sim run's names for them

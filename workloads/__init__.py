@@ -10,6 +10,7 @@ from .describe import describe, plot_workload
 from .diurnal import diurnal, rate_at, time_scaled
 from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
 from .prefix import ideal_prefix_hit_rate, prefix_block_keys, unit_keys_all
+from .lora import lora_mix, zipf_weights
 from .lengths import Empirical, Fixed, LogNormal, Normal, Uniform, Zipf
 from .schema import COLUMNS, REQUIRED, from_records, validate
 from .traces import TRACES, load, load_file, save, trace_names
@@ -23,6 +24,7 @@ __all__ = [
     "describe", "plot_workload",
     "diurnal", "rate_at", "time_scaled",
     "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "unit_keys_all", "multi_turn", "shared_prefix", "synthetic",
+    "lora_mix", "zipf_weights",
     "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",
     "COLUMNS", "REQUIRED", "from_records", "validate",
     "TRACES", "load", "load_file", "save", "trace_names",

@@ -12,6 +12,7 @@ A workload is a pandas DataFrame with one row per request:
 | ``session_id``, ``turn`` | optional | multi-turn conversations |
 | ``gap_s``, ``parent``, ``join`` | optional | agentic sessions: tool gaps, sub-agents (:mod:`workloads.agentic`) |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
+| ``lora_id`` | any id, missing: the base model (optional) | its LoRA adapter (``workloads.lora``) |
 
 An ``arrival_time`` of timestamps (``datetime64``: a parquet file's, a JSONL file's epoch or
 ISO times, which pandas reads as dates, or a CSV file's ISO text, which ``load_file`` parses)

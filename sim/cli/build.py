@@ -20,6 +20,7 @@ import sys
 
 from .arguments import read_profile
 from .build_tiers import tier_chain
+from .table_lora import lora_from, with_lora_ids
 from .settings import given_value
 from .table import BY_KEY, SETTINGS
 
@@ -172,7 +173,7 @@ def config_from(s, names=None):
         objects["kv_offload"] = tier_chain(p["kv_tiers"], objects.get("kv_offload"),
                                            p.get("kv_offload", {}))
     return SimConfig(**p.get("config", {}), speculative=speculative,
-                     cost_model=cost_model_from(s), **objects)
+                     cost_model=cost_model_from(s), lora=lora_from(p), **objects)
 
 
 def build(s, names=None, fits=True):
@@ -198,6 +199,7 @@ def build(s, names=None, fits=True):
             if s["closed_loop_users"] is None or "no arrival times" not in str(e):
                 raise
             df = workloads.load(**dict(load, rate=1.0))
+        df = with_lora_ids(df, parts(s), s.get("seed") or 0)  # --lora-adapters (table_lora)
         cfg = config_from(s, names)
         try:
             cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now

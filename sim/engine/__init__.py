@@ -30,7 +30,7 @@ _PUBLIC = {"Batch": "core.batch", "SimConfig": "config", "Disaggregation": "flee
            "Sarathi": "presets.sarathi", "SGLang": "presets.sglang", "POLICIES": "schedulers",
            "run": "simulation", "SpeculativeConfig": "speculation.settings", "KVTier": "kv.offload",
            "KVTierChain": "kv.tiers", "offload_preset": "presets.offload",
-           "RequestPath": "fleet.request_path"}
+           "RequestPath": "fleet.request_path", "LoRAConfig": "kv.lora"}
 
 
 def __getattr__(name):
@@ -43,4 +43,5 @@ def __getattr__(name):
 
 __all__ = ["run", "SimConfig", "Disaggregation", "Batch", "POLICIES", "StaticBatching",
            "ContinuousBatching", "ChunkedPrefill", "VLLM", "Sarathi", "Orca", "SGLang",
-           "SpeculativeConfig", "RequestPath", "KVTier", "KVTierChain", "offload_preset"]
+           "SpeculativeConfig", "RequestPath", "KVTier", "KVTierChain", "offload_preset",
+           "LoRAConfig"]

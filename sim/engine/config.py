@@ -59,6 +59,7 @@ from .bands import check_bands
 from .core.policies import PREFIX_CACHING_MODES
 from .engine_overheads import check_engine_overheads, summary_keys
 from .fleet.disaggregation import Disaggregation
+from .kv.lora import LoRAConfig
 from .kv.offload import KVTier
 from .kv.tiers import KVTierChain
 from .fleet.routers import check_router
@@ -101,6 +102,7 @@ class SimConfig:
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
     kv_offload: object = None  # sim.KVTier / KVTierChain: tiers under the block prefix cache
+    lora: object = None  # sim.LoRAConfig: LoRA adapters' slots, loads, GEMM cost (kv.lora)
     replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.fleet.cluster)
     router: object = "round_robin"  # a name in sim.engine.fleet.routers.ROUTERS or a callable
     disaggregation: object = None  # sim.engine.fleet.disaggregation.Disaggregation: two pools
@@ -142,7 +144,12 @@ class SimConfig:
                                                           (KVTier, KVTierChain)):
             raise TypeError(f"kv_offload must be a sim.KVTier or sim.KVTierChain, got "
                             f"{self.kv_offload!r}")
+        if self.lora is not None and not isinstance(self.lora, LoRAConfig):
+            raise TypeError(f"lora must be a sim.LoRAConfig, got {self.lora!r}")
         if self.disaggregation is not None:
+            if self.lora is not None:
+                raise ValueError("lora with disaggregation is not modelled: serve the adapters "
+                                 "on one replica or a cluster (replicas=N)")
             if not isinstance(self.disaggregation, Disaggregation):
                 raise TypeError(f"disaggregation must be a sim.Disaggregation, got "
                                 f"{self.disaggregation!r}")

@@ -32,6 +32,9 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
         draft = get_model(draft)
         draft_weights = (draft.total_params() / tp
                          * bytes_per_value("weight_dtype", config.weight_dtype) / 1e9)
+    lora = getattr(config, "lora", None)  # LoRA slots, preallocated (kv.lora.LoRAConfig)
+    lora_gb = 0.0 if lora is None else lora.slot_bytes(
+        get_model(model), bytes_per_value("weight_dtype", config.weight_dtype), tp) / 1e9
     util = config.gpu_memory_utilization  # (None: SGLang's / TensorRT-LLM's do not use it)
     trt = {}  # TensorRT-LLM's: its fraction, activations sized for its max_num_tokens
     if accounting == "tensorrt-llm":
@@ -44,7 +47,8 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
     budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
                            weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype,
                            gpu_memory_utilization=util,
-                           block_size=config.block_size, overhead_gb=draft_weights,
+                           block_size=config.block_size,
+                           overhead_gb=draft_weights + lora_gb,
                            expert_parallel=config.expert_parallel,
                            accounting=accounting, **trt)
     if not budget.fits and draft is not None:

@@ -78,6 +78,7 @@ from .core.process import ReplicaProcess, submit
 from .core.records import build_result, gc_frozen, gc_paused, offload_traffic
 from .core.request import Request
 from .engine_overheads import as_client_sees_lag, client_loop, engine_cost
+from .kv.lora import assign_adapters
 from .fleet.clients import ClosedLoopClients, conversations
 from .fleet.sessions import gap_turns
 from .fleet.cluster import RunContext, new_replica, run_cluster
@@ -253,6 +254,7 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     df, requests = _requests_from(workload, config.block_size if config.prefix_caching else None,
                                   config.prefix_caching,
                                   speculative=config.speculative is not None)
+    assign_adapters(df, requests, config.lora)  # LoRA: each request's adapter (kv.lora)
     odd = None if config.closed_loop is not None else arrival_warning(df["arrival_time"])
     if odd:
         warnings.warn(odd, UserWarning, stacklevel=2)

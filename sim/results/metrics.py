@@ -168,6 +168,7 @@ class Result:
         # a full block); 0 without prefix caching. Set by the engine (sim.engine.core.records)
         self.num_prefix_keyed = 0
         self.offload_bytes = None  # an offload tier's (stored, loaded) bytes (kv.offload)
+        self.lora_stats = None  # LoRA adapters' metrics (sim.engine.kv.lora.lora_stats)
         self._itl = itl_data  # (gap values per iteration, weights, extra gaps)
         self._itl_sorted = (None, None)  # (the _itl it was computed from, its weighted_cdf)
         self.bands = None  # run(..., bands=): the band's runs (sim.engine.bands.Bands)
@@ -310,6 +311,8 @@ class Result:
                                       if prompt else float("nan"))
         if "num_offload_tokens" in req:  # an offload tier under the prefix cache
             out.update(offload_metrics(req, fin, prompt, self.offload_bytes))
+        if self.lora_stats:  # LoRA adapters
+            out.update(self.lora_stats)
         if "spec_steps" in req:  # speculative decoding
             steps, drafted = float(req["spec_steps"].sum()), float(req["spec_drafted"].sum())
             accepted = float(req["spec_accepted"].sum())

@@ -208,5 +208,7 @@ class Iteration:
         r.status = FINISHED
         r.finish_time = now
         self.finished.append(r)
+        if self.lora is not None:
+            self.lora.release(r)
         if self.on_finish is not None:
             self.on_finish(r, now)

@@ -75,6 +75,8 @@ class ReplicaProcess:
     """
 
     def __init__(self, env, replica, policy, cost, records, progress, total):
+        if getattr(replica, "lora", None) is not None:  # plus its adapters' GEMMs and loads
+            cost = replica.lora.priced(cost)
         self.env, self.replica, self.policy, self.cost = env, replica, policy, cost
         self.records = records
         self.arrivals = ()

@@ -209,4 +209,8 @@ def offload_traffic(res, replicas):
                 (sum(t.bytes_written[k] for t in tiers), sum(t.bytes_read[k] for t in tiers),
                  sum(t.blocks_read[k] for t in tiers) * tiers[0].block_size)
                 for k in range(len(tiers[0].bytes_written))),)
+    slots = [rep.lora for rep in replicas if getattr(rep, "lora", None) is not None]
+    if slots:  # LoRA adapters (kv.lora): loads, distinct adapters per batch
+        from ..kv.lora import lora_stats
+        res.lora_stats = lora_stats(slots)
     return res

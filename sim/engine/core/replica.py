@@ -90,6 +90,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         # offload: a kv.offload.OffloadTier under the block prefix cache (its evictions stored
         # there, its hits loaded: handoff.KVHandoff._admit_loading), None without
         self.tier = offload if self.caching and not self.radix else None
+        self.lora = None  # kv.lora.AdapterSlots: LoRA adapters' admission gate (use_lora)
         self.num_loading = 0  # requests waiting for their blocks to load from the tier
         self.on_load = None  # callback(request, seconds, start): the process lands it then
         if self.tier is not None:
@@ -198,6 +199,21 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         self._dequeue(r)
         self.blocks.num_free -= blocks  # BlockManager.allocate, inlined (hot): checked above
         self._start(r, num_tokens, 0)
+        return True
+
+    def use_lora(self, slots) -> None:
+        """Serve LoRA adapters with ``slots`` (a :class:`~sim.engine.kv.lora.AdapterSlots`):
+        from now on :meth:`admit` also refuses a request whose adapter can get no GPU slot."""
+        self.lora = slots
+        self.admit = self._admit_lora  # (the plain admit stays as it was: no check when off)
+
+    def _admit_lora(self, r, num_tokens):
+        slots = self.lora
+        if r.status == WAITING and not slots.ready(r):
+            return False
+        if not Replica.admit(self, r, num_tokens):
+            return False
+        slots.take(r)
         return True
 
     def _dequeue(self, r):
@@ -361,6 +377,8 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         r.prefill_target = r.num_prompt_tokens + r.num_generated
         r.num_preemptions += 1
         self.num_preempted_now += 1
+        if self.lora is not None:
+            self.lora.release(r)
         _enqueue_head(self.waiting, r)
 
 

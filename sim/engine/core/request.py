@@ -40,7 +40,7 @@ class Request:
         "num_cached_tokens", "block_keys", "output_keys", "kv_keys", "first_scheduled_time",
         "first_token_time", "finish_time", "reason", "segments", "acceptance_rate", "spec_plan", "spec_steps",
         "spec_accepted", "spec_overshoot", "paused_first", "tree_tokens",
-        "num_offload_tokens", "load_time",
+        "num_offload_tokens", "load_time", "lora_id",
     )
 
     def __init__(self, index, request_id, arrival_time, num_prompt_tokens, num_output_tokens):
@@ -66,6 +66,7 @@ class Request:
         self.num_prefill_computed = 0  # prefill tokens computed, recomputation included
         self.num_cached_tokens = 0  # prompt tokens served from the prefix cache at admission
         self.num_offload_tokens = 0  # ... of which loaded from an offload tier (kv.offload)
+        self.lora_id = None  # its LoRA adapter (kv.lora), None: the base model
         self.load_time = 0.0  # seconds it waited for offloaded blocks to load, in all
         # prefix caching (sim.engine.kv.blocks, sim.engine.kv.radix): the keys of its full prompt
         # blocks, or in radix mode of its hash ids' prefixes (None: no token identity, never

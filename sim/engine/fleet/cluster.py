@@ -53,6 +53,7 @@ from ..core.records import (ITERATION_COLUMNS, build_result, gc_frozen, offload_
                             release)
 from ..core.replica import Replica
 from ..kv.layer_groups import LayerPool
+from ..kv.lora import adapter_slots
 from ..kv.offload import KVTier, OffloadTier
 from ..kv.tiers import KVTierChain, TierChain
 from ..pool_budget import layer_pool_fields
@@ -223,6 +224,8 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
                   cache_unit=cache_unit, speculative=config.speculative,
                   draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None),
                   offload=offload_tier(config, policy), layers=layer_pool(config))
+    if config.lora is not None:  # LoRA adapters: slots, loads (kv.lora)
+        rep.use_lora(adapter_slots(config))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
     rep.max_model_len = max_model_len
     rep.reject_reason = getattr(policy, "reject_reason", None)  # the policy's arrival check

@@ -30,7 +30,8 @@ class VLLM:
     1. running requests first, in running (admission) order: every decode, then each partial
        prefill gets ``min(remaining prompt, budget)`` tokens (chunked prefill is on);
     2. then waiting requests FCFS, each chunked to the remaining budget after its prefix-cache
-       hit, while ``len(running) < max_num_seqs`` and its blocks are free;
+       hit, while ``len(running) < max_num_seqs`` and its blocks are free (with LoRA, one
+       whose adapter can get no GPU slot is skipped, as vLLM v1 does: :mod:`sim.engine.kv.lora`);
     3. a running request that cannot get a block preempts the tail of the running list (the
        newest) by recompute, to the front of the waiting queue, repeatedly, possibly itself;
     4. no waiting request is admitted in a step that preempted;
@@ -90,8 +91,12 @@ class VLLM:
         if replica.num_preempted_now:  # rule 4
             return
         waiting = replica.waiting
-        while budget > 0 and waiting:  # rule 2
-            r = waiting[0]
+        lora, skip = replica.lora, 0
+        while budget > 0 and len(waiting) > skip:  # rule 2
+            r = waiting[skip]
+            if lora is not None and not lora.ready(r):  # vLLM v1 skips a request whose
+                skip += 1  # adapter gets no GPU slot now (kv.lora), and goes on
+                continue
             chunk = min(r.prefill_target - replica.prefix_hit(r), budget)
             if not replica.admit(r, chunk):
                 break
