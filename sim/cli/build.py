@@ -144,6 +144,10 @@ def config_from(s, names=None):
             "kv_offload": KVTier}
     objects = {target: cls(**p[target]) for target, cls in made.items()
                if any(field in p.get(target, {}) for field in MADE_BY[target])}
+    pools = {k: p[f"{k}_pool"] for k in ("prefill", "decode") if f"{k}_pool" in p}
+    if pools and "disaggregation" in objects:  # (sim.cli.table_hetero: a pool's GPU, TP, price;
+        # without pools, an error of sim.cli.settings)
+        objects["disaggregation"] = Disaggregation(**p["disaggregation"], **pools)
     return SimConfig(**p.get("config", {}), speculative=speculative,
                      cost_model=cost_model_from(s), **objects)
 

@@ -39,7 +39,7 @@ from ..results.metrics import SLO_KEYS
 from ..specs.gpus import gpu_presets
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
                         num_requests, number, positive, prefix_caching, repeats, typed)
-from . import table_benchwl, table_models, table_plan
+from . import table_benchwl, table_hetero, table_models, table_plan
 from .setting import SHARED, TARGETS, Setting, first_line
 
 SWEEP_METRICS = ("ttft_p99", "itl_p99", "request_throughput")  # sim sweep's default metrics
@@ -294,6 +294,7 @@ SETTINGS = (
 ) + table_benchwl.ROWS
 del S
 SETTINGS += table_models.ROWS + table_plan.ROWS
+SETTINGS += table_hetero.ROWS
 
 BY_KEY = {row.key: row for row in SETTINGS}
 TABLES = ("slo", "speculative")  # TOML tables: their keys are rows ``table.key``
