@@ -106,8 +106,9 @@ def plot(runs, slo, path, window_s):
     for i, (name, run) in enumerate(runs.items()):
         over = run.over_time(slo, window_s)
         mid = (over["start"] + window_s / 2) / 3600.0
-        top.step(run.timeline["time"] / 3600.0, run.timeline["paid"], where="post",
-                 color=f"C{i}", label=f"{name}: replicas paid")
+        paid = run.timeline["paid"].to_numpy()  # (a step function: held to the run's end)
+        top.step(np.append(run.timeline["time"], run.end) / 3600.0, np.append(paid, paid[-1]),
+                 where="post", color=f"C{i}", label=f"{name}: replicas paid")
         bottom.plot(mid, over["slo_attainment"], "-o", ms=3, color=f"C{i}", label=name)
         if i == 0:
             rate = top.twinx()
