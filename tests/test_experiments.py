@@ -1,5 +1,6 @@
 """Each experiment script runs at a small size, and its headline claim holds."""
 
+import pandas as pd
 import pytest
 
 from sim.specs.gpus import get_gpu
@@ -215,3 +216,52 @@ def test_memory_budget(tmp_path, load_script):
         assert (both[b] <= both[a]).all()
         assert wide[b].notna().sum() >= wide[a].notna().sum()
     assert (tmp_path / "memory_budget.csv").exists() and (tmp_path / "memory_budget.png").exists()
+
+
+def test_plan_8b(tmp_path, load_script):
+    exp = load_script("experiments/plan_8b.py")
+    table, best = exp.main(["--quick", "-o", str(tmp_path), "--workers", "1"])
+    assert list(best.index) == sorted(best.index, key=list(best.index).index)  # (ranked order)
+    assert len(best) == 8 and set(best.index) == {f"{g} {lay}" for g in exp.GPUS
+                                                  for lay in ("aggregated", "disaggregated")}
+    met = best.dropna(subset=["usd_per_hour"])
+    assert (met["slo_attainment"] >= 0.99).all() and (met["ttft_p99"] <= 1.0 + 1e-9).all()
+    assert met[exp.OBJECTIVE].is_monotonic_increasing  # the table is cheapest first
+    # each option's winner is the cheapest of its candidates meeting the SLO
+    for option, row in met.iterrows():
+        mine = table[(table["option"] == option) & (table["status"] == "ranked")]
+        assert row[exp.OBJECTIVE] == mine[exp.OBJECTIVE].min()
+    # usd_per_hour: GPUs x the sourced price of the option's GPU
+    from sim.specs.economics import gpu_price
+    for option, row in met.iterrows():
+        price = gpu_price(option.split()[0]).usd_per_gpu_hour
+        assert row["usd_per_hour"] == pytest.approx(row["num_gpus"] * price, rel=1e-12)
+    for name in ("plan_8b.csv", "plan_8b_best.csv", "plan_8b_pareto.png"):
+        assert (tmp_path / name).stat().st_size > 0
+
+
+def test_autoscaled_day(tmp_path, load_script):
+    exp = load_script("experiments/autoscaled_day.py")
+    table, runs = exp.main(["--quick", "-o", str(tmp_path)])
+    fixed_name = next(n for n in runs if n.startswith("fixed"))
+    fixed, auto = runs[fixed_name], runs["autoscaled"]
+    n = fixed.policy.max_replicas
+    assert table.loc[fixed_name, "slo_attainment"] >= 0.99  # sized to meet it
+    # one replica fewer would not have: the fewest that meet it
+    if n > 1:
+        fewer = exp.sim.run_autoscaled(fixed.result.requests[
+            ["arrival_time", "num_prompt_tokens", "num_output_tokens"]], fixed.result.config,
+            exp.sim.Autoscaler(min_replicas=n - 1, max_replicas=n - 1))
+        assert fewer.summary(slo={"ttft": 1.0})["slo_attainment"] < 0.99
+    for run in runs.values():
+        s = run.summary()
+        assert s["num_finished"] + s["num_rejected"] == len(run.result.requests)  # none lost
+        tl = run.timeline
+        paid_s = (tl["paid"] * (tl["time"].shift(-1).fillna(run.end) - tl["time"])).sum()
+        assert s["gpu_hours"] == pytest.approx(paid_s * 2 / 3600, rel=1e-9)  # TP 2
+        assert tl["serving"].min() >= run.policy.min_replicas
+    assert table.loc[fixed_name, "cold_start_usd"] == 0 and table.loc["autoscaled",
+                                                                      "cold_start_usd"] > 0
+    over = pd.read_csv(tmp_path / "over_time.csv")
+    assert set(over["fleet"]) == set(runs) and over["slo_attainment"].between(0, 1).all()
+    assert (tmp_path / "autoscaled_day.png").stat().st_size > 0

@@ -172,6 +172,10 @@ def config_from(s, names=None):
     if "kv_tiers" in p:  # a chain of offload tiers (sim.cli.table_offload)
         objects["kv_offload"] = tier_chain(p["kv_tiers"], objects.get("kv_offload"),
                                            p.get("kv_offload", {}))
+    pools = {k: p[f"{k}_pool"] for k in ("prefill", "decode") if f"{k}_pool" in p}
+    if pools and "disaggregation" in objects:  # (sim.cli.table_hetero: a pool's GPU, TP, price;
+        # without pools, an error of sim.cli.settings)
+        objects["disaggregation"] = Disaggregation(**p["disaggregation"], **pools)
     return SimConfig(**p.get("config", {}), speculative=speculative,
                      cost_model=cost_model_from(s), lora=lora_from(p), **objects)
 

@@ -32,6 +32,7 @@ from .settings import Names, add_flags, given_value, read_toml, settings_from
 from .table import BY_KEY, SHARED
 from .table_plan import ROWS
 
+POOL_TARGETS = (("prefill_pool",), ("decode_pool",))
 OWN = tuple(row.key for row in ROWS)  # the plan's keys: not sim run's (left out of the winner)
 
 
@@ -47,9 +48,14 @@ def _space(raw, config):
             space[key], keys[key] = values, key
             continue
         row = BY_KEY.get(key)
+        if row is not None and row.to in POOL_TARGETS:  # (a pool's knob: sim.cli.table_hetero)
+            space[key] = [row.check(shown, v) if row.check else v for v in values]
+            keys[key] = key
+            continue
         if row is None or row.to != ("config",) or row.commands != SHARED:
             known = sorted(r.key for r in BY_KEY.values()
-                           if r.to == ("config",) and r.commands == SHARED)
+                           if r.to in POOL_TARGETS or (r.to == ("config",)
+                                                       and r.commands == SHARED))
             raise ValueError(f"{shown}: not a sim run setting of the config; known: "
                              f"{', '.join(known)}, split")
         space[row.api_field] = [row.check(shown, v) if row.check else v for v in values]
@@ -96,6 +102,9 @@ def winner_settings(loaded, best, keys, workload, out) -> dict:
             p, d = (int(x) for x in value.split(":"))
             s.update(prefill_replicas=p, decode_replicas=d)
             s.pop("replicas", None)
+    if "prefill_replicas" not in s:  # (aggregated: no pools, so no pool's knobs)
+        for key in [k for k in s if BY_KEY.get(k) and BY_KEY[k].to in POOL_TARGETS]:
+            s.pop(key)
     s["workload"] = str(workload)
     s["output"] = str(Path(out) / "winner")
     return s

@@ -21,6 +21,9 @@ from ..checks import did_you_mean
 from .arguments import not_beside_file
 from .table import (BY_KEY, DEFAULTS, SETTINGS, TABLES, choices_of, flag_of, help_text,
                     reference_rows, rows_for, table_keys, toml_keys)
+from .table_hetero import ROWS as POOL_ROWS
+
+POOL_KEYS = tuple(row.key for row in POOL_ROWS)  # (a pool of a disaggregated run: its own)
 
 __all__ = ["DEFAULTS", "Names", "add_flags", "check_router_used", "check_settings",
            "is_default_scenario", "read_toml", "reference_rows", "settings_from"]
@@ -206,7 +209,7 @@ def check_settings(s, names=None, given=()) -> dict:
         if key in names.from_file and s[key] is not None and str(s[key]) not in trace_names():
             not_beside_file(s[key], key, names.config)
     pools = [k for k in ("prefill_replicas", "decode_replicas") if s[k] is not None]
-    link = [k for k in ("link_bandwidth_gbps", "link_latency_s") if k in given]
+    link = [k for k in ("link_bandwidth_gbps", "link_latency_s") + POOL_KEYS if k in given]
     if link and not pools:
         raise ValueError(f"{names(link[0])} applies to disaggregation only: give "
                          f"{names.like(link[0], 'prefill_replicas')} and/or "

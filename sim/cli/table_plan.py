@@ -4,7 +4,8 @@
 A plan file holds ``sim run``'s settings (the base of every candidate; ``rate`` is the target
 load) plus these keys; ``[space]`` maps a ``sim run`` key whose value goes to the config
 (``gpu``, ``tensor_parallel``, ``weight_dtype``, ``scheduler``, ``max_batch_size``,
-``chunk_size``, ``replicas``, ``router``, ...) or ``split`` to a list of values
+``chunk_size``, ``replicas``, ``router``, ...), ``split`` or a pool's key
+(:mod:`sim.cli.table_hetero`: ``prefill_gpu``, ``decode_gpu``, ...) to a list of values
 (:mod:`sim.tools.plan_space`). Loads nothing beyond the CLI's argument helpers.
 """
 
@@ -38,8 +39,9 @@ S = Setting
 ROWS = (
     S("space", (), ("plan",), commands=PLAN, check=_space, kind="table: key = [values, ...]",
       help="the search space: sim run keys that set the config (gpu, tensor_parallel, "
-           "weight_dtype, scheduler, max_batch_size, chunk_size, replicas, router, ...) and "
-           "split ('aggregated' or 'P:D' prefill:decode replicas), each with its values",
+           "weight_dtype, scheduler, max_batch_size, chunk_size, replicas, router, ...), "
+           "split ('aggregated' or 'P:D' prefill:decode replicas) and a split's pool keys "
+           "(prefill_gpu, decode_gpu, prefill_tensor_parallel, ...), each with its values",
       default_help="required"),
     S("attainment", ("--attainment",), ("plan",), parse=number(float), metavar="FRACTION",
       check=_fraction, commands=PLAN, default=0.9,

@@ -40,8 +40,11 @@ Runs on local processes (``workers``, default one per CPU) or a Dask ``client``;
 (parquet) makes it resumable (:mod:`.plan_run`): interrupted and called again, it gives the same
 table. ``progress``: a bar on stderr (None: only on a terminal), or a stream to draw it on.
 
-Not yet: heterogeneous pools (prefill on one GPU type, decode on another) as a search
-dimension; a ``disaggregation`` in ``base`` with its own pool overrides is taken as given.
+Heterogeneous pools (prefill on one GPU type, decode on another): the space's pool keys
+(``prefill_gpu``, ``decode_gpu``, ``decode_tensor_parallel``, ...) beside a ``P:D`` split; the
+dollars sum each pool's GPUs at their prices, the KV crosses the network between two GPU types
+(:mod:`sim.specs.links`). A ``disaggregation`` in ``base`` keeps its overrides where the space
+sets none.
 """
 
 from __future__ import annotations

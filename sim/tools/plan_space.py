@@ -6,8 +6,11 @@ field (``gpu``, ``tensor_parallel``, ``weight_dtype``, ``scheduler``, ``max_batc
 ``chunk_size``, ``replicas``, ``router``, ...) or ``split``, the serving layout:
 ``"aggregated"`` (colocated replicas, the base config's ``replicas``), or ``"P:D"``, a
 prefill pool of P replicas and a decode pool of D (:class:`~sim.engine.fleet.disaggregation.
-Disaggregation`, the base's link if it has one). Candidates are the product of the lists, in
-the space's order (the first key varies slowest).
+Disaggregation`, the base's link if it has one), or a pool's own knob ``prefill_<knob>`` /
+``decode_<knob>`` (a :data:`~sim.engine.fleet.disaggregation.POOL_KNOBS` entry: ``prefill_gpu``,
+``decode_gpu``, ``decode_tensor_parallel``, ...: heterogeneous pools, added to that pool's
+overrides; an aggregated candidate ignores them, so its copies are duplicates). Candidates are
+the product of the lists, in the space's order (the first key varies slowest).
 
 Invariants: every candidate gets a verdict, in order, before any simulation: ``invalid`` (the
 config does not build: its check's message), ``duplicate`` (the same config as an earlier
@@ -25,6 +28,15 @@ from ..engine.config import SimConfig
 from ..results.economics import price_missing
 
 FIELDS = frozenset(f.name for f in dataclasses.fields(SimConfig))
+POOLS = ("prefill", "decode")
+
+
+def pool_key(key) -> tuple | None:
+    """``(pool, knob)`` of a pool's space key (``"decode_gpu"``: ``("decode", "gpu")``), else
+    None."""
+    from ..engine.fleet.disaggregation import POOL_KNOBS
+    pool, _, knob = key.partition("_")
+    return (pool, knob) if pool in POOLS and knob in POOL_KNOBS else None
 SPLIT = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
 
@@ -35,8 +47,9 @@ def check_space(space) -> dict:
                          f"got {space!r}")
     out = {}
     for key, values in space.items():
-        if key not in FIELDS and key != "split":
-            raise ValueError(f"space key {key!r} is not a SimConfig field nor 'split'")
+        if key not in FIELDS and key != "split" and pool_key(key) is None:
+            raise ValueError(f"space key {key!r} is not a SimConfig field, 'split' nor a "
+                             f"pool's knob (prefill_gpu, decode_tensor_parallel, ...)")
         if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
             raise ValueError(f"space[{key!r}] must be a list of values, got {values!r}")
         out[key] = list(values)
@@ -58,18 +71,28 @@ def split_of(value) -> tuple | None:
 
 
 def candidate_config(base, knobs) -> SimConfig:
-    """``base`` with a candidate's knobs (a ``split`` sets or drops its disaggregation)."""
-    fields = {k: v for k, v in knobs.items() if k != "split"}
+    """``base`` with a candidate's knobs (a ``split`` sets or drops its disaggregation; a
+    pool's knob goes to that pool's overrides when the candidate is disaggregated)."""
+    from ..engine.fleet.disaggregation import Disaggregation
+    pools = {k: pool_key(k) for k in knobs if pool_key(k) is not None}
+    fields = {k: v for k, v in knobs.items() if k != "split" and k not in pools}
+    dis = base.disaggregation
     if "split" in knobs:
-        pools = split_of(knobs["split"])
-        if pools is None:
-            fields["disaggregation"] = None
-        else:
-            from ..engine.fleet.disaggregation import Disaggregation
-            given = base.disaggregation or Disaggregation()
-            fields["disaggregation"] = dataclasses.replace(
-                given, prefill_replicas=pools[0], decode_replicas=pools[1])
+        split = split_of(knobs["split"])
+        dis = None if split is None else dataclasses.replace(
+            dis or Disaggregation(), prefill_replicas=split[0], decode_replicas=split[1])
+        if dis is not None:
             fields["replicas"] = 1  # (its pools are the fleet: replicas does not apply)
+    if pools and dis is None and "split" not in knobs:
+        raise ValueError(f"space key {next(iter(pools))!r} sets a pool of a disaggregated "
+                         f"run: give a 'split' ('P:D') or a base with a disaggregation")
+    if dis is not None and pools:
+        over = {pool: dict(getattr(dis, pool)) for pool in POOLS}
+        for key, (pool, knob) in pools.items():
+            over[pool][knob] = knobs[key]
+        dis = dataclasses.replace(dis, **over)
+    if "split" in knobs or pools:
+        fields["disaggregation"] = dis
     return dataclasses.replace(base, **fields)
 
 
@@ -89,6 +112,8 @@ def static_verdict(base, knobs, objective, seen) -> tuple:
         why = f"the same configuration as {seen[key]}"
         if config.disaggregation is not None:
             why += " (a disaggregated split's pools are its fleet: replicas does not apply)"
+        elif any(pool_key(k) for k in knobs):
+            why += " (an aggregated candidate has no pools: their knobs do not apply)"
         return None, ("duplicate", why)
     seen[key] = ", ".join(f"{k}={v}" for k, v in knobs.items())
     try:

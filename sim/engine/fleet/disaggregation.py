@@ -16,7 +16,9 @@ request decodes there.
   ``b / bandwidth`` seconds after the transfers queued before it, and lands ``latency`` after
   that (the latency is pipelined: it does not hold the link). ``link_bandwidth_gbps``: GB/s per
   direction (1e9 bytes/s); default the GPU preset's scale-up link (NVLink: 450 GB/s on an
-  H100); ``math.inf`` makes the serialisation free.
+  H100); between pools of two GPU types (different machines: no NVLink spans them) the
+  network, :func:`sim.specs.links.network_link_gbps`; ``math.inf`` makes the serialisation
+  free.
 - **Blocks on both sides**: the decode replica's blocks are taken (and a batch slot counted)
   when the transfer starts; the prefill replica frees its blocks when it lands.
 - **Back-pressure**: a transfer starts only when the chosen decode replica has the blocks and a
@@ -127,12 +129,24 @@ class Disaggregation:
         return (self.prefill_replicas + self.decode_replicas,
                 self.prefill_replicas * tp[0] + self.decode_replicas * tp[1])
 
+    def pool_gpus(self, config) -> tuple:
+        """``(prefill, decode)`` GPU preset names (each pool's override, else the run's)."""
+        from ...specs.gpus import get_gpu
+        return tuple(get_gpu(dict(over).get("gpu") or config.resolved_gpu()).name
+                     for over in (self.prefill, self.decode))
+
     def bandwidth_bytes(self, config) -> float:
-        """Link bandwidth in bytes/s: the given figure, else the prefill GPU's scale-up link."""
+        """Link bandwidth in bytes/s: the given figure, else between pools of two GPU types
+        the network (:func:`sim.specs.links.network_link_gbps`), else the prefill GPU's
+        scale-up link. ``config``: the run's (its GPU for a pool without one)."""
         if self.link_bandwidth_gbps is not None:
             return self.link_bandwidth_gbps * 1e9
         from ...specs.gpus import get_gpu
-        gpu = get_gpu(config.resolved_gpu())
+        from ...specs.links import network_link_gbps
+        names = self.pool_gpus(config)
+        if names[0] != names[1]:
+            return network_link_gbps(*names) * 1e9
+        gpu = get_gpu(names[0])
         if not gpu.link_bandwidth_gbps:
             raise ValueError(f"gpu {gpu.name!r} has no scale-up link in the presets: give "
                              f"Disaggregation(link_bandwidth_gbps=...)")
@@ -277,7 +291,7 @@ def run_disaggregated(ctx):
     prefill.decode_lookahead = first.num_spec_tokens
     prefill.more_replicas = decode.replicas
     transfers = Transfers(env, prefill, decode, disagg, config.resolved_model(),
-                          disagg.bandwidth_bytes(prefill.config), prefill.config.kv_dtype)
+                          disagg.bandwidth_bytes(config), prefill.config.kv_dtype)
     simulate(env, config, prefill, decode,
              busy=lambda: any(transfers.pending) or bool(transfers.source),
              conversations=ctx.conversations)
