@@ -132,10 +132,21 @@ def test_a_bad_diurnal_shape_names_the_field(kw, said):
                                      ({"min_replicas": 3, "max_replicas": 2}, "below min"),
                                      ({"initial_replicas": 9}, "initial_replicas"),
                                      ({"metric": "kv", "target": 2.0},
-                                      r"target must be a fraction in \(0, 1\) for metric 'kv'")])
+                                      r"target must be a fraction in \(0, 1\) for metric 'kv'"),
+                                     ({"load_bandwidth_gbps": 0}, "load_bandwidth_gbps must be"),
+                                     ({"load_time_s": 10, "load_bandwidth_gbps": 5},
+                                      "give load_time_s or load_bandwidth_gbps, not both")])
 def test_a_bad_policy_names_the_field(kw, said):
     with pytest.raises(ValueError, match=said):
         Autoscaler(**kw)
+
+
+def test_the_load_time_is_the_given_one_or_the_weights_over_the_bandwidth():
+    cfg = sim.SimConfig(model="llama-3.1-8b", gpu="h100")
+    assert load_time(cfg, Autoscaler(load_time_s=7.5)) == 7.5
+    by_default = load_time(cfg, Autoscaler())
+    at_4 = load_time(cfg, Autoscaler(load_bandwidth_gbps=4))
+    assert by_default == pytest.approx(2 * at_4)  # the default 2 GB/s: twice as long as 4 GB/s
 
 
 def test_the_plot_draws_replicas_and_attainment(day):

@@ -486,3 +486,13 @@ def test_a_config_objects_field_without_the_object_is_refused_before_anything_ru
         sweep(_grid_df(), {"think_time": [0.5]}, workers=1, progress=False)
     with pytest.raises(ValueError, match=r"prefill_replicas=0: prefill_replicas must be"):
         sweep(_grid_df(), {"prefill_replicas": [0]}, workers=1, progress=False)
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True, "2"])
+def test_workers_is_none_or_a_count_of_processes_in_sweep_and_plan(df, workers):
+    """0 is not "the default" (None is): a bad count is an error before anything runs."""
+    said = r"workers must be None \(one process per CPU\) or an integer >= 1, got "
+    with pytest.raises(ValueError, match=said):
+        sweep([{"workload": df}], workers=workers)
+    with pytest.raises(ValueError, match=said):
+        sim.plan(df, {"ttft": 1.0}, space={"max_batch_size": [8]}, workers=workers)

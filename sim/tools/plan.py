@@ -60,6 +60,7 @@ from .capacity import check_search
 from .plan_bounds import rate_bound
 from .plan_run import read_rows, run_candidates, write_rows
 from .plan_space import check_space, static_verdict
+from .sweep_backends import check_workers
 from .sweep_resume import fingerprint, row_key
 
 BOUND_MARGIN = 0.1  # the roofline stage prunes when bound x (1 + margin) < the target rate
@@ -141,6 +142,7 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
     """The ranked table of the candidates of ``space`` (see the module docstring)."""
     base = as_config(base, "base")
     space = check_space(space)
+    check_workers(workers)
     df = _check_args(workload, slo, attainment, rate, tol, margin)
     context = fingerprint(df, base, {**slo, "\0attainment": attainment, "\0rate": rate,
                                      "\0tol": tol}, list(space))

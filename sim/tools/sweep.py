@@ -62,7 +62,7 @@ import sys
 
 import pandas as pd
 
-from .sweep_backends import WorkerLost, run_jobs, run_points
+from .sweep_backends import WorkerLost, check_workers, run_jobs, run_points
 from .sweep_grid import check_grid, has_object
 from .sweep_resume import fingerprint, read_done, row_key, write_rows
 
@@ -134,6 +134,7 @@ def sweep(workload, grid=None, *, base=None, slo=None, repeats=1, workers=None, 
     ``workers``: local processes (default: CPU count; 1 = in this process). ``client``: a
     ``dask.distributed.Client``, or a scheduler address such as ``"tcp://host:8786"``, to run
     them on a cluster. ``progress``: the bar (None: only on a terminal)."""
+    check_workers(workers)
     if grid is not None:
         return _grid_sweep(workload, grid, base, slo, repeats, workers, client, out, progress)
     if out is not None or repeats != 1:

@@ -114,6 +114,14 @@ class WorkerLost(RuntimeError):
                          + (f"; {then}" if then else ""))
 
 
+def check_workers(workers) -> None:
+    """``workers`` is None (one process per CPU) or an integer >= 1: 0 is not "the default"."""
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ValueError(f"workers must be None (one process per CPU) or an integer >= 1, "
+                         f"got {workers!r}")
+
+
 def run_points(df, todo, base, slo, workers, client, finished) -> None:
     """Run the (point, repeat) pairs ``todo`` over the workload ``df``, calling ``finished(row)``
     in this process as each row comes back (in the order they finish). A worker process that

@@ -38,6 +38,9 @@ from dataclasses import dataclass
 METRICS = ("concurrency", "queue", "kv")
 
 
+DEFAULT_LOAD_GBPS = 2.0  # GB/s per GPU when neither load_bandwidth_gbps nor load_time_s is given
+
+
 @dataclass(frozen=True, slots=True)
 class Autoscaler:
     """The policy (see the module docstring)."""
@@ -49,14 +52,20 @@ class Autoscaler:
     initial_replicas: int | None = None  # warm at the start; default min_replicas
     interval_s: float = 15.0  # the HPA's sync period
     scale_down_delay_s: float = 300.0  # the HPA's scale-down stabilisation window
-    load_bandwidth_gbps: float = 2.0  # GB/s per GPU, storage to GPU memory
-    load_time_s: float | None = None  # given: instead of weights / bandwidth
+    load_bandwidth_gbps: float | None = None  # GB/s per GPU, storage to GPU memory; None: 2.0
+    load_time_s: float | None = None  # given: instead of weights / bandwidth (not both)
 
     def __post_init__(self):
         if self.metric not in METRICS:
             raise ValueError(f"metric must be one of {METRICS}, got {self.metric!r}")
+        if self.load_time_s is not None and self.load_bandwidth_gbps is not None:
+            raise ValueError(f"give load_time_s or load_bandwidth_gbps, not both (got "
+                             f"load_time_s={self.load_time_s!r}, load_bandwidth_gbps="
+                             f"{self.load_bandwidth_gbps!r}): the load time is one or the other")
         for name in ("target", "interval_s", "load_bandwidth_gbps"):
             v = getattr(self, name)
+            if name == "load_bandwidth_gbps" and v is None:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {v!r}")
         if self.metric == "kv" and not self.target < 1:  # (a pool is at most all in use)
@@ -92,7 +101,8 @@ def load_time(config, policy) -> float:
     model = get_model(config.resolved_model())
     per_gpu = model.total_params() * bytes_per_value("weight_dtype", config.weight_dtype) \
         / config.tensor_parallel
-    return per_gpu / (policy.load_bandwidth_gbps * 1e9)
+    gbps = DEFAULT_LOAD_GBPS if policy.load_bandwidth_gbps is None else policy.load_bandwidth_gbps
+    return per_gpu / (gbps * 1e9)
 
 
 class AutoscalingRouter:
