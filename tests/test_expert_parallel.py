@@ -97,6 +97,8 @@ def test_ep_1_is_the_roofline_and_runs_differ_with_ep():
     (dict(model="mixtral-8x7b", expert_skew=1.0), "expert_skew 1.0 needs expert_parallel > 1"),
     (dict(model="qwen3-30b-a3b", tensor_parallel=4, expert_parallel=0),
      "expert_parallel must be"),
+    (dict(model="mixtral-8x7b", tensor_parallel=16, expert_parallel=16),
+     "^expert_parallel 16 must divide the 8 experts of 'mixtral-8x7b'$"),
 ])
 def test_bad_expert_parallel_settings_are_one_line_errors(kw, message):
     with pytest.raises(ValueError, match=message):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import sys
+import warnings
 
 from .arguments import read_profile
 from .build_tiers import tier_chain
@@ -71,8 +71,9 @@ def fit_profile_cost(profile, s):
     terms = profile_terms(profile, f"--profile {str(s['profile'])!r}")
     fitted_on = (profile.get("fitted_to") or {}).get("gpu")
     if fitted_on and get_gpu(fitted_on).name != get_gpu(s["gpu"]).name:
-        print(f"sim run: warning: the profile was fitted on {fitted_on!r}, the run is on "
-              f"{s['gpu']!r}: its terms describe another GPU's engine", file=sys.stderr)
+        # (a warning: ``sim COMMAND: warning: ...`` as the command that built it, one line)
+        warnings.warn(f"the profile was fitted on {fitted_on!r}, the run is on {s['gpu']!r}: "
+                      f"its terms describe another GPU's engine", stacklevel=2)
     return fitted_roofline(terms, s["model"], s["gpu"], tensor_parallel=s["tensor_parallel"],
                            weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"],
                            expert_parallel=s["expert_parallel"], expert_skew=s["expert_skew"])
@@ -96,7 +97,7 @@ def cost_model_from(s):
                              f"or 'sim calibrate'") from None
         for note in (cost.warning(), profile_model_mismatch(cost, s)):
             if note:
-                print(f"sim run: warning: {note}", file=sys.stderr)
+                warnings.warn(note, stacklevel=2)
         return cost
     spec = s["cost"]
     if spec == "roofline":

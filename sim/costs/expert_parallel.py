@@ -81,8 +81,8 @@ def check_expert_parallel(model, ep, tensor_parallel, skew=0.0) -> int:
         raise ValueError(f"expert_parallel {ep} needs a mixture-of-experts model; "
                          f"{model.name!r} is dense")
     if model.num_local_experts % ep:
-        raise ValueError(f"expert_parallel {ep} must divide {model.name!r}'s "
-                         f"{model.num_local_experts} experts")
+        raise ValueError(f"expert_parallel {ep} must divide the {model.num_local_experts} "
+                         f"experts of {model.name!r}")
     if ep != tensor_parallel:
         raise ValueError(f"expert_parallel {ep} must equal tensor_parallel {tensor_parallel}: "
                          f"experts spread over the attention's tensor-parallel GPUs "
