@@ -1,7 +1,8 @@
 """``sim serve``: the simulated engine behind an OpenAI-compatible HTTP endpoint, in real time.
 
 Takes ``sim run``'s engine settings (model, GPU, scheduler/preset, KV pool, cost model,
-speculative decoding: the table's rows for one replica; no workload, no output files) plus
+speculative decoding, ``--replicas`` behind a ``--router``: the table's rows; no workload, no
+disaggregation, no output files) plus
 ``--host``, ``--port``, ``--time-scale`` (wall seconds per simulated second),
 ``--served-model-name`` and ``--max-concurrency`` (more requests in flight: HTTP 429); the
 settings are checked, and the model's KV pool and cost model built, before the server starts.
@@ -17,8 +18,8 @@ from .build import as_written, config_from
 from .settings import Names, add_flags, settings_from
 from .table import rows_for
 
-# sim run's settings that are no engine's (and one replica's only: no replicas, no router)
-NOT_HERE = ("replicas", "router", "usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts")
+# sim run's settings that are no engine's
+NOT_HERE = ("usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts")
 TARGETS = ("config", "cost", "speculative")
 
 
@@ -39,7 +40,8 @@ def cmd_serve(args) -> int:
     except (ValueError, TypeError) as e:
         raise type(e)(as_written(str(e), s, names)) from None
     model = args.served_model_name or s["model"]
-    print(f"sim serve: {s['model']} on {s['gpu']}, scheduler {cfg.policy()!r}; "
+    fleet = f"{cfg.replicas} replicas behind {cfg.router}, " if cfg.replicas > 1 else ""
+    print(f"sim serve: {s['model']} on {s['gpu']}, {fleet}scheduler {cfg.policy()!r}; "
           f"http://{args.host}:{args.port}/v1 as model {model!r}, "
           f"time scale {args.time_scale:g} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     serve(cfg, args.host, args.port, args.time_scale, model,

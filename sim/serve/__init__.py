@@ -1,6 +1,7 @@
 """``sim serve``: the simulator behind an OpenAI-compatible HTTP endpoint, in real time.
 
-:class:`~sim.serve.engine.LiveEngine` runs one simulated replica paced by the wall clock
+:class:`~sim.serve.engine.LiveEngine` runs the simulated replicas (``replicas`` behind
+``router``, as ``sim run``'s cluster) paced by the wall clock
 (``time_scale`` wall seconds per simulated second); :func:`~sim.serve.app.make_app` is its
 Starlette app (``/v1/completions``, ``/v1/chat/completions`` with streaming, ``/v1/models``,
 ``/health``, ``/metrics``); :func:`serve` runs both under uvicorn until SIGINT/SIGTERM, when
@@ -44,5 +45,5 @@ def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grac
             getattr(self, "_captured_signals", []).clear()
 
     engine = LiveEngine(config, time_scale)
-    Server(uvicorn.Config(make_app(engine, model, max_concurrency), host=host, port=port, log_level=log_level,
-                          timeout_graceful_shutdown=grace)).run()
+    Server(uvicorn.Config(make_app(engine, model, max_concurrency), host=host, port=port,
+                          log_level=log_level, timeout_graceful_shutdown=grace)).run()

@@ -96,7 +96,7 @@ def make_app(engine, model: str, max_concurrency: int | None = None) -> Starlett
     if max_concurrency is not None and (isinstance(max_concurrency, bool) or not isinstance(
             max_concurrency, int) or max_concurrency < 1):
         raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}")
-    metrics = Metrics(model)
+    metrics = Metrics(model, len(engine.replicas))
     created = int(time.time())
     flight = [0]  # requests in flight (the event loop's thread alone counts them)
 
@@ -185,7 +185,7 @@ def make_app(engine, model: str, max_concurrency: int | None = None) -> Starlett
                            "choices": [choice]}
                 elif kind_ == "done":
                     done[0] = True
-                    metrics.finished(value, times)
+                    metrics.finished(value[0], times, value[1])
                     return
                 else:  # aborted: the server is shutting down
                     done[0] = True
@@ -224,7 +224,7 @@ def make_app(engine, model: str, max_concurrency: int | None = None) -> Starlett
         return PlainTextResponse("")
 
     async def prometheus(_request):
-        return PlainTextResponse(metrics.text(engine.snapshot),
+        return PlainTextResponse(metrics.text(engine.snapshot, engine.snapshots),
                                  media_type="text/plain; version=0.0.4")
 
     @contextlib.asynccontextmanager

@@ -1,24 +1,28 @@
-"""The simulated engine in real time: one replica's SimPy loop paced by the wall clock.
+"""The simulated engine in real time: its replicas' SimPy loop paced by the wall clock.
 
-:class:`LiveEngine` runs the engine's own replica process (:class:`~sim.engine.core.process.
-ReplicaProcess`, the policy, the cost model, the KV pool: what ``sim.run`` runs) in a thread of
-its own. Its environment (:class:`PacedEnvironment`) never advances the clock without an event
-(``sleep`` always schedules), so every iteration's end is an event the driver loop runs only
-once the wall clock has reached it: simulated time ``t`` is wall time ``start + t * scale``
-(``--time-scale``). HTTP handlers put requests in a thread-safe inbox with the wall time they
-arrived; the driver submits each one at its simulated arrival time (``arrival_time = env.now``,
-set before any later event runs) through the engine's arrival verb
-(:func:`~sim.engine.core.process.submit`), as closed-loop clients do. Fast-forward is off: a
-stretch of decodes in one event would skip past requests arriving meanwhile.
+:class:`LiveEngine` runs the engine's own replica processes (:class:`~sim.engine.core.process.
+ReplicaProcess`, the policy, the cost model, the KV pool: what ``sim.run`` runs; ``replicas`` of
+them behind ``router``, as :class:`~sim.engine.fleet.cluster.Cluster` builds them) in a thread
+of its own, all on one simulated clock. Its environment (:class:`PacedEnvironment`) never
+advances the clock without an event (``sleep`` always schedules), so every iteration's end is an
+event the driver loop runs only once the wall clock has reached it: simulated time ``t`` is wall
+time ``start + t * scale`` (``--time-scale``). HTTP handlers put requests in a thread-safe inbox
+with the wall time they arrived; the driver submits each one at its simulated arrival time
+(``arrival_time = env.now``, set before any later event runs) at the replica the router picks
+then (the cluster's rule: routed before any replica forms its batch at that time, each replica
+seen as it stands) through the engine's arrival verb (:func:`~sim.engine.core.process.submit`),
+as closed-loop clients do. Fast-forward is off: a stretch of decodes in one event would skip
+past requests arriving meanwhile.
 
 After each event the requests that gained tokens have them handed to their listener
 (``listener(kind, n, now)``, called in the engine's thread: ``"tokens"`` with the number of new
-tokens, then ``"done"``; or ``"rejected"`` with the reason at once). A finished request is
-dropped (the replica's ``finished`` list is emptied, the iteration records are not kept):
-memory is bounded by the requests in flight.
+tokens, then ``"done"`` with ``(request, replica index)``; or ``"rejected"`` with the reason at
+once). A finished request is dropped (each replica's ``finished`` list is emptied, the iteration
+records are not kept): memory is bounded by the requests in flight.
 
-Invariants (tests/test_serve.py): every submitted request's listener ends with exactly one
-``"done"`` or ``"rejected"``; tokens arrive in order and sum to its output tokens; the clock
+Invariants (tests/test_serve.py, tests/test_serve_replicas.py): every submitted request's
+listener ends with exactly one ``"done"`` or ``"rejected"``, and each request is routed once,
+to one replica, where it stays; tokens arrive in order and sum to its output tokens; the clock
 never goes backwards; :meth:`stop` ends every request still in flight with ``"aborted"``, and
 so does :meth:`abort` one request (its client left): taken out of the queue or the batch in
 flight (the engine's preemption: its KV blocks freed), counted in ``counts["aborted"]``.
@@ -36,7 +40,8 @@ from ..engine.config import as_config
 from ..engine.core.events import NORMAL, Environment
 from ..engine.core.process import ReplicaProcess, submit
 from ..engine.core.request import DECODE, FINISHED, PREFILL, REJECTED, WAITING, Request
-from ..engine.fleet.cluster import new_replica
+from ..engine.fleet.cluster import Cluster, new_replica, replica_policy
+from ..engine.fleet.routers import ReplicaView, make_router
 from ..engine.schedulers import resolve
 
 __all__ = ["LiveEngine", "PacedEnvironment"]
@@ -61,11 +66,15 @@ class _Discard:
 
 
 class LiveEngine:
-    """One simulated replica served in real time; ``scale``: wall seconds per simulated one.
+    """``config.replicas`` simulated replicas behind ``config.router``, served in real time;
+    ``scale``: wall seconds per simulated one.
 
     :meth:`add` (any thread) queues a request; :meth:`start` / :meth:`stop` run and end the
-    engine's thread. ``snapshot``: (running, waiting, KV usage fraction), refreshed after each
-    event; ``counts``: requests finished and rejected so far."""
+    engine's thread. ``snapshot``: (running, waiting, KV usage fraction) of all replicas
+    together, ``snapshots``: each replica's, refreshed after each event; ``counts``: requests
+    finished and rejected so far, ``routed``: requests routed to each replica."""
+
+    pick = Cluster.pick  # the router's choice, checked (reads route, views, env, replicas)
 
     def __init__(self, config=None, scale: float = 1.0, **overrides):
         if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
@@ -74,9 +83,9 @@ class LiveEngine:
         if overrides:
             from ..engine.schedulers import override
             config = override(config, **overrides)
-        if config.replicas != 1 or config.disaggregation is not None:
-            raise ValueError("sim serve runs one replica: replicas must be 1, without "
-                             "disaggregation")
+        if config.disaggregation is not None:
+            raise ValueError("sim serve does not take disaggregation (prefill and decode "
+                             "pools): give replicas and a router")
         if config.closed_loop is not None:
             raise ValueError("sim serve takes its requests from its clients: no closed_loop")
         if config.engine_overheads != "none":  # (its clients' own time is real, not priced)
@@ -85,14 +94,24 @@ class LiveEngine:
         self.config, policy = resolve(config)
         self.scale = float(scale)
         self.env = PacedEnvironment()
-        self.replica = new_replica(self.config, policy, self.config.resolved_kv_blocks(),
-                                   max_model_len=self.config.resolved_max_model_len())
-        self.process = ReplicaProcess(self.env, self.replica, policy,
-                                      self.config.resolved_cost_model(), _Discard(), False, 0)
-        self.process.fast_forward = False  # (the module docstring)
+        kv_blocks, cost = self.config.resolved_kv_blocks(), self.config.resolved_cost_model()
+        self.replicas, self.processes = [], []
+        for k in range(self.config.replicas):  # (as the cluster builds them)
+            pol = policy if k == 0 else replica_policy(self.config, policy)
+            rep = new_replica(self.config, pol, kv_blocks, stream=k,
+                              max_model_len=self.config.resolved_max_model_len())
+            proc = ReplicaProcess(self.env, rep, pol, cost, _Discard(), False, 0)
+            proc.fast_forward = False  # (the module docstring)
+            self.replicas.append(rep)
+            self.processes.append(proc)
+        self.replica, self.process = self.replicas[0], self.processes[0]
+        self.views = tuple(ReplicaView(rep, k) for k, rep in enumerate(self.replicas))
+        self.route = make_router(self.config.router, self.config.seed)
+        self.routed = [0] * len(self.replicas)
         self.inbox = queue.SimpleQueue()
         self.active = {}  # request index -> [request, tokens sent, listener]
         self.snapshot = (0, 0, 0.0)
+        self.snapshots = ((0, 0, 0.0),) * len(self.replicas)
         self.counts = {"finished": 0, "rejected": 0, "aborted": 0}
         self._next = 0
         self._thread = None
@@ -116,7 +135,8 @@ class LiveEngine:
 
     def start(self):
         self._start = time.monotonic()
-        self.process.start()
+        for proc in self.processes:
+            proc.start()
         self._thread = threading.Thread(target=self._drive, name="sim-serve-engine",
                                         daemon=True)
         self._thread.start()
@@ -127,7 +147,7 @@ class LiveEngine:
         self.inbox.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
-        for r, _sent, listener in self.active.values():
+        for _r, _sent, listener, _k in self.active.values():
             listener("aborted", 0, self.env.now)
         self.active.clear()
 
@@ -170,11 +190,13 @@ class LiveEngine:
         self.env._now = t  # (between events: no event is due before t)
         r = Request(self._next, self._next, t, num_prompt, num_output)
         self._next += 1
-        if submit(self.replica, self.process, r):
-            self.active[r.index] = [r, 0, listener]
+        k = self.pick(r)
+        self.routed[k] += 1
+        if submit(self.replicas[k], self.processes[k], r):
+            self.active[r.index] = [r, 0, listener, k]
         else:
             self.counts["rejected"] += 1
-            self.replica.finished.clear()
+            self.replicas[k].finished.clear()
             listener("rejected", r.reason, t)
         self._refresh()
 
@@ -189,8 +211,8 @@ class LiveEngine:
         key = next((k for k, e in self.active.items() if e[2] is listener), None)
         if key is None:  # ended already
             return
-        r = self.active.pop(key)[0]
-        replica = self.replica
+        r, _sent, _listener, k = self.active.pop(key)
+        replica = self.replicas[k]
         if r.status in (PREFILL, DECODE):
             # between events the batch in flight is formed, as when a scheduler preempts
             # while forming one: preemption frees the blocks and takes r out of the batch
@@ -203,10 +225,10 @@ class LiveEngine:
         self._refresh()
 
     def _emit(self):
-        now, replica = self.env.now, self.replica
-        done = []
+        now, done = self.env.now, []
         for key, entry in self.active.items():
-            r, sent, listener = entry
+            r, sent, listener, k = entry
+            replica = self.replicas[k]
             if r.status == FINISHED:
                 n = r.num_output_tokens
             elif r.status == REJECTED:  # (never after arrival today; said if it happens)
@@ -221,14 +243,19 @@ class LiveEngine:
             if r.status == FINISHED:
                 done.append(key)
                 self.counts["finished"] += 1
-                listener("done", r, now)
+                listener("done", (r, k), now)
         for key in done:
             del self.active[key]
-        replica.finished.clear()
+        for replica in self.replicas:
+            replica.finished.clear()
         self._refresh()
 
     def _refresh(self):
-        blocks = self.replica.blocks
-        used = (blocks.num_blocks - blocks.num_free) / blocks.num_blocks if \
-            blocks.num_blocks else 0.0
-        self.snapshot = (len(self.replica.running), len(self.replica.waiting), used)
+        shots, used, total = [], 0, 0
+        for rep in self.replicas:
+            n, free = rep.blocks.num_blocks, rep.blocks.num_free
+            shots.append((len(rep.running), len(rep.waiting), (n - free) / n if n else 0.0))
+            used, total = used + n - free, total + n
+        self.snapshots = tuple(shots)
+        self.snapshot = (sum(s[0] for s in shots), sum(s[1] for s in shots),
+                         used / total if total else 0.0)

@@ -10,6 +10,13 @@ Plus ``sim:num_requests_rejected_total`` (a request the engine refused at arriva
 ``sim:num_requests_refused_total`` (over the server's ``--max-concurrency``: HTTP 429) and
 ``sim:num_requests_aborted_total`` (its client left mid-stream). Bounded memory:
 histograms are bucket counts.
+
+More than one replica (``sim serve --replicas N``): every gauge, the success and token
+counters and the histograms are reported per replica too, labelled as vLLM labels its
+data-parallel engines (``engine="0"`` ..., vllm/v1/metrics/loggers.py: ``labelnames =
+["model_name", "engine"]``), beside the series without ``engine``, all replicas together (so
+a sum over every series counts each request twice: sum the ``engine`` series, or read the
+total). One replica: only the total series, as before.
 """
 
 from __future__ import annotations
@@ -46,18 +53,15 @@ class Histogram:
         yield f"{name}_count{{{labels}}} {self.count}"
 
 
-class Metrics:
-    """What ``/metrics`` reports, updated by the request handlers as requests end."""
+class Served:
+    """One set of request-level series: successes, tokens and the latency histograms."""
 
-    def __init__(self, model: str):
-        self.labels = f'model_name="{model}"'
+    def __init__(self):
         self.ttft, self.itl = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
-        self.success = self.rejected = self.refused = self.aborted = self.prompt_tokens = self.generation_tokens = 0
+        self.success = self.prompt_tokens = self.generation_tokens = 0
 
     def finished(self, r, token_times) -> None:
-        """A request finished: its simulated arrival, token times (one per emission, with the
-        tokens emitted then) and counts."""
         self.success += 1
         self.prompt_tokens += r.num_prompt_tokens
         self.generation_tokens += r.num_output_tokens
@@ -67,25 +71,50 @@ class Metrics:
             self.itl.observe((t1 - t0) / n, n)  # (n tokens at once: speculative decoding)
         self.e2e.observe(token_times[-1][0] - r.arrival_time)
 
-    def text(self, snapshot) -> str:
-        running, waiting, usage = snapshot
+
+class Metrics(Served):
+    """What ``/metrics`` reports, updated by the request handlers as requests end;
+    ``replicas``: how many the engine runs (more than one: per-replica series too)."""
+
+    def __init__(self, model: str, replicas: int = 1):
+        super().__init__()
+        self.labels = f'model_name="{model}"'
+        self.per_replica = [Served() for _ in range(replicas)] if replicas > 1 else []
+        self.rejected = self.refused = self.aborted = 0
+
+    def finished(self, r, token_times, replica: int = 0) -> None:
+        """A request finished at ``replica``: its simulated arrival, token times (one per
+        emission, with the tokens emitted then) and counts."""
+        super().finished(r, token_times)
+        if self.per_replica:
+            self.per_replica[replica].finished(r, token_times)
+
+    def text(self, snapshot, snapshots=()) -> str:
+        """The exposition; ``snapshot``: (running, waiting, KV usage) of all replicas,
+        ``snapshots``: each replica's (reported only with per-replica series)."""
+        each = [(f'{self.labels},engine="{k}"', s, shot) for k, (s, shot) in
+                enumerate(zip(self.per_replica, snapshots))]
+        series = [(self.labels, self, snapshot)] + each
         out = []
-        for name, kind, value in (("vllm:num_requests_running", "gauge", running),
-                                  ("vllm:num_requests_waiting", "gauge", waiting),
-                                  ("vllm:kv_cache_usage_perc", "gauge", float(usage)),
-                                  ("vllm:request_success_total", "counter", self.success),
-                                  ("vllm:prompt_tokens_total", "counter", self.prompt_tokens),
-                                  ("vllm:generation_tokens_total", "counter",
-                                   self.generation_tokens),
-                                  ("sim:num_requests_rejected_total", "counter",
-                                   self.rejected),
-                                  ("sim:num_requests_refused_total", "counter", self.refused),
-                                  ("sim:num_requests_aborted_total", "counter", self.aborted)):
-            base = name[:-6] if kind == "counter" else name
-            out += [f"# TYPE {base} {kind}", f"{name}{{{self.labels}}} {value}"]
-        for name, h in (("vllm:time_to_first_token_seconds", self.ttft),
-                        ("vllm:inter_token_latency_seconds", self.itl),
-                        ("vllm:e2e_request_latency_seconds", self.e2e)):
+        for name, kind, get in (("vllm:num_requests_running", "gauge", lambda s, g: g[0]),
+                                ("vllm:num_requests_waiting", "gauge", lambda s, g: g[1]),
+                                ("vllm:kv_cache_usage_perc", "gauge", lambda s, g: float(g[2])),
+                                ("vllm:request_success_total", "counter",
+                                 lambda s, g: s.success),
+                                ("vllm:prompt_tokens_total", "counter",
+                                 lambda s, g: s.prompt_tokens),
+                                ("vllm:generation_tokens_total", "counter",
+                                 lambda s, g: s.generation_tokens)):
+            out.append(f"# TYPE {name[:-6] if kind == 'counter' else name} {kind}")
+            out += [f"{name}{{{labels}}} {get(s, shot)}" for labels, s, shot in series]
+        for name, value in (("sim:num_requests_rejected_total", self.rejected),
+                            ("sim:num_requests_refused_total", self.refused),
+                            ("sim:num_requests_aborted_total", self.aborted)):
+            out += [f"# TYPE {name[:-6]} counter", f"{name}{{{self.labels}}} {value}"]
+        for name, attr in (("vllm:time_to_first_token_seconds", "ttft"),
+                           ("vllm:inter_token_latency_seconds", "itl"),
+                           ("vllm:e2e_request_latency_seconds", "e2e")):
             out.append(f"# TYPE {name} histogram")
-            out.extend(h.lines(name, self.labels))
+            for labels, s, _shot in series:
+                out.extend(getattr(s, attr).lines(name, labels))
         return "\n".join(out) + "\n"
