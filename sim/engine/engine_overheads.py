@@ -22,11 +22,13 @@ One meaning everywhere (open loop, closed loop, replicas, disaggregation, bands)
   ``first_token_time``, ``finish_time``, ``ttft``, ``e2e`` and ``tpot_incl_ttft`` include it;
   ``tpot``, ITL and the queueing delay do not change), on top of any ``request_path``; in a
   closed loop a user sees its finish that much later, so it issues its next request
-  ``think_time + per_request_s`` after the engine's finish.
+  ``think_time + per_request_s`` after the engine's finish (the shift:
+  :func:`sim.engine.fleet.request_path.as_client_sees_lag`).
 
-Invariants: ``"none"`` (and ``"auto"`` for a scheduler without fitted terms) is the run without the setting, bit for bit (no wrapper, no shift, no
-summary key); with a setting the summary says which (``engine_overheads``: ``"fitted
-(sglang)"`` or ``"given"``, and its four terms ``engine_overhead_*``).
+Invariants: ``"none"`` (and ``"auto"`` for a scheduler without fitted terms) is the run
+without the setting, bit for bit (no wrapper, no shift, no summary key); with a setting the
+summary says which (``engine_overheads``: ``"fitted (sglang)"`` or ``"given"``, and its four
+terms ``engine_overhead_*``).
 """
 
 from __future__ import annotations
@@ -112,25 +114,6 @@ def client_loop(config):
     if loop is None or not lag:
         return loop
     return dataclasses.replace(loop, think_time=float(loop.think_time) + lag)
-
-
-def as_client_sees_lag(result, config):
-    """``result`` with every token and end ``per_request_s`` later (module docstring)."""
-    lag = lag_of(config)
-    if not lag:
-        return result
-    import numpy as np  # (not at import: the CLI's parser loads the config)
-    req = result.requests
-    done = (req["status"] == "finished").to_numpy()
-    arrival = req["arrival_time"].to_numpy()
-    first = req["first_token_time"].to_numpy() + lag
-    finish = req["finish_time"].to_numpy() + lag
-    req["first_token_time"], req["finish_time"] = first, finish
-    req["ttft"] = np.where(done, first - arrival, np.nan)
-    e2e = np.where(done, finish - arrival, np.nan)
-    req["e2e"] = e2e
-    req["tpot_incl_ttft"] = np.where(done, e2e / req["num_output_tokens"].to_numpy(), np.nan)
-    return result
 
 
 def summary_keys(config) -> dict:

@@ -77,13 +77,13 @@ from .core.invariants import check_finished
 from .core.process import ReplicaProcess, submit
 from .core.records import build_result, gc_frozen, gc_paused, offload_traffic
 from .core.request import Request
-from .engine_overheads import as_client_sees_lag, client_loop, engine_cost
+from .engine_overheads import client_loop, engine_cost
 from .kv.lora import assign_adapters
 from .fleet.clients import ClosedLoopClients, conversations
 from .fleet.sessions import gap_turns
 from .fleet.cluster import RunContext, new_replica, run_cluster
 from .fleet.disaggregation import run_disaggregated
-from .fleet.request_path import as_client_sees, enter
+from .fleet.request_path import as_client_sees, as_client_sees_lag, enter
 from .schedulers import override, resolve
 
 

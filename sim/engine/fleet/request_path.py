@@ -39,6 +39,8 @@ from importlib import resources
 import numpy as np
 import pandas as pd
 
+from ..engine_overheads import lag_of
+
 COLUMNS = ("front_end", "version", "component", "measured", "value", "unit", "tokens",
            "bytes_per_token", "split", "source")
 COMPONENTS = ("round_trip", "tokenize", "context")
@@ -115,18 +117,34 @@ def as_client_sees(result, client, path):
         return result
     req = result.requests
     engine = req["arrival_time"].to_numpy()
-    done = (req["status"] == "finished").to_numpy()
-    first = req["first_token_time"].to_numpy() + path.out_s
-    finish = req["finish_time"].to_numpy() + path.out_s
     req["arrival_time"] = client
     req.insert(req.columns.get_loc("arrival_time") + 1, "engine_arrival_time", engine)
-    req["first_token_time"], req["finish_time"] = first, finish
-    n_out = req["num_output_tokens"].to_numpy()
-    req["ttft"] = np.where(done, first - client, np.nan)
-    e2e = np.where(done, finish - client, np.nan)
-    req["e2e"] = e2e
-    req["tpot_incl_ttft"] = np.where(done, e2e / n_out, np.nan)
+    delay_client_view(req, path.out_s)
     return result
+
+
+def as_client_sees_lag(result, config):
+    """``result`` with every token and end ``engine_overheads``' ``per_request_s`` later
+    (:mod:`sim.engine.engine_overheads`); unchanged without that time."""
+    lag = lag_of(config)
+    if lag:
+        delay_client_view(result.requests, lag)
+    return result
+
+
+def delay_client_view(req, out_s) -> None:
+    """Every first token and end of ``req`` (a result's requests frame) ``out_s`` seconds
+    later, and TTFT, E2E and TPOT-with-TTFT recomputed from its ``arrival_time`` (the
+    client's): what a client sees of time spent outside the engine on the way back."""
+    done = (req["status"] == "finished").to_numpy()
+    arrival = req["arrival_time"].to_numpy()
+    first = req["first_token_time"].to_numpy() + out_s
+    finish = req["finish_time"].to_numpy() + out_s
+    req["first_token_time"], req["finish_time"] = first, finish
+    req["ttft"] = np.where(done, first - arrival, np.nan)
+    e2e = np.where(done, finish - arrival, np.nan)
+    req["e2e"] = e2e
+    req["tpot_incl_ttft"] = np.where(done, e2e / req["num_output_tokens"].to_numpy(), np.nan)
 
 
 def overheads() -> pd.DataFrame:
