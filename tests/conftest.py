@@ -83,3 +83,19 @@ def under_blas_kernels():
             out.append(json.loads(done.stdout))
         return out
     return run
+
+
+def replay_plan(folder):
+    """``sim plan plan.toml -o out`` in ``folder``, then ``sim run out/winner.toml``: both
+    exit 0 (the working directory is restored)."""
+    from sim.cli.main import main
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder)
+        assert main(["plan", "plan.toml", "-o", "out", "--workers", "1", "--no-progress"]) == 0
+        assert main(["run", "out/winner.toml", "-q"]) == 0
+
+
+@pytest.fixture(scope="session")
+def plan_and_replay():
+    """:func:`replay_plan`, for a test."""
+    return replay_plan

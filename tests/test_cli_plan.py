@@ -36,16 +36,10 @@ def _table(path):
 
 
 @pytest.fixture(scope="module")
-def planned(tmp_path_factory):
+def planned(tmp_path_factory, plan_and_replay):
     d = tmp_path_factory.mktemp("plan")
     (d / "plan.toml").write_text(PLAN.format(n=150))
-    cwd = os.getcwd()
-    os.chdir(d)
-    try:
-        assert main(["plan", "plan.toml", "-o", "out", "--workers", "1", "--no-progress"]) == 0
-        assert main(["run", "out/winner.toml", "-q"]) == 0
-    finally:
-        os.chdir(cwd)
+    plan_and_replay(d)
     return d
 
 

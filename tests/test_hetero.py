@@ -3,7 +3,6 @@ fleet's dollars and watts by hand, the network link between two GPU types, the C
 plan over a space with heterogeneous splits whose winner replays with sim run."""
 
 import json
-import os
 
 import pandas as pd
 import pytest
@@ -103,15 +102,9 @@ decode_gpu = ["h100", "l40s"]
 """
 
 
-def test_a_plan_over_heterogeneous_pools_replays_with_sim_run(tmp_path):
+def test_a_plan_over_heterogeneous_pools_replays_with_sim_run(tmp_path, plan_and_replay):
     (tmp_path / "plan.toml").write_text(PLAN)
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        assert main(["plan", "plan.toml", "-o", "out", "--workers", "1", "--no-progress"]) == 0
-        assert main(["run", "out/winner.toml", "-q"]) == 0
-    finally:
-        os.chdir(cwd)
+    plan_and_replay(tmp_path)
     table = pd.read_csv(tmp_path / "out" / "plan.csv")
     # L40S to L40S has no NVLink and no link given: invalid; the rest simulated
     invalid = table[table["stage"] == "invalid"]
