@@ -15,23 +15,30 @@ finished + preempted), never O(running); after ``n`` rounds of ``form_batch`` an
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/_cython.py)
+    from sim import _cython as cython
+
 import numpy as np
 
 from .batch import Batch, make_batch
 from .decoding import emits_single_token
 from .queues import _del_running
-from .request import DECODE, FINISHED, PREFILL, REJECTED
+from .request import DECODE, FINISHED, PREFILL, REJECTED, Request
 
 
 class Iteration:
     """A replica's iteration steps (see the module docstring)."""
 
+    @cython.locals(r=Request)
     def reject(self, r, reason: str) -> None:
         r.status = REJECTED
         r.reason = reason
         r.finish_time = None
         self.finished.append(r)
 
+    @cython.locals(i=cython.longlong, need=cython.longlong)
     def _reserve_decode_blocks(self, i):
         decodes, blocks = self.decodes, self.blocks
         need = decodes.blocks_needed(i)  # blocks the decodes cross into now
@@ -74,6 +81,7 @@ class Iteration:
             self._reserve_decode_blocks(c)
         self._decodes_reserved = c
 
+    @cython.locals(i=cython.longlong, c=cython.longlong, k=cython.longlong)
     def form_batch(self, schedule, now, detail: bool = False) -> Batch:
         """One iteration's batch: give every decode the block it crosses into (preempting
         victims - never a decode that already has its block - while the pool is short), let
@@ -126,6 +134,9 @@ class Iteration:
         self.clock += n
         self.iteration += n
 
+    @cython.locals(r=Request, i=cython.longlong, c=cython.longlong, bs=cython.longlong,
+                   new=cython.longlong, running=cython.bint, completed=cython.bint,
+                   j=cython.longlong)
     def postprocess(self, now) -> None:
         """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
         requests and free their blocks; the decode clock advances if the decodes ran."""
@@ -187,6 +198,7 @@ class Iteration:
             self._prefill_tokens = 0
         self.iteration = i + 1
 
+    @cython.locals(r=Request, c=cython.longlong, freed=cython.longlong)
     def finish_decodes(self, c, now) -> None:
         """The decodes emitting their last token at decode step ``c`` (ended at ``now``)
         finish: their blocks are freed (entries of requests preempted since are skipped)."""
@@ -204,6 +216,7 @@ class Iteration:
                 self._finish(r, now)
         self.blocks.free(freed)
 
+    @cython.locals(r=Request)
     def _finish(self, r, now):
         r.status = FINISHED
         r.finish_time = now

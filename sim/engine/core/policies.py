@@ -70,9 +70,15 @@ the CLI's ``--scheduler`` choices and help come from the table.
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/_cython.py)
+    from sim import _cython as cython
+
 from ...checks import positive_int
 from ...constants import CHUNK_SIZE, KV_BLOCK_SIZE
-from .request import PREFILL
+from .iteration import Iteration
+from .request import PREFILL, Request
 
 # SimConfig fields that belong to a policy
 KNOBS = ("chunk_size", "token_budget", "free_gpu_memory_fraction", "enable_chunked_context",
@@ -92,6 +98,7 @@ def refuse_unused_knobs(config, name, used=()):
                              f"scheduler (it uses: {', '.join(used) or 'no knobs'})")
 
 
+@cython.locals(replica=Iteration, tokens=cython.longlong, watermark=cython.longlong)
 def leaves_watermark(replica, tokens, watermark) -> bool:
     """Whether the blocks for ``tokens`` more tokens leave ``watermark`` blocks free (always
     true with nothing running: the watermark then has nothing to protect)."""
@@ -99,6 +106,7 @@ def leaves_watermark(replica, tokens, watermark) -> bool:
             or replica.blocks.num_free - (-(-tokens // replica.block_size)) >= watermark)
 
 
+@cython.locals(replica=Iteration, r=Request, need=cython.longlong, watermark=cython.longlong)
 def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0) -> int:
     """Admit waiting requests FCFS with their whole (re-)prompt while a slot, blocks and the
     token ``budget`` allow (a prompt over the budget is admitted when ``first`` in its
@@ -194,6 +202,8 @@ class ChunkedPrefill:
     def knobs(self) -> dict:
         return {"chunk_size": self.chunk_size}
 
+    @cython.locals(replica=Iteration, r=Request, budget=cython.longlong, chunk=cython.longlong,
+                   rest=cython.longlong)
     def schedule(self, replica, now):
         # every decode takes one token of the budget (1 + k when speculating, as vLLM counts)
         budget = self.chunk_size - replica.decodes.count * (1 + replica.num_spec_tokens)

@@ -21,6 +21,11 @@ model's price must be finite and >= 0.
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/_cython.py)
+    from sim import _cython as cython
+
 import math
 from heapq import heappop, heappush
 
@@ -29,7 +34,9 @@ from .batch import decode_pricer
 from .events import URGENT, Wakeup, delay_until
 from .fastforward import decode_stretch
 from .invariants import check_replica
+from .iteration import Iteration
 from .records import ROW
+from .request import Request
 
 def reject_too_long(replica, r) -> bool:
     """Reject ``r`` at ``replica`` if its prompt + output tokens exceed the replica's
@@ -43,6 +50,7 @@ def reject_too_long(replica, r) -> bool:
     return True
 
 
+@cython.locals(replica=Iteration, r=Request, need=cython.longlong)
 def submit(replica, process, r) -> bool:
     """Queue an arriving request, or reject it when it exceeds ``max_model_len``, the policy
     refuses it or it could never fit the pool; True if queued."""
@@ -119,6 +127,9 @@ class ReplicaProcess:
             self.idle = False
             self.env.wake(self._wakeup)  # (where Event.succeed() puts it: NORMAL, now)
 
+    @cython.locals(replica=Iteration, nxt=cython.longlong, n_arrivals=cython.longlong,
+                   dropped=cython.longlong, n_running=cython.longlong, fast=cython.bint,
+                   detail=cython.bint)
     def loop(self):
         yield  # (start(): resumed from here when the environment starts it)
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost

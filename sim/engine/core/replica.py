@@ -42,8 +42,12 @@ Invariants (tests/test_replica.py; the engine's brute-force per-token trace unde
 - per-iteration work is O(admitted + finished + preempted), never O(running).
 """
 
-
 from __future__ import annotations
+
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/_cython.py)
+    from sim import _cython as cython
 
 from functools import partial
 
@@ -59,7 +63,7 @@ from .handoff import KVHandoff
 from .iteration import Iteration
 from .queues import (RunningSet, WaitingQueue, _dequeue, _dequeue_head, _enqueue, _enqueue_head,
                      _set_running, _del_running)
-from .request import DECODE, PREFILL, STATUS_NAMES, WAITING
+from .request import DECODE, PREFILL, STATUS_NAMES, WAITING, Request
 from .spec_decoding import SpecDecodes
 from .windowed_decodes import WindowedClippedDecodes, WindowedDecodes
 
@@ -160,6 +164,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         """Whether ``r`` already has prefill work in this iteration."""
         return r.scheduled_iteration == self.iteration
 
+    @cython.locals(self=Iteration, r=Request, c=cython.longlong)
     def held_blocks(self, r) -> int:
         """Blocks ``r`` holds now: a decode, including the block it crosses into this
         iteration once reserved; a prefill, including those taken for its work this iteration."""
@@ -181,6 +186,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         return self._prefills[self._prefill_reqs.index(r)][0]
 
     # -- the verbs ----------------------------------------------------------------------------
+    @cython.locals(self=Iteration, r=Request, num_tokens=cython.longlong, blocks=cython.longlong)
     def admit(self, r, num_tokens: int) -> bool:
         """Admit waiting request ``r`` (any position in the queue) to prefill ``num_tokens``
         tokens this iteration, after the ``prefix_hit(r)`` tokens the cache serves; False when
@@ -216,6 +222,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         slots.take(r)
         return True
 
+    @cython.locals(self=Iteration, r=Request)
     def _dequeue(self, r):
         """Take ``r`` out of the waiting queue (O(1) at the head, O(queue) elsewhere)."""
         waiting = self.waiting
@@ -227,6 +234,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             except ValueError:
                 raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
 
+    @cython.locals(self=Iteration, r=Request)
     def _start(self, r, new, cached):
         """``r`` joins the running set, prefilling ``new`` tokens after ``cached`` ones now."""
         r.status = PREFILL
@@ -289,6 +297,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             self._register(r, cached, cached + num_tokens)
         return True
 
+    @cython.locals(self=Iteration, r=Request)
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""
         if self.caching:  # its own blocks: all but the cached ones it references
@@ -299,6 +308,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         else:
             self.blocks.free(n)
 
+    @cython.locals(self=Iteration, r=Request, num_tokens=cython.longlong, need=cython.longlong)
     def schedule_chunk(self, r, num_tokens: int) -> bool:
         """Continue running prefill ``r`` by ``num_tokens`` tokens this iteration, taking the
         blocks they need and preempting victims when the pool is short; False when ``r``
@@ -346,6 +356,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         raise ValueError(f"schedule_chunk: num_tokens must be in "
                          f"1..{r.prefill_target - r.num_computed} for {r!r}, got {num_tokens}")
 
+    @cython.locals(self=Iteration, r=Request, held=cython.longlong, new=cython.longlong)
     def preempt(self, r) -> None:
         """Recompute preemption: free all of ``r``'s blocks; it goes back to the head of the
         queue and will re-prefill its prompt plus the tokens it had generated."""
@@ -380,7 +391,6 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         if self.lora is not None:
             self.lora.release(r)
         _enqueue_head(self.waiting, r)
-
 
     def __repr__(self):
         counts = {name: 0 for name in STATUS_NAMES}

@@ -1,0 +1,173 @@
+"""The compiled core (sim/_native.py): a stale extension never shadows an edited source, the
+interpreter can be asked for, and compiled and interpreted engines give the same bytes."""
+
+import hashlib
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+from sim import _cython, _native
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SOURCE = textwrap.dedent('''\
+    """A module compiled by the test."""
+    try:
+        import cython
+    except ImportError:
+        from sim import _cython as cython
+
+
+    @cython.locals(i=cython.longlong, s=cython.longlong)
+    def total(n):
+        s = 0
+        for i in range(n):
+            s += i
+        return s
+
+
+    def compiled():
+        return cython.compiled
+    ''')
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A package ``pkg`` with one module ``mod`` compiled from SOURCE, as setup.py builds."""
+    root = tmp_path_factory.mktemp("native")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "mod.py").write_text(SOURCE)
+    (root / "setup.py").write_text(textwrap.dedent('''\
+        from setuptools import Extension, setup
+        from Cython.Build import cythonize
+        setup(ext_modules=cythonize([Extension("pkg.mod", ["pkg/mod.py"])], quiet=True,
+                                    compiler_directives={"language_level": 3}))
+        '''))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=root,
+                   check=True, capture_output=True, timeout=300, env=env)
+    return root
+
+
+def _load(root, record, pure=False):
+    """Import ``pkg.mod`` afresh through a NativeFinder; returns (module, finder)."""
+    finder = _native.NativeFinder("pkg", root / "pkg", ["pkg.mod"], record, pure)
+    for name in ("pkg.mod", "pkg"):
+        sys.modules.pop(name, None)
+    sys.path.insert(0, str(root))
+    sys.meta_path.insert(0, finder)
+    try:
+        importlib.invalidate_caches()
+        return importlib.import_module("pkg.mod"), finder
+    finally:
+        sys.meta_path.remove(finder)
+        sys.path.remove(str(root))
+        sys.modules.pop("pkg.mod", None)
+        sys.modules.pop("pkg", None)
+
+
+def test_the_extension_loads_when_built_from_this_source(built):
+    mod, finder = _load(built, {"pkg.mod": _native.source_hash(built / "pkg" / "mod.py")})
+    assert mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    assert mod.compiled() is True and mod.total(10) == 45
+    assert finder.why == {"pkg.mod": "compiled"}
+
+
+def test_a_changed_source_runs_interpreted_with_a_warning(built):
+    with pytest.warns(RuntimeWarning, match="rebuild"):
+        mod, finder = _load(built, {"pkg.mod": "0" * 64})  # (built from another source)
+    assert mod.__file__.endswith("mod.py") and mod.compiled() is False
+    assert mod.total(10) == 45
+    assert finder.why["pkg.mod"] == "interpreted: source changed since the build"
+
+
+def test_an_edited_pxd_makes_the_extension_stale(built):
+    py = built / "pkg" / "mod.py"
+    before = _native.source_hash(py)
+    pxd = py.with_suffix(".pxd")
+    pxd.write_text("# types\n")
+    try:
+        assert _native.source_hash(py) != before
+        with pytest.warns(RuntimeWarning):
+            mod, _ = _load(built, {"pkg.mod": before})
+        assert mod.compiled() is False
+    finally:
+        pxd.unlink()
+    assert _native.source_hash(py) == before == hashlib.sha256(py.read_bytes()).hexdigest()
+
+
+def test_pure_python_on_demand(built):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (asked for: no warning)
+        mod, finder = _load(built, {"pkg.mod": _native.source_hash(built / "pkg" / "mod.py")},
+                            pure=True)
+    assert mod.compiled() is False
+    assert finder.why["pkg.mod"] == f"interpreted: {_native.PURE_ENV}=1"
+
+
+def test_the_shim_changes_nothing():
+    def f(x):
+        return x + 1
+    assert _cython.locals(x=_cython.longlong)(f) is f and _cython.compiled is False
+
+
+def test_the_record_names_only_compiled_modules():
+    record = ROOT / "sim" / _native.RECORD
+    if record.exists():  # (an install that built: each entry is a module of COMPILED)
+        assert set(json.loads(record.read_text())) <= set(_native.COMPILED)
+    assert all(importlib.util.find_spec(name) for name in _native.COMPILED)
+
+
+def test_ci_runs_the_compiled_core():
+    """CI sets SIM_REQUIRE_COMPILED=1 for its compiled pass: then every module of COMPILED is
+    the current extension (the install compiled them, none is stale); SIM_PURE_PYTHON=1 runs
+    them all interpreted."""
+    status = _native.status()
+    if os.environ.get(_native.PURE_ENV, "") not in ("", "0"):
+        assert set(status.values()) == {f"interpreted: {_native.PURE_ENV}=1"}, status
+    elif os.environ.get("SIM_REQUIRE_COMPILED") == "1":
+        assert set(status.values()) == {"compiled"}, status
+    else:
+        assert set(status) == set(_native.COMPILED)
+
+
+CASE = textwrap.dedent('''\
+    import hashlib, sys
+    sys.path.insert(0, {bench!r})
+    import bench_engine
+    from sim.engine import run
+    from sim.costs.roofline import RooflineCost
+    from sim.constants import KV_BLOCKS_AVAILABLE
+    df = bench_engine.workload(3000, seed=1)
+    out = []
+    for kw in ({{}}, {{"kv_blocks": KV_BLOCKS_AVAILABLE}}, {{"speculative": bench_engine.SPEC}},
+               {{"scheduler": "sglang"}}, {{"scheduler": "vllm", "prefix_caching": "block"}}):
+        kw = {{"scheduler": "chunked", **kw}}
+        res = run(df, cost_model=RooflineCost("llama-3.1-8b", "h100"), max_batch_size=256,
+                  model="llama-3.1-8b", gpu="h100", **kw)
+        out.append(hashlib.sha256(res.requests.to_csv().encode()
+                                  + res.iterations.to_csv().encode()).hexdigest())
+    print(" ".join(out))
+    ''')
+
+
+@pytest.mark.determinism
+def test_compiled_and_interpreted_give_the_same_bytes():
+    code = CASE.format(bench=str(ROOT / "benchmarks"))
+
+    def digest(pure):
+        env = {k: v for k, v in os.environ.items() if k != _native.PURE_ENV}
+        if pure:
+            env[_native.PURE_ENV] = "1"
+        return subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300,
+                              capture_output=True, text=True).stdout.split()
+    compiled, interpreted = digest(False), digest(True)
+    assert len(compiled) == 5 and compiled == interpreted
