@@ -17,6 +17,9 @@ and writes to the output folder:
   winner.toml`` gives the plan's numbers;
 - ``plan.html``: the HTML report of that replay, with the candidates and the Pareto plot as
   sections.
+
+A file with a ``[day]`` table plans a day of traffic instead (fixed fleets against autoscaled
+ones): :mod:`sim.cli.plan_day`.
 """
 
 from __future__ import annotations
@@ -139,6 +142,9 @@ def cmd_plan(args) -> int:
     names = Names(args.config)
     s = settings_from(args, names, "plan")
     loaded = read_toml(args.config, "plan")
+    if "day" in s["extra"]:  # a day of traffic: sim.cli.plan_day
+        from .plan_day import cmd_plan_day
+        return cmd_plan_day(args, s, names)
     if "space" not in s["extra"]:
         raise ValueError(f"{args.config}: a plan needs a [space] table (key = [values, ...])")
     own = {row.key: given_value(args, s, row.key)[0] for row in ROWS}
