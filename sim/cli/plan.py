@@ -207,7 +207,8 @@ def cmd_plan(args) -> int:
 def add_parser(sub):
     p = sub.add_parser("plan", help="the cheapest configuration that meets the SLOs")
     p.add_argument("config", help="TOML file: sim run's settings, [slo], [space] and the "
-                                  "plan's keys")
+                                  "plan's keys; with a [day] table, a plan over a day of "
+                                  "traffic (fixed against autoscaled fleets)")
     p.add_argument("--workers", type=number(int), default=None,
                    help="local worker processes (default: the CPU count)")
     p.add_argument("--dask", default=None, metavar="ADDRESS",
