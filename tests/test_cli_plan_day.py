@@ -103,9 +103,25 @@ GOOD = DAY.format(ttft=1.0)
     (lambda t: t.replace("[slo]\nttft = 1.0\n", ""), r"a plan needs an \[slo\]"),
     (lambda t: t.split("[day]")[0].replace("rate = 6.0\n", "rate = 6.0\nday = 3\n"),
      r"day.toml: day must be a table"),
+    (lambda t: 'objective = "num_gpus"\n' + t,
+     r"day.toml: objective 'num_gpus' does not apply to a \[day\] plan"),
 ])
 def test_a_bad_day_file_is_one_line(tmp_path, capsys, edit, said):
     assert _plan(tmp_path, edit(GOOD)) == 2
     err = capsys.readouterr().err
     assert err.startswith("sim plan: error:") and len(err.strip().splitlines()) == 1, err
     assert re.search(said, err), err
+
+
+def test_a_flag_of_a_plan_at_one_load_is_refused_too(tmp_path, capsys):
+    assert _plan(tmp_path, GOOD, "--tol", "0.1") == 2
+    assert "--tol 0.1 does not apply to a [day] plan" in capsys.readouterr().err
+
+
+def test_a_dask_address_nothing_answers_at_is_named_as_the_flag(tmp_path):
+    import dask
+    (tmp_path / "day.toml").write_text(GOOD)
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(ValueError, match=r"^--dask 'tcp://127.0.0.1:1': no Dask scheduler"):
+            main(["--debug", "plan", str(tmp_path / "day.toml"), "-o", str(tmp_path / "o"),
+                  "--dask", "tcp://127.0.0.1:1"])

@@ -144,7 +144,10 @@ def cmd_plan(args) -> int:
     loaded = read_toml(args.config, "plan")
     if "day" in s["extra"]:  # a day of traffic: sim.cli.plan_day
         from .plan_day import cmd_plan_day
-        return cmd_plan_day(args, s, names)
+        try:
+            return cmd_plan_day(args, s, names)
+        except ValueError as e:
+            raise _dask_named(e, args.dask) from None
     if "space" not in s["extra"]:
         raise ValueError(f"{args.config}: a plan needs a [space] table (key = [values, ...])")
     own = {row.key: given_value(args, s, row.key)[0] for row in ROWS}

@@ -10,7 +10,8 @@ default 4; ``peak_hour``, default 14 x ``period_hours`` / 24; ``period_hours``, 
 ``fixed``, fixed fleet sizes; any :class:`sim.Autoscaler` field: the policy every candidate
 starts from) and an optional ``[space]`` of Autoscaler fields, each with its values (the
 autoscaled candidates: their product). Every key is checked before any run and a bad one is a
-one-line error naming the file and the key. Writes to the output folder ``plan_day.csv`` (every
+one-line error naming the file and the key; ``objective``, ``latency``, ``tol`` and ``margin``
+(a plan at one load's) are refused, not ignored. Writes to the output folder ``plan_day.csv`` (every
 candidate, ranked ones first, why each other one was pruned), and for the winner
 ``day.png`` (replicas and rate over the day above, SLO attainment below:
 :func:`sim.results.plots_autoscale.plot_autoscaled`) and ``day_over_time.csv`` (per window of
@@ -23,6 +24,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+NOT_A_DAYS = ("objective", "latency", "tol", "margin")  # (sim plan's keys of a plan at one load)
 SHAPE = {"hours": 24.0, "peak_to_trough": 4.0, "peak_hour": None, "period_hours": 24.0}
 
 
@@ -90,6 +92,11 @@ def cmd_plan_day(args, s, names) -> int:
     from .settings import given_value
     from .table import BY_KEY
     own = {k: given_value(args, s, k)[0] for k in ("day", "space", "attainment")}
+    for key in NOT_A_DAYS:
+        value, shown = given_value(args, s, key)
+        if value is not None:
+            raise ValueError(f"{shown} {value!r} does not apply to a [day] plan (it ranks by "
+                             f"the day's dollars, then GPU-hours): drop it or the [day] table")
     shape, fixed, policy, space = read_day(own["day"], own["space"], args.config)
     if not s["slo"]:
         raise ValueError(f"{args.config}: a plan needs an [slo] table (ttft, itl, tpot, e2e)")
