@@ -356,6 +356,16 @@ def test_hicache_novita_ttft_ratio(hicache_pair):
     assert hicache_pair["ttft_ratio"] == pytest.approx(published, rel=0.25)
 
 
+def test_hicache_gain_shrinks_when_hits_come_from_3fs(load_script, hicache_pair):
+    """With HiCache's default host pool (twice the GPU's) the L2 holds the sessions and the
+    hits load at PCIe speed; an L2 the GPU pool's size sends them to 3FS (1.8 GB/s per GPU):
+    the same hit rate, a smaller TTFT gain (0.46 against 0.30)."""
+    exp = load_script("experiments/offload_tiers.py")
+    small = exp.hicache_pair(ratio=1)
+    assert small["hit_rate_on"] == pytest.approx(hicache_pair["hit_rate_on"], abs=0.01)
+    assert small["ttft_ratio"] > 1.3 * hicache_pair["ttft_ratio"]
+
+
 def test_agentic_offload_experiment_rows(load_script):
     """Offload on an agentic workload: a tier that holds the sessions' evicted contexts
     doubles the hit rate and cuts TTFT at PCIe bandwidth; at 0.5 GB/s the same hits make
