@@ -1,7 +1,10 @@
 """Expert parallelism (EP): a MoE model's experts spread over ``ep`` GPUs, each holding
 ``num_local_experts / ep`` whole experts, with attention tensor-parallel over the same GPUs
 (``ep == tensor_parallel``: vLLM's ``--enable-expert-parallel`` at data-parallel size 1, SGLang's
-``--ep-size`` equal to ``--tp-size``). A MoE layer then costs, on the slowest GPU:
+``--ep-size`` equal to ``--tp-size``), or as ``attention_dp`` data-parallel ranks of
+``tensor_parallel`` GPUs each (``ep == tensor_parallel x attention_dp``;
+:mod:`sim.costs.dp_attention`, whose ranks each run the attention on their own tokens). A MoE
+layer then costs, on the slowest GPU:
 
 - **dispatch and combine**, two all-to-alls: each GPU takes ``1 / ep`` of the iteration's
   tokens (the attention all-reduce done as a reduce-scatter, the all-gather after the combine:
@@ -65,13 +68,20 @@ def busiest_rank_rows(tokens: int, k: int, num_experts: int, ep: int,
     return max(uniform, pairs * zipf_share(num_experts, ep, skew))
 
 
-def check_expert_parallel(model, ep, tensor_parallel, skew=0.0) -> int:
-    """``ep`` checked against the model and the tensor-parallel size (one-line errors naming
-    the field); returns it as an int."""
+def check_expert_parallel(model, ep, tensor_parallel, skew=0.0, attention_dp=1) -> int:
+    """``ep`` checked against the model, the tensor-parallel size and the attention's data-
+    parallel degree (one-line errors naming the field); returns it as an int. ``attention_dp``
+    > 1 (:mod:`sim.costs.dp_attention`): ``ep == tensor_parallel x attention_dp``."""
     from ..checks import positive_int
     ep = positive_int("expert_parallel", ep)
+    dp = positive_int("attention_dp", attention_dp)
     if not float(skew) >= 0 or not np.isfinite(float(skew)):
         raise ValueError(f"expert_skew must be a Zipf exponent >= 0, got {skew!r}")
+    if dp > 1 and ep != tensor_parallel * dp:
+        raise ValueError(f"attention_dp {dp} needs expert_parallel {tensor_parallel * dp} "
+                         f"(tensor_parallel {tensor_parallel} x {dp} ranks), got {ep}: the "
+                         f"experts spread over every GPU of the attention's data-parallel "
+                         f"ranks")
     if ep == 1:
         if skew:
             raise ValueError(f"expert_skew {skew!r} needs expert_parallel > 1 (under tensor "
@@ -83,10 +93,11 @@ def check_expert_parallel(model, ep, tensor_parallel, skew=0.0) -> int:
     if model.num_local_experts % ep:
         raise ValueError(f"expert_parallel {ep} must divide the {model.num_local_experts} "
                          f"experts of {model.name!r}")
-    if ep != tensor_parallel:
+    if dp == 1 and ep != tensor_parallel:
         raise ValueError(f"expert_parallel {ep} must equal tensor_parallel {tensor_parallel}: "
-                         f"experts spread over the attention's tensor-parallel GPUs "
-                         f"(data-parallel attention is not modelled)")
+                         f"experts spread over the attention's tensor-parallel GPUs (or give "
+                         f"attention_dp = expert_parallel / tensor_parallel: data-parallel "
+                         f"attention)")
     return ep
 
 
@@ -95,9 +106,10 @@ class ExpertParallel:
     from) an iteration's MoE layers. Reads the host's ``model``, ``gpu``, ``params``, ``wb``,
     ``tp`` and its :class:`~sim.costs.roofline_ops.RooflineOps` (``op_work``, ``_times``)."""
 
-    def _init_expert_parallel(self, ep, skew) -> None:
-        self.ep = check_expert_parallel(self.model, ep, self.tp, skew)
+    def _init_expert_parallel(self, ep, skew, attention_dp=1) -> None:
+        self.ep = check_expert_parallel(self.model, ep, self.tp, skew, attention_dp)
         self.expert_skew = float(skew)
+        self.attention_dp = int(attention_dp)  # 1: attention tensor-parallel over the EP GPUs
 
     def all_to_all_time(self, tokens, eff) -> float:
         """One all-to-all of a MoE layer for ``tokens`` tokens: each GPU sends ``tokens / ep``
@@ -107,8 +119,10 @@ class ExpertParallel:
         link = self.gpu.link_bandwidth_gbps * 1e9 or PCIE_BYTES_PER_S
         return self.params.allreduce_latency_s + nbytes / (link * eff)
 
-    def expert_gemms_ep(self, tokens) -> tuple:
-        """``(FLOPs, bytes)`` of the busiest GPU's expert up- and down-projections."""
+    def expert_gemms_ep(self, tokens, rank_tokens=None) -> tuple:
+        """``(FLOPs, bytes)`` of the busiest GPU's expert up- and down-projections;
+        ``rank_tokens`` (default ``tokens``): the tokens of one attention rank, which its
+        tensor-parallel shared experts compute."""
         m, wb = self.model, self.wb
         h, width, e, k = m.hidden_size, m.intermediate_size, m.num_local_experts, \
             m.num_experts_per_tok
@@ -121,6 +135,7 @@ class ExpertParallel:
                 touched * width * h * wb + rows * (width + h) * ACT_BYTES)
         if m.n_shared_experts:  # shared experts stay tensor-parallel (as op_work prices them)
             shared, tp = m.n_shared_experts * width, self.tp
+            tokens = tokens if rank_tokens is None else rank_tokens
             up = (up[0] + 2.0 * tokens * h * gate * shared / tp,
                   up[1] + h * gate * shared / tp * wb
                   + tokens * (h + gate * shared / tp) * ACT_BYTES)
@@ -131,12 +146,13 @@ class ExpertParallel:
     def expert_parallel_layer_time(self, tokens: int) -> float:
         """Seconds EP adds to ONE MoE layer of an iteration of ``tokens`` tokens: dispatch and
         combine, plus the busiest GPU's expert GEMMs minus the tensor-parallel ones the
-        roofline's ops price."""
+        roofline's ops price (over one attention rank's ``tokens / attention_dp``)."""
         if self.ep == 1 or tokens <= 0:
             return 0.0
         t = float(tokens)
-        tp_ops = self._times(self.op_work(t))
-        up, down = self.expert_gemms_ep(t)
+        rank = t if self.attention_dp == 1 else t / self.attention_dp
+        tp_ops = self._times(self.op_work(rank))
+        up, down = self.expert_gemms_ep(t, rank)
         ep_ops = self._times({"moe_router": (0.0, 0.0), "mlp_up_proj": up,
                               "mlp_down_proj": down, "add": (0.0, 0.0)})
         gemms = (ep_ops["mlp_up_proj"] + ep_ops["mlp_down_proj"]

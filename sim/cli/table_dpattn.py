@@ -1,0 +1,23 @@
+"""The settings of data-parallel attention under expert parallelism
+(:mod:`sim.costs.dp_attention`) and of a MoE checkpoint's own expert precision.
+
+Rows of the one settings table (:mod:`sim.cli.table` appends ``ROWS``); each sets the
+``SimConfig`` field of its key, which checks it against the model, ``--tp`` and ``--ep``.
+"""
+
+from __future__ import annotations
+
+from .arguments import count
+from .setting import Setting
+
+ROWS = (
+    Setting("attention_dp", ("--dp-attention",), parse=int, metavar="RANKS", check=count,
+            default=1, help="data-parallel attention ranks of a MoE model under --ep, >= 1 "
+                            "(SGLang's --dp with --enable-dp-attention, vLLM's "
+                            "--data-parallel-size with --enable-expert-parallel): each rank of "
+                            "--tp GPUs holds the attention weights and its own requests' KV, "
+                            "the experts spread over all --ep = --tp x RANKS GPUs; the replica "
+                            "is --ep GPUs and its pool all ranks' blocks; --max-batch-size is "
+                            "the whole group's",
+            default_help="default 1: attention tensor-parallel over the --ep GPUs"),
+)
