@@ -46,20 +46,6 @@ from __future__ import annotations
 from .roofline import RooflineCost
 
 
-def check_attention_dp(config) -> None:
-    """A run's config (``sim.SimConfig``) with ``attention_dp`` > 1: the roofline's, on one
-    replica of ``expert_parallel`` GPUs; a setting this module does not model is refused."""
-    for knob, why in (("speculative", "speculative decoding"), ("lora", "LoRA adapters"),
-                      ("disaggregation", "disaggregated pools"),
-                      ("cost_model", "a given cost model")):
-        if getattr(config, knob) is not None:
-            raise ValueError(f"attention_dp={config.attention_dp} with {why} ({knob}) is not "
-                             f"modelled")
-    if callable(config.model):
-        raise ValueError(f"attention_dp={config.attention_dp} needs a MoE model's config, got "
-                         f"model {config.model!r}")
-
-
 class _OnePrefill:
     """A batch of one prefill chunk: what the base price reads of a batch."""
 

@@ -101,6 +101,42 @@ def check_expert_parallel(model, ep, tensor_parallel, skew=0.0, attention_dp=1) 
     return ep
 
 
+def check_attention_dp(config) -> None:
+    """A run's config (``sim.SimConfig``) with ``attention_dp`` > 1: the roofline's, on one
+    replica of ``expert_parallel`` GPUs; a setting this module does not model is refused."""
+    for knob, why in (("speculative", "speculative decoding"), ("lora", "LoRA adapters"),
+                      ("disaggregation", "disaggregated pools"),
+                      ("cost_model", "a given cost model")):
+        if getattr(config, knob) is not None:
+            raise ValueError(f"attention_dp={config.attention_dp} with {why} ({knob}) is not "
+                             f"modelled")
+    if callable(config.model):
+        raise ValueError(f"attention_dp={config.attention_dp} needs a MoE model's config, got "
+                         f"model {config.model!r}")
+
+
+def check_moe_settings(config, weight_dtypes) -> dict:
+    """A run's MoE knobs (``sim.SimConfig``'s ``expert_parallel``, ``expert_skew``,
+    ``attention_dp``, ``expert_weight_dtype``; ``weight_dtypes`` the dtypes it takes) checked
+    against its model: the values to store, each resolved (``"checkpoint"``: the model's own
+    expert precision)."""
+    from ..checks import positive_int
+    from ..specs.memory_terms import resolve_expert_dtype
+    from ..specs.models import get_model
+    dp = positive_int("attention_dp", config.attention_dp)
+    if dp > 1:
+        check_attention_dp(config)
+    if callable(config.model):  # (a model given as a callable: nothing to check it against)
+        return {"attention_dp": dp}
+    model = get_model(config.resolved_model())
+    return {"attention_dp": dp,
+            "expert_parallel": check_expert_parallel(model, config.expert_parallel,
+                                                     config.tensor_parallel,
+                                                     config.expert_skew, dp),
+            "expert_weight_dtype": resolve_expert_dtype(model, config.expert_weight_dtype,
+                                                        weight_dtypes)}
+
+
 class ExpertParallel:
     """A mixin of :class:`~sim.costs.roofline.RooflineCost`: the seconds EP adds to (or saves
     from) an iteration's MoE layers. Reads the host's ``model``, ``gpu``, ``params``, ``wb``,
@@ -123,16 +159,16 @@ class ExpertParallel:
         """``(FLOPs, bytes)`` of the busiest GPU's expert up- and down-projections;
         ``rank_tokens`` (default ``tokens``): the tokens of one attention rank, which its
         tensor-parallel shared experts compute."""
-        m, wb = self.model, self.wb
+        m, wb, ewb = self.model, self.wb, self.ewb  # (routed experts: their own precision)
         h, width, e, k = m.hidden_size, m.intermediate_size, m.num_local_experts, \
             m.num_experts_per_tok
         gate = 2 if m.gated_mlp else 1
         rows = busiest_rank_rows(tokens, k, e, self.ep, self.expert_skew)
         touched = e / self.ep * (1.0 - (1.0 - k / e) ** tokens)
         up = (2.0 * rows * h * gate * width,
-              touched * h * gate * width * wb + rows * (h + gate * width) * ACT_BYTES)
+              touched * h * gate * width * ewb + rows * (h + gate * width) * ACT_BYTES)
         down = (2.0 * rows * width * h,
-                touched * width * h * wb + rows * (width + h) * ACT_BYTES)
+                touched * width * h * ewb + rows * (width + h) * ACT_BYTES)
         if m.n_shared_experts:  # shared experts stay tensor-parallel (as op_work prices them)
             shared, tp = m.n_shared_experts * width, self.tp
             tokens = tokens if rank_tokens is None else rank_tokens

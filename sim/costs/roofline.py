@@ -79,7 +79,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
 
     def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
                  weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None,
-                 activation_dtype=None, expert_parallel=1, expert_skew=0.0, attention_dp=1):
+                 activation_dtype=None, expert_parallel=1, expert_skew=0.0, attention_dp=1,
+                 expert_weight_dtype=None):
         if attention_dp != 1 and not self.splits_attention:
             raise ValueError(f"attention_dp {attention_dp!r}: data-parallel attention prices "
                              f"each rank's share of the batch, "
@@ -112,6 +113,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         p = self.params
         self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
             "fp8", "fp4") else p.gemm_compute_eff
+        self._init_expert_dtype(expert_weight_dtype, activation_dtype)
         self._linear_cache = {}
         self._layers_rows = {}  # token count // LAYERS_BLOCK -> layers_time of the block
         m = self.model
@@ -125,6 +127,22 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         self._init_layers()  # sliding/chunked/linear layers (none: the prices above alone)
         self._init_expert_parallel(expert_parallel, expert_skew,  # (1: nothing added)
                                    attention_dp)
+
+    def _init_expert_dtype(self, dtype, activation_dtype) -> None:
+        """The routed experts' own precision (gpt-oss: mxfp4 beside bf16): ``ewb`` bytes per
+        weight their GEMMs read and ``_expert_rate`` FLOP/s (the peak ``compute_peak`` gives
+        that dtype, at its fitted efficiency); None: the other weights' (``wb``, ``peak``)."""
+        self.expert_weight_dtype = dtype
+        self.ewb, self._expert_rate = self.wb, None
+        if dtype is None:
+            return
+        p = self.params
+        self.ewb = bytes_per_value("expert_weight_dtype", dtype)
+        if str(dtype).lower() == "int4":
+            self.ewb += 2 * ACT_BYTES / p.int4_group_size
+        kind, peak, _ = compute_peak(dtype, self.ewb, self.gpu, activation_dtype)
+        self._expert_rate = peak * ((p.fp8_gemm_compute_eff or p.gemm_compute_eff)
+                                    if kind in ("fp8", "fp4") else p.gemm_compute_eff)
 
     LAYERS_BLOCK = 512  # token counts priced at once on a linear-time memo miss
 
@@ -252,5 +270,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         ep = f", ep={self.ep}" + (f", skew={self.expert_skew:g}" if self.expert_skew else "") \
             + (f", dp_attention={self.attention_dp}" if self.attention_dp > 1 else "") \
             if self.ep > 1 else ""
+        if self.expert_weight_dtype is not None:
+            kv = f", experts={self.expert_weight_dtype}{kv}"
         return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}{ep}, "
                 f"weights={self.weight_dtype}{kv}" + (f", params({own})" if own else "") + ")")

@@ -99,6 +99,7 @@ class SimConfig:
     expert_parallel: int = 1  # a MoE model's experts over the TP GPUs (costs.expert_parallel)
     expert_skew: float = 0.0  # expert routing's Zipf exponent under expert parallelism
     attention_dp: int = 1  # data-parallel attention ranks under EP (costs.dp_attention)
+    expert_weight_dtype: str | None = None  # routed experts' own; "checkpoint": the model's
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
@@ -134,16 +135,11 @@ class SimConfig:
         if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
             from ..specs.models import get_model
             check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
-        object.__setattr__(self, "attention_dp", positive_int("attention_dp", self.attention_dp))
-        if self.attention_dp > 1:  # (what data-parallel attention does not model is refused)
-            from ..costs.dp_attention import check_attention_dp
-            check_attention_dp(self)
-        if (self.expert_parallel != 1 or self.expert_skew) and not callable(self.model):
-            from ..costs.expert_parallel import check_expert_parallel
-            from ..specs.models import get_model
-            object.__setattr__(self, "expert_parallel", check_expert_parallel(
-                get_model(self.resolved_model()), self.expert_parallel, self.tensor_parallel,
-                self.expert_skew, self.attention_dp))
+        if (self.expert_parallel, self.expert_skew, self.attention_dp,
+                self.expert_weight_dtype) != (1, 0, 1, None):  # (costs.expert_parallel)
+            from ..costs.expert_parallel import check_moe_settings
+            for knob, value in check_moe_settings(self, WEIGHT_DTYPES).items():
+                object.__setattr__(self, knob, value)
         check_router(self.router)
         if self.kv_offload is not None and not isinstance(self.kv_offload,
                                                           (KVTier, KVTierChain)):
@@ -372,8 +368,8 @@ class SimConfig:
                                   tensor_parallel=self.tensor_parallel,
                                   weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                   expert_parallel=self.expert_parallel,
-                                  expert_skew=self.expert_skew,
-                                  attention_dp=self.attention_dp)
+                                  expert_skew=self.expert_skew, attention_dp=self.attention_dp,
+                                  expert_weight_dtype=self.expert_weight_dtype)
         spec = self.speculative
         if spec is None or spec.method == "ngram":
             return target

@@ -54,6 +54,7 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                            block_size=config.block_size,
                            overhead_gb=draft_weights + lora_gb,
                            expert_parallel=config.expert_parallel,
+                           expert_weight_dtype=config.expert_weight_dtype,
                            accounting=accounting, **trt)
     if not budget.fits and draft is not None:
         raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "

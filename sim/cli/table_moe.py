@@ -7,7 +7,8 @@ Rows of the one settings table (:mod:`sim.cli.table` appends ``ROWS``); each set
 
 from __future__ import annotations
 
-from .arguments import count
+from ..engine.config import WEIGHT_DTYPES
+from .arguments import count, name_any_case
 from .setting import Setting
 
 ROWS = (
@@ -20,4 +21,10 @@ ROWS = (
                             "is --ep GPUs and its pool all ranks' blocks; --max-batch-size is "
                             "the whole group's",
             default_help="default 1: attention tensor-parallel over the --ep GPUs"),
+    Setting("expert_weight_dtype", ("--expert-dtype",), parse=str.lower,
+            choices=WEIGHT_DTYPES + ("checkpoint",), check=name_any_case, default=None,
+            help="the routed experts' own weight precision, any case: their bytes in the "
+                 "memory budget and the weight reads, their GEMMs' peak; 'checkpoint': the "
+                 "model's (gpt-oss: mxfp4, its attention and embeddings at --weight-dtype)",
+            default_help="default: --weight-dtype"),
 )
