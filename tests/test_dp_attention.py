@@ -157,3 +157,25 @@ def test_the_cli_runs_dp_attention_and_refuses_a_bad_split(tmp_path, capsys):
                  "2", "-n", "5", "-o", out + "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--dp-attention 8 needs expert_parallel 16" in err
+
+
+def test_a_fit_profile_keeps_dp_attention_and_the_experts_dtype(tmp_path, capsys):
+    """--profile FIT.json builds the fitted roofline: it must not drop --dp-attention or
+    --expert-dtype (a cost model that cannot price them is refused, not run)."""
+    import json
+    from sim.cli.main import main
+    from sim.costs.fitted import FIT_FORMAT
+    p = tmp_path / "fit.json"
+    p.write_text(json.dumps({"format": FIT_FORMAT, "terms": {
+        "compute_eff_scale": 0.5, "memory_eff_scale": 0.7, "overhead_s": 0.001}}))
+    assert main(["run", "--model", "gpt-oss-20b", "--ep", "4", "--dp-attention", "4",
+                 "--weight-dtype", "bf16", "--expert-dtype", "checkpoint", "--profile", str(p),
+                 "-n", "5", "--rate", "1", "-o", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert "ep=4, dp_attention=4, weights=bf16, experts=mxfp4, params(" in out
+    with pytest.raises(ValueError, match="^attention_dp=8 with a cost model that does not"):
+        sim.SimConfig(**MIXTRAL, expert_parallel=8, attention_dp=8,
+                      cost_model=RooflineCost(**MIXTRAL, tensor_parallel=8, expert_parallel=8))
+    with pytest.raises(ValueError, match="^expert_weight_dtype='mxfp4' is not used by cost_model"):
+        sim.SimConfig(model="gpt-oss-20b", expert_weight_dtype="mxfp4",
+                      cost_model=RooflineCost("gpt-oss-20b", "h100"))

@@ -106,8 +106,9 @@ def check_attention_dp(config) -> None:
     replica of ``expert_parallel`` GPUs; a setting this module does not model is refused."""
     for knob, why in (("speculative", "speculative decoding"), ("lora", "LoRA adapters"),
                       ("disaggregation", "disaggregated pools"),
-                      ("cost_model", "a given cost model")):
-        if getattr(config, knob) is not None:
+                      ("cost_model", "a cost model that does not split the attention")):
+        if getattr(config, knob) is not None and not (knob == "cost_model" and getattr(
+                config.cost_model, "attention_dp", 1) == config.attention_dp):
             raise ValueError(f"attention_dp={config.attention_dp} with {why} ({knob}) is not "
                              f"modelled")
     if callable(config.model):
@@ -129,12 +130,16 @@ def check_moe_settings(config, weight_dtypes) -> dict:
     if callable(config.model):  # (a model given as a callable: nothing to check it against)
         return {"attention_dp": dp}
     model = get_model(config.resolved_model())
+    experts = resolve_expert_dtype(model, config.expert_weight_dtype, weight_dtypes)
+    if experts is not None and config.cost_model is not None and getattr(
+            config.cost_model, "expert_weight_dtype", None) != experts:  # (the roofline's)
+        raise ValueError(f"expert_weight_dtype={experts!r} is not used by cost_model "
+                         f"{config.cost_model!r}: give a roofline of the same expert dtype")
     return {"attention_dp": dp,
             "expert_parallel": check_expert_parallel(model, config.expert_parallel,
                                                      config.tensor_parallel,
                                                      config.expert_skew, dp),
-            "expert_weight_dtype": resolve_expert_dtype(model, config.expert_weight_dtype,
-                                                        weight_dtypes)}
+            "expert_weight_dtype": experts}
 
 
 class ExpertParallel:

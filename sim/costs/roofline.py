@@ -132,7 +132,10 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         """The routed experts' own precision (gpt-oss: mxfp4 beside bf16): ``ewb`` bytes per
         weight their GEMMs read and ``_expert_rate`` FLOP/s (the peak ``compute_peak`` gives
         that dtype, at its fitted efficiency); None: the other weights' (``wb``, ``peak``)."""
-        self.expert_weight_dtype = dtype
+        from ..specs.memory import DTYPE_BYTES  # (checked; "checkpoint": the model's own)
+        from ..specs.memory_terms import resolve_expert_dtype
+        self.expert_weight_dtype = dtype = resolve_expert_dtype(self.model, dtype,
+                                                                tuple(DTYPE_BYTES))
         self.ewb, self._expert_rate = self.wb, None
         if dtype is None:
             return
