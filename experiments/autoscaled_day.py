@@ -45,18 +45,12 @@ COLUMNS = ["replicas", "gpu_hours", "usd", "cold_start_usd", "peak_replicas", "m
 
 def azure_day(hours=24.0, peak_to_trough=3.0, period_hours=24.0, scale=1.0,
               seed=0) -> pd.DataFrame:
-    """The day's requests (see the module docstring)."""
+    """The day's requests (see the module docstring): :func:`workloads.day_like`."""
     trace = workloads.load("azure-conv")
-    t = trace["arrival_time"].to_numpy()
-    peak = scale * (len(t) - 1) / (t[-1] - t[0])
-    k = peak_to_trough
-    day = workloads.diurnal(hours, mean_rate=peak * (k + 1) / (2 * k), prompt=1, output=1,
-                            peak_to_trough=k, peak_hour=14.0 * period_hours / 24.0,
-                            period_hours=period_hours, seed=seed)
-    pick = np.random.default_rng(seed + 1).integers(0, len(trace), len(day))
-    for col in ("num_prompt_tokens", "num_output_tokens"):
-        day[col] = trace[col].to_numpy()[pick]
-    return day
+    return workloads.day_like(trace, hours, peak_rate=scale * workloads.own_rate(trace),
+                              peak_to_trough=peak_to_trough,
+                              peak_hour=14.0 * period_hours / 24.0,
+                              period_hours=period_hours, seed=seed)
 
 
 def size_fixed(day, config, slo, attainment, most=16):

@@ -65,7 +65,7 @@ def fit(runs: pd.DataFrame, workers=1):
             for k in PER_SEQ_GRID:
                 ov = EngineOverheads(per_request_s=req, per_seq_s=k, overlap=overlap,
                                      source=SOURCE)
-                s = _score(vi.validate(rows, workers, {engine: ov}))
+                s = _score(vi.validate(rows, workers, {engine: ov}, runs_all=runs))
                 scores.append({"engine": engine, "overlap": overlap, "per_seq_s": k,
                                "fit_score": s})
                 if best is None or s < best[0] - 1e-12:

@@ -14,7 +14,11 @@ what it must not.
 Replay: each row is a closed loop of ``concurrency`` clients (``sglang.bench_serving
 --max-concurrency``, request rate ``inf``) over ``num_prompts`` requests, through the engine's
 preset (``"sglang"``, ``"vllm"``) with the roofline at the GPU's fitted parameters, the row's model, TP and
-precisions. Lengths: ``sglang-random`` draws them exactly as ``bench_serving``'s random sampler
+precisions. A cookbook block that ran after others on the same server (the CSV's
+``server`` column) is replayed after them, its radix prefix cache as they left it: the same
+seed gives prompt ``i`` of every block the same ShareGPT text, so a later block finds its first
+prompts' prefixes cached (:mod:`server_history`; ``--cold``: every row on a fresh server).
+Lengths: ``sglang-random`` draws them exactly as ``bench_serving``'s random sampler
 does (numpy's legacy ``RandomState`` seeded with the row's ``seed``: inputs ``randint(1,
 input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``; a 0-token output runs as
 1);
@@ -37,6 +41,7 @@ import dataclasses
 import json
 import math
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from importlib import resources
 from pathlib import Path
 
@@ -50,6 +55,7 @@ from sim.costs.roofline import RooflineCost
 from sim.costs.roofline_params import fitted_params
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import server_history as sh  # noqa: E402  (the warm server)
 import validate_serving as vs  # noqa: E402  (the ShareGPT shape)
 
 DATA = resources.files("sim").joinpath("data")
@@ -148,20 +154,56 @@ def _predicted(summary, metric):
     return summary[metric] * 1e3
 
 
-def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None) -> pd.DataFrame:
+class _Inline:
+    """A one-process stand-in for an executor (``map`` in order)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @staticmethod
+    def map(f, items):
+        return map(f, items)
+
+
+def _replay(job):
+    parts, config, bands = job
+    return sh.replay(parts, config, bands)
+
+
+def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None, warm=True,
+             runs_all=None) -> pd.DataFrame:
     """One row per (run, metric) the source measured: measured, predicted, signed error.
     ``overheads``: ``{engine: EngineOverheads or "fitted"}`` (:func:`config`: the run's
     ``engine_overheads`` setting, whose summary is the client's view). ``bands``: each run also with
     ``SimConfig(bands=...)`` (:mod:`sim.engine.bands`); the table then has ``lo``, ``hi`` and
-    ``covered`` (the measurement inside ``[lo, hi]``)."""
+    ``covered`` (the measurement inside ``[lo, hi]``). ``warm`` (default): a row whose server
+    ran earlier blocks first (:mod:`server_history`, looked up in ``runs_all``, default
+    ``rows``) is replayed after them, its prefix cache as the benchmark found it; False: every
+    row on a cold server."""
+    runs_all = rows if runs_all is None else runs_all
     shape = vs._sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
     ov = [None if overheads is None else overheads.get(r.engine) for r in rows.itertuples()]
     cfgs = [config(r, o) for r, o in zip(rows.itertuples(), ov)]
     if bands is not None:
         cfgs = [dataclasses.replace(c, bands=bands) for c in cfgs]
+    hist = [sh.history(runs_all, r) if warm else [] for r in rows.itertuples()]
+    cold = [i for i, h in enumerate(hist) if not h]
     jobs = [{"workload": workload(r, shape), "config": {"config": c}}
-            for r, c in zip(rows.itertuples(), cfgs)]
-    summaries = sweep(jobs, workers=workers, progress=False).to_dict(orient="records")
+            for i, (r, c) in enumerate(zip(rows.itertuples(), cfgs)) if i in cold]
+    summaries = [None] * len(rows)
+    for i, s in zip(cold, sweep(jobs, workers=workers, progress=False).to_dict(
+            orient="records") if jobs else []):
+        summaries[i] = s
+    warm_jobs = [(i, [workload(h, shape) for h in hist[i]] + [workload(r, shape)],
+                  dataclasses.replace(cfgs[i], closed_loop=sh.closed_loop(r.concurrency)))
+                 for i, r in enumerate(rows.itertuples()) if hist[i]]
+    with ProcessPoolExecutor(workers) if workers > 1 and warm_jobs else _Inline() as pool:
+        done = pool.map(_replay, [(p, c, bands) for _, p, c in warm_jobs])
+        for (i, _, _), s in zip(warm_jobs, done):
+            summaries[i] = s
     out = []
     for r, s in zip(rows.itertuples(), summaries):
         for m in METRICS:
@@ -207,14 +249,16 @@ def main(argv=None):
                     help="add each engine's fitted overheads (sim/data/engine_overheads.json)")
     ap.add_argument("--bands", type=float, default=None,
                     help="also report the coverage of this error band (e.g. 0.9)")
+    ap.add_argument("--cold", action="store_true",
+                    help="replay every row on a fresh server (no earlier blocks' cache)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    if args.write and (args.overheads or args.bands is not None):
-        ap.error("--write stores the roofline alone: drop --overheads and --bands")
+    if args.write and (args.overheads or args.bands is not None or args.cold):
+        ap.error("--write stores the warm roofline alone: drop --overheads, --bands, --cold")
     runs = load_runs()
     ov = ({e: "fitted" for e in runs.engine.unique()} if args.overheads else None)
-    table = validate(runs, args.workers, ov, args.bands)
+    table = validate(runs, args.workers, ov, args.bands, warm=not args.cold)
     rep = report(table)
     with pd.option_context("display.width", 200, "display.max_rows", 1000):
         print(table.round(4).to_string(index=False))

@@ -219,3 +219,33 @@ def test_a_saved_agentic_workload_runs_the_same(tmp_path):
     wl.save(df, tmp_path / "a.parquet")
     back = wl.load_file(tmp_path / "a.parquet")
     pd.testing.assert_frame_equal(_run(df).requests, _run(back).requests)
+
+
+def test_the_named_agentic_workload():
+    """``workloads.load("agentic")``: 8-turn sessions of 2,900 new and 200 answer tokens
+    (the HiCache post's coding-agent shape), the first n requests, rate in requests/s."""
+    df = wl.load("agentic", n=20)
+    assert len(df) == 20 and df["session_id"].nunique() == 3 and df.attrs["block_size"] == 16
+    first = df[df["session_id"] == 0].sort_values("turn")
+    assert first["num_prompt_tokens"].tolist() == [2900 + 3100 * t for t in range(8)]
+    assert (first["gap_s"].iloc[1:] > 0).all() and (df["arrival_time"] < 100).all()
+    timed = wl.load("agentic", n=800, rate=4.0)
+    starts = timed[timed["turn"] == 0]["arrival_time"]
+    assert len(starts) / starts.max() == pytest.approx(4.0 / 8, rel=0.25)  # sessions/s
+    assert wl.load("agentic", n=24).equals(wl.load("agentic", n=24))
+    assert wl.load("agentic", n=24, seed=1)["gap_s"].tolist() != df["gap_s"].tolist()
+    assert "agentic" in wl.trace_names()
+    for kw, msg in ((dict(cv=2.0), "do not shape 'agentic'"),
+                    (dict(hash_block_tokens=512), "hash_block_tokens applies"),
+                    (dict(n=0), "must be >= 1"), (dict(rate=-1.0), "rate")):
+        with pytest.raises(ValueError, match=msg):
+            wl.load("agentic", **kw)
+
+
+def test_sim_run_agentic_in_a_closed_loop(tmp_path, monkeypatch):
+    from sim.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-w", "agentic", "-n", "24", "--closed-loop", "4", "--no-plots",
+                 "-q"]) == 0
+    req = pd.read_parquet(tmp_path / "sim-out" / "requests.parquet")
+    assert len(req) == 24 and (req["status"] == "finished").all()

@@ -95,6 +95,8 @@ SAMPLES = {
     "request_path": ("1,2,3", "1,2,3", []),
     "expert_parallel": ("8", 8, ["--model", "mixtral-8x7b", "--tp", "8"]),
     "expert_skew": ("0.5", 0.5, ["--model", "mixtral-8x7b", "--tp", "8", "--ep", "8"]),
+    "attention_dp": ("8", 8, ["--model", "mixtral-8x7b", "--ep", "8"]),
+    "expert_weight_dtype": ("MXFP4", "mxfp4", ["--model", "gpt-oss-20b"]),
     "random_input_len": ("512", 512, ["-w", "vllm-random"]),
     "random_output_len": ("64", 64, ["-w", "vllm-random"]),
     "random_range_ratio": ("0.25", 0.25, ["-w", "vllm-random"]),

@@ -199,7 +199,8 @@ def test_toml_and_flag_reach_the_run(tmp_path, capsys):
     s = doc["summary"]
     assert doc["settings"]["engine_overheads"] == "fitted"
     assert s["engine_overheads"] == "fitted (sglang)"
-    assert "overheads     fitted (sglang): 71.3 ms per request" in capsys.readouterr().out
+    lag = fitted_overheads("sglang").per_request_s * 1e3  # (the stored fit's)
+    assert f"overheads     fitted (sglang): {lag:.1f} ms per request" in capsys.readouterr().out
     assert main(["run", "-w", "azure-code", "-n", "8", "--cost", "constant:0.01",
                  "--engine-overheads", "50,0,0,sync", "-o", str(tmp_path / "b"), "-q"]) == 0
     b = json.loads((tmp_path / "b" / "summary.json").read_text())["summary"]

@@ -173,3 +173,31 @@ def test_cli_ranks_are_the_engines():
     from sim.cli.table_lora import LORA_RANKS
     from sim.engine.kv.lora import VLLM_RANKS
     assert LORA_RANKS == VLLM_RANKS
+
+
+def test_slora_table3_throughput_vs_adapters(load_script):
+    """S-LoRA's Table 3 (sim/data/lora_anchors.csv, slora_table3_*) replayed by
+    experiments/lora_adapters.py: throughput(N) / throughput(5) within 25 % at every N of
+    both settings, the curve never rising, and the absolute req/s at N = 5 within 25 %."""
+    exp = load_script("experiments/lora_adapters.py")
+    t = exp.slora_curve()
+    assert list(t.columns) == exp.COLUMNS and set(t["setting"]) == {"S1", "S2"}
+    assert sorted(t["adapters"].unique()) == [5, 100, 1000, 2000]
+    for _, g in t.groupby("setting"):
+        assert g["simulated_ratio"].to_numpy() == pytest.approx(
+            g["published_ratio"].to_numpy(), rel=0.25)  # S2 at 2000: 0.975 vs 0.899
+        assert (g["simulated_ratio"].diff().dropna() <= 1e-12).all()
+        first = g.iloc[0]
+        assert first["simulated_req_s"] == pytest.approx(first["published_req_s"], rel=0.25)
+
+
+def test_slora_workload_is_its_generator(load_script):
+    """The replay's requests are S-LoRA's generate_requests draws: 1,200 of them, adapters
+    uniform over N (alpha 1), lengths in [8, 512), Poisson at 10 req/s."""
+    df = load_script("experiments/lora_adapters.py").slora_workload(100)
+    assert df.equals(load_script("experiments/lora_adapters.py").slora_workload(100))
+    assert len(df) == 1200 and df["lora_id"].between(0, 99).all()
+    assert df["lora_id"].nunique() == 100
+    for col in ("num_prompt_tokens", "num_output_tokens"):
+        assert df[col].between(8, 511).all()
+    assert 1200 / df["arrival_time"].iloc[-1] == pytest.approx(10, rel=0.1)

@@ -7,7 +7,7 @@ from .arrivals import (ClosedLoop, constant, drawn_at, gamma, interarrival_cv, o
                        scale_to_rate)
 from .benchmarks import Measured, from_benchmark
 from .describe import describe, plot_workload
-from .diurnal import diurnal, rate_at, time_scaled
+from .diurnal import day_like, diurnal, rate_at, time_scaled
 from .generators import ideal_prefix_hit_ratio, multi_turn, shared_prefix, synthetic
 from .prefix import ideal_prefix_hit_rate, prefix_block_keys, unit_keys_all
 from .lora import lora_mix, zipf_weights
@@ -22,7 +22,7 @@ __all__ = [
     "scale_to_rate",
     "Measured", "from_benchmark",
     "describe", "plot_workload",
-    "diurnal", "rate_at", "time_scaled",
+    "day_like", "diurnal", "rate_at", "time_scaled",
     "ideal_prefix_hit_ratio", "ideal_prefix_hit_rate", "prefix_block_keys", "unit_keys_all", "multi_turn", "shared_prefix", "synthetic",
     "lora_mix", "zipf_weights",
     "Empirical", "Fixed", "LogNormal", "Normal", "Uniform", "Zipf",

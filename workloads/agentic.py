@@ -134,6 +134,35 @@ def agentic(sessions, *, turns, tool_gap, new_tokens=200, output=100, fan_out=0,
     return validate(df)
 
 
+AGENTIC_NAME = "agentic"  # the named workload (workloads.load, sim run -w agentic)
+NAMED_TURNS, NAMED_GAP_S, NAMED_NEW, NAMED_OUTPUT, NAMED_REQUESTS = 8, 5.0, 2900, 200, 512
+
+
+def load_agentic(n=None, rate=None, seed=0, hash_block_tokens=None, arrival="poisson",
+                 cv=1.0, arrival_times=None) -> pd.DataFrame:
+    """The named ``agentic`` workload: coding-agent sessions shaped as the LMSYS HiCache
+    post's community report (dialogues past 25K tokens over about 8 turns): ``NAMED_TURNS``
+    turns of ``NAMED_NEW`` new tokens and ``NAMED_OUTPUT``-token answers, tool gaps
+    exponential of mean ``NAMED_GAP_S`` s, no sub-agents. ``n`` requests (default
+    ``NAMED_REQUESTS``): the first ``n`` in arrival order of ``ceil(n / 8)`` sessions;
+    ``rate`` requests/s: sessions start as a Poisson process at ``rate / 8`` (None: all at
+    0, for a closed loop). Other shapes: :func:`agentic`. Arguments that would shape a trace's
+    arrivals (``arrival``, ``cv``, ``arrival_times``) or its blocks are an error."""
+    if arrival_times is not None or arrival != "poisson" or cv != 1.0:
+        raise ValueError(f"arrival=, cv= and arrival_times= do not shape {AGENTIC_NAME!r}: "
+                         f"its sessions start at rate= (or all at 0) and wait their tool gaps")
+    if hash_block_tokens is not None:
+        raise ValueError(f"hash_block_tokens applies to workload files, not {AGENTIC_NAME!r} "
+                         f"(its hash_ids are 16-token blocks)")
+    n = NAMED_REQUESTS if n is None else _count(n)
+    df = agentic(-(-n // NAMED_TURNS), turns=NAMED_TURNS, tool_gap=Exponential(NAMED_GAP_S),
+                 new_tokens=NAMED_NEW, output=NAMED_OUTPUT,
+                 rate=None if rate is None else _pos("rate", rate) / NAMED_TURNS, seed=seed)
+    out = df.iloc[:n].drop(columns="request_id", errors="ignore").reset_index(drop=True)
+    out.attrs.update(df.attrs)
+    return validate(out)
+
+
 def check_columns(df, where="") -> None:
     """The session columns of ``df`` (a validated workload with ``request_id``), checked; a
     bad one is a one-line ``ValueError`` naming the column, row and value: a negative or

@@ -3,6 +3,7 @@
     df = diurnal(hours=24, mean_rate=4.0, peak_to_trough=4.0, peak_hour=14,
                  prompt=LogNormal(800, 1.0), output=LogNormal(200, 1.0), seed=0)
     df = time_scaled(load("azure-conv"), 24 * 3600)   # an hour-long trace stretched to a day
+    df = day_like(load("azure-conv"), hours=24, peak_to_trough=3)  # its hour as the day's peak
 
 :func:`diurnal` draws a non-homogeneous Poisson process of rate
 ``lambda(t) = mean_rate x (1 + a cos(2 pi (t/3600 - peak_hour) / P)) x burst(t)`` (``P`` =
@@ -12,7 +13,10 @@ the mean over a day is ``mean_rate``), by thinning (Lewis and Shedler 1979: cand
 peak rate, each kept with probability ``lambda(t) / peak``); ``bursts``: ``(start_s,
 duration_s, factor)`` windows multiplying the rate. :func:`rate_at` is the curve itself.
 :func:`time_scaled` stretches (or compresses) a trace's arrivals to last ``duration_s``, its
-shape kept. Deterministic for a seed; lengths as :func:`workloads.synthetic` draws them.
+shape kept. :func:`day_like` takes a trace's rate as the peak of a :func:`diurnal` day (mean
+``peak x (k + 1) / 2k``) and gives each arrival the prompt and output lengths of one of the
+trace's requests drawn at random (the pairs kept). Deterministic for a seed; lengths as
+:func:`workloads.synthetic` draws them.
 """
 
 from __future__ import annotations
@@ -110,3 +114,24 @@ def time_scaled(df, duration_s) -> pd.DataFrame:
     out.attrs = dict(df.attrs)
     out["arrival_time"] = (t - t[0]) * (_positive("duration_s", duration_s) / span)
     return out
+
+
+def day_like(trace, hours=24.0, *, peak_rate=None, peak_to_trough=4.0, peak_hour=14.0,
+             period_hours=24.0, bursts=(), seed=0) -> pd.DataFrame:
+    """A :func:`diurnal` day peaking at ``peak_rate`` (default: ``trace``'s own rate,
+    :func:`~workloads.arrivals.own_rate`) whose requests take ``trace``'s (prompt, output)
+    pairs, drawn with replacement (seed ``seed + 1``)."""
+    from .arrivals import own_rate
+    trace = validate(trace)
+    peak = own_rate(trace) if peak_rate is None else _positive("peak_rate", peak_rate)
+    if not peak > 0:
+        raise ValueError("day_like: the trace has no rate of its own (fewer than two requests "
+                         "or all at one time): give peak_rate")
+    k = _shape(peak_to_trough, peak_hour)
+    day = diurnal(hours, mean_rate=peak * (k + 1) / (2 * k), prompt=1, output=1,
+                  peak_to_trough=k, peak_hour=peak_hour, bursts=bursts,
+                  period_hours=period_hours, seed=seed)
+    pick = np.random.default_rng(seed + 1).integers(0, len(trace), len(day))
+    for col in ("num_prompt_tokens", "num_output_tokens"):
+        day[col] = trace[col].to_numpy()[pick]
+    return day

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .agentic import AGENTIC_NAME, load_agentic
 from .arrivals import (CV_KEY, RATE_KEY, _rng, _same, cv_for, drawn_at, gamma, poisson,
                        scale_to_rate)
 from .lines import as_lines
@@ -41,7 +42,7 @@ MOONCAKE_BLOCK_SIZE = 512
 
 def trace_names() -> list[str]:
     """The bundled traces' names, then the benchmark tools' generated workloads'."""
-    return list(TRACES) + list(BENCH_WORKLOADS)
+    return list(TRACES) + list(BENCH_WORKLOADS) + [AGENTIC_NAME]
 
 
 def _open(fname):
@@ -193,6 +194,9 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
     if given:
         raise ValueError(f"{given[0]} applies to the {' and '.join(BENCH_WORKLOADS)} workloads, "
                          f"not {str(name)!r}")
+    if isinstance(name, str) and name == AGENTIC_NAME:  # generated (workloads.agentic)
+        return _within_context(load_agentic(n, rate, seed, hash_block_tokens, arrival, cv,
+                                            arrival_times), max_context, repr(name))
     if not isinstance(name, (str, Path)):
         raise TypeError(f"workload must be a trace name or a file path, got {name!r}")
     if isinstance(name, str) and not name.strip():  # (Path('') is '.': "a folder", it said)

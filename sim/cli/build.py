@@ -76,7 +76,9 @@ def fit_profile_cost(profile, s):
                       f"its terms describe another GPU's engine", stacklevel=2)
     return fitted_roofline(terms, s["model"], s["gpu"], tensor_parallel=s["tensor_parallel"],
                            weight_dtype=s["weight_dtype"], kv_dtype=s["kv_dtype"],
-                           expert_parallel=s["expert_parallel"], expert_skew=s["expert_skew"])
+                           expert_parallel=s["expert_parallel"], expert_skew=s["expert_skew"],
+                           attention_dp=s["attention_dp"],
+                           expert_weight_dtype=s["expert_weight_dtype"])
 
 
 def cost_model_from(s):

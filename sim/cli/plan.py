@@ -17,6 +17,9 @@ and writes to the output folder:
   winner.toml`` gives the plan's numbers;
 - ``plan.html``: the HTML report of that replay, with the candidates and the Pareto plot as
   sections.
+
+A file with a ``[day]`` table plans a day of traffic instead (fixed fleets against autoscaled
+ones): :mod:`sim.cli.plan_day`.
 """
 
 from __future__ import annotations
@@ -139,6 +142,12 @@ def cmd_plan(args) -> int:
     names = Names(args.config)
     s = settings_from(args, names, "plan")
     loaded = read_toml(args.config, "plan")
+    if "day" in s["extra"]:  # a day of traffic: sim.cli.plan_day
+        from .plan_day import cmd_plan_day
+        try:
+            return cmd_plan_day(args, s, names)
+        except ValueError as e:
+            raise _dask_named(e, args.dask) from None
     if "space" not in s["extra"]:
         raise ValueError(f"{args.config}: a plan needs a [space] table (key = [values, ...])")
     own = {row.key: given_value(args, s, row.key)[0] for row in ROWS}
@@ -201,7 +210,8 @@ def cmd_plan(args) -> int:
 def add_parser(sub):
     p = sub.add_parser("plan", help="the cheapest configuration that meets the SLOs")
     p.add_argument("config", help="TOML file: sim run's settings, [slo], [space] and the "
-                                  "plan's keys")
+                                  "plan's keys; with a [day] table, a plan over a day of "
+                                  "traffic (fixed against autoscaled fleets)")
     p.add_argument("--workers", type=number(int), default=None,
                    help="local worker processes (default: the CPU count)")
     p.add_argument("--dask", default=None, metavar="ADDRESS",

@@ -39,8 +39,8 @@ from ..results.metrics import SLO_KEYS
 from ..specs.gpus import gpu_presets
 from .arguments import (at_least_zero, bench_format, count, count_or_zero, name_any_case,
                         num_requests, number, positive, prefix_caching, repeats, typed)
-from . import (table_benchwl, table_fit, table_hetero, table_lora, table_models,
-               table_offload, table_overheads, table_plan)
+from . import (table_benchwl, table_fit, table_hetero, table_lora, table_models, table_moe,
+               table_offload, table_overheads, table_plan, table_plan_day)
 from .setting import SHARED, TARGETS, Setting, first_line
 from .arguments import request_rate  # (rate's check; a line of its own: fewer merge conflicts)
 
@@ -296,7 +296,7 @@ SETTINGS = (
 ) + table_benchwl.ROWS + table_offload.ROWS
 del S
 SETTINGS += (table_models.ROWS + table_plan.ROWS + table_fit.ROWS + table_overheads.ROWS
-             + table_lora.ROWS + table_hetero.ROWS)
+             + table_lora.ROWS + table_hetero.ROWS + table_plan_day.ROWS + table_moe.ROWS)
 
 BY_KEY = {row.key: row for row in SETTINGS}
 TABLES = ("slo", "speculative")  # TOML tables: their keys are rows ``table.key``

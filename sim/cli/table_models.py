@@ -14,8 +14,8 @@ ROWS = (
             help="expert-parallel GPUs of a MoE model, >= 1: each holds 1/ep of the experts "
                  "whole, its MoE layers add a dispatch and a combine all-to-all and wait for "
                  "the busiest GPU; must equal --tp (attention tensor-parallel over the same "
-                 "GPUs) and divide the experts", default_help="default 1: experts "
-                                                             "tensor-parallel"),
+                 "GPUs), or --tp x --dp-attention, and divide the experts",
+            default_help="default 1: experts tensor-parallel"),
     Setting("expert_skew", ("--expert-skew",), parse=float, metavar="S", check=at_least_zero,
             default=0.0, help="Zipf exponent of the experts' popularity under --ep, >= 0: the "
                               "hottest experts on one GPU, which the others wait for",

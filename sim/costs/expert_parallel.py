@@ -1,7 +1,10 @@
 """Expert parallelism (EP): a MoE model's experts spread over ``ep`` GPUs, each holding
 ``num_local_experts / ep`` whole experts, with attention tensor-parallel over the same GPUs
 (``ep == tensor_parallel``: vLLM's ``--enable-expert-parallel`` at data-parallel size 1, SGLang's
-``--ep-size`` equal to ``--tp-size``). A MoE layer then costs, on the slowest GPU:
+``--ep-size`` equal to ``--tp-size``), or as ``attention_dp`` data-parallel ranks of
+``tensor_parallel`` GPUs each (``ep == tensor_parallel x attention_dp``;
+:mod:`sim.costs.dp_attention`, whose ranks each run the attention on their own tokens). A MoE
+layer then costs, on the slowest GPU:
 
 - **dispatch and combine**, two all-to-alls: each GPU takes ``1 / ep`` of the iteration's
   tokens (the attention all-reduce done as a reduce-scatter, the all-gather after the combine:
@@ -65,13 +68,20 @@ def busiest_rank_rows(tokens: int, k: int, num_experts: int, ep: int,
     return max(uniform, pairs * zipf_share(num_experts, ep, skew))
 
 
-def check_expert_parallel(model, ep, tensor_parallel, skew=0.0) -> int:
-    """``ep`` checked against the model and the tensor-parallel size (one-line errors naming
-    the field); returns it as an int."""
+def check_expert_parallel(model, ep, tensor_parallel, skew=0.0, attention_dp=1) -> int:
+    """``ep`` checked against the model, the tensor-parallel size and the attention's data-
+    parallel degree (one-line errors naming the field); returns it as an int. ``attention_dp``
+    > 1 (:mod:`sim.costs.dp_attention`): ``ep == tensor_parallel x attention_dp``."""
     from ..checks import positive_int
     ep = positive_int("expert_parallel", ep)
+    dp = positive_int("attention_dp", attention_dp)
     if not float(skew) >= 0 or not np.isfinite(float(skew)):
         raise ValueError(f"expert_skew must be a Zipf exponent >= 0, got {skew!r}")
+    if dp > 1 and ep != tensor_parallel * dp:
+        raise ValueError(f"attention_dp {dp} needs expert_parallel {tensor_parallel * dp} "
+                         f"(tensor_parallel {tensor_parallel} x {dp} ranks), got {ep}: the "
+                         f"experts spread over every GPU of the attention's data-parallel "
+                         f"ranks")
     if ep == 1:
         if skew:
             raise ValueError(f"expert_skew {skew!r} needs expert_parallel > 1 (under tensor "
@@ -83,11 +93,53 @@ def check_expert_parallel(model, ep, tensor_parallel, skew=0.0) -> int:
     if model.num_local_experts % ep:
         raise ValueError(f"expert_parallel {ep} must divide the {model.num_local_experts} "
                          f"experts of {model.name!r}")
-    if ep != tensor_parallel:
+    if dp == 1 and ep != tensor_parallel:
         raise ValueError(f"expert_parallel {ep} must equal tensor_parallel {tensor_parallel}: "
-                         f"experts spread over the attention's tensor-parallel GPUs "
-                         f"(data-parallel attention is not modelled)")
+                         f"experts spread over the attention's tensor-parallel GPUs (or give "
+                         f"attention_dp = expert_parallel / tensor_parallel: data-parallel "
+                         f"attention)")
     return ep
+
+
+def check_attention_dp(config) -> None:
+    """A run's config (``sim.SimConfig``) with ``attention_dp`` > 1: the roofline's, on one
+    replica of ``expert_parallel`` GPUs; a setting this module does not model is refused."""
+    for knob, why in (("speculative", "speculative decoding"), ("lora", "LoRA adapters"),
+                      ("disaggregation", "disaggregated pools"),
+                      ("cost_model", "a cost model that does not split the attention")):
+        if getattr(config, knob) is not None and not (knob == "cost_model" and getattr(
+                config.cost_model, "attention_dp", 1) == config.attention_dp):
+            raise ValueError(f"attention_dp={config.attention_dp} with {why} ({knob}) is not "
+                             f"modelled")
+    if callable(config.model):
+        raise ValueError(f"attention_dp={config.attention_dp} needs a MoE model's config, got "
+                         f"model {config.model!r}")
+
+
+def check_moe_settings(config, weight_dtypes) -> dict:
+    """A run's MoE knobs (``sim.SimConfig``'s ``expert_parallel``, ``expert_skew``,
+    ``attention_dp``, ``expert_weight_dtype``; ``weight_dtypes`` the dtypes it takes) checked
+    against its model: the values to store, each resolved (``"checkpoint"``: the model's own
+    expert precision)."""
+    from ..checks import positive_int
+    from ..specs.memory_terms import resolve_expert_dtype
+    from ..specs.models import get_model
+    dp = positive_int("attention_dp", config.attention_dp)
+    if dp > 1:
+        check_attention_dp(config)
+    if callable(config.model):  # (a model given as a callable: nothing to check it against)
+        return {"attention_dp": dp}
+    model = get_model(config.resolved_model())
+    experts = resolve_expert_dtype(model, config.expert_weight_dtype, weight_dtypes)
+    if experts is not None and config.cost_model is not None and getattr(
+            config.cost_model, "expert_weight_dtype", None) != experts:  # (the roofline's)
+        raise ValueError(f"expert_weight_dtype={experts!r} is not used by cost_model "
+                         f"{config.cost_model!r}: give a roofline of the same expert dtype")
+    return {"attention_dp": dp,
+            "expert_parallel": check_expert_parallel(model, config.expert_parallel,
+                                                     config.tensor_parallel,
+                                                     config.expert_skew, dp),
+            "expert_weight_dtype": experts}
 
 
 class ExpertParallel:
@@ -95,9 +147,10 @@ class ExpertParallel:
     from) an iteration's MoE layers. Reads the host's ``model``, ``gpu``, ``params``, ``wb``,
     ``tp`` and its :class:`~sim.costs.roofline_ops.RooflineOps` (``op_work``, ``_times``)."""
 
-    def _init_expert_parallel(self, ep, skew) -> None:
-        self.ep = check_expert_parallel(self.model, ep, self.tp, skew)
+    def _init_expert_parallel(self, ep, skew, attention_dp=1) -> None:
+        self.ep = check_expert_parallel(self.model, ep, self.tp, skew, attention_dp)
         self.expert_skew = float(skew)
+        self.attention_dp = int(attention_dp)  # 1: attention tensor-parallel over the EP GPUs
 
     def all_to_all_time(self, tokens, eff) -> float:
         """One all-to-all of a MoE layer for ``tokens`` tokens: each GPU sends ``tokens / ep``
@@ -107,20 +160,23 @@ class ExpertParallel:
         link = self.gpu.link_bandwidth_gbps * 1e9 or PCIE_BYTES_PER_S
         return self.params.allreduce_latency_s + nbytes / (link * eff)
 
-    def expert_gemms_ep(self, tokens) -> tuple:
-        """``(FLOPs, bytes)`` of the busiest GPU's expert up- and down-projections."""
-        m, wb = self.model, self.wb
+    def expert_gemms_ep(self, tokens, rank_tokens=None) -> tuple:
+        """``(FLOPs, bytes)`` of the busiest GPU's expert up- and down-projections;
+        ``rank_tokens`` (default ``tokens``): the tokens of one attention rank, which its
+        tensor-parallel shared experts compute."""
+        m, wb, ewb = self.model, self.wb, self.ewb  # (routed experts: their own precision)
         h, width, e, k = m.hidden_size, m.intermediate_size, m.num_local_experts, \
             m.num_experts_per_tok
         gate = 2 if m.gated_mlp else 1
         rows = busiest_rank_rows(tokens, k, e, self.ep, self.expert_skew)
         touched = e / self.ep * (1.0 - (1.0 - k / e) ** tokens)
         up = (2.0 * rows * h * gate * width,
-              touched * h * gate * width * wb + rows * (h + gate * width) * ACT_BYTES)
+              touched * h * gate * width * ewb + rows * (h + gate * width) * ACT_BYTES)
         down = (2.0 * rows * width * h,
-                touched * width * h * wb + rows * (width + h) * ACT_BYTES)
+                touched * width * h * ewb + rows * (width + h) * ACT_BYTES)
         if m.n_shared_experts:  # shared experts stay tensor-parallel (as op_work prices them)
             shared, tp = m.n_shared_experts * width, self.tp
+            tokens = tokens if rank_tokens is None else rank_tokens
             up = (up[0] + 2.0 * tokens * h * gate * shared / tp,
                   up[1] + h * gate * shared / tp * wb
                   + tokens * (h + gate * shared / tp) * ACT_BYTES)
@@ -131,12 +187,13 @@ class ExpertParallel:
     def expert_parallel_layer_time(self, tokens: int) -> float:
         """Seconds EP adds to ONE MoE layer of an iteration of ``tokens`` tokens: dispatch and
         combine, plus the busiest GPU's expert GEMMs minus the tensor-parallel ones the
-        roofline's ops price."""
+        roofline's ops price (over one attention rank's ``tokens / attention_dp``)."""
         if self.ep == 1 or tokens <= 0:
             return 0.0
         t = float(tokens)
-        tp_ops = self._times(self.op_work(t))
-        up, down = self.expert_gemms_ep(t)
+        rank = t if self.attention_dp == 1 else t / self.attention_dp
+        tp_ops = self._times(self.op_work(rank))
+        up, down = self.expert_gemms_ep(t, rank)
         ep_ops = self._times({"moe_router": (0.0, 0.0), "mlp_up_proj": up,
                               "mlp_down_proj": down, "add": (0.0, 0.0)})
         gemms = (ep_ops["mlp_up_proj"] + ep_ops["mlp_down_proj"]

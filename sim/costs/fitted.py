@@ -85,15 +85,18 @@ def profile_terms(doc, where="profile") -> dict:
 
 def fitted_roofline(terms: dict, model, gpu, *, tensor_parallel=1, weight_dtype="fp16",
                     kv_dtype="fp16", activation_dtype=None, expert_parallel=1,
-                    expert_skew=0.0) -> RooflineCost:
+                    expert_skew=0.0, attention_dp=1, expert_weight_dtype=None) -> RooflineCost:
     """The roofline of ``model`` on ``gpu`` with the fit's ``terms`` applied (see the module
-    docstring)."""
+    docstring); ``attention_dp`` > 1: :class:`~sim.costs.dp_attention.DPAttentionCost`."""
+    from .dp_attention import DPAttentionCost
+    cls = DPAttentionCost if attention_dp > 1 else RooflineCost
     same = dict(tensor_parallel=tensor_parallel, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
                 activation_dtype=activation_dtype, expert_parallel=expert_parallel,
-                expert_skew=expert_skew)
-    base = RooflineCost(model, gpu, **same)
+                expert_skew=expert_skew, attention_dp=attention_dp,
+                expert_weight_dtype=expert_weight_dtype)
+    base = cls(model, gpu, **same)
     params = scaled_params(base.params, terms["compute_eff_scale"], terms["memory_eff_scale"],
                            terms["overhead_s"])
     if params is base.params:
         return base
-    return RooflineCost(model, gpu, params=params, **same)
+    return cls(model, gpu, params=params, **same)

@@ -75,20 +75,22 @@ def expected_busiest(tokens: int, k: int, num_experts: int) -> float:
 
 
 def moe_work(tokens, *, hidden: int, width: float, num_experts: int, k: int, gate: int,
-             weight_bytes: float) -> dict:
+             weight_bytes: float, router_weight_bytes: float | None = None) -> dict:
     """Per op, ``(FLOPs, bytes)`` of the routed part of one MoE layer on one GPU for ``tokens``
     tokens (scalars or arrays): ``width`` is one expert's MLP width on this GPU (the full width
     over the tensor-parallel degree), ``gate`` 2 for a gated MLP (gate+up, SwiGLU) else 1,
-    ``weight_bytes`` per weight. Ops: ``moe_router``, ``mlp_up_proj``, ``mlp_down_proj`` (GEMMs),
+    ``weight_bytes`` per expert weight (``router_weight_bytes``, default the same, per router
+    weight: gpt-oss keeps its router in bf16 beside MXFP4 experts). Ops: ``moe_router``, ``mlp_up_proj``, ``mlp_down_proj`` (GEMMs),
     ``moe_topk``, ``moe_permute``, ``moe_unpermute`` (memory-bound); the activation is the
     caller's (it may share it with shared experts)."""
     h, e = hidden, num_experts
     rows = tokens * k
     touched = expected_touched(tokens, k, e)
     up_n = gate * width
+    router = weight_bytes if router_weight_bytes is None else router_weight_bytes
     return {
         "moe_router": (2.0 * tokens * h * e,
-                       h * e * weight_bytes + tokens * (h * ACT_BYTES + e * LOGIT_BYTES)),
+                       h * e * router + tokens * (h * ACT_BYTES + e * LOGIT_BYTES)),
         "moe_topk": (0.0, tokens * (e * LOGIT_BYTES + k * (LOGIT_BYTES + INDEX_BYTES))),
         "moe_permute": (0.0, (tokens + rows) * h * ACT_BYTES),
         "mlp_up_proj": (2.0 * rows * h * up_n,

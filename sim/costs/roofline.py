@@ -75,10 +75,16 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
     terms are the three mixins')."""
 
     name = "roofline"
+    splits_attention = False  # DPAttentionCost prices each data-parallel rank's share
 
     def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
                  weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None,
-                 activation_dtype=None, expert_parallel=1, expert_skew=0.0):
+                 activation_dtype=None, expert_parallel=1, expert_skew=0.0, attention_dp=1,
+                 expert_weight_dtype=None):
+        if attention_dp != 1 and not self.splits_attention:
+            raise ValueError(f"attention_dp {attention_dp!r}: data-parallel attention prices "
+                             f"each rank's share of the batch, "
+                             f"sim.costs.dp_attention.DPAttentionCost")
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
@@ -107,6 +113,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         p = self.params
         self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
             "fp8", "fp4") else p.gemm_compute_eff
+        self._init_expert_dtype(expert_weight_dtype, activation_dtype)
         self._linear_cache = {}
         self._layers_rows = {}  # token count // LAYERS_BLOCK -> layers_time of the block
         m = self.model
@@ -118,7 +125,27 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         self._allreduces_per_layer = p.parallel_block_allreduces if m.parallel_attn else 2
         self._init_attention()
         self._init_layers()  # sliding/chunked/linear layers (none: the prices above alone)
-        self._init_expert_parallel(expert_parallel, expert_skew)  # (1: nothing added)
+        self._init_expert_parallel(expert_parallel, expert_skew,  # (1: nothing added)
+                                   attention_dp)
+
+    def _init_expert_dtype(self, dtype, activation_dtype) -> None:
+        """The routed experts' own precision (gpt-oss: mxfp4 beside bf16): ``ewb`` bytes per
+        weight their GEMMs read and ``_expert_rate`` FLOP/s (the peak ``compute_peak`` gives
+        that dtype, at its fitted efficiency); None: the other weights' (``wb``, ``peak``)."""
+        from ..specs.memory import DTYPE_BYTES  # (checked; "checkpoint": the model's own)
+        from ..specs.memory_terms import resolve_expert_dtype
+        self.expert_weight_dtype = dtype = resolve_expert_dtype(self.model, dtype,
+                                                                tuple(DTYPE_BYTES))
+        self.ewb, self._expert_rate = self.wb, None
+        if dtype is None:
+            return
+        p = self.params
+        self.ewb = bytes_per_value("expert_weight_dtype", dtype)
+        if str(dtype).lower() == "int4":
+            self.ewb += 2 * ACT_BYTES / p.int4_group_size
+        kind, peak, _ = compute_peak(dtype, self.ewb, self.gpu, activation_dtype)
+        self._expert_rate = peak * ((p.fp8_gemm_compute_eff or p.gemm_compute_eff)
+                                    if kind in ("fp8", "fp4") else p.gemm_compute_eff)
 
     LAYERS_BLOCK = 512  # token counts priced at once on a linear-time memo miss
 
@@ -140,13 +167,16 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         return row[j]
 
     def _layers_times(self, counts) -> list:
-        """:meth:`layers_time` of each token count in the int array ``counts``."""
-        ops = self.op_times(counts)
+        """:meth:`layers_time` of each token count in the int array ``counts``; with data-
+        parallel attention the layers' own ops and all-reduces run on one rank's ``counts /
+        attention_dp`` tokens (:mod:`sim.costs.dp_attention`)."""
+        rank = counts if self.attention_dp == 1 else counts / self.attention_dp
+        ops = self.op_times(rank)
         layer = sum(ops.values()) + ops["add"]  # two residual adds per layer
         if self.tp > 1:
             nbytes = self.model.hidden_size * ACT_BYTES
             layer += self._allreduces_per_layer * np.array(
-                [self.allreduce_time(t * nbytes) for t in counts.tolist()])
+                [self.allreduce_time(t * nbytes) for t in rank.tolist()])
         if self.ep > 1:  # expert parallelism's all-to-alls and busiest GPU (expert_parallel)
             return (self.model.num_hidden_layers * layer
                     + self.expert_parallel_times(counts)).tolist()
@@ -159,12 +189,18 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         if t is None:
             t = self.layers_time(tokens)
             if sampled:
-                p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
-                t += max(2.0 * sampled * h * v / (self.peak * self._gemm_ce),
-                         (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
-                         / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
+                t += self.lm_head_time(sampled if self.attention_dp == 1
+                                       else sampled / self.attention_dp)
             self._linear_cache[key] = t
         return t
+
+    def lm_head_time(self, sampled) -> float:
+        """The LM head (``hidden x vocab / tp``) for ``sampled`` sampling rows (with data-
+        parallel attention, one rank's share)."""
+        p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
+        return max(2.0 * sampled * h * v / (self.peak * self._gemm_ce),
+                   (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
+                   / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
 
     def fixed_time(self, num_seqs, *, graphed=False) -> float:
         """The fixed costs of an iteration of ``num_seqs`` sequences (see the module docstring);
@@ -235,6 +271,9 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
                         for f in dataclasses.fields(self.params)
                         if getattr(self.params, f.name) != getattr(fitted, f.name))
         ep = f", ep={self.ep}" + (f", skew={self.expert_skew:g}" if self.expert_skew else "") \
+            + (f", dp_attention={self.attention_dp}" if self.attention_dp > 1 else "") \
             if self.ep > 1 else ""
+        if self.expert_weight_dtype is not None:
+            kv = f", experts={self.expert_weight_dtype}{kv}"
         return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}{ep}, "
                 f"weights={self.weight_dtype}{kv}" + (f", params({own})" if own else "") + ")")

@@ -38,7 +38,10 @@ compute_eff), bytes / (bandwidth x memory_eff), kernel_floor)``; per layer:
   are :mod:`sim.costs.roofline_collectives`').
 
 int4 weights also read one fp16 scale and one fp16 zero per ``int4_group_size`` weights
-(AWQ/GPTQ: 128; gpt-fast: 32): ``wb`` includes them.
+(AWQ/GPTQ: 128; gpt-fast: 32): ``wb`` includes them. A checkpoint whose routed experts have
+their own precision (gpt-oss: MXFP4 experts, BF16 attention and embeddings): the experts read
+``ewb`` bytes per weight and compute at ``_expert_rate`` (the host's), the shared experts and
+every other GEMM at ``wb`` and the weight dtype's peak.
 
 Invariants: an op's work depends only on the number of tokens (so the host memoises it per
 token count); the scalar and the array paths (one token count, or an array of them) give the
@@ -92,7 +95,8 @@ class RooflineOps:
         if m.is_moe and not dense_layer:
             k = m.num_experts_per_tok
             moe = moe_work(tokens, hidden=h, width=inter / tp, num_experts=m.num_local_experts,
-                           k=k, gate=gate, weight_bytes=wb)
+                           k=k, gate=gate, weight_bytes=self.ewb,  # (routed: their own dtype)
+                           router_weight_bytes=wb)
             up, down = moe.pop("mlp_up_proj"), moe.pop("mlp_down_proj")
             act_tokens = tokens * k
             if m.n_shared_experts:  # always-on experts: a dense MLP of their total width, in
@@ -162,8 +166,8 @@ class RooflineOps:
         out = {}
         for op, (flops, nbytes) in work.items():
             if op in GEMM_OPS or moe and op in MOE_GEMM_OPS:
-                rate = gemm_rate * p.moe_gemm_compute_scale if moe and op in EXPERT_OPS \
-                    else gemm_rate
+                rate = (self._expert_rate or gemm_rate) * p.moe_gemm_compute_scale if moe \
+                    and op in EXPERT_OPS else gemm_rate
                 t = top(flops / rate, nbytes / (bw * p.gemm_memory_eff),
                         floor) + p.gemm_latency_s
             else:

@@ -98,6 +98,8 @@ class SimConfig:
     tensor_parallel: int = 1
     expert_parallel: int = 1  # a MoE model's experts over the TP GPUs (costs.expert_parallel)
     expert_skew: float = 0.0  # expert routing's Zipf exponent under expert parallelism
+    attention_dp: int = 1  # data-parallel attention ranks under EP (costs.dp_attention)
+    expert_weight_dtype: str | None = None  # routed experts' own; "checkpoint": the model's
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
@@ -133,12 +135,11 @@ class SimConfig:
         if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
             from ..specs.models import get_model
             check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
-        if (self.expert_parallel != 1 or self.expert_skew) and not callable(self.model):
-            from ..costs.expert_parallel import check_expert_parallel
-            from ..specs.models import get_model
-            object.__setattr__(self, "expert_parallel", check_expert_parallel(
-                get_model(self.resolved_model()), self.expert_parallel, self.tensor_parallel,
-                self.expert_skew))
+        if (self.expert_parallel, self.expert_skew, self.attention_dp,
+                self.expert_weight_dtype) != (1, 0, 1, None):  # (costs.expert_parallel)
+            from ..costs.expert_parallel import check_moe_settings
+            for knob, value in check_moe_settings(self, WEIGHT_DTYPES).items():
+                object.__setattr__(self, knob, value)
         check_router(self.router)
         if self.kv_offload is not None and not isinstance(self.kv_offload,
                                                           (KVTier, KVTierChain)):
@@ -279,10 +280,11 @@ class SimConfig:
         return self.gpu or DEFAULT_GPU
 
     def fleet(self) -> tuple:
-        """``(replicas, GPUs)`` of the run: ``replicas x tensor_parallel``, or both pools'."""
+        """``(replicas, GPUs)`` of the run: ``replicas x tensor_parallel`` (x ``attention_dp``
+        ranks), or both pools'."""
         if self.disaggregation is not None:
             return self.disaggregation.fleet(self)
-        return self.replicas, self.replicas * self.tensor_parallel
+        return self.replicas, self.replicas * self.tensor_parallel * self.attention_dp
 
     def policy(self):
         """The batching policy object (built anew from a name; a given object as is)."""
@@ -360,11 +362,14 @@ class SimConfig:
             raise ValueError(f"expert_skew={self.expert_skew:g} is not used by cost_model "
                              f"{target!r}: only the roofline prices the busiest GPU's experts")
         if target is None:
+            if self.attention_dp > 1:  # (each data-parallel rank's share of the batch)
+                from ..costs.dp_attention import DPAttentionCost as RooflineCost
             target = RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
                                   tensor_parallel=self.tensor_parallel,
                                   weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
                                   expert_parallel=self.expert_parallel,
-                                  expert_skew=self.expert_skew)
+                                  expert_skew=self.expert_skew, attention_dp=self.attention_dp,
+                                  expert_weight_dtype=self.expert_weight_dtype)
         spec = self.speculative
         if spec is None or spec.method == "ngram":
             return target

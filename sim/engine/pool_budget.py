@@ -11,6 +11,10 @@ allocates them). Pure: reads the config, returns a count.
 :func:`layer_pool_fields` gives a model with sliding-window, chunked-local or linear-attention
 layers its per-layer-kind pool (:mod:`sim.engine.kv.layer_groups`): the same blocks, each request
 holding its window's blocks in the local layers and a fixed state in the linear ones.
+
+With data-parallel attention (``attention_dp`` ranks of ``tensor_parallel`` GPUs, experts over
+all of them: :mod:`sim.costs.dp_attention`) the budget is one GPU's of a rank and the replica's
+pool is ``attention_dp`` ranks' blocks.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                            block_size=config.block_size,
                            overhead_gb=draft_weights + lora_gb,
                            expert_parallel=config.expert_parallel,
+                           expert_weight_dtype=config.expert_weight_dtype,
                            accounting=accounting, **trt)
     if not budget.fits and draft is not None:
         raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
@@ -62,8 +67,8 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
     if not budget.fits:
         raise ValueError(f"model {model!r} on gpu {gpu!r} with {config.weight_dtype} "
                          f"weights: {budget.advice}")
-    if draft is None:
-        return budget.kv_blocks
+    if draft is None:  # data-parallel attention: each rank's pool (costs.dp_attention)
+        return budget.kv_blocks * config.attention_dp
     # each block holds the draft's KV of its tokens too (one block table per request)
     per_block = budget.kv_block_bytes_per_gpu + kv_cache_bytes(
         config.block_size, model=draft, dtype=config.kv_dtype, tensor_parallel=tp)

@@ -1,8 +1,9 @@
 """Dollars and joules of a run: the cost and energy columns of :meth:`Result.summary`.
 
-Every GPU of the run is counted, busy or not: a replica is ``tensor_parallel`` GPUs, a cluster
-``replicas`` of them, a disaggregated run both pools (each with its own GPU, tensor
-parallelism, price and power terms: a pool's overrides, else the run's). Per pool ``g`` of
+Every GPU of the run is counted, busy or not: a replica is ``tensor_parallel`` GPUs (times
+``attention_dp`` ranks: :mod:`sim.costs.dp_attention`), a cluster ``replicas`` of them, a
+disaggregated run both pools (each with its own GPU, tensor parallelism, price and power
+terms: a pool's overrides, else the run's). Per pool ``g`` of
 ``n_g`` GPUs at ``p_g`` $/GPU-hour whose replicas ran iterations a fraction ``u_g`` of the
 window (:meth:`Result.summary`'s ``duration``; ``busy_fraction`` per pool):
 
@@ -71,7 +72,7 @@ def economics(result, summary) -> dict:
     usd, watts = 0.0, 0.0
     for indices, knob in pools(config):
         gpu = _gpu(knob, config)
-        tp = knob("tensor_parallel")
+        tp = knob("tensor_parallel") * (getattr(config, "attention_dp", 1) or 1)  # (DP ranks)
         n_gpus = len(indices) * tp
         price = knob("usd_per_gpu_hour")
         if price is None:

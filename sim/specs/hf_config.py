@@ -16,8 +16,11 @@ names are read first, then each family's own: GPT-J (``n_embd``, ``n_layer``, ``
 ``interleave_moe_layer_step``, ``intermediate_size_mlp`` and its shared expert, Qwen3-Next's
 ``linear_*`` Gated DeltaNet fields, ``full_attention_interval``,
 ``shared_expert_intermediate_size`` and ``attn_output_gate``. A multimodal config's
-``text_config`` is the model (its fields over the top level's). A ``quantization_config`` is not
-read: the weight precision is ``weight_dtype``'s.
+``text_config`` is the model (its fields over the top level's). A ``quantization_config`` is
+read only for an MXFP4 checkpoint, whose routed experts alone are MXFP4 (gpt-oss; its
+``modules_to_not_convert``: attention, router, embeddings, LM head): ``expert_dtype`` "mxfp4",
+the precision a run's ``expert_weight_dtype="checkpoint"`` takes; every other weight precision
+is the run's ``weight_dtype``.
 
 Invariants: a field the dict omits takes Hugging Face transformers' default for its
 ``model_type`` (a 4 h MLP for GPT-J and Falcon, q/k/v biases for Qwen2, GPT-NeoX, OPT and Phi,
@@ -184,8 +187,23 @@ def model_fields(config: dict, name: str | None = None) -> dict:
         attn_output_gate=as_bool(config.get("attn_output_gate", False)),
         interleave_moe_layer_step=(config.get("interleave_moe_layer_step") or 0)
         if experts else 0,
+        expert_dtype=(config.get("expert_dtype") or _checkpoint_experts(config)) if experts
+        else "",
         **kinds,
     )
+
+
+def _checkpoint_experts(config: dict) -> str:
+    """The routed experts' own precision from a ``quantization_config``: "mxfp4" for
+    ``quant_method`` "mxfp4", which transformers applies to the experts alone (its
+    ``Mxfp4HfQuantizer`` swaps in ``Mxfp4GptOssExperts``; attention, router, embeddings and LM
+    head stay bf16, gpt-oss's ``modules_to_not_convert``), unless that list names the experts;
+    "" for none or another method (its precision is the run's ``weight_dtype``)."""
+    q = config.get("quantization_config")
+    if not isinstance(q, dict) or str(q.get("quant_method", "")).lower() != "mxfp4":
+        return ""
+    kept = " ".join(str(m) for m in q.get("modules_to_not_convert") or ())
+    return "" if "experts" in kept else "mxfp4"
 
 
 def _shared_experts(width, expert_width) -> int:

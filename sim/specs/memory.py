@@ -183,18 +183,24 @@ class MemoryBudget:
 
 def _terms(model, device, tp, wbytes, s):
     """The per-GPU terms of accounting ``s["accounting"]`` (see :mod:`.memory_terms`)."""
-    ep = s["expert_parallel"]
-    if ep == 1:
+    ep, eb = s["expert_parallel"], s["expert_bytes"]
+    experts = (model.num_hidden_layers - model.num_dense_layers) * model.num_local_experts \
+        * model.mlp_params_per_expert()
+    if ep == 1 and eb is None:
         weights = round(model.total_params() * wbytes / tp)
         w = MemoryTerm("weights", -weights, f"{model.total_params() / 1e9:.2f} B parameters x "
                        f"{wbytes:g} B / {plural(tp, 'GPU')}")  # (replicated norms: < 0.01%)
-    else:  # the experts whole, E / ep of them per GPU; the rest over the TP GPUs
-        experts = (model.num_hidden_layers - model.num_dense_layers) * model.num_local_experts \
-            * model.mlp_params_per_expert()
+    elif eb is None:  # the experts whole, E / ep of them per GPU; the rest over the TP GPUs
         weights = round(((model.total_params() - experts) / tp + experts / ep) * wbytes)
         w = MemoryTerm("weights", -weights, f"{(model.total_params() - experts) / 1e9:.2f} B "
                        f"parameters / {plural(tp, 'GPU')} + {experts / 1e9:.2f} B of experts / "
                        f"{ep} (expert_parallel) x {wbytes:g} B")
+    else:  # the routed experts in their own precision (gpt-oss's MXFP4), over EP or TP
+        n = ep if ep > 1 else tp
+        weights = round((model.total_params() - experts) / tp * wbytes + experts / n * eb)
+        w = MemoryTerm("weights", -weights, f"{(model.total_params() - experts) / 1e9:.2f} B "
+                       f"parameters x {wbytes:g} B / {plural(tp, 'GPU')} + {experts / 1e9:.2f} "
+                       f"B of experts x {eb:g} B / {plural(n, 'GPU')}")
     reserved = round(s["overhead_gb"] * GB)
     extra = [MemoryTerm("reserved", -reserved, "overhead_gb, reserved by the caller")] \
         if reserved else []
@@ -259,7 +265,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                   max_num_batched_tokens=terms.VLLM_MAX_NUM_BATCHED_TOKENS,
                   max_num_seqs=terms.VLLM_MAX_NUM_SEQS, non_torch_gb=None,
                   mem_fraction_static=None, free_gpu_memory_fraction=None,
-                  expert_parallel=1) -> MemoryBudget:
+                  expert_parallel=1, expert_weight_dtype=None) -> MemoryBudget:
     """How much KV cache a model leaves on ``tensor_parallel`` GPUs of ``gpu_memory_gb`` each.
 
     ``gpu_memory_gb``: the memory each GPU reports, in GB of 10**9 bytes (a preset's
@@ -277,6 +283,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     ``expert_parallel``: the GPUs a MoE model's experts spread over, each holding ``E /
     expert_parallel`` whole experts beside ``1 / tensor_parallel`` of the other weights (more
     GPUs than ``tensor_parallel``: attention data-parallel, as SGLang's DP attention).
+    ``expert_weight_dtype``: the routed experts' own bytes per value or dtype (gpt-oss ships
+    them in mxfp4, the rest in bf16); None: ``weight_dtype``.
     ``overhead_gb``: a further per-GPU reserve of the caller's. Terms and sources:
     :mod:`sim.specs.memory_terms`.
     ``fits`` is True when every GPU keeps room for at least one KV block; otherwise ``advice``
@@ -307,7 +315,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
         raise ValueError(f"expert_parallel {ep} must divide the experts of a MoE model; "
                          f"{model.name!r} has {model.num_local_experts}")
     s = {"accounting": accounting, "util": util, "overhead_gb": overhead_gb,
-         "expert_parallel": ep,
+         "expert_parallel": ep, "expert_bytes": None if expert_weight_dtype is None else
+         bytes_per_value("expert_weight_dtype", expert_weight_dtype),
          "max_num_batched_tokens": positive_int("max_num_batched_tokens", max_num_batched_tokens),
          "max_num_seqs": positive_int("max_num_seqs", max_num_seqs),
          "non_torch_gb": None if non_torch_gb is None else positive_float(

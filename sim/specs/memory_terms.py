@@ -125,6 +125,25 @@ class MemoryTerm:
     source: str
 
 
+def resolve_expert_dtype(model: ModelConfig, value, dtypes) -> str | None:
+    """A run's ``expert_weight_dtype``: None (the experts at ``weight_dtype``), one of
+    ``dtypes``, or "checkpoint": the model's own ``expert_dtype`` (gpt-oss: mxfp4). A dense
+    model, or "checkpoint" for a model whose config gives none, is a ``ValueError``."""
+    if value is None:
+        return None
+    key = str(value).strip().lower()
+    if key not in dtypes + ("checkpoint",):
+        raise ValueError(f"expert_weight_dtype must be one of {dtypes + ('checkpoint',)}, got "
+                         f"{value!r}")
+    if not model.is_moe:
+        raise ValueError(f"expert_weight_dtype {value!r} needs a mixture-of-experts model; "
+                         f"{model.name!r} is dense")
+    if key == "checkpoint" and not model.expert_dtype:
+        raise ValueError(f"expert_weight_dtype 'checkpoint': {model.name!r} ships its experts "
+                         f"in the precision of its other weights (give a dtype)")
+    return model.expert_dtype if key == "checkpoint" else key
+
+
 def check_tensor_parallel(model: ModelConfig, tp: int) -> int:
     """``tp`` if ``model`` can be split over that many GPUs: it must divide the attention heads
     (each GPU computes whole query heads: vLLM's ``verify_with_parallel_config`` refuses

@@ -37,6 +37,8 @@ from ..checks import did_you_mean, positive_int
 from . import layers
 from .hf_config import as_bool, is_config_path, model_fields, read_hf_config
 
+EXPERT_DTYPES = ("", "fp8", "int4", "fp4", "nvfp4", "mxfp4")  # a checkpoint's experts' own
+
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
@@ -86,6 +88,9 @@ class ModelConfig:
     linear_conv_kernel_dim: int = 0
     attn_output_gate: bool = False  # q_proj also projects a sigmoid gate of the output
     interleave_moe_layer_step: int = 0  # 0, 1: every layer MoE; N: every N-th (Llama 4)
+    # the checkpoint's routed experts in their own precision (gpt-oss: mxfp4, the rest bf16);
+    # "": as the other weights. Used when a run asks for it (expert_weight_dtype "checkpoint")
+    expert_dtype: str = ""
 
     def __post_init__(self):
         for f in ("num_hidden_layers", "hidden_size", "num_attention_heads",
@@ -124,6 +129,10 @@ class ModelConfig:
         if self.norms_per_layer > 2 or self.norms_per_layer == 1 and not self.parallel_attn:
             raise ValueError(f"norms_per_layer must be 2, or 1 with parallel_attn, got "
                              f"{self.norms_per_layer} (parallel_attn={self.parallel_attn})")
+        if self.expert_dtype not in EXPERT_DTYPES or self.expert_dtype and not \
+                self.num_local_experts:
+            raise ValueError(f"expert_dtype must be one of {EXPERT_DTYPES} (a MoE model's), got "
+                             f"{self.expert_dtype!r}")
         layers.check_layers(self)
 
     def _check_mla(self):
@@ -326,8 +335,8 @@ class ModelConfig:
 def _preset_rows() -> dict:
     text = resources.files("sim").joinpath("data/models.csv").read_text()
     # every column named like a field; an empty cell takes the field's default
-    kinds = {f.name: as_bool if type(f.default) is bool else int
-             for f in dataclasses.fields(ModelConfig) if f.name != "name"}
+    kinds = {f.name: as_bool if type(f.default) is bool else str if type(f.default) is str
+             else int for f in dataclasses.fields(ModelConfig) if f.name != "name"}
     rows = {}
     for row in csv.DictReader(text.splitlines()):
         cfg = ModelConfig(name=row["model"].lower(),
