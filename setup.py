@@ -1,9 +1,9 @@
-"""Build the compiled engine core (sim/_native.py says which modules and why).
+"""Build the compiled engine core (sim/native.py says which modules and why).
 
 Everything else is in pyproject.toml. The modules stay plain Python: where Cython or a C
 compiler is missing, or a module fails to compile, the install goes on without that extension
-(``optional``) and the interpreter runs the ``.py`` (sim/_native.py's finder; ``sim info``
-says which copy runs).
+(``optional``) and the interpreter runs the ``.py`` (sim/native.py's finder;
+``sim.native.status()`` says which copy runs).
 """
 
 import json
@@ -15,7 +15,7 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
-NATIVE = runpy.run_path(str(ROOT / "sim" / "_native.py"))  # (not importing the package)
+NATIVE = runpy.run_path(str(ROOT / "sim" / "native.py"))  # (not importing the package)
 # floating point exactly as the interpreter does it: no FMA contraction, no fast-math
 CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
 
@@ -39,7 +39,7 @@ def _extensions():
 
 class BuildExt(build_ext):
     """build_ext that records, beside the extensions, the hash of each one's source (.py and
-    .pxd: sim/_native.py's ``source_hash``), for the import-time stale check."""
+    .pxd: sim/native.py's ``source_hash``), for the import-time stale check."""
 
     def run(self):
         super().run()

@@ -1,4 +1,4 @@
-"""The compiled engine core against the same source interpreted (sim/_native.py).
+"""The compiled engine core against the same source interpreted (sim/native.py).
 
     python benchmarks/bench_native.py [--requests 30000] [--pairs 3]
 
@@ -25,14 +25,14 @@ CHILD = """
 import hashlib, json, sys, time
 sys.path.insert(0, {here!r})
 import bench_engine
-from sim import _native
+from sim import native
 from sim.engine import run
 from sim.costs.roofline import RooflineCost
 df = bench_engine.workload({n})
 cases = {{"chunked": {{"scheduler": "chunked"}},
           "chunked_spec": {{"scheduler": "chunked", "speculative": bench_engine.SPEC}},
           "sglang": {{"scheduler": "sglang", "max_batch_size": 1024}}}}
-out = {{"modes": sorted(set(_native.status().values()))}}
+out = {{"modes": sorted(set(native.status().values()))}}
 for name, kw in cases.items():
     kw = {{"max_batch_size": 256, **kw}}
     cost = RooflineCost("llama-3.1-8b", "h100")

@@ -18,9 +18,9 @@ imported when one of its names is first used).
 
 import importlib
 
-from . import _native
+from . import native
 
-_native.install()  # the compiled engine core where built and current (sim/_native.py)
+native.install()  # the compiled engine core where built and current (sim/native.py)
 
 # public name -> the module that defines it; imported on first use (PEP 562), so that
 # ``import sim`` and the ``sim`` command load only what they use (``sim run`` never loads the

@@ -12,8 +12,9 @@ SIM = ROOT / "sim"
 
 # layer order: a package may import its own modules and those of lower layers; packages of the
 # same layer are independent of each other
-# (_native and _cython: the compiled core's finder and no-op shim, sim/_native.py)
-LAYER = {"_native": 0, "_cython": 0, "checks": 0, "constants": 0, "numerics": 0, "specs": 1, "cheatsheet": 2, "costs": 2, "results": 2,
+# (native and cython_shim: the compiled core's finder and no-op shim, sim/native.py)
+LAYER = {"native": 0, "cython_shim": 0,
+         "checks": 0, "constants": 0, "numerics": 0, "specs": 1, "cheatsheet": 2, "costs": 2, "results": 2,
          "engine": 3, "tools": 4, "serve": 5,
          "cli": 6}
 # third-party imports allowed only in these modules (anywhere in them: lazy imports count)
@@ -249,12 +250,12 @@ def test_sim_run_loads_only_what_it_uses(tmp_path):
     """Start-up is part of every ``sim run``: ``import sim`` loads no library (its names are
     imported on first use), the parser (``sim --help``) neither pandas nor SimPy, and a run
     without plots neither matplotlib nor the sweep, capacity, kernel or cheat-sheet modules
-    (``sim._native``, the compiled core's finder, is installed by ``import sim``)."""
+    (``sim.native``, the compiled core's finder, is installed by ``import sim``)."""
     import subprocess
     import sys
     code = ("import sys\nimport sim\n"
             "assert not [m for m in sys.modules if m.split('.')[0] in ('pandas', 'numpy', "
-            "'simpy') or m.startswith('sim.') and m != 'sim._native'], sorted(sys.modules)\n"
+            "'simpy') or m.startswith('sim.') and m != 'sim.native'], sorted(sys.modules)\n"
             "from sim.cli.main import build_parser, main\n"
             "build_parser().format_help()\n"
             "assert not [m for m in sys.modules if m.split('.')[0] in ('pandas', 'simpy', "

@@ -1,4 +1,4 @@
-"""The compiled core (sim/_native.py): a stale extension never shadows an edited source, the
+"""The compiled core (sim/native.py): a stale extension never shadows an edited source, the
 interpreter can be asked for, and compiled and interpreted engines give the same bytes."""
 
 import hashlib
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sim import _cython, _native
+from sim import cython_shim, native
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +22,7 @@ SOURCE = textwrap.dedent('''\
     try:
         import cython
     except ImportError:
-        from sim import _cython as cython
+        from sim import cython_shim as cython
 
 
     @cython.locals(i=cython.longlong, s=cython.longlong)
@@ -59,7 +59,7 @@ def built(tmp_path_factory):
 
 def _load(root, record, pure=False):
     """Import ``pkg.mod`` afresh through a NativeFinder; returns (module, finder)."""
-    finder = _native.NativeFinder("pkg", root / "pkg", ["pkg.mod"], record, pure)
+    finder = native.NativeFinder("pkg", root / "pkg", ["pkg.mod"], record, pure)
     for name in ("pkg.mod", "pkg"):
         sys.modules.pop(name, None)
     sys.path.insert(0, str(root))
@@ -75,7 +75,7 @@ def _load(root, record, pure=False):
 
 
 def test_the_extension_loads_when_built_from_this_source(built):
-    mod, finder = _load(built, {"pkg.mod": _native.source_hash(built / "pkg" / "mod.py")})
+    mod, finder = _load(built, {"pkg.mod": native.source_hash(built / "pkg" / "mod.py")})
     assert mod.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
     assert mod.compiled() is True and mod.total(10) == 45
     assert finder.why == {"pkg.mod": "compiled"}
@@ -91,52 +91,52 @@ def test_a_changed_source_runs_interpreted_with_a_warning(built):
 
 def test_an_edited_pxd_makes_the_extension_stale(built):
     py = built / "pkg" / "mod.py"
-    before = _native.source_hash(py)
+    before = native.source_hash(py)
     pxd = py.with_suffix(".pxd")
     pxd.write_text("# types\n")
     try:
-        assert _native.source_hash(py) != before
+        assert native.source_hash(py) != before
         with pytest.warns(RuntimeWarning):
             mod, _ = _load(built, {"pkg.mod": before})
         assert mod.compiled() is False
     finally:
         pxd.unlink()
-    assert _native.source_hash(py) == before == hashlib.sha256(py.read_bytes()).hexdigest()
+    assert native.source_hash(py) == before == hashlib.sha256(py.read_bytes()).hexdigest()
 
 
 def test_pure_python_on_demand(built):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (asked for: no warning)
-        mod, finder = _load(built, {"pkg.mod": _native.source_hash(built / "pkg" / "mod.py")},
+        mod, finder = _load(built, {"pkg.mod": native.source_hash(built / "pkg" / "mod.py")},
                             pure=True)
     assert mod.compiled() is False
-    assert finder.why["pkg.mod"] == f"interpreted: {_native.PURE_ENV}=1"
+    assert finder.why["pkg.mod"] == f"interpreted: {native.PURE_ENV}=1"
 
 
 def test_the_shim_changes_nothing():
     def f(x):
         return x + 1
-    assert _cython.locals(x=_cython.longlong)(f) is f and _cython.compiled is False
+    assert cython_shim.locals(x=cython_shim.longlong)(f) is f and cython_shim.compiled is False
 
 
 def test_the_record_names_only_compiled_modules():
-    record = ROOT / "sim" / _native.RECORD
+    record = ROOT / "sim" / native.RECORD
     if record.exists():  # (an install that built: each entry is a module of COMPILED)
-        assert set(json.loads(record.read_text())) <= set(_native.COMPILED)
-    assert all(importlib.util.find_spec(name) for name in _native.COMPILED)
+        assert set(json.loads(record.read_text())) <= set(native.COMPILED)
+    assert all(importlib.util.find_spec(name) for name in native.COMPILED)
 
 
 def test_ci_runs_the_compiled_core():
     """CI sets SIM_REQUIRE_COMPILED=1 for its compiled pass: then every module of COMPILED is
     the current extension (the install compiled them, none is stale); SIM_PURE_PYTHON=1 runs
     them all interpreted."""
-    status = _native.status()
-    if os.environ.get(_native.PURE_ENV, "") not in ("", "0"):
-        assert set(status.values()) == {f"interpreted: {_native.PURE_ENV}=1"}, status
+    status = native.status()
+    if os.environ.get(native.PURE_ENV, "") not in ("", "0"):
+        assert set(status.values()) == {f"interpreted: {native.PURE_ENV}=1"}, status
     elif os.environ.get("SIM_REQUIRE_COMPILED") == "1":
         assert set(status.values()) == {"compiled"}, status
     else:
-        assert set(status) == set(_native.COMPILED)
+        assert set(status) == set(native.COMPILED)
 
 
 CASE = textwrap.dedent('''\
@@ -164,9 +164,9 @@ def test_compiled_and_interpreted_give_the_same_bytes():
     code = CASE.format(bench=str(ROOT / "benchmarks"))
 
     def digest(pure):
-        env = {k: v for k, v in os.environ.items() if k != _native.PURE_ENV}
+        env = {k: v for k, v in os.environ.items() if k != native.PURE_ENV}
         if pure:
-            env[_native.PURE_ENV] = "1"
+            env[native.PURE_ENV] = "1"
         return subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300,
                               capture_output=True, text=True).stdout.split()
     compiled, interpreted = digest(False), digest(True)

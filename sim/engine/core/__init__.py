@@ -11,8 +11,8 @@ policies), ``events`` (the SimPy environment and the engine's pre-made events),
 ``fastforward`` (pure-decode stretches in one event), ``invariants`` (the checks of
 ``SimConfig.check``), ``records`` (the results' columns, ``build_result``).
 
-May import: ``sim.engine.kv``; ``sim._cython`` (the compiled modules' no-op shim,
-``sim._native``); ``sim.checks``, ``sim.constants``, ``sim.specs``,
+May import: ``sim.engine.kv``; ``sim.cython_shim`` (the compiled modules' no-op shim,
+``sim.native``); ``sim.checks``, ``sim.constants``, ``sim.specs``,
 ``sim.results`` (the ``Result`` it builds); SimPy, NumPy, pandas. Not the presets, the fleet,
 speculation's settings or the engine's top-level modules (they build on the core).
 """

@@ -1,4 +1,4 @@
-# The compiled layout of sim/engine/core/decoding.py's Decodes (sim/_native.py): its counters
+# The compiled layout of sim/engine/core/decoding.py's Decodes (sim/native.py): its counters
 cimport cython
 # as C 64-bit integers; its methods C-callable from typed code (cpdef), with typed arguments.
 from sim.engine.core.request cimport Request

@@ -1,5 +1,5 @@
 # The compiled layout of sim/engine/core/iteration.py's Iteration, the base class holding a
-# replica's state (sim/_native.py): the counters as C 64-bit integers, the flags as C ints,
+# replica's state (sim/native.py): the counters as C 64-bit integers, the flags as C ints,
 # the clock as a C double; Replica (a Python subclass) keeps its other attributes in its dict.
 from sim.engine.core.request cimport Request
 

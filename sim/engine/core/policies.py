@@ -72,8 +72,8 @@ from __future__ import annotations
 
 try:
     import cython
-except ImportError:  # interpreted without Cython: its no-op names (sim/_cython.py)
-    from sim import _cython as cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/cython_shim.py)
+    from sim import cython_shim as cython
 
 from ...checks import positive_int
 from ...constants import CHUNK_SIZE, KV_BLOCK_SIZE

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 try:
     import cython
-except ImportError:  # interpreted without Cython: its no-op names (sim/_cython.py)
-    from sim import _cython as cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/cython_shim.py)
+    from sim import cython_shim as cython
 
 from functools import partial
 

@@ -1,4 +1,4 @@
-# The compiled layout of sim/engine/core/request.py's Request (sim/_native.py): the same
+# The compiled layout of sim/engine/core/request.py's Request (sim/native.py): the same
 # attributes as its __slots__, the integer ones as C 64-bit integers (token counts, iteration
 # indices, statuses), the times as C doubles, the rest Python objects.
 cdef class Request:

@@ -1,8 +1,8 @@
 """The few names of Cython's pure-Python mode the compiled modules use, for an interpreter
-without Cython installed (Cython is a build requirement, not a run-time one: sim/_native.py).
+without Cython installed (Cython is a build requirement, not a run-time one: sim/native.py).
 
 Each compiled module does ``try: import cython`` / ``except ImportError: from sim import
-_cython as cython``: compiled, Cython reads the decorators and types at build time (``import
+cython_shim as cython``: compiled, Cython reads the decorators and types at build time (``import
 cython`` is its own); interpreted, these do nothing - the decorators return the function as it
 is and the type names are placeholders - so the same source runs unchanged and no slower.
 """
