@@ -63,7 +63,7 @@ POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_
               "expert_parallel", "expert_skew")
 # the other SimConfig fields: the same in both pools (a test keeps the two lists complete)
 SHARED_KNOBS = ("block_size", "prefix_caching", "model", "max_model_len", "weight_dtype",
-                "kv_dtype", "kv_offload", "lora",
+                "expert_weight_dtype", "attention_dp", "kv_dtype", "kv_offload", "lora",
                 "speculative", "replicas", "router", "disaggregation", "closed_loop",
                 "request_path", "seed", "progress", "check", "bands", "engine_overheads")
 
