@@ -156,3 +156,26 @@ def test_the_plot_draws_replicas_and_attainment(day):
     top, bottom = fig.axes[0], fig.axes[1]
     assert len(top.lines) == 2 and len(bottom.lines[0].get_xdata()) == len(
         run.over_time(SLO, 120))
+
+
+def test_a_dp_attention_replica_is_paid_and_loaded_as_its_ep_gpus():
+    # Mixtral-8x7B at EP 8, attention data-parallel over 4 ranks of TP 2: a replica is 8 GPUs,
+    # each loading 1/2 of the non-expert weights and 1/8 of the routed experts (fp8: 1 B)
+    cfg = sim.SimConfig(model="mixtral-8x7b", gpu="h100", weight_dtype="fp8",
+                        tensor_parallel=2, expert_parallel=8, attention_dp=4,
+                        usd_per_gpu_hour=2.0)
+    m = sim.get_model("mixtral-8x7b")
+    experts = 32 * 8 * 3 * 4096 * 14336
+    per_gpu = (m.total_params() - experts) / 2 + experts / 8
+    policy = Autoscaler(target=1e9, min_replicas=1, max_replicas=1, load_bandwidth_gbps=4.0)
+    assert load_time(cfg, policy) == pytest.approx(per_gpu / 4e9)
+    df = wl.synthetic(20, rate=2.0, prompt=200, output=20, seed=0)
+    run = run_autoscaled(df, cfg, policy)
+    s = run.summary()
+    assert s["num_finished"] == 20
+    assert s["gpu_hours"] == pytest.approx(8 * run.end / 3600)
+    assert s["usd"] == pytest.approx(8 * run.end / 3600 * 2.0)
+    p = sim.specs.economics.gpu_power("h100")
+    busy = run.result.iterations["duration"].sum()
+    joules = 8 * (p.idle_watts * run.end + p.active_fraction * (p.max_watts - p.idle_watts) * busy)
+    assert s["energy_joules"] == pytest.approx(joules)

@@ -55,6 +55,7 @@ from ..checks import fraction, positive_float, positive_int
 from ..constants import KV_BLOCK_SIZE, KV_BLOCKS_AVAILABLE
 from ..specs.economics import check_power
 from ..specs.memory_terms import check_free_gpu_memory_fraction, check_tensor_parallel
+from ..specs.replica_layout import replica_gpus
 from .bands import check_bands
 from .core.policies import PREFIX_CACHING_MODES
 from .engine_overheads import check_engine_overheads, summary_keys
@@ -280,11 +281,13 @@ class SimConfig:
         return self.gpu or DEFAULT_GPU
 
     def fleet(self) -> tuple:
-        """``(replicas, GPUs)`` of the run: ``replicas x tensor_parallel`` (x ``attention_dp``
-        ranks), or both pools'."""
+        """``(replicas, GPUs)`` of the run: ``replicas x`` :meth:`replica_gpus`, or both pools'."""
         if self.disaggregation is not None:
             return self.disaggregation.fleet(self)
-        return self.replicas, self.replicas * self.tensor_parallel * self.attention_dp
+        return self.replicas, self.replicas * self.replica_gpus()
+
+    def replica_gpus(self) -> int:  # tensor_parallel x attention_dp (specs.replica_layout)
+        return replica_gpus(self.tensor_parallel, self.attention_dp)
 
     def policy(self):
         """The batching policy object (built anew from a name; a given object as is)."""

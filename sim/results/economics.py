@@ -1,7 +1,7 @@
 """Dollars and joules of a run: the cost and energy columns of :meth:`Result.summary`.
 
 Every GPU of the run is counted, busy or not: a replica is ``tensor_parallel`` GPUs (times
-``attention_dp`` ranks: :mod:`sim.costs.dp_attention`), a cluster ``replicas`` of them, a
+``attention_dp`` ranks: :func:`sim.specs.replica_layout.replica_gpus`), a cluster ``replicas`` of them, a
 disaggregated run both pools (each with its own GPU, tensor parallelism, price and power
 terms: a pool's overrides, else the run's). Per pool ``g`` of
 ``n_g`` GPUs at ``p_g`` $/GPU-hour whose replicas ran iterations a fraction ``u_g`` of the
@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 
 from ..specs.economics import gpu_power, gpu_price
+from ..specs.replica_layout import replica_gpus
 
 KEYS = ("usd_per_hour", "usd_per_million_output_tokens", "usd_per_million_total_tokens",
         "energy_joules_per_output_token", "avg_power_watts")
@@ -72,8 +73,8 @@ def economics(result, summary) -> dict:
     usd, watts = 0.0, 0.0
     for indices, knob in pools(config):
         gpu = _gpu(knob, config)
-        tp = knob("tensor_parallel") * (getattr(config, "attention_dp", 1) or 1)  # (DP ranks)
-        n_gpus = len(indices) * tp
+        n_gpus = len(indices) * replica_gpus(knob("tensor_parallel"),
+                                             getattr(config, "attention_dp", 1))
         price = knob("usd_per_gpu_hour")
         if price is None:
             row = gpu_price(gpu)

@@ -18,6 +18,7 @@ from .fp4 import FP4_DTYPES, fp4_bytes
 from . import memory_terms as terms
 from .memory_terms import GiB, MemoryTerm
 from .models import ModelConfig, get_model
+from .replica_layout import routed_expert_params, weight_bytes_per_gpu
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,
                "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
@@ -184,20 +185,17 @@ class MemoryBudget:
 def _terms(model, device, tp, wbytes, s):
     """The per-GPU terms of accounting ``s["accounting"]`` (see :mod:`.memory_terms`)."""
     ep, eb = s["expert_parallel"], s["expert_bytes"]
-    experts = (model.num_hidden_layers - model.num_dense_layers) * model.num_local_experts \
-        * model.mlp_params_per_expert()
+    experts = routed_expert_params(model)
+    weights = round(weight_bytes_per_gpu(model, tp, wbytes, ep, eb))
     if ep == 1 and eb is None:
-        weights = round(model.total_params() * wbytes / tp)
         w = MemoryTerm("weights", -weights, f"{model.total_params() / 1e9:.2f} B parameters x "
                        f"{wbytes:g} B / {plural(tp, 'GPU')}")  # (replicated norms: < 0.01%)
     elif eb is None:  # the experts whole, E / ep of them per GPU; the rest over the TP GPUs
-        weights = round(((model.total_params() - experts) / tp + experts / ep) * wbytes)
         w = MemoryTerm("weights", -weights, f"{(model.total_params() - experts) / 1e9:.2f} B "
                        f"parameters / {plural(tp, 'GPU')} + {experts / 1e9:.2f} B of experts / "
                        f"{ep} (expert_parallel) x {wbytes:g} B")
     else:  # the routed experts in their own precision (gpt-oss's MXFP4), over EP or TP
         n = ep if ep > 1 else tp
-        weights = round((model.total_params() - experts) / tp * wbytes + experts / n * eb)
         w = MemoryTerm("weights", -weights, f"{(model.total_params() - experts) / 1e9:.2f} B "
                        f"parameters x {wbytes:g} B / {plural(tp, 'GPU')} + {experts / 1e9:.2f} "
                        f"B of experts x {eb:g} B / {plural(n, 'GPU')}")

@@ -12,9 +12,10 @@ decision and its last request's finish (a draining replica finishes its work); l
 (``paid_from`` to ``serving_from``) is the cold start, paid and serving nothing.
 
 Invariants (tests/test_autoscaler.py): ``gpu_hours`` = the integral of the paid replica count
-over the run x ``tensor_parallel`` / 3600 (the ``timeline``'s step function); ``usd`` =
+over the run x the replica's GPUs / 3600 (``tensor_parallel`` x ``attention_dp``:
+:func:`sim.specs.replica_layout.replica_gpus`; the ``timeline``'s step function); ``usd`` =
 ``gpu_hours`` x the GPU's $/GPU-hour (``usd_per_gpu_hour``, else the sourced price);
-``energy_joules`` = ``tensor_parallel`` x (idle watts x paid seconds + the active share of
+``energy_joules`` = the replica's GPUs x (idle watts x paid seconds + the active share of
 the power range x busy seconds); the cluster's own dollar and power columns (every replica
 paid all run long) are replaced by these.
 """
@@ -49,7 +50,7 @@ class AutoscaledRun:
     def summary(self, slo=None) -> dict:
         """``gpu_hours``, ``usd``, ``cold_start_gpu_hours`` and ``cold_start_usd`` (paid while
         loading), ``peak_replicas``, ``mean_replicas``, and the run's summary (``slo``)."""
-        tp = self.result.config.tensor_parallel
+        gpus = self.result.config.replica_gpus()  # (tensor_parallel x attention_dp)
         paid = (self.leases["paid_until"] - self.leases["paid_from"]).sum()
         loading = (np.minimum(self.leases["serving_from"], self.leases["paid_until"])
                    - self.leases["paid_from"]).clip(lower=0).sum()
@@ -58,10 +59,10 @@ class AutoscaledRun:
                   "usd_per_million_total_tokens", "avg_power_watts",
                   "energy_joules_per_output_token"):
             out.pop(k, None)  # (the cluster's: every replica paid all run long)
-        gpu_hours = paid * tp / 3600.0
+        gpu_hours = paid * gpus / 3600.0
         out.update(gpu_hours=gpu_hours, usd=gpu_hours * self.usd_per_gpu_hour,
-                   cold_start_gpu_hours=loading * tp / 3600.0,
-                   cold_start_usd=loading * tp / 3600.0 * self.usd_per_gpu_hour,
+                   cold_start_gpu_hours=loading * gpus / 3600.0,
+                   cold_start_usd=loading * gpus / 3600.0 * self.usd_per_gpu_hour,
                    peak_replicas=int(self.timeline["paid"].max()),
                    mean_replicas=paid / self.end if self.end > 0 else math.nan,
                    replica_starts=int((self.leases["paid_from"] > 0).sum()))
@@ -82,7 +83,7 @@ class AutoscaledRun:
         terms = gpu_power(config.resolved_gpu(), config.gpu_max_watts)
         idle = terms.idle_watts if config.gpu_idle_watts is None else config.gpu_idle_watts
         busy = float(self.result.iterations["duration"].sum())
-        return config.tensor_parallel * (idle * paid_seconds + terms.active_fraction
+        return config.replica_gpus() * (idle * paid_seconds + terms.active_fraction
                                          * (terms.max_watts - idle) * busy)
 
     def over_time(self, slo, window_s=900.0) -> pd.DataFrame:

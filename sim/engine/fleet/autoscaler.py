@@ -93,14 +93,20 @@ class Autoscaler:
 
 def load_time(config, policy) -> float:
     """Seconds before a started replica serves: ``policy.load_time_s``, else the weights'
-    bytes per GPU (parameters x bytes per weight / tensor parallelism) / the bandwidth."""
+    bytes per GPU (each GPU of the replica loads its own share at once:
+    :func:`sim.specs.replica_layout.weight_bytes_per_gpu`, parameters x bytes per weight /
+    tensor parallelism for a dense model; a MoE model's routed experts over the
+    ``expert_parallel`` GPUs, in their own precision) / the bandwidth."""
     if policy.load_time_s is not None:
         return float(policy.load_time_s)
     from ...specs.memory import bytes_per_value
     from ...specs.models import get_model
+    from ...specs.replica_layout import weight_bytes_per_gpu
     model = get_model(config.resolved_model())
-    per_gpu = model.total_params() * bytes_per_value("weight_dtype", config.weight_dtype) \
-        / config.tensor_parallel
+    eb = config.expert_weight_dtype
+    per_gpu = weight_bytes_per_gpu(
+        model, config.tensor_parallel, bytes_per_value("weight_dtype", config.weight_dtype),
+        config.expert_parallel, None if eb is None else bytes_per_value("expert_weight_dtype", eb))
     gbps = DEFAULT_LOAD_GBPS if policy.load_bandwidth_gbps is None else policy.load_bandwidth_gbps
     return per_gpu / (gbps * 1e9)
 

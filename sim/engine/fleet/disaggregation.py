@@ -55,6 +55,7 @@ from functools import partial
 import numpy as np
 
 from ...checks import did_you_mean, positive_float, positive_int
+from ...specs.replica_layout import replica_gpus
 
 POOL_KNOBS = ("scheduler", "cost_model", "max_batch_size", "chunk_size", "token_budget",
               "kv_blocks", "kv_tokens", "gpu", "gpu_memory_utilization", "tensor_parallel",
@@ -124,10 +125,10 @@ class Disaggregation:
         """``(replicas, GPUs)`` of both pools together. Read from the overrides, not by
         building each pool's config: ``config`` may be a run's resolved one (a Result's), whose
         filled-in knobs (the run's scheduler's chunk size) a pool's own scheduler refuses."""
-        tp = [dict(over).get("tensor_parallel", config.tensor_parallel)
-              for over in (self.prefill, self.decode)]
+        gpus = [replica_gpus(dict(over).get("tensor_parallel", config.tensor_parallel),
+                             config.attention_dp) for over in (self.prefill, self.decode)]
         return (self.prefill_replicas + self.decode_replicas,
-                self.prefill_replicas * tp[0] + self.decode_replicas * tp[1])
+                self.prefill_replicas * gpus[0] + self.decode_replicas * gpus[1])
 
     def pool_gpus(self, config) -> tuple:
         """``(prefill, decode)`` GPU preset names (each pool's override, else the run's)."""

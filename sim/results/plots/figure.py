@@ -66,6 +66,8 @@ def run_facts(result) -> dict:
         hw = f"{_name(cfg.model, 'llama-3.1-8b')} on {_name(cfg.gpu, 'h100')}"
         if getattr(cfg, "tensor_parallel", 1) > 1:
             hw += f" x{cfg.tensor_parallel} (TP)"
+        if getattr(cfg, "attention_dp", 1) > 1:  # (a replica of tp x attention_dp GPUs)
+            hw += f" x{cfg.attention_dp} (DP attention)"
     else:
         hw = f"cost model {result.cost_model_name}"
     disagg, replicas = getattr(cfg, "disaggregation", None), getattr(cfg, "replicas", 1)
