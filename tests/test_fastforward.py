@@ -405,3 +405,31 @@ def test_a_decode_finishing_exactly_at_an_arrival_is_still_running_for_the_route
     assert fast.requests["finish_time"][2] == 10 * d
     assert fast.requests["replica"].tolist() == [0, 1, 0, 1]
     _same_results(fast, stepped)
+
+
+@pytest.mark.parametrize("layout", [dict(tensor_parallel=1, attention_dp=8),
+                                    dict(tensor_parallel=2, attention_dp=4)])
+def test_fast_forward_with_data_parallel_attention(layout):
+    """Data-parallel attention (sim.costs.dp_attention) prices pure decodes through its own
+    ``pure_decode_cost``: fast-forwarded runs match stepping every iteration, bit for bit, and
+    most of their iterations are not formed."""
+    df = wl.synthetic(120, rate=4.0, prompt=wl.LogNormal(400, 1.0, max_tokens=3000),
+                      output=wl.LogNormal(200, 1.0, max_tokens=800), seed=5)
+    moe = dict(model="mixtral-8x7b", gpu="h100", expert_parallel=8, **layout)
+    fast, stepped = _fast_and_stepped(df, scheduler="chunked", **moe)
+    _same_results(fast, stepped)
+    assert (fast.requests["status"] == "finished").all()
+    from sim.costs.dp_attention import DPAttentionCost
+    calls = []
+
+    class Counting(DPAttentionCost):
+        def __call__(self, batch):
+            calls.append(batch.iteration)
+            return super().__call__(batch)
+
+        pure_decode_cost = DPAttentionCost.pure_decode_cost  # (declared with __call__)
+
+    cost = Counting("mixtral-8x7b", "h100", **layout, expert_parallel=8)
+    res = sim.run(df, scheduler="chunked", cost_model=cost, **moe)
+    assert res.iterations["duration"].tolist() == fast.iterations["duration"].tolist()
+    assert len(calls) < 0.5 * len(res.iterations)

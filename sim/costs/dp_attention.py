@@ -37,8 +37,10 @@ per-rank setting); attention imbalance beyond whole prefill chunks.
 
 Invariants (tests/test_dp_attention.py): the price is the roofline's with ``attention_dp`` 1
 (the base class's); it is at least the batch's attention over ``attention_dp`` plus the non-
-attention terms; no fast-forward price (``pure_decode_cost`` None: the split is not the base
-class's closed form).
+attention terms; :meth:`DPAttentionCost.pure_decode_cost` (the engine's fast-forward of pure-
+decode iterations, :mod:`sim.engine.core.batch`'s contract) equals the price of a batch of
+decodes bit for bit: the same floats added, subtracted and divided in the same order (a model
+with sliding-window, chunked or linear-attention layers has none, as the roofline's).
 """
 
 from __future__ import annotations
@@ -69,10 +71,6 @@ class DPAttentionCost(RooflineCost):
 
     splits_attention = True
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.pure_decode_cost = None  # the busiest rank's attention is not the closed form
-
     def non_attention_time(self, batch) -> float:
         """The base price's terms other than attention: linear ops, LM head, fixed costs."""
         spec = getattr(batch, "num_spec_tokens", 0)
@@ -96,3 +94,23 @@ class DPAttentionCost(RooflineCost):
 
     def __call__(self, batch) -> float:
         return self.non_attention_time(batch) + self.busiest_rank_attention(batch)
+
+    def pure_decode_cost(self, num_decodes: int):
+        """The price of ``num_decodes`` decodes and nothing else as ``f(context_tokens)``,
+        bit for bit :meth:`__call__`'s: the base price's terms (as
+        :meth:`RooflineCost.pure_decode_cost` adds them) less the non-attention terms (as
+        :meth:`non_attention_time` adds them), over ``attention_dp``, at least the floor."""
+        key = (num_decodes, num_decodes)
+        linear = self.linear_time(*key)
+        other = linear + self._fixed_s + self._per_seq_s * num_decodes  # non_attention_time
+        base = linear + (self._fixed_s + self._per_seq_s * num_decodes)  # RooflineCost's
+        if num_decodes > self._graph_max:
+            other += self._eager_s
+            base += self._eager_s
+        per_ctx, floor, dp = self._decode_s_per_ctx, self._attn_floor, self.attention_dp
+
+        def price(context_tokens):
+            d = context_tokens * per_ctx
+            whole = base + (d if d > floor else floor)
+            return other + max((whole - other) / dp, floor)
+        return price
