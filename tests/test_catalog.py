@@ -17,6 +17,19 @@ def test_sim_models_lists_every_preset_with_its_published_total(capsys):
     assert {r["model"] for r in model_rows()} == set(model_presets())
 
 
+def test_sim_models_lists_the_experts_own_precision(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "expert_dtype" in out.splitlines()[0]
+    dtypes = {r["model"]: r["expert_dtype"] for r in model_rows()}
+    assert dtypes["gpt-oss-120b"] == dtypes["gpt-oss-20b"] == "mxfp4"  # (the MXFP4 checkpoints)
+    assert dtypes["mixtral-8x7b"] == dtypes["llama-3.1-8b"] == ""  # (at --weight-dtype)
+    line = next(x for x in out.splitlines() if x.startswith("gpt-oss-20b "))
+    assert " mxfp4 " in line
+    assert "| expert_dtype |" in models_markdown()
+    assert "| mxfp4 |" in models_markdown()
+
+
 def test_sim_gpus_lists_every_preset_and_which_terms_are_fitted(capsys):
     assert main(["gpus"]) == 0
     out = capsys.readouterr().out

@@ -1,7 +1,8 @@
 """``sim models`` and ``sim gpus``: what is known, with sources.
 
 ``sim models`` lists every model preset (its parameters, the published total it is checked
-against and where that is published, its layer types, KV bytes per token); ``sim gpus`` every
+against and where that is published, its layer types, its routed experts' own precision
+where the checkpoint ships one, KV bytes per token); ``sim gpus`` every
 GPU preset (memory as the device reports it, bandwidth, dense peaks, link, whether the roofline's
 efficiency terms were fitted to its kernels or assumed, and the sources of its numbers).
 ``--sources`` adds each row's sources as a line under it. The same rows make the docs' tables
@@ -13,8 +14,8 @@ Loads no simulation: the presets' CSV files and the roofline fit only.
 
 from __future__ import annotations
 
-MODEL_COLUMNS = ("model", "params_B", "published_B", "active_B", "layers", "kv_B_per_token",
-                 "hf_id")
+MODEL_COLUMNS = ("model", "params_B", "published_B", "active_B", "layers", "expert_dtype",
+                 "kv_B_per_token", "hf_id")
 GPU_COLUMNS = ("gpu", "name", "memory_GB", "HBM_GB_s", "fp16_TF", "fp8_TF", "fp4_TF",
                "link_GB_s", "terms")
 
@@ -46,7 +47,8 @@ def model_rows() -> list:
         out.append({"model": name, "params_B": f"{m.total_params() / 1e9:.2f}",
                     "published_B": f"{reported_params(name) / 1e9:g}",
                     "active_B": f"{m.active_params() / 1e9:.2f}" if m.is_moe else "",
-                    "layers": _kinds(m), "kv_B_per_token": f"{kv_cache_bytes(1, model=m):,}",
+                    "layers": _kinds(m), "expert_dtype": m.expert_dtype or "",
+                    "kv_B_per_token": f"{kv_cache_bytes(1, model=m):,}",
                     "hf_id": row["hf_id"],
                     "source": row.get("reported_params_source") or row["source"]})
         if active:
@@ -85,8 +87,10 @@ def _table(rows, columns, sources) -> list:
 
 
 MODELS_NOTE = ("params_B: computed from the architecture; published_B: the figure it is checked "
-               "against (within 2 %); active_B: per token (published, where given). Any other "
-               "model: --model path/to/config.json.")
+               "against (within 2 %); active_B: per token (published, where given); "
+               "expert_dtype: the checkpoint's routed experts' own precision (--expert-dtype "
+               "checkpoint), blank: --weight-dtype's. Any other model: --model "
+               "path/to/config.json.")
 GPUS_NOTE = ("Dense peaks (TFLOP/s; '-': none, or no source); memory_GB as the device reports it; "
              "link per direction; terms: the roofline's efficiency terms fitted to this GPU's "
              "kernels, or assumed (the fitted GPUs' mean).")
