@@ -28,8 +28,8 @@ and the largest batch (``memory_budget``) and set the default cost model's bytes
 peak (the fp8 peak where the GPU has one). A model that does not fit is an error carrying the
 budget's advice (quantize, or add GPUs). A speculative ``draft_model`` shares the GPUs: its
 weights come off the budget and each KV block also holds its KV (as vLLM allocates them).
-``replicas`` > 1: a cluster of identical replicas (each of ``tensor_parallel`` GPUs, with the
-knobs above) behind ``router`` (:mod:`sim.engine.fleet.routers`,
+``replicas`` > 1: a cluster of identical replicas (each of :meth:`SimConfig.replica_gpus` GPUs,
+with the knobs above) behind ``router`` (:mod:`sim.engine.fleet.routers`,
 :mod:`sim.engine.fleet.cluster`). Use ``dataclasses.replace`` for variants; the config is
 validated when built.
 

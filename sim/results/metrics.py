@@ -73,7 +73,7 @@ has (emissions - 1) gaps, still summing to E2E - TTFT; TPOT stays (E2E - TTFT) /
   have a ``replica`` column (0 for one replica; in a cluster -1 for an abandoned turn, never
   routed; ``iteration`` counts each replica's own); the summary stays whole-cluster
   (occupancy means are per replica, over all replicas' busy time) and adds ``num_replicas``
-  and ``num_gpus`` (replicas x ``tensor_parallel``), and with an SLO ``goodput_per_gpu``;
+  and ``num_gpus`` (replicas x their GPUs: ``tensor_parallel`` x ``attention_dp``), and with an SLO ``goodput_per_gpu``;
   :meth:`Result.replica_summary` gives one row per replica.
   Disaggregation: ``replica`` is where a request decoded (its prefill replica when it finished
   there), ``prefill_replica`` where it prefilled, ``kv_transfer_time`` from prefill done to its
