@@ -29,22 +29,33 @@ def _extensions():
         print("sim: Cython is not installed; the engine runs interpreted")
         return []
     from setuptools import Extension
-    exts = [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=CFLAGS,
-                      optional=True) for name in NATIVE["COMPILED"]]
-    return cythonize(exts, build_dir="build/cython", quiet=True,
+    exts = [Extension(name, [name.replace(".", "/") + ".py"], extra_compile_args=CFLAGS)
+            for name in NATIVE["COMPILED"]]
+    exts = cythonize(exts, build_dir="build/cython", quiet=True,
                      compiler_directives={"language_level": 3, "binding": True,
-                                          "cdivision": False, "boundscheck": True, "annotation_typing": False,
-                                          "wraparound": True, "embedsignature": True})
+                                          "cdivision": False, "boundscheck": True,
+                                          "wraparound": True, "embedsignature": True,
+                                          # the types: the .pxd files and @cython.locals only
+                                          "annotation_typing": False})
+    for ext in exts:  # (cythonize's copies drop the flag: set it on what it returns)
+        ext.optional = True  # a module that fails to compile runs interpreted
+    return exts
 
 
 class BuildExt(build_ext):
     """build_ext that records, beside the extensions, the hash of each one's source (.py and
-    .pxd: sim/native.py's ``source_hash``), for the import-time stale check."""
+    .pxd: sim/native.py's ``source_hash``), for the import-time stale check; only the
+    extensions this build made (an optional one that failed to compile is left out)."""
+
+    def build_extension(self, ext):
+        super().build_extension(ext)  # (raises for a failed one: then it is not recorded)
+        self._built.add(ext.name)  # (set.add: safe from build_ext's -j threads)
 
     def run(self):
+        self._built = set()
         super().run()
-        record = {ext.name: NATIVE["source_hash"](ROOT / (ext.name.replace(".", "/") + ".py"))
-                  for ext in self.extensions if Path(self.get_ext_fullpath(ext.name)).exists()}
+        record = {name: NATIVE["source_hash"](ROOT / (name.replace(".", "/") + ".py"))
+                  for name in sorted(self._built)}
         out = Path(self.get_ext_fullpath("sim._x")).parent / NATIVE["RECORD"]
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")

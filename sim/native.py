@@ -19,7 +19,7 @@ before any engine module loads:
   the environment sets ``SIM_PURE_PYTHON=1`` (the interpreted engine on demand: CI runs the
   engine tests and the checksums that way too).
 
-:func:`status` says, per module, which copy is loaded and why.
+:func:`status` says, per module, which copy is loaded and why; :func:`summary` in one word.
 
 Invariant (tests/test_native.py): a module in :data:`COMPILED` is loaded from its extension
 only if the recorded hash equals its source's hash and ``SIM_PURE_PYTHON`` is unset.
@@ -127,3 +127,10 @@ def status() -> dict:
         importlib.import_module(name)
     return {name: finder.why.get(name, "interpreted: loaded before the finder")
             for name in COMPILED}
+
+
+def summary() -> str:
+    """One word for the engine core that ran: ``"compiled"`` when every module of
+    :data:`COMPILED` is its extension, else ``"interpreted"`` (``sim run`` writes it to
+    ``timing.json``, beside the wall time it explains)."""
+    return "compiled" if set(status().values()) == {"compiled"} else "interpreted"

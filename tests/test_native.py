@@ -171,3 +171,15 @@ def test_compiled_and_interpreted_give_the_same_bytes():
                               capture_output=True, text=True).stdout.split()
     compiled, interpreted = digest(False), digest(True)
     assert len(compiled) == 5 and compiled == interpreted
+
+
+def test_sim_run_says_which_core_ran(tmp_path):
+    """timing.json (the wall time's file) names the engine core that produced it."""
+    from sim.cli.main import main
+    out = tmp_path / "o"
+    assert main(["run", "-w", "azure-code", "-n", "20", "--cost", "constant:0.01", "-q",
+                 "-o", str(out)]) == 0
+    core = json.loads((out / "timing.json").read_text())["engine_core"]
+    assert core == native.summary() and core in ("compiled", "interpreted")
+    if os.environ.get("SIM_REQUIRE_COMPILED") == "1" and not os.environ.get(native.PURE_ENV):
+        assert core == "compiled"

@@ -12,6 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .. import native
 from ..checks import plural
 from ..results import FIGURES
 from ..results.atomic import atomic_path
@@ -248,6 +249,7 @@ def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
         write_parquet(res.requests, tmp / "requests.parquet")
         write_parquet(res.iterations, tmp / "iterations.parquet")
         doc, timing = split_wall_time(doc)
+        timing["engine_core"] = native.summary()  # (the wall time's context: sim/native.py)
         (tmp / "summary.json").write_text(strict_json(doc))
         (tmp / "timing.json").write_text(strict_json(timing) + "\n")
         written = ["requests.parquet", "iterations.parquet", "summary.json", "timing.json"]
