@@ -11,6 +11,7 @@ import pytest
 
 import sim
 import workloads
+from sim.engine.core.request import Request
 from sim.engine.core.windowed_decodes import WindowedDecodes
 from sim.engine.kv.layer_groups import LayerPool
 from sim.engine.fleet.cluster import layer_pool
@@ -112,10 +113,10 @@ def test_decodes_need_the_sum_of_their_changes():
             live.remove(r)
 
 
-class _Req:
-    def __init__(self, index, prompt, output):
-        self.index, self.num_prompt_tokens, self.num_output_tokens = index, prompt, output
-        self.segments, self.paused_first = [], -1
+def _Req(index, prompt, output):
+    """A request the decode tracker can take (the engine's own class: compiled, its
+    tracker accepts no other)."""
+    return Request(index, index, 0.0, prompt, output)
 
 
 @pytest.mark.parametrize("scheduler, model", list(itertools.product(
