@@ -20,6 +20,7 @@ FILES = {  # name -> contents, written into the test's folder
     "broken.toml": "workload = [\n",
     "n_string.toml": 'workload = "azure-code"\nnum_requests = "100"\n',
     "plots_no.toml": 'workload = "azure-code"\nnum_requests = 5\nplots = "no"\n',
+    "lora_false.toml": 'workload = "azure-code"\nnum_requests = 5\nenable_lora = "false"\n',
     "slo_int.toml": 'workload = "azure-code"\nnum_requests = 5\nslo = 2\n',
     "slo_unknown.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttfb = 1.0\n',
     "slo_negative.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttft = -1.0\n',
@@ -86,6 +87,8 @@ CASES = [
     (["run", "{d}/misspelt.toml"], "unknown setting(s) ['shceduler'] (did you mean 'scheduler'?)"),
     (["run", "{d}/n_string.toml"], "n_string.toml: num_requests must be an integer, got '100'"),
     (["run", "{d}/plots_no.toml"], "plots_no.toml: plots must be true or false, got 'no'"),
+    (["run", "{d}/lora_false.toml"],  # a string, not a TOML bool: never read as on
+     "lora_false.toml: enable_lora must be true or false, got 'false'"),
     (["run", "{d}/slo_int.toml"], "slo_int.toml: slo must be a table of limits in seconds"),
     (["run", "{d}/slo_unknown.toml"], "slo_unknown.toml: slo: unknown SLO(s) ['ttfb']"),
     (["run", "{d}/slo_negative.toml"], "slo_negative.toml: slo.ttft must be a finite number > 0"),

@@ -10,13 +10,14 @@ the standard library.
 
 from __future__ import annotations
 
-from .arguments import at_least_zero, count, positive
+from .arguments import at_least_zero, count, positive, typed
 from .setting import Setting as S
 
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's (kv.lora.VLLM_RANKS: tested equal)
 
 ROWS = (
     S("enable_lora", ("--enable-lora",), ("lora_switch",), "enable", parse=bool,
+      check=typed(bool, "true or false"),
       help="serve LoRA adapters (vLLM's --enable-lora): GPU slots preallocated at "
            "--max-lora-rank off the KV budget, a request waits for its adapter's slot, loads "
            "from CPU or disk, the batched LoRA GEMMs per distinct adapter",
