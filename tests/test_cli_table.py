@@ -284,6 +284,16 @@ def test_a_switch_in_a_toml_file_takes_only_true_or_false(key, text, tmp_path, c
                                                                      "true or false"), err
 
 
+def test_block_sizes_default_help_names_every_schedulers_own():
+    """--block-size's help gives 16 and each scheduler whose block size differs (it once
+    left out tensorrt-llm's 32, so --kv-blocks 400 held twice the tokens the help implied)."""
+    from sim.cli.table import choices_of
+    said = BY_KEY["block_size"].default_help
+    for name in choices_of(BY_KEY["scheduler"]):
+        size = SimConfig(scheduler=name).resolved().block_size
+        assert (size == 16 and "16" in said) or f"{name} {size}" in said, (name, size, said)
+
+
 def test_the_reference_rows_are_the_table_and_the_help():
     rows = reference_rows()
     assert [r["key"] for r in rows if r["key"]] == [row.key for row in SETTINGS if row.in_toml]
