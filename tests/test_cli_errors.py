@@ -20,6 +20,7 @@ FILES = {  # name -> contents, written into the test's folder
     "broken.toml": "workload = [\n",
     "n_string.toml": 'workload = "azure-code"\nnum_requests = "100"\n',
     "plots_no.toml": 'workload = "azure-code"\nnum_requests = 5\nplots = "no"\n',
+    "lora_rank.toml": 'enable_lora = true\nmax_lora_rank = 12\n',
     "lora_false.toml": 'workload = "azure-code"\nnum_requests = 5\nenable_lora = "false"\n',
     "slo_int.toml": 'workload = "azure-code"\nnum_requests = 5\nslo = 2\n',
     "slo_unknown.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttfb = 1.0\n',
@@ -311,7 +312,9 @@ CASES = [
      "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
      "'max_utilization'), got 'fcfs'"),
     (RUN + ["--max-loras", "2"], "--max-loras needs enable_lora (--enable-lora)"),
-    (RUN + ["--enable-lora", "--max-lora-rank", "24"], "max_lora_rank must be one of (8, 16, "),
+    (RUN + ["--enable-lora", "--max-lora-rank", "24"], "--max-lora-rank must be one of (8, 16, "),
+    (["run", "{d}/lora_rank.toml"], "lora_rank.toml: max_lora_rank must be one of (8, 16, 32, "
+     "64, 128, 256, 320, 512) (vLLM's), got 12"),
     (RUN + ["--enable-lora", "--max-loras", "2", "--max-cpu-loras", "1"],
      "max_cpu_loras (1) must be >= max_loras (2)"),
     (RUN + ["--lora-zipf", "1"], "needs lora_adapters (--lora-adapters)"),
