@@ -21,6 +21,7 @@ FILES = {  # name -> contents, written into the test's folder
     "n_string.toml": 'workload = "azure-code"\nnum_requests = "100"\n',
     "plots_no.toml": 'workload = "azure-code"\nnum_requests = 5\nplots = "no"\n',
     "lora_rank.toml": 'enable_lora = true\nmax_lora_rank = 12\n',
+    "offload.toml": 'offload_gb = 2\n',
     "lora_false.toml": 'workload = "azure-code"\nnum_requests = 5\nenable_lora = "false"\n',
     "slo_int.toml": 'workload = "azure-code"\nnum_requests = 5\nslo = 2\n',
     "slo_unknown.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttfb = 1.0\n',
@@ -318,6 +319,14 @@ CASES = [
     (RUN + ["--enable-lora", "--max-loras", "2", "--max-cpu-loras", "1"],
      "max_cpu_loras (1) must be >= max_loras (2)"),
     (RUN + ["--lora-zipf", "1"], "needs lora_adapters (--lora-adapters)"),
+    # an offload tier without the block prefix cache: found before the run, in the user's words
+    (RUN + ["--offload-gb", "10"], "--offload-gb 10 needs --prefix-caching 'block' (the "
+     "offload tier sits under the block prefix cache), got the 'chunked' scheduler's default: "
+     "off"),
+    (RUN + ["--offload-gb", "10", "-s", "sglang"], "got the 'sglang' scheduler's default: radix"),
+    (RUN + ["--offload-gb", "10", "-s", "vllm", "--prefix-caching", "radix"],
+     "got --prefix-caching 'radix'"),
+    (["run", "{d}/offload.toml"], "offload.toml: offload_gb 2 needs prefix_caching = 'block'"),
 ]
 
 
