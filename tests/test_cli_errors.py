@@ -20,6 +20,9 @@ FILES = {  # name -> contents, written into the test's folder
     "broken.toml": "workload = [\n",
     "n_string.toml": 'workload = "azure-code"\nnum_requests = "100"\n',
     "plots_no.toml": 'workload = "azure-code"\nnum_requests = 5\nplots = "no"\n',
+    "lora_rank.toml": 'enable_lora = true\nmax_lora_rank = 12\n',
+    "offload.toml": 'offload_gb = 2\n',
+    "lora_false.toml": 'workload = "azure-code"\nnum_requests = 5\nenable_lora = "false"\n',
     "slo_int.toml": 'workload = "azure-code"\nnum_requests = 5\nslo = 2\n',
     "slo_unknown.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttfb = 1.0\n',
     "slo_negative.toml": 'workload = "azure-code"\nnum_requests = 5\n[slo]\nttft = -1.0\n',
@@ -86,6 +89,8 @@ CASES = [
     (["run", "{d}/misspelt.toml"], "unknown setting(s) ['shceduler'] (did you mean 'scheduler'?)"),
     (["run", "{d}/n_string.toml"], "n_string.toml: num_requests must be an integer, got '100'"),
     (["run", "{d}/plots_no.toml"], "plots_no.toml: plots must be true or false, got 'no'"),
+    (["run", "{d}/lora_false.toml"],  # a string, not a TOML bool: never read as on
+     "lora_false.toml: enable_lora must be true or false, got 'false'"),
     (["run", "{d}/slo_int.toml"], "slo_int.toml: slo must be a table of limits in seconds"),
     (["run", "{d}/slo_unknown.toml"], "slo_unknown.toml: slo: unknown SLO(s) ['ttfb']"),
     (["run", "{d}/slo_negative.toml"], "slo_negative.toml: slo.ttft must be a finite number > 0"),
@@ -308,10 +313,20 @@ CASES = [
      "trt_policy.toml: capacity_scheduler_policy must be one of ('guaranteed_no_evict', "
      "'max_utilization'), got 'fcfs'"),
     (RUN + ["--max-loras", "2"], "--max-loras needs enable_lora (--enable-lora)"),
-    (RUN + ["--enable-lora", "--max-lora-rank", "24"], "max_lora_rank must be one of (8, 16, "),
+    (RUN + ["--enable-lora", "--max-lora-rank", "24"], "--max-lora-rank must be one of (8, 16, "),
+    (["run", "{d}/lora_rank.toml"], "lora_rank.toml: max_lora_rank must be one of (8, 16, 32, "
+     "64, 128, 256, 320, 512) (vLLM's), got 12"),
     (RUN + ["--enable-lora", "--max-loras", "2", "--max-cpu-loras", "1"],
      "max_cpu_loras (1) must be >= max_loras (2)"),
     (RUN + ["--lora-zipf", "1"], "needs lora_adapters (--lora-adapters)"),
+    # an offload tier without the block prefix cache: found before the run, in the user's words
+    (RUN + ["--offload-gb", "10"], "--offload-gb 10 needs --prefix-caching 'block' (the "
+     "offload tier sits under the block prefix cache), got the 'chunked' scheduler's default: "
+     "off"),
+    (RUN + ["--offload-gb", "10", "-s", "sglang"], "got the 'sglang' scheduler's default: radix"),
+    (RUN + ["--offload-gb", "10", "-s", "vllm", "--prefix-caching", "radix"],
+     "got --prefix-caching 'radix'"),
+    (["run", "{d}/offload.toml"], "offload.toml: offload_gb 2 needs prefix_caching = 'block'"),
 ]
 
 

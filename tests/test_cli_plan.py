@@ -104,6 +104,19 @@ def test_a_bad_plan_file_is_one_line(tmp_path, capsys, edit, said):
     assert re.search(said, err), err
 
 
+def test_a_space_of_only_invalid_candidates_says_so_not_that_the_slo_is_missed(tmp_path,
+                                                                             capsys):
+    """A typo in every value of the space (an unknown GPU) builds no candidate: the message
+    says none is valid and why, rather than that none meets the SLOs."""
+    text = PLAN.format(n=20).split("[space]")[0] + '[space]\ngpu = ["h999"]\n'
+    (tmp_path / "p.toml").write_text(text)
+    assert main(["plan", str(tmp_path / "p.toml"), "-o", str(tmp_path / "o"), "--workers", "1",
+                 "--no-progress"]) == 1
+    said = capsys.readouterr().out
+    assert "no candidate is a valid configuration (the first: gpu 'h999' is not a preset" in said
+    assert "meets the SLOs" not in said
+
+
 BIG = """model = "llama-3.1-70b"
 workload = "sharegpt"
 num_requests = 20

@@ -265,6 +265,35 @@ def test_an_unknown_toml_key_names_the_file_and_the_key(command, text, shown, tm
     assert err.startswith(f"sim {command}: error: {path}: {shown}") and err.count("\n") == 1, err
 
 
+SWITCHES = [row.key for row in SETTINGS if row.parse is bool and row.in_toml]
+
+
+@pytest.mark.parametrize("key", SWITCHES)
+@pytest.mark.parametrize("text", ['"false"', '"yes"', "0", "1"])
+def test_a_switch_in_a_toml_file_takes_only_true_or_false(key, text, tmp_path, capsys):
+    """A switch's file value must be a TOML bool: ``enable_lora = "false"`` once turned LoRA
+    on (a non-empty string is truthy), a silent substitution."""
+    from sim.cli import main
+    path = tmp_path / "exp.toml"
+    extra = 'scheduler = "tensorrt-llm"\n' if key == "enable_chunked_context" else ""
+    path.write_text(f'{extra}workload = "azure-code"\nnum_requests = 2\n{key} = {text}\n')
+    assert main(["run", str(path), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"{path}: {key} must be true or false, got" in err.replace("True or False",
+                                                                     "true or false"), err
+
+
+def test_block_sizes_default_help_names_every_schedulers_own():
+    """--block-size's help gives 16 and each scheduler whose block size differs (it once
+    left out tensorrt-llm's 32, so --kv-blocks 400 held twice the tokens the help implied)."""
+    from sim.cli.table import choices_of
+    said = BY_KEY["block_size"].default_help
+    for name in choices_of(BY_KEY["scheduler"]):
+        size = SimConfig(scheduler=name).resolved().block_size
+        assert (size == 16 and "16" in said) or f"{name} {size}" in said, (name, size, said)
+
+
 def test_the_reference_rows_are_the_table_and_the_help():
     rows = reference_rows()
     assert [r["key"] for r in rows if r["key"]] == [row.key for row in SETTINGS if row.in_toml]

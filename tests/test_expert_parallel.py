@@ -95,6 +95,12 @@ def test_ep_1_is_the_roofline_and_runs_differ_with_ep():
     (dict(model="mixtral-8x7b", tensor_parallel=4, expert_parallel=4, expert_skew=-1),
      "expert_skew must be a Zipf exponent >= 0"),
     (dict(model="mixtral-8x7b", expert_skew=1.0), "expert_skew 1.0 needs expert_parallel > 1"),
+    # a dense model: named as dense, not sent to give --ep N, which is then refused too
+    (dict(model="llama-3.1-8b", attention_dp=2),
+     "^attention_dp 2 needs a mixture-of-experts model \\(the experts spread over its "
+     "ranks\\); 'llama-3.1-8b' is dense$"),
+    (dict(model="llama-3.1-8b", expert_parallel=4, attention_dp=2),
+     "^expert_parallel 4 needs a mixture-of-experts model; 'llama-3.1-8b' is dense$"),
     (dict(model="qwen3-30b-a3b", tensor_parallel=4, expert_parallel=0),
      "expert_parallel must be"),
     (dict(model="mixtral-8x7b", tensor_parallel=16, expert_parallel=16),

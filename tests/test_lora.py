@@ -201,3 +201,12 @@ def test_slora_workload_is_its_generator(load_script):
     for col in ("num_prompt_tokens", "num_output_tokens"):
         assert df[col].between(8, 511).all()
     assert 1200 / df["arrival_time"].iloc[-1] == pytest.approx(10, rel=0.1)
+
+
+@pytest.mark.parametrize("adapters", [0, -3, 2.0, True, "4"])
+def test_lora_mix_names_a_bad_adapter_count(adapters):
+    """``adapters=0`` once reached numpy ("a must be a positive integer ..."), and -3 was
+    called ``n``: the message names the argument and the value."""
+    df = workloads.synthetic(5, rate=1.0, prompt=10, output=2, seed=0)
+    with pytest.raises(ValueError, match=f"adapters must be an integer >= 1, got {adapters!r}"):
+        workloads.lora_mix(df, adapters=adapters, seed=0)

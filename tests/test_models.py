@@ -146,3 +146,22 @@ def test_bad_architecture_fields_raise_naming_the_field():
     with pytest.raises(ValueError, match="first_k_dense_replace"):
         ModelConfig("x", 2, 64, 4, 4, 128, 100, num_local_experts=4, num_experts_per_tok=2,
                     first_k_dense_replace=3)
+
+
+@pytest.mark.parametrize("field, value, said", [
+    ("hidden_size", "4096", "hidden_size must be an integer, got '4096'"),
+    ("intermediate_size", 1.5, "intermediate_size must be an integer, got 1.5"),
+    ("num_hidden_layers", -2, "num_hidden_layers must be > 0, got -2"),
+])
+def test_from_hf_names_the_file_for_a_wrong_type_as_for_a_wrong_value(field, value, said,
+                                                                       tmp_path):
+    """A wrong type (a TypeError) once lost the file's name that a wrong value keeps."""
+    import json
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+           "vocab_size": 1000, field: value}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises((TypeError, ValueError)) as e:
+        ModelConfig.from_hf(str(path))
+    assert str(e.value) == f"model config {str(path)!r}: {said}"

@@ -143,6 +143,24 @@ def test_validate_names_column_and_row():
         wl.validate([1, 2])
 
 
+def test_a_turn_that_is_not_an_integer_is_named_not_sorted_as_text(tmp_path):
+    """One text cell made a CSV's turn column text, and the conversation ran its turns as
+    strings sort (1, 10, 11, 2, ...): now an error naming the file's line; whole numbers (as
+    text in a DataFrame too) are turns, and empty cells are allowed."""
+    rows = "".join(f"{i},0,{10 * i},2,s,{i}\n" for i in range(1, 12))
+    head = "request_id,arrival_time,num_prompt_tokens,num_output_tokens,session_id,turn\n"
+    p = tmp_path / "t.csv"
+    p.write_text(head + rows + "12,0,120,2,s,last\n")
+    with pytest.raises(ValueError, match=r"turn: line 13 has 'last' \(must be an integer"):
+        wl.load(str(p))
+    base = pd.DataFrame({"arrival_time": [0.0] * 3, "num_prompt_tokens": [3, 4, 5],
+                         "num_output_tokens": [1, 1, 1], "session_id": ["s"] * 3})
+    assert wl.validate(base.assign(turn=["10", "2", "1"]))["turn"].tolist() == [10, 2, 1]
+    with pytest.raises(ValueError, match="turn: row 1 has 1.5"):
+        wl.validate(base.assign(turn=[1, 1.5, 2]))
+    assert wl.validate(base.assign(turn=[1, None, 2]))["turn"].isna().sum() == 1
+
+
 # -- generators: statistics on large samples ----------------------------------------------
 
 def test_poisson_gamma_constant_rates_and_cv():

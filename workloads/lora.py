@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from .arrivals import _count, _rng
+from .arrivals import _rng
 
 
 def zipf_weights(adapters: int, zipf: float) -> np.ndarray:
@@ -27,7 +27,10 @@ def lora_mix(df, adapters: int, *, zipf: float = 1.0, base_fraction: float = 0.0
              prefix: str = "lora-"):
     """``df`` with a ``lora_id`` column: ``adapters`` ids of Zipf(``zipf``) popularity, a share
     ``base_fraction`` of the requests (each with that probability) on the base model (None)."""
-    n = _count(adapters)
+    if isinstance(adapters, bool) or not isinstance(adapters, (int, np.integer)) \
+            or adapters < 1:
+        raise ValueError(f"adapters must be an integer >= 1, got {adapters!r}")
+    n = int(adapters)
     if isinstance(zipf, bool) or not isinstance(zipf, (int, float)) or not zipf >= 0 \
             or zipf == math.inf:
         raise ValueError(f"zipf must be a finite number >= 0, got {zipf!r}")

@@ -9,7 +9,7 @@ A workload is a pandas DataFrame with one row per request:
 | ``num_prompt_tokens`` | int >= 1 | prompt (prefill) length |
 | ``num_output_tokens`` | int >= 1 | tokens to generate |
 | ``hash_ids`` | list of ints (optional) | prefix-block ids, ``attrs["block_size"]`` tokens each |
-| ``session_id``, ``turn`` | optional | multi-turn conversations |
+| ``session_id``, ``turn`` | optional (``turn``: integers, or empty) | multi-turn conversations |
 | ``gap_s``, ``parent``, ``join`` | optional | agentic sessions: tool gaps, sub-agents (:mod:`workloads.agentic`) |
 | ``acceptance_rate`` | float in [0, 1] (optional) | speculative decoding: the request's own draft acceptance rate |
 | ``lora_id`` | any id, missing: the base model (optional) | its LoRA adapter (``workloads.lora``) |
@@ -106,6 +106,16 @@ def validate(df, *, source=None) -> pd.DataFrame:
             raise ValueError(f"{where}acceptance_rate: row {i} has {_plain(raw.iloc[i])!r} "
                              f"(must be a probability from 0 to 1, or empty for the run's)")
         out["acceptance_rate"] = vals
+    if "turn" in out.columns:  # (text in one cell makes a CSV's column text: "10" < "2")
+        raw = out["turn"]
+        vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
+        bad = ~(np.isfinite(vals) & (vals == np.round(vals))) & raw.notna().to_numpy()
+        if bad.any():
+            i = _first_bad(bad)
+            raise ValueError(f"{where}turn: row {i} has {_plain(raw.iloc[i])!r} (must be an "
+                             f"integer, its place in the conversation, or empty)")
+        if raw.notna().all():
+            out["turn"] = vals.astype(np.int64)
     if "hash_ids" in out.columns:
         for i, ids in enumerate(out["hash_ids"].tolist()):
             if not (ids is None or ids is pd.NA or isinstance(ids, (list, tuple, np.ndarray))

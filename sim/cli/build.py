@@ -183,6 +183,17 @@ def config_from(s, names=None):
                      cost_model=cost_model_from(s), lora=lora_from(p), **objects)
 
 
+def check_offload(s, cfg) -> None:
+    """An offload tier needs the block prefix cache: said before the run, in the user's
+    words (the engine's own error comes at the run and names SimConfig's fields)."""
+    mode = cfg.resolved().prefix_caching if cfg.kv_offload is not None else "block"
+    if mode != "block":
+        got = (f"prefix_caching={mode!r}" if s.get("prefix_caching") is not None else
+               f"the {cfg.resolved().scheduler!r} scheduler's default: {mode or 'off'}")
+        raise ValueError(f"offload_gb {s['offload_gb']:g} needs prefix_caching='block' (the "
+                         f"offload tier sits under the block prefix cache), got {got}")
+
+
 def build(s, names=None, fits=True):
     """(workload DataFrame, SimConfig) from settings, the config checked through to its KV
     pool and cost model; ``names`` (a :class:`Names`): an error names each setting as the user
@@ -208,6 +219,8 @@ def build(s, names=None, fits=True):
             df = workloads.load(**dict(load, rate=1.0))
         df = with_lora_ids(df, parts(s), s.get("seed") or 0)  # --lora-adapters (table_lora)
         cfg = config_from(s, names)
+        if fits:  # (a sweep's or plan's base: its points may set the prefix cache)
+            check_offload(s, cfg)
         try:
             cfg.resolved_kv_blocks()  # a model that does not fit, a TP the model refuses: now
         except ValueError as e:

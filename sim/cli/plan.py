@@ -175,8 +175,11 @@ def cmd_plan(args) -> int:
           f"pruned by stage: {', '.join(f'{k} {v}' for k, v in stages.items()) or 'none'}")
     ranked = table[table["status"] == "ranked"]
     if not len(ranked):
-        print(f"no candidate meets the SLOs{f' at {target:g} req/s' if target else ''}: see "
-              f"plan.csv's reason column; wrote plan.csv to {out}/")
+        built = table[table["stage"] != "invalid"]
+        why = (f"no candidate meets the SLOs{f' at {target:g} req/s' if target else ''}"
+               if len(built) else f"no candidate is a valid configuration (the first: "
+                                  f"{table['reason'].iloc[0]})")
+        print(f"{why}: see plan.csv's reason column; wrote plan.csv to {out}/")
         return 1
     import pandas as pd
 

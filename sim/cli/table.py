@@ -165,7 +165,7 @@ SETTINGS = (
                    "for sglang"),
     S("block_size", ("--block-size",), parse=int, metavar="TOKENS",
       help="tokens per KV block (sglang's page size), >= 1",
-      default_help="default: the scheduler's; 16, sglang 1"),
+      default_help="default: the scheduler's; 16, sglang 1, tensorrt-llm 32"),
     S("seed", ("--seed",), ("workload", "config"), parse=int, check=count_or_zero, default=0,
       help="seed of sampled arrivals and lengths, >= 0", default_help="default 0"),
     S("bands", ("--bands",), parse=float, metavar="LEVEL",

@@ -10,13 +10,24 @@ the standard library.
 
 from __future__ import annotations
 
-from .arguments import at_least_zero, count, positive
+from .arguments import at_least_zero, count, positive, typed
 from .setting import Setting as S
 
 LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's (kv.lora.VLLM_RANKS: tested equal)
 
+
+def lora_rank(shown, value):
+    """A slot rank: a positive integer among vLLM's allowed ranks, named as the user wrote it
+    (``--max-lora-rank``, ``exp.toml: max_lora_rank``)."""
+    value = count(shown, value)
+    if value not in LORA_RANKS:
+        raise ValueError(f"{shown} must be one of {LORA_RANKS} (vLLM's), got {value}")
+    return value
+
+
 ROWS = (
     S("enable_lora", ("--enable-lora",), ("lora_switch",), "enable", parse=bool,
+      check=typed(bool, "true or false"),
       help="serve LoRA adapters (vLLM's --enable-lora): GPU slots preallocated at "
            "--max-lora-rank off the KV budget, a request waits for its adapter's slot, loads "
            "from CPU or disk, the batched LoRA GEMMs per distinct adapter",
@@ -24,7 +35,8 @@ ROWS = (
     S("max_loras", ("--max-loras",), ("lora",), parse=int, metavar="N", check=count,
       help="LoRA: GPU adapter slots, the most distinct adapters in one batch (vLLM's)",
       default_help="default 1"),
-    S("max_lora_rank", ("--max-lora-rank",), ("lora",), parse=int, metavar="R", check=count,
+    S("max_lora_rank", ("--max-lora-rank",), ("lora",), parse=int, metavar="R",
+      check=lora_rank,
       kind="one of " + ", ".join(map(str, LORA_RANKS)),
       help="LoRA: the rank every slot is preallocated at (vLLM's allowed values)",
       default_help="default 16"),

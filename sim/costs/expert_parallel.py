@@ -77,6 +77,11 @@ def check_expert_parallel(model, ep, tensor_parallel, skew=0.0, attention_dp=1) 
     dp = positive_int("attention_dp", attention_dp)
     if not float(skew) >= 0 or not np.isfinite(float(skew)):
         raise ValueError(f"expert_skew must be a Zipf exponent >= 0, got {skew!r}")
+    if (ep > 1 or dp > 1) and not model.is_moe:  # (first: not sent to give another ep)
+        raise ValueError(f"expert_parallel {ep} needs a mixture-of-experts model; "
+                         f"{model.name!r} is dense" if ep > 1 else
+                         f"attention_dp {dp} needs a mixture-of-experts model (the experts "
+                         f"spread over its ranks); {model.name!r} is dense")
     if dp > 1 and ep != tensor_parallel * dp:
         raise ValueError(f"attention_dp {dp} needs expert_parallel {tensor_parallel * dp} "
                          f"(tensor_parallel {tensor_parallel} x {dp} ranks), got {ep}: the "
@@ -87,9 +92,6 @@ def check_expert_parallel(model, ep, tensor_parallel, skew=0.0, attention_dp=1) 
             raise ValueError(f"expert_skew {skew!r} needs expert_parallel > 1 (under tensor "
                              f"parallelism every GPU holds a slice of every expert)")
         return ep
-    if not model.is_moe:
-        raise ValueError(f"expert_parallel {ep} needs a mixture-of-experts model; "
-                         f"{model.name!r} is dense")
     if model.num_local_experts % ep:
         raise ValueError(f"expert_parallel {ep} must divide the {model.num_local_experts} "
                          f"experts of {model.name!r}")

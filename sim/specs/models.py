@@ -325,10 +325,10 @@ class ModelConfig:
         config, default_name = read_hf_config(path_or_dict)
         try:
             return cls(**model_fields(config, name or config.get("name") or default_name))
-        except ValueError as e:
+        except (ValueError, TypeError) as e:  # (a wrong type too: the file is named)
             if not isinstance(path_or_dict, (str, Path)):
                 raise
-            raise ValueError(f"model config {str(path_or_dict)!r}: {e}") from None
+            raise type(e)(f"model config {str(path_or_dict)!r}: {e}") from None
 
 
 @lru_cache(maxsize=1)
