@@ -121,6 +121,8 @@ def test_a_flag_of_a_plan_at_one_load_is_refused_too(tmp_path, capsys):
 def test_a_dask_address_nothing_answers_at_is_named_as_the_flag(tmp_path):
     import dask
     (tmp_path / "day.toml").write_text(GOOD)
+    import dask.distributed  # noqa: F401 (its defaults loaded first: a set() of a key dask
+    # does not know yet removes the whole "distributed" section when it is undone)
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         with pytest.raises(ValueError, match=r"^--dask 'tcp://127.0.0.1:1': no Dask scheduler"):
             main(["--debug", "plan", str(tmp_path / "day.toml"), "-o", str(tmp_path / "o"),

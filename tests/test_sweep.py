@@ -211,6 +211,8 @@ def test_a_dask_address_nothing_answers_at_is_a_value_error_naming_it(tmp_path):
     """It was dask's OSError (a traceback from ``sim sweep --dask``) after its 30 s timeout."""
     import dask
     from sim.cli import main
+    import dask.distributed  # noqa: F401 (its defaults loaded first: a set() of a key dask
+    # does not know yet removes the whole "distributed" section when it is undone)
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         with pytest.raises(ValueError, match=r"^client='tcp://127.0.0.1:1': no Dask scheduler "
                                              r"answers there \(.*tcp://127.0.0.1:1"):
