@@ -220,7 +220,23 @@ def gpu_terms() -> str:
     return table(["GPU", *(f"{k} terms" for k in KINDS)], rows)
 
 
-TABLES = {"independent": independent, "overheads": overheads, "gpu-terms": gpu_terms, "serving": serving, "per-layer": per_layer, "attention": attention,
+def gpu_kernels() -> str:
+    """The terms fitted to each GPU's own published kernel timings (gpu_kernel_fit.json) and
+    the kernels' median |error| with the assumed terms (the profiled GPUs' mean) and with them."""
+    fit = _load("gpu_kernel_fit.json")
+    terms = table(["GPU", "fitted terms"], [(g, ", ".join(f"`{k}` {v:g}" for k, v in p.items()))
+                                           for g, p in fit["params"].items()])
+    before = {(r["gpu"], r["kind"], r["dtype"], r["split"]): r for r in fit["report_assumed"]}
+    rows = [(r["gpu"], r["kind"], r["dtype"], r["split"].replace("_", "-"), r["rows"],
+             f"{before[r['gpu'], r['kind'], r['dtype'], r['split']]['median_ape_pct']:.1f} % -> "
+             f"{r['median_ape_pct']:.1f} %") for r in fit["report"]]
+    return terms + "\n" + table(["GPU", "kernel", "dtype / GPUs", "split", "rows",
+                                 "median abs. error: assumed -> fitted"], rows)
+
+
+TABLES = {"independent": independent, "overheads": overheads, "gpu-terms": gpu_terms,
+          "gpu-kernels": gpu_kernels, "serving": serving, "per-layer": per_layer,
+          "attention": attention,
           "fixed-costs": fixed_costs, "decode": decode, "decode-bands": decode_bands,
           "collectives-cpu-moe": collectives_and_cpu, "per-head-decode": per_head_decode,
           "parameters": parameters, "calibrated-profile": calibrated_profile}

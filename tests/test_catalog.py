@@ -37,6 +37,7 @@ def test_sim_gpus_lists_every_preset_and_which_terms_are_fitted(capsys):
         assert f"\n{key} " in out
     terms = {r["gpu"]: r["terms"] for r in gpu_rows()}
     assert terms["h100"] == terms["a100"] == "fitted" and terms["l4"] == "assumed"
+    assert terms["mi300x"] == "partly fitted"  # its published GEMM / all-reduce timings
     assert all(r["source"] for r in gpu_rows())
 
 

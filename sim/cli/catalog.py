@@ -4,7 +4,8 @@
 against and where that is published, its layer types, its routed experts' own precision
 where the checkpoint ships one, KV bytes per token); ``sim gpus`` every
 GPU preset (memory as the device reports it, bandwidth, dense peaks, link, whether the roofline's
-efficiency terms were fitted to its kernels or assumed, and the sources of its numbers).
+efficiency terms were fitted to its kernels, partly (to its published kernel timings) or
+assumed, and the sources of its numbers).
 ``--sources`` adds each row's sources as a line under it. The same rows make the docs' tables
 (:func:`models_markdown`, :func:`gpus_markdown`, the ``<!-- gen: models -->`` and
 ``<!-- gen: gpus -->`` blocks), so the two cannot disagree.
@@ -58,9 +59,9 @@ def model_rows() -> list:
 
 def gpu_rows() -> list:
     """One dict per GPU preset (:data:`GPU_COLUMNS`, plus ``source`` and ``notes``)."""
-    from ..costs.roofline_params import fitted_gpus
+    from ..costs.roofline_params import fitted_gpus, profiled_gpus
     from ..specs.gpus import get_gpu, gpu_presets, gpu_row
-    fitted = set(fitted_gpus())
+    fitted, profiled = set(fitted_gpus()), set(profiled_gpus())
     out = []
     for key in gpu_presets():
         g, row = get_gpu(key), gpu_row(key)
@@ -71,7 +72,8 @@ def gpu_rows() -> list:
                     "HBM_GB_s": f"{g.memory_bandwidth_gbps:g}", "fp16_TF": peak(g.fp16_tflops),
                     "fp8_TF": peak(g.fp8_tflops), "fp4_TF": peak(g.fp4_tflops),
                     "link_GB_s": peak(g.link_bandwidth_gbps),
-                    "terms": "fitted" if key in fitted else "assumed",
+                    "terms": "fitted" if key in profiled else
+                    "partly fitted" if key in fitted else "assumed",
                     "source": row["sources"], "notes": row["notes"]})
     return out
 

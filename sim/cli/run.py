@@ -108,7 +108,7 @@ def cmd_run(args) -> int:
             print(f"note: {s['workload']} holds {resampled:,} length pairs; the {len(df):,} "
                   f"requests sample them with replacement")
         cost = cfg.resolved_cost_model()
-        if getattr(cost, "terms_fitted", True) is False:  # a roofline on an unmeasured GPU
+        if getattr(cost, "terms_profiled", True) is False:  # some terms assumed on this GPU
             print(f"note: {cost.terms_note}; roofline terms: {summary_line(cost.gpu_key)}")
         if " has no " in getattr(cost, "compute_note", ""):  # fp4/fp8 weights, weight-only
             print(f"note: {cost.compute_note}")

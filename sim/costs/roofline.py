@@ -60,7 +60,8 @@ from .roofline_collectives import RooflineCollectives
 from .roofline_layers import RooflineLayers
 from .roofline_ops import ACT_BYTES, RooflineOps
 from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREAM_OPS,
-                              RooflineParams, compute_peak, fitted_gpus, fitted_params)
+                              RooflineParams, compute_peak, fitted_gpus, fitted_params,
+                              profiled_gpus)
 
 __all__ = ["ELEMENTWISE_OPS", "GEMM_OPS", "MOE_GEMM_OPS", "MOE_STREAM_OPS", "RooflineCost",
            "RooflineParams", "fitted_params"]
@@ -94,13 +95,23 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
         self.kv_dtype = kv_dtype
         self.params = params or fitted_params(self.gpu_key)
-        # whether this GPU's efficiency terms were fitted to its kernels, or assumed (the mean
-        # of the fitted GPUs' terms, roofline_params.mean_terms)
+        # whether this GPU's efficiency terms were fitted to its own kernels (per-op profiles,
+        # or published GEMM / all-reduce timings), or assumed (the mean of the profiled GPUs'
+        # terms, roofline_params.mean_terms); a GPU with only published kernel timings has
+        # some of each (roofline_terms.provenance says which)
         self.terms_fitted = self.gpu_key in fitted_gpus()
-        self.terms_note = (f"efficiency terms fitted to {self.gpu.name} kernel timings"
-                           if self.terms_fitted else
-                           f"efficiency terms assumed for {self.gpu.name}: the mean of the "
-                           f"fitted GPUs' ({', '.join(fitted_gpus())})")
+        self.terms_profiled = self.gpu_key in profiled_gpus()
+        donors = ", ".join(profiled_gpus())
+        if self.terms_profiled:
+            self.terms_note = f"efficiency terms fitted to {self.gpu.name} kernel timings"
+        elif self.terms_fitted:
+            from .roofline_terms import fitted_terms
+            self.terms_note = (f"efficiency terms partly fitted to {self.gpu.name}'s published "
+                               f"kernel timings ({', '.join(fitted_terms(self.gpu_key))}), the "
+                               f"rest assumed: the mean of the profiled GPUs' ({donors})")
+        else:
+            self.terms_note = (f"efficiency terms assumed for {self.gpu.name}: the mean of the "
+                               f"fitted GPUs' ({donors})")
         # weight bytes a GEMM reads per weight; int4 adds its groups' fp16 scale and zero
         self.wb = bytes_per_value("weight_dtype", weight_dtype)
         if str(weight_dtype).lower() == "int4":

@@ -15,10 +15,13 @@ few key blocks per query tile to pipeline, and the published kernel benchmarks f
 their plateau at 512 tokens. Over an fp8 KV cache on a GPU with FP8 tensor cores it runs at the
 FP8 peak with its own curve (``attn_prefill_fp8_compute_eff``, ``attn_prefill_fp8_half_tokens``:
 FlashAttention-3's FP8 forward) when that is fitted (``None``: the engine dequantises and computes
-at the fp16 peak on the fp16 curve). A GPU without fitted terms gets, term by
-term, the mean over the GPUs fitted for that term (an FP8 efficiency only from GPUs with FP8
-tensor cores). FP8/FP4 compute needs the GPU's FP8/FP4 tensor cores; otherwise the weights are
-dequantised and computed at the fp16 peak, and the returned note says so.
+at the fp16 peak on the fp16 curve). A GPU without per-op profiles gets, term by term, the
+mean over the profiled GPUs (an FP8 efficiency only from GPUs with FP8 tensor cores), then, on
+top, the terms fitted to its own published kernel timings (``sim/data/gpu_kernel_fit.json``,
+written by ``experiments/fit_gpu_kernels.py`` from ``sim/data/gpu_kernels.csv``: GEMM and
+all-reduce measurements of that GPU, never another's). FP8/FP4 compute needs the GPU's FP8/FP4
+tensor cores; otherwise the weights are dequantised and computed at the fp16 peak, and the
+returned note says so.
 """
 
 from __future__ import annotations
@@ -125,7 +128,10 @@ class RooflineParams:
                              f"got {self.cuda_graph_max_batch!r}")
 
 
-@lru_cache(maxsize=2)
+KERNEL_FIT = "gpu_kernel_fit.json"  # terms fitted to a GPU's published kernel timings
+
+
+@lru_cache(maxsize=4)
 def _fitted(name="roofline_fit.json") -> dict:
     path = resources.files("sim").joinpath("data", name)
     if not path.is_file():
@@ -135,8 +141,10 @@ def _fitted(name="roofline_fit.json") -> dict:
 
 def fitted_params(gpu_key: str, *, group_aware_decode: bool = True) -> RooflineParams:
     """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
-    GPUs fitted for it; plus the terms shared by every GPU (``shared``: the CPU overheads, and
-    ``moe_fit.json``'s MoE expert-GEMM scale, written by ``experiments/moe_kernels.py``).
+    profiled GPUs, overlaid with the terms fitted to ``gpu_key``'s own published kernel timings
+    (:data:`KERNEL_FIT`: "mi300x"); plus the terms shared by every GPU (``shared``: the CPU
+    overheads, and ``moe_fit.json``'s MoE expert-GEMM scale, written by
+    ``experiments/moe_kernels.py``).
     ``group_aware_decode=False``: decode attention on a kernel with one query head per thread
     block, its L2-miss fraction of re-reads (``per_head_decode``) fitted to TensorRT-LLM's XQA
     blog pair (Llama-2-70B, one H200: 1,227 tok/s/GPU without XQA, 2,941 with it)."""
@@ -150,10 +158,11 @@ def fitted_params(gpu_key: str, *, group_aware_decode: bool = True) -> RooflineP
             raise ValueError("group_aware_decode=False needs the per_head_decode fit in "
                              "roofline_fit.json (experiments/fit_roofline.py --write)")
         shared.update(data["per_head_decode"]["params"])
+    own = _fitted(KERNEL_FIT).get("params", {}).get(gpu_key, {})
     if not fits:
-        return RooflineParams(**shared)
+        return RooflineParams(**{**shared, **own})
     p = fits[gpu_key] if gpu_key in fits else mean_terms(list(fits.values()))
-    return RooflineParams(**{**shared, **p})
+    return RooflineParams(**{**shared, **p, **own})
 
 
 def mean_terms(fits: list) -> dict:
@@ -174,10 +183,16 @@ def mean_terms(fits: list) -> dict:
     return out
 
 
-def fitted_gpus() -> tuple:
-    """The GPU keys with fitted terms in ``roofline_fit.json`` (every other GPU's terms are
-    assumed: :func:`mean_terms` of these)."""
+def profiled_gpus() -> tuple:
+    """The GPU keys fitted to per-op profiles (``roofline_fit.json``): the GPUs whose
+    :func:`mean_terms` every other GPU gets for a term it has no measurement of."""
     return tuple(sorted(_fitted().get("params", {})))
+
+
+def fitted_gpus() -> tuple:
+    """The GPU keys with any term fitted to their own measurements: the profiled GPUs and
+    those fitted to published kernel timings (:data:`KERNEL_FIT`)."""
+    return tuple(sorted({*profiled_gpus(), *_fitted(KERNEL_FIT).get("params", {})}))
 
 
 def compute_peak(weight_dtype, nbytes, gpu, activation_dtype=None):

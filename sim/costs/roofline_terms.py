@@ -1,15 +1,17 @@
 """Where each roofline term of a GPU comes from: fitted to that GPU's kernels, or assumed.
 
 Concept. :func:`sim.costs.roofline_params.fitted_params` gives a GPU its own fitted terms
-(``roofline_fit.json``'s ``params[gpu]``), else, term by term, the mean over the GPUs fitted for
-it (:func:`~sim.costs.roofline_params.mean_terms`), plus terms shared by every GPU. This module
+(``roofline_fit.json``'s ``params[gpu]``: per-op profiles), else, term by term, the mean over the
+profiled GPUs (:func:`~sim.costs.roofline_params.mean_terms`) under the terms fitted to its own
+published kernel timings (``gpu_kernel_fit.json``), plus terms shared by every GPU. This module
 says which is which, per term (:func:`provenance`), and counts them (:func:`summary_line`), so
 a prediction on a GPU with no measured terms says so.
 
-Kinds (:data:`KINDS`): ``fitted`` (this GPU's own kernel timings), ``assumed`` (another GPU's
-or the fitted GPUs' mean: no measurement of this GPU), ``shared`` (one value for every GPU,
-fitted or sourced once: the CPU overheads, the custom all-reduce, the MoE GEMM scale) and
-``default`` (a constant of :class:`~sim.costs.roofline_params.RooflineParams` no fit sets).
+Kinds (:data:`KINDS`): ``fitted`` (this GPU's own kernel timings: its per-op profiles or its
+published GEMM / all-reduce measurements), ``assumed`` (the profiled GPUs' mean: no
+measurement of this GPU), ``shared`` (one value for every GPU, fitted or sourced once: the
+CPU overheads, the custom all-reduce, the MoE GEMM scale) and ``default`` (a constant of
+:class:`~sim.costs.roofline_params.RooflineParams` no fit sets).
 Invariants: every field of ``RooflineParams`` gets exactly one kind; a GPU listed by
 :func:`~sim.costs.roofline_params.fitted_gpus` has at least one ``fitted`` term, any other GPU
 none.
@@ -21,7 +23,7 @@ import dataclasses
 import json
 from importlib import resources
 
-from .roofline_params import RooflineParams
+from .roofline_params import KERNEL_FIT, RooflineParams
 
 KINDS = ("fitted", "assumed", "shared", "default")
 
@@ -37,9 +39,13 @@ def provenance(gpu_key: str) -> dict:
     fits = fit.get("params", {})
     shared = {**fit.get("shared", {}), **_load("moe_fit.json").get("shared", {})}
     own = fits.get(gpu_key, {})
+    kernels = _load(KERNEL_FIT).get("params", {}).get(gpu_key, {})
     out = {}
     for f in dataclasses.fields(RooflineParams):
-        if own.get(f.name) is not None:
+        if kernels.get(f.name) is not None:
+            out[f.name] = ("fitted", f"fitted to {gpu_key}'s published kernel timings "
+                                     f"(gpu_kernels.csv)")
+        elif own.get(f.name) is not None:
             out[f.name] = ("fitted", f"fitted to {gpu_key}'s kernel timings")
         elif f.name in shared:
             out[f.name] = ("shared", "one value for every GPU (roofline_fit/moe_fit 'shared')")
@@ -54,6 +60,11 @@ def counts(gpu_key: str) -> dict:
     """How many terms of each kind ``gpu_key`` has."""
     kinds = [k for k, _ in provenance(gpu_key).values()]
     return {k: kinds.count(k) for k in KINDS}
+
+
+def fitted_terms(gpu_key: str) -> tuple:
+    """The names of ``gpu_key``'s ``fitted`` terms, in field order."""
+    return tuple(t for t, (kind, _) in provenance(gpu_key).items() if kind == "fitted")
 
 
 def summary_line(gpu_key: str) -> str:
