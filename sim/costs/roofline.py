@@ -112,18 +112,14 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         else:
             self.terms_note = (f"efficiency terms assumed for {self.gpu.name}: the mean of the "
                                f"fitted GPUs' ({donors})")
-        # weight bytes a GEMM reads per weight; int4 adds its groups' fp16 scale and zero
-        self.wb = bytes_per_value("weight_dtype", weight_dtype)
-        if str(weight_dtype).lower() == "int4":
-            self.wb += 2 * ACT_BYTES / self.params.int4_group_size
+        self.wb = self._gemm_weight_bytes("weight_dtype", weight_dtype)
         g = self.gpu
         self.bw = g.memory_bandwidth_gbps * 1e9
         self.peak_fp16 = g.fp16_tflops * 1e12
         self.compute_dtype, self.peak, self.compute_note = compute_peak(
             weight_dtype, self.wb, g, activation_dtype)
         p = self.params
-        self._gemm_ce = (p.fp8_gemm_compute_eff or p.gemm_compute_eff) if self.compute_dtype in (
-            "fp8", "fp4") else p.gemm_compute_eff
+        self._gemm_ce = self._gemm_efficiency(self.compute_dtype)
         self._init_expert_dtype(expert_weight_dtype, activation_dtype)
         self._linear_cache = {}
         self._layers_rows = {}  # token count // LAYERS_BLOCK -> layers_time of the block
@@ -150,13 +146,24 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         self.ewb, self._expert_rate = self.wb, None
         if dtype is None:
             return
-        p = self.params
-        self.ewb = bytes_per_value("expert_weight_dtype", dtype)
-        if str(dtype).lower() == "int4":
-            self.ewb += 2 * ACT_BYTES / p.int4_group_size
+        self.ewb = self._gemm_weight_bytes("expert_weight_dtype", dtype)
         kind, peak, _ = compute_peak(dtype, self.ewb, self.gpu, activation_dtype)
-        self._expert_rate = peak * ((p.fp8_gemm_compute_eff or p.gemm_compute_eff)
-                                    if kind in ("fp8", "fp4") else p.gemm_compute_eff)
+        self._expert_rate = peak * self._gemm_efficiency(kind)
+
+    def _gemm_weight_bytes(self, field, dtype) -> float:
+        """Bytes a GEMM reads per weight of ``dtype`` (``field``: the setting, for its error);
+        int4 adds its groups' fp16 scale and zero."""
+        wb = bytes_per_value(field, dtype)
+        if str(dtype).lower() == "int4":
+            wb += 2 * ACT_BYTES / self.params.int4_group_size
+        return wb
+
+    def _gemm_efficiency(self, kind) -> float:
+        """The fitted GEMM compute efficiency for a GEMM computing in ``kind``
+        (``compute_peak``'s): the FP8 one for fp8 and fp4 where fitted, else the fp16 one."""
+        p = self.params
+        return ((p.fp8_gemm_compute_eff or p.gemm_compute_eff) if kind in ("fp8", "fp4")
+                else p.gemm_compute_eff)
 
     LAYERS_BLOCK = 512  # token counts priced at once on a linear-time memo miss
 
