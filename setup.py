@@ -7,7 +7,6 @@ compiler is missing, or a module fails to compile, the install goes on without t
 """
 
 import json
-import os
 import runpy
 from pathlib import Path
 
@@ -21,7 +20,7 @@ CFLAGS = ["-O2", "-ffp-contract=off", "-fno-fast-math"]
 
 
 def _extensions():
-    if os.environ.get(NATIVE["PURE_ENV"], "") not in ("", "0"):
+    if NATIVE["pure_requested"]():
         return []  # (an install that builds nothing: the interpreted engine)
     try:
         from Cython.Build import cythonize

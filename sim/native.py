@@ -50,6 +50,12 @@ RECORD = "_native_build.json"  # in the package directory: {module: sha256 of it
 PURE_ENV = "SIM_PURE_PYTHON"
 
 
+def pure_requested(environ=os.environ) -> bool:
+    """Whether ``SIM_PURE_PYTHON`` asks for the interpreter (set, and neither empty nor
+    ``0``): the one reading of it, by the finder, ``setup.py`` and the tests."""
+    return environ.get(PURE_ENV, "") not in ("", "0")
+
+
 def source_hash(path) -> str:
     """SHA-256 of a compiled module's source: its ``.py`` and the ``.pxd`` beside it (its C
     types), so an edit to either makes the extension stale."""
@@ -73,7 +79,7 @@ class NativeFinder:
         self.why = {}  # module -> how it was loaded ("compiled" or why it was not)
 
     def _paths(self, name):
-        rel = name.split(".")[1:]
+        rel = name[len(self.package) + 1:].split(".")  # (the module's path below root)
         base = self.root.joinpath(*rel[:-1])
         ext = next((base / (rel[-1] + s) for s in importlib.machinery.EXTENSION_SUFFIXES
                     if (base / (rel[-1] + s)).exists()), None)
@@ -113,8 +119,7 @@ def install() -> NativeFinder:
             record = json.loads((root / RECORD).read_text())
         except (OSError, ValueError):
             record = {}
-        _FINDER = NativeFinder("sim", root, COMPILED, record,
-                               os.environ.get(PURE_ENV, "") not in ("", "0"))
+        _FINDER = NativeFinder("sim", root, COMPILED, record, pure_requested())
         sys.meta_path.insert(0, _FINDER)
     return _FINDER
 

@@ -113,6 +113,12 @@ def test_pure_python_on_demand(built):
     assert finder.why["pkg.mod"] == f"interpreted: {native.PURE_ENV}=1"
 
 
+def test_pure_python_is_asked_by_any_value_but_empty_or_0():
+    env = native.PURE_ENV
+    assert not any(native.pure_requested(e) for e in ({}, {env: ""}, {env: "0"}))
+    assert native.pure_requested({env: "1"}) and native.pure_requested({env: "yes"})
+
+
 def test_the_shim_changes_nothing():
     def f(x):
         return x + 1
@@ -131,7 +137,7 @@ def test_ci_runs_the_compiled_core():
     the current extension (the install compiled them, none is stale); SIM_PURE_PYTHON=1 runs
     them all interpreted."""
     status = native.status()
-    if os.environ.get(native.PURE_ENV, "") not in ("", "0"):
+    if native.pure_requested():
         assert set(status.values()) == {f"interpreted: {native.PURE_ENV}=1"}, status
     elif os.environ.get("SIM_REQUIRE_COMPILED") == "1":
         assert set(status.values()) == {"compiled"}, status
@@ -181,5 +187,5 @@ def test_sim_run_says_which_core_ran(tmp_path):
                  "-o", str(out)]) == 0
     core = json.loads((out / "timing.json").read_text())["engine_core"]
     assert core == native.summary() and core in ("compiled", "interpreted")
-    if os.environ.get("SIM_REQUIRE_COMPILED") == "1" and not os.environ.get(native.PURE_ENV):
+    if os.environ.get("SIM_REQUIRE_COMPILED") == "1" and not native.pure_requested():
         assert core == "compiled"
