@@ -45,6 +45,7 @@ COMPILED = (
     "sim.engine.core.policies",
     "sim.engine.core.process",
     "sim.engine.kv.blocks",
+    "sim.costs.roofline_price",
 )
 RECORD = "_native_build.json"  # in the package directory: {module: sha256 of its source}
 PURE_ENV = "SIM_PURE_PYTHON"

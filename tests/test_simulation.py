@@ -144,9 +144,9 @@ def test_the_preemptions_of_a_batch_formed_anew_are_recorded_in_the_iteration_th
     from sim.engine.core.replica import Replica
 
     class Counted(Replica):
-        def form_batch(self, *args, **kwargs):
+        def form(self, *args, **kwargs):  # (form_batch forms through it too)
             formed.append(self.iteration)
-            return super().form_batch(*args, **kwargs)
+            return super().form(*args, **kwargs)
     import sim.engine.fleet.cluster as cluster  # (where new_replica builds every replica)
     real, cluster.Replica = cluster.Replica, Counted
     try:

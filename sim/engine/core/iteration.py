@@ -81,32 +81,45 @@ class Iteration:
             self._reserve_decode_blocks(c)
         self._decodes_reserved = c
 
-    @cython.locals(i=cython.longlong, c=cython.longlong, k=cython.longlong)
-    def form_batch(self, schedule, now, detail: bool = False) -> Batch:
-        """One iteration's batch: give every decode the block it crosses into (preempting
-        victims - never a decode that already has its block - while the pool is short), let
-        ``schedule(self, now)`` (the policy) add prefill work, then snapshot it as
-        :meth:`batch` does (inlined: one Python call per iteration is ~1% of the engine's time,
-        measured). A policy with ``pauses_decodes`` decides itself: :meth:`run_decodes`."""
+    @cython.locals(c=cython.longlong, k=cython.longlong)
+    def form(self, schedule, now) -> None:
+        """Form this iteration's work without its snapshot: give every decode the block it
+        crosses into (preempting victims - never a decode that already has its block - while
+        the pool is short), let ``schedule(self, now)`` (the policy) add prefill work; the
+        batch's decode totals are then ``batch_decodes`` requests over ``batch_context``
+        tokens (none when its decodes do not run). A policy with ``pauses_decodes`` decides
+        itself: :meth:`run_decodes`."""
         self.now = now
         self.num_preempted_now = 0
-        i, c = self.iteration, self.clock
+        c = self.clock
         d = self.decodes
         if self.on_demand_decodes:
             self.decoding = False
             self._decodes_reserved = -1
             schedule(self, now)
-            return self.batch(detail)
+            if self.decoding:
+                self.batch_decodes = d.count
+                self.batch_context = d.context_tokens(c)
+            else:
+                self.batch_decodes = self.batch_context = 0
+            return
         k = self.num_spec_tokens  # the decode tracker's totals read inline (hot)
         if d.need[c & d.mask] if k else d.by_phase[c % self.block_size]:
             self._reserve_decode_blocks(c)
         self._decodes_reserved = c
         schedule(self, now)  # (may preempt decodes: their totals are read after it)
+        self.batch_decodes = d.count
+        self.batch_context = int(d.ctx[c & d.mask]) if k else d.context_offset + d.count * c
+
+    def form_batch(self, schedule, now, detail: bool = False) -> Batch:
+        """One iteration's batch: :meth:`form`, then its snapshot as :meth:`batch` takes it
+        (``detail``: with the per-request fields)."""
+        self.form(schedule, now)
         if detail:
             return self.batch(True)
-        return make_batch(i, tuple(self._prefills), self._prefill_tokens, d.count,
-                          int(d.ctx[c & d.mask]) if k else d.context_offset + d.count * c,
-                          None, None, None, k)
+        return make_batch(self.iteration, tuple(self._prefills), self._prefill_tokens,
+                          self.batch_decodes, self.batch_context, None, None, None,
+                          self.num_spec_tokens)
 
     def skip_decodes(self, n: int, need: int, last_start: float) -> None:
         """Apply ``n`` pure-decode iterations at once (the engine's fast-forward): nothing

@@ -9,6 +9,9 @@ One process per replica running **one SimPy event per engine iteration**, at mos
     if not env.sleep(dt, wakeup): yield  # the iteration runs (SimPy's Timeout(dt), in place)
     replica.postprocess(env.now)         # emit tokens, finish, free blocks
 
+(a ``RooflineCost`` is priced from the batch's fields, the same price without the snapshot:
+:mod:`sim.costs.roofline_price`)
+
 and :func:`submit`, the arrival verb: an arriving request is queued or rejected at once. One
 replica, a cluster's replicas and both pools of a disaggregated run are each this process
 (:mod:`sim.engine.simulation` says how the loop sleeps, pulls arrivals and fast-forwards).
@@ -29,6 +32,7 @@ except ImportError:  # interpreted without Cython: its no-op names (sim/cython_s
 import math
 from heapq import heappop, heappush
 
+from ...costs.roofline_price import RooflinePrice, batch_pricer
 from ...results.metrics import CONTEXT_LENGTH, KV_POOL
 from .batch import decode_pricer
 from .events import URGENT, Wakeup, delay_until
@@ -127,9 +131,10 @@ class ReplicaProcess:
             self.idle = False
             self.env.wake(self._wakeup)  # (where Event.succeed() puts it: NORMAL, now)
 
-    @cython.locals(replica=Iteration, nxt=cython.longlong, n_arrivals=cython.longlong,
-                   dropped=cython.longlong, n_running=cython.longlong, fast=cython.bint,
-                   detail=cython.bint)
+    @cython.locals(replica=Iteration, price=RooflinePrice, nxt=cython.longlong,
+                   n_arrivals=cython.longlong, dropped=cython.longlong,
+                   n_running=cython.longlong, fast=cython.bint, detail=cython.bint,
+                   n_prefill=cython.longlong, n_decode=cython.longlong)
     def loop(self):
         yield  # (start(): resumed from here when the environment starts it)
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
@@ -138,8 +143,10 @@ class ReplicaProcess:
         write, pack = self.records.frombytes, ROW.pack
         sleep, wakeup = env.sleep, self._wakeup
         schedule = policy.schedule
-        form_batch, postprocess = replica.form_batch, replica.postprocess
         detail = bool(getattr(cost, "needs_decode_lengths", False))
+        # the roofline's price from the batch's fields, bit for bit its cost(batch): no Batch
+        # snapshot (costs.roofline_price; None: any other cost model gets its Batch)
+        price = None if detail else batch_pricer(cost)
         blocks = replica.blocks
         running, waiting = replica.running, replica.waiting
         arrivals = self.arrivals
@@ -191,10 +198,15 @@ class ReplicaProcess:
                         bar.refresh()
                     continue
             n_running = len(running)
-            batch = form_batch(schedule, now, detail)  # reserve decodes, policy, snapshot
+            if price is None:
+                batch = replica.form_batch(schedule, now, detail)  # decodes, policy, snapshot
+                n_prefill, n_decode = batch.num_prefill_tokens, batch.num_decode_tokens
+            else:
+                replica.form(schedule, now)  # (form_batch without its snapshot)
+                n_prefill, n_decode = replica._prefill_tokens, replica.batch_decodes
             if self.check:
                 check_replica(replica)
-            if not batch.prefills and not batch.num_decode_tokens:
+            if not replica._prefills and not n_decode:
                 if replica.num_loading and nxt < n_arrivals:  # until a landing or an arrival
                     replica.stand_by()
                     t = min(arrivals[nxt].arrival_time, self.landings[0])
@@ -219,20 +231,24 @@ class ReplicaProcess:
                                    f"running" + (" (it preempted only requests it had just "
                                                  "admitted)" if replica.num_preempted_now
                                                  else ""))
-            dt = cost(batch)
+            if price is None:
+                dt = cost(batch)
+            else:
+                dt = price.price(replica._prefills, n_prefill, n_decode,
+                                 replica.batch_context, replica.num_spec_tokens)
             try:  # (free unless it raises) None or a string: TypeError, made the same error
                 if not dt >= 0 or dt == math.inf:
                     raise ValueError
             except (TypeError, ValueError):
-                raise ValueError(f"cost model returned {dt!r} seconds for {batch!r}; expected "
-                                 f"a finite number of seconds >= 0") from None
-            write(pack(now, dt, len(running), len(waiting), batch.num_prefill_tokens,
-                       batch.num_decode_tokens, blocks.num_blocks - blocks.num_free,
+                raise ValueError(f"cost model returned {dt!r} seconds for {replica.batch()!r}; "
+                                 f"expected a finite number of seconds >= 0") from None
+            write(pack(now, dt, len(running), len(waiting), n_prefill, n_decode,
+                       blocks.num_blocks - blocks.num_free,
                        replica.num_preempted_now + dropped))
             dropped = 0
             if not sleep(dt, wakeup):  # (alone: the clock set as SimPy's step would)
                 yield
-            postprocess(env.now)
+            replica.postprocess(env.now)
             if bar is not None and not replica.iteration & 1023:
                 bar.n = len(replica.finished)
                 bar.refresh()

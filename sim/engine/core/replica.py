@@ -154,8 +154,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
     # -- what a policy reads: waiting, running, prefilling, blocks.num_free, decodes.count,
     # max_batch_size, iteration, and these -------------------------------------------------
     def num_generated(self, r) -> int:
-        """Output tokens ``r`` has emitted before the current iteration (exact for DECODE
-        requests too, whose ``r.num_generated`` is only updated when they stop decoding)."""
+        """Output tokens ``r`` emitted before this iteration (a decode's too, tracked lazily)."""
         if r.status == DECODE:
             return self.decodes.generated(r, self.clock - 1)
         return r.num_generated
@@ -234,7 +233,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             except ValueError:
                 raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
 
-    @cython.locals(self=Iteration, r=Request)
+    @cython.locals(self=Iteration, r=Request, new=cython.longlong, cached=cython.longlong)
     def _start(self, r, new, cached):
         """``r`` joins the running set, prefilling ``new`` tokens after ``cached`` ones now."""
         r.status = PREFILL
@@ -308,7 +307,8 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         else:
             self.blocks.free(n)
 
-    @cython.locals(self=Iteration, r=Request, num_tokens=cython.longlong, need=cython.longlong)
+    @cython.locals(self=Iteration, r=Request, num_tokens=cython.longlong, need=cython.longlong,
+                   done=cython.longlong, i=cython.longlong, bs=cython.longlong)
     def schedule_chunk(self, r, num_tokens: int) -> bool:
         """Continue running prefill ``r`` by ``num_tokens`` tokens this iteration, taking the
         blocks they need and preempting victims when the pool is short; False when ``r``
