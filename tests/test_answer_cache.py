@@ -94,6 +94,7 @@ def test_answers_that_are_not_the_next_prompt_are_not_cached():
     assert reqs[0].output_keys is None
     short = df.copy()
     short.at[1, "num_prompt_tokens"] = 150  # shorter than turn 1's prompt and answer
+    short.at[1, "hash_ids"] = df.hash_ids[1][:10]  # (its ids: ceil(150 / 16), no more)
     _, reqs = _requests_from(short, 16)
     assert reqs[0].output_keys is None
     unnamed = df.copy()

@@ -50,6 +50,7 @@ FILES = {  # name -> contents, written into the test's folder
     "router.toml": TOML5 + 'router = "random"\n',
     "profile_cost.toml": TOML5 + 'cost = "constant:0.01"\nprofile = "p.json"\n',
     "one_row.csv": HEADER + "0,5,5\n",
+    "long_hashes.csv": HEADER.replace("\n", ",hash_ids\n") + '0,16,5,"[1]"\n0,17,5,"[1, 2, 3]"\n',
     "hash_tokens.toml": TOML5 + 'hash_block_tokens = "512"\n',
     "same_time.csv": HEADER + "2.5,5,5\n2.5,6,6\n",
     "max_len.toml": TOML5 + "max_model_len = 1024.5\n",
@@ -57,6 +58,7 @@ FILES = {  # name -> contents, written into the test's folder
     "trt_pool.toml": TOML5 + 'scheduler = "tensorrt-llm"\nfree_gpu_memory_fraction = 0.8\n'
                              'kv_blocks = 100\n',
     "trt_chunked.toml": TOML5 + 'scheduler = "tensorrt-llm"\nenable_chunked_context = "yes"\n',
+    "chunked_no.toml": TOML5 + 'enable_chunked_context = "no"\n',
     "trt_policy.toml": TOML5 + 'scheduler = "tensorrt-llm"\ncapacity_scheduler_policy = "FCFS"\n',
 }
 RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-plots"]
@@ -80,6 +82,8 @@ CASES = [
      "hash_ids: the 'azure-code' trace has no hash_ids column"),
     (RUN + ["-w", "mooncake-conversation", "--hash-block-tokens", "16"], "--hash-block-tokens 16 "
      "contradicts the 'mooncake-conversation' trace's own 512 tokens per hash id"),
+    (RUN + ["-w", "{d}/long_hashes.csv", "--hash-block-tokens", "16"], "long_hashes.csv: "
+     "hash_ids: line 3 has 3 ids for its 17 prompt tokens: at 16 tokens per hash id at most 2"),
     (["run", "{d}/hash_tokens.toml"], "hash_tokens.toml: hash_block_tokens must be an integer, "
      "got '512'"),
     (["workload", "describe", "{d}/one_row.csv", "--hash-block-tokens", "512"],
@@ -296,7 +300,10 @@ CASES = [
     (RUN + ["-s", "sglang", "--enable-chunked-context"],
      "--enable-chunked-context True is not used by the 'sglang' scheduler"),
     (["run", "{d}/trt_chunked.toml"],
-     "trt_chunked.toml: enable_chunked_context must be True or False, got 'yes'"),
+     "trt_chunked.toml: enable_chunked_context must be true or false, got 'yes'"),
+    # a wrong type first, on any scheduler (newcomer review: chunked said "not used by")
+    (["run", "{d}/chunked_no.toml"],
+     "chunked_no.toml: enable_chunked_context must be true or false, got 'no'"),
     (RUN + ["-s", "tensorrt-llm", "--context-chunking-policy", "equal_progress"],
      "--context-chunking-policy 'equal_progress' chooses how prompts are cut: it needs "
      "--enable-chunked-context True"),

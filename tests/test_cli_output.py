@@ -242,3 +242,23 @@ def test_the_printed_summary_shows_the_prefix_cache_when_it_is_on(tmp_path, caps
     row = next(line for line in out.splitlines() if line.startswith("prefix cache"))
     assert row.endswith("(the workload names no prefix block: no hash_ids covering one, so "
                         "nothing can hit)") and "no prefix hits" not in out
+
+
+def test_a_lora_run_prints_its_slots_and_adapter_loads(tmp_path, capsys):
+    """Newcomer review: the printed summary had no LoRA line. It says the slots as configured
+    and the summary's lora_* metrics (summary.json's numbers); a run without LoRA has none."""
+    argv = SMALL + ["--enable-lora", "--max-loras", "2", "--max-cpu-loras", "4",
+                    "--lora-adapters", "6"]
+    assert main(argv + ["-o", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    s = _strict_load(tmp_path / "a" / "summary.json")["summary"]
+    line = next(x for x in out.splitlines() if x.startswith("LoRA"))
+    assert line.split(None, 1)[1] == (
+        f"2 GPU slots of rank 16, 4 in the CPU cache; {s['lora_adapter_loads']} adapter loads "
+        f"({s['lora_disk_loads']} from disk), {s['lora_load_seconds']:.3g} s loading in all, "
+        f"{s['lora_load_time_per_request'] * 1e3:.3g} ms per LoRA request; "
+        f"{s['lora_distinct_per_batch_mean']:.2f} distinct adapters per batch on average, "
+        f"{s['lora_distinct_per_batch_max']} at most")
+    assert s["lora_adapter_loads"] >= 6 and s["lora_disk_loads"] >= 6  # each read once at least
+    assert main(SMALL + ["-o", str(tmp_path / "b")]) == 0
+    assert "LoRA" not in capsys.readouterr().out

@@ -93,6 +93,13 @@ def test_killed_and_resumed_gives_the_same_table(planned, tmp_path):
     (lambda t: t.replace('split = ["aggregated", "1:1"]', 'split = ["2-1"]'),
      r"space\['split'\] value '2-1'"),
     (lambda t: "attainment = 1.5\n" + t, "attainment must be a fraction"),
+    # a value invalid on its own is named before any candidate runs (newcomer review: pruned
+    # rows, every candidate with it "invalid"), in the file's words
+    (lambda t: t.replace("tensor_parallel = [1, 2]", "tensor_parallel = [1, 0, -2]"),
+     r"p.toml: space.tensor_parallel value 0 is invalid on its own \(so in every candidate\): "
+     r"tensor_parallel must be > 0, got 0$"),
+    (lambda t: t.replace('gpu = ["a100", "h100", "l40s"]', 'gpu = ["a100", "h999"]'),
+     r"p.toml: space.gpu value 'h999' is invalid on its own .*: gpu 'h999' is not a preset"),
 ])
 def test_a_bad_plan_file_is_one_line(tmp_path, capsys, edit, said):
     import re
@@ -106,15 +113,56 @@ def test_a_bad_plan_file_is_one_line(tmp_path, capsys, edit, said):
 
 def test_a_space_of_only_invalid_candidates_says_so_not_that_the_slo_is_missed(tmp_path,
                                                                              capsys):
-    """A typo in every value of the space (an unknown GPU) builds no candidate: the message
-    says none is valid and why, rather than that none meets the SLOs."""
-    text = PLAN.format(n=20).split("[space]")[0] + '[space]\ngpu = ["h999"]\n'
+    """Values valid on their own but in no combination (a TensorRT-LLM memory knob beside
+    vLLM's scheduler; an unknown GPU, invalid on its own, is an error: above) build no
+    candidate: the message says none is valid and why, rather than that none meets the SLOs;
+    the rows are pruned as invalid."""
+    text = PLAN.format(n=20).split("[space]")[0] + ('[space]\nscheduler = ["vllm"]\n'
+                                                   'free_gpu_memory_fraction = [0.8]\n')
     (tmp_path / "p.toml").write_text(text)
     assert main(["plan", str(tmp_path / "p.toml"), "-o", str(tmp_path / "o"), "--workers", "1",
                  "--no-progress"]) == 1
     said = capsys.readouterr().out
-    assert "no candidate is a valid configuration (the first: gpu 'h999' is not a preset" in said
+    assert "no candidate is a valid configuration (the first: free_gpu_memory_fraction=0.8 is " \
+           "read only by the tensorrt-llm memory accounting" in said
     assert "meets the SLOs" not in said
+    assert pd.read_csv(tmp_path / "o" / "plan.csv")["stage"].tolist() == ["invalid"]
+
+
+@pytest.mark.parametrize("where", ["flag", "file"])
+def test_an_output_of_another_plan_is_named_as_the_user_gave_it(tmp_path, capsys, where):
+    """Newcomer review: the clash named the library's ``out=`` (and the parquet file), not the
+    -o/--output flag or the file's output key the user typed."""
+    import re
+    out = tmp_path / "o"
+    out.mkdir()
+    pd.DataFrame({"plan_key": ["k"], "plan_context": ["another"]}).to_parquet(
+        out / "plan.parquet")
+    text = PLAN.format(n=20) if where == "flag" else f'output = "{out}"\n' + PLAN.format(n=20)
+    (tmp_path / "p.toml").write_text(text)
+    argv = ["plan", str(tmp_path / "p.toml"), "--no-progress"]
+    assert main(argv + (["-o", str(out)] if where == "flag" else [])) == 2
+    err = capsys.readouterr().err
+    shown = "--output" if where == "flag" else f"{tmp_path / 'p.toml'}: output"
+    assert len(err.strip().splitlines()) == 1 and "out=" not in err
+    assert re.search(rf"error: {re.escape(shown)} '{re.escape(str(out))}': its plan.parquet "
+                     rf"holds rows of another plan", err), err
+
+
+def test_the_winner_replays_from_its_own_folder_too(planned, monkeypatch):
+    """Newcomer review: winner.toml's paths were relative to where the plan ran, so ``cd out &&
+    sim run winner.toml`` found no workload. Its files are absolute now: the same numbers from
+    the plan's folder (the fixture: sim run out/winner.toml) and from out/."""
+    import tomllib
+    with open(planned / "out" / "winner.toml", "rb") as f:
+        winner = tomllib.load(f)
+    assert winner["workload"] == str((planned / "out" / "winner-workload.parquet").resolve())
+    assert winner["output"] == str((planned / "out" / "winner").resolve())
+    first = json.loads((planned / "out" / "winner" / "summary.json").read_text())["summary"]
+    monkeypatch.chdir(planned / "out")
+    assert main(["run", "winner.toml", "-q"]) == 0
+    again = json.loads((planned / "out" / "winner" / "summary.json").read_text())["summary"]
+    assert again["ttft_p99"] == first["ttft_p99"] and again["num_finished"] == first["num_finished"]
 
 
 BIG = """model = "llama-3.1-70b"

@@ -127,3 +127,40 @@ def test_a_dask_address_nothing_answers_at_is_named_as_the_flag(tmp_path):
         with pytest.raises(ValueError, match=r"^--dask 'tcp://127.0.0.1:1': no Dask scheduler"):
             main(["--debug", "plan", str(tmp_path / "day.toml"), "-o", str(tmp_path / "o"),
                   "--dask", "tcp://127.0.0.1:1"])
+
+
+def test_the_winner_toml_replays_the_winners_day_from_any_folder(planned, monkeypatch):
+    """Newcomer review: a day plan wrote no winner.toml. It is the file with the winner as its
+    only candidate (a fixed fleet's size as day.fixed, an autoscaled one's knobs as one-value
+    [space] lists; sim run has no autoscaler), paths absolute: ``cd out && sim plan
+    winner.toml`` ranks the winner alone with its numbers."""
+    import tomllib
+    with open(planned / "winner.toml", "rb") as f:
+        winner = tomllib.load(f)
+    assert winner["output"] == str((planned / "winner").resolve())
+    best = pd.read_csv(planned / "plan_day.csv").iloc[0]
+    if best["kind"] == "fixed":
+        assert winner["day"]["fixed"] == [int(best["max_replicas"])] and "space" not in winner
+    else:
+        assert "fixed" not in winner["day"] and set(winner["space"]) == {"target", "max_replicas"}
+    monkeypatch.chdir(planned)
+    assert main(["plan", "winner.toml", "--workers", "1", "--no-progress"]) == 0
+    again = pd.read_csv(planned / "winner" / "plan_day.csv")
+    assert len(again) == 1 and again["kind"].iloc[0] == best["kind"]
+    for col in ("usd", "gpu_hours", "slo_attainment", "num_finished", "max_replicas"):
+        assert again[col].iloc[0] == pytest.approx(best[col], rel=1e-12), col
+    assert (planned / "winner" / "winner.toml").exists()
+
+
+def test_an_autoscaled_winner_replays_from_one_value_space_lists(tmp_path, monkeypatch):
+    """Without the 1-replica fleet the autoscaled target 16 wins (0.72 $ against the 2-replica
+    fleet's 0.76, the table above): its winner.toml's [space] holds its knobs, one value each."""
+    assert _plan(tmp_path, DAY.format(ttft=1.0).replace("fixed = [1, 2]", "fixed = [2]")) == 0
+    best = pd.read_csv(tmp_path / "out" / "plan_day.csv").iloc[0]
+    assert best["kind"] == "autoscaled"
+    text = (tmp_path / "out" / "winner.toml").read_text()
+    assert "[space]\ntarget = [16.0]\nmax_replicas = [3]\n" in text and "fixed" not in text
+    monkeypatch.chdir(tmp_path / "out")
+    assert main(["plan", "winner.toml", "--workers", "1", "--no-progress"]) == 0
+    again = pd.read_csv(tmp_path / "out" / "winner" / "plan_day.csv")
+    assert len(again) == 1 and again["usd"].iloc[0] == pytest.approx(best["usd"], rel=1e-12)

@@ -99,3 +99,14 @@ def test_sim_run_says_when_low_precision_weights_run_weight_only(tmp_path, capsy
                  "-o", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert (note in out) if note else "tensor cores" not in out
+
+
+def test_the_rtx_5090s_fp8_is_the_fp32_accumulate_peak_a_quarter_of_the_sparse_headline():
+    """Newcomer review: FP8 1,676.8 sparse halves to 838.4, not the table's 419.2. The 1,676.8
+    (and 838.4 dense) is FP8 with FP16 accumulate; GeForce runs FP32 accumulate, which FP8
+    GEMMs use, at half rate: the RTX Blackwell whitepaper's 419 (and FP16 209.5), as the cited
+    mmapeak table gives them beside its 370.0 TFLOPS measured. The row says so."""
+    g, row = get_gpu("rtx5090"), gpu_row("rtx5090")
+    assert g.fp8_tflops == pytest.approx(1676.8 / 4) and g.fp16_tflops == pytest.approx(838.4 / 4)
+    assert "419 with FP32 accumulate" in row["sources"] and "5090-mm-perf" in row["sources"]
+    assert "FP8 419.2 = 1,676.8 / 4 is right" in row["notes"]

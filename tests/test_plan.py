@@ -111,6 +111,30 @@ def test_a_bad_space_names_the_problem(df, space):
         plan(df, SLO, space=space)
 
 
+def test_a_value_invalid_on_its_own_is_an_error_one_invalid_beside_others_is_pruned(df,
+                                                                                   tmp_path):
+    """tensor_parallel 0 and -2 fail in every candidate whatever else is set: an error naming
+    the key and the value, before any candidate runs; TP 3 (the 8B's 8 KV heads refuse it, a
+    combination with the model) and a TensorRT-LLM knob beside vLLM stay pruned rows."""
+    from sim.tools.plan_space import SpaceValueError
+    for space, value in (({"gpu": ["h100"], "tensor_parallel": [1, 0, -2]}, 0),
+                         ({"tensor_parallel": [-2, 1]}, -2),
+                         ({"replicas": [1, 2], "decode_gpu": ["h100", "h9"],
+                           "split": ["1:1"]}, "h9")):
+        with pytest.raises(SpaceValueError, match=rf"^space\['\w+'\] value '?{value}'? is "
+                                                   rf"invalid on its own \(so in every "
+                                                   rf"candidate\): ") as e:
+            plan(df.head(20), SLO, space=space, base=BASE, workers=1,
+                 out=tmp_path / "p.parquet")
+        assert e.value.value == value and not (tmp_path / "p.parquet").exists()  # (none ran)
+    t = plan(df.head(20), SLO, space={"tensor_parallel": [3], "scheduler": ["vllm", "chunked"]},
+             base=BASE, workers=1)
+    assert t["stage"].tolist() == ["invalid", "invalid"]
+    t = plan(df.head(20), SLO, space={"scheduler": ["vllm"], "free_gpu_memory_fraction": [0.8]},
+             base=BASE, workers=1)
+    assert t["stage"].tolist() == ["invalid"]
+
+
 @pytest.mark.parametrize("slo,kw,said", [
     ({}, {}, "slo must be a non-empty dict"), ({"ttft": -1}, {}, r"slo\['ttft'\] must be"),
     (SLO, {"attainment": 1.5}, "attainment must be in"), (SLO, {"tol": 5}, "tol must be in"),

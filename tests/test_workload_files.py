@@ -355,3 +355,48 @@ def test_arrival_arguments_that_apply_are_used():
             make(3, rate=1.0, output=5, arrival="constant", cv=2.0)
     plain = wl.load("azure-conv", n=3)  # the defaults, spelt out, are no error
     assert wl.load("azure-conv", n=3, arrival="poisson", cv=1.0).equals(plain)
+
+
+@pytest.mark.parametrize("suffix, row", [(".csv", "line 3"), (".jsonl", "line 2"),
+                                         (".parquet", "row 1")])
+def test_more_hash_ids_than_the_prompt_has_blocks_is_an_error(tmp_path, suffix, row):
+    """Newcomer review: a row with more hash ids than ceil(prompt / tokens per id) loaded
+    silently (the ids past the prompt name tokens it does not have; the radix cache made
+    nodes of them). Exactly ceil(prompt / H) ids is fine (a last partial block has its id);
+    one more is an error naming the file and the row, also when rows before it are dropped
+    (max_context: the row as in the file)."""
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [1025, 1024],
+                       "num_output_tokens": [4, 4], "hash_ids": [[1, 2, 3], [1, 2, 3]]})
+    df.attrs["block_size"] = 512
+    path = wl.save(df, tmp_path / f"w{suffix}")
+    message = (rf"^{re.escape(str(path))}: hash_ids: {row} has 3 ids for its 1024 prompt "
+               rf"tokens: at 512 tokens per hash id at most 2 \(ceil\(1024 / 512\)\)")
+    with pytest.raises(ValueError, match=message):
+        wl.load(path, hash_block_tokens=512, max_context=1028)
+    ok = df.assign(num_prompt_tokens=[1025, 1025])
+    assert len(wl.load(wl.save(ok, tmp_path / f"ok{suffix}"), hash_block_tokens=512)) == 2
+    if suffix != ".parquet":  # no block size, nothing to check it by (the run asks for one)
+        assert len(wl.load(path)) == 2
+
+
+def test_a_dataframe_with_too_many_hash_ids_is_an_error_at_the_run():
+    import sim
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [32, 33],
+                       "num_output_tokens": [4, 4], "hash_ids": [[1, 2], [1, 2, 3, 4]]})
+    df.attrs.update(block_size=16, name="mine")
+    for mode in ("vllm", "sglang"):  # (block and radix caches)
+        with pytest.raises(ValueError, match=r"^workload 'mine': hash_ids: row 1 has 4 ids for "
+                                             r"its 33 prompt tokens: at 16 tokens per hash id "
+                                             r"at most 3"):
+            sim.run(df, scheduler=mode, cost_model=sim.ConstantCost(0.01))
+    assert sim.run(df.iloc[:1], scheduler="vllm", cost_model=sim.ConstantCost(0.01)) \
+        .summary()["num_finished"] == 1
+
+
+@pytest.mark.parametrize("name", ["mooncake-conversation", "mooncake-synthetic"])
+def test_the_shipped_mooncake_traces_have_one_id_per_512_tokens(name):
+    """The bundled traces keep the rule they are checked by: every row has exactly
+    ceil(input_length / 512) hash ids (measured: all 12,031 and 3,993 rows)."""
+    df = wl.load(name)
+    counts = np.array([len(x) for x in df["hash_ids"]])
+    assert (counts == -(-df["num_prompt_tokens"].to_numpy() // 512)).all()

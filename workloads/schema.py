@@ -134,6 +134,27 @@ def validate(df, *, source=None) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+def check_hash_id_counts(df, unit, where="") -> None:
+    """Every row's ``hash_ids`` fit its prompt: at most ``ceil(num_prompt_tokens / unit)`` ids of
+    ``unit`` tokens each (``df`` validated). An id past the prompt names tokens it does not have
+    (the radix cache made nodes of them; the block cache ignored them): a ``ValueError`` naming
+    the first such row, its count and its prompt."""
+    if "hash_ids" not in df.columns or unit is None:
+        return
+    ids = df["hash_ids"].tolist()
+    counts = np.fromiter((len(x) if isinstance(x, (list, tuple, np.ndarray)) else 0
+                          for x in ids), dtype=np.int64, count=len(ids))
+    prompts = df["num_prompt_tokens"].to_numpy(dtype=np.int64)
+    most = -(-prompts // int(unit))
+    bad = counts > most
+    if bad.any():
+        i = _first_bad(bad)
+        raise ValueError(f"{where}hash_ids: row {i} has {counts[i]} ids for its "
+                         f"{prompts[i]} prompt tokens: at {int(unit)} tokens per hash id at most "
+                         f"{most[i]} (ceil({prompts[i]} / {int(unit)})); the ids past the prompt "
+                         f"name tokens it does not have")
+
+
 def _id_kind(x) -> str:
     """What an id is, for the message on ids of mixed kinds: a number or its type's name."""
     if isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, (bool, np.bool_)):

@@ -25,7 +25,7 @@ from .agentic import AGENTIC_NAME, load_agentic
 from .arrivals import (CV_KEY, RATE_KEY, _rng, _same, cv_for, drawn_at, gamma, poisson,
                        scale_to_rate)
 from .lines import as_lines
-from .schema import validate
+from .schema import check_hash_id_counts, validate
 from .vllm_bench import BENCH_ARGS, BENCH_WORKLOADS, load_bench
 
 TRACES = {
@@ -65,6 +65,7 @@ def _read(name) -> pd.DataFrame:
                                "num_output_tokens": raw["output_length"].to_numpy(),
                                "hash_ids": raw["hash_ids"]})
             df.attrs["block_size"] = MOONCAKE_BLOCK_SIZE
+            check_hash_id_counts(df, MOONCAKE_BLOCK_SIZE, f"the {name!r} trace: ")
         else:
             raw = pd.read_csv(f, compression="gzip")
             df = pd.DataFrame({"num_prompt_tokens": raw["num_prefill_tokens"].to_numpy(),
@@ -371,6 +372,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
         if "hash_ids" in df.columns:
             df = _hash_id_lists(df, where)
         df = validate(df.reset_index(drop=True), source=str(path))
+        df = with_hash_block_tokens(df, hash_block_tokens, str(path))  # (rows as in the file)
+        check_hash_id_counts(df, df.attrs.get("block_size"), where)
     except ValueError as e:  # "row i" of the DataFrame: "line N" of the file
         raise ValueError(as_lines(str(e), path, suffix)) from None
     for key in (RATE_KEY, CV_KEY):  # (a parquet file keeps a drawn workload's attrs, a CSV
@@ -380,7 +383,7 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     if rate is not None:
         df = scale_to_rate(df, rate)
     df.attrs.setdefault("name", path.name)
-    return with_hash_block_tokens(df, hash_block_tokens, str(path))
+    return df
 
 
 def save(df: pd.DataFrame, path) -> Path:

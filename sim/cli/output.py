@@ -29,11 +29,12 @@ def _num(value, spec) -> str:
 
 
 def format_summary(summary, max_batch_size=None, prefix_caching=None,
-                   names_prefixes=True) -> str:
+                   names_prefixes=True, lora=None) -> str:
     """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
     each share says what it is a share of); ``prefix_caching`` (the run's mode, when on): a
     row with the cache's hit rate, saying so when the workload names no prefix block
-    (``names_prefixes`` False: nothing can hit)."""
+    (``names_prefixes`` False: nothing can hit); ``lora`` (the run's LoRAConfig, when on) and
+    the summary's ``lora_*`` metrics: a row with its slots and the adapters' loads."""
     why = ", ".join(f"{n:,} {what}" for n, what in (
         (summary.get("num_rejected_context_length"), "over max_model_len"),
         (summary.get("num_rejected_max_num_tokens"), "over max_num_tokens"),
@@ -98,6 +99,8 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
         rows.append(("TTFT split", f"mean {_num(summary['ttft_queue_mean'], '.4g')} s queued + "
                                    f"{_num(summary['ttft_load_mean'], '.4g')} s loading + "
                                    f"{_num(summary['ttft_prefill_mean'], '.4g')} s prefill"))
+    if "lora_adapter_loads" in summary:
+        rows.append(("LoRA", _lora(summary, lora)))
     if "spec_acceptance_rate" in summary:
         rows.append(("speculation", f"{_num(summary['spec_acceptance_rate'], '.0%')} of draft "
                                     f"tokens accepted; "
@@ -128,6 +131,20 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _lora(summary, lora) -> str:
+    """The LoRA row: the slots (``lora``: the run's LoRAConfig, None: not said), the adapter
+    loads and their time, the distinct adapters per batch (sim.engine.kv.lora.lora_stats)."""
+    slots = (f"{plural(lora.max_loras, 'GPU slot')} of rank {lora.max_lora_rank}, "
+             f"{lora.max_cpu_loras:,} in the CPU cache; " if lora is not None else "")
+    per = summary["lora_load_time_per_request"]
+    return (f"{slots}{plural(summary['lora_adapter_loads'], 'adapter load')} "
+            f"({summary['lora_disk_loads']:,} from disk), "
+            f"{summary['lora_load_seconds']:.3g} s loading in all, "
+            f"{_num(per * 1e3 if per == per else per, '.3g')} ms per LoRA request; "
+            f"{_num(summary['lora_distinct_per_batch_mean'], '.2f')} distinct adapters per "
+            f"batch on average, {summary['lora_distinct_per_batch_max']:,} at most")
 
 
 def _cost(summary) -> str:

@@ -24,7 +24,6 @@ ones): :mod:`sim.cli.plan_day`.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from .build import build_rescaled
 from .settings import Names, add_flags, given_value, read_toml, settings_from
 from .table import BY_KEY, SHARED
 from .table_plan import ROWS
+from .winner_toml import absolute_paths, plain, to_toml
 
 POOL_TARGETS = (("prefill_pool",), ("decode_pool",))
 OWN = tuple(row.key for row in ROWS)  # the plan's keys: not sim run's (left out of the winner)
@@ -66,36 +66,13 @@ def _space(raw, config):
     return space, keys
 
 
-def _toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(str(v))
-
-
-def to_toml(settings) -> str:
-    """``settings`` (key -> scalar, list or a one-level table) as TOML text."""
-    top = [f"{k} = {_toml_value(v)}" for k, v in settings.items() if not isinstance(v, dict)]
-    for k, v in settings.items():
-        if isinstance(v, dict):
-            top += ["", f"[{k}]"] + [f"{kk} = {_toml_value(vv)}" for kk, vv in v.items()]
-    return "\n".join(top) + "\n"
-
-
-def _plain(v):
-    return v.item() if hasattr(v, "item") else v
-
-
 def winner_settings(loaded, best, keys, workload, out) -> dict:
     """The plan file's ``sim run`` settings with the winner's values, replaying ``workload``
     (the file of the requests as the plan ran them, at the target rate or the winner's
     capacity) as it is (see the module docstring)."""
     s = {k: v for k, v in loaded.items() if k not in OWN + ("rate", "num_requests", "seed")}
     for field, key in keys.items():
-        value = _plain(best[field])
+        value = plain(best[field])
         if key != "split":
             s[key] = value
             continue
@@ -109,8 +86,7 @@ def winner_settings(loaded, best, keys, workload, out) -> dict:
         for key in [k for k in s if BY_KEY.get(k) and BY_KEY[k].to in POOL_TARGETS]:
             s.pop(key)
     s["workload"] = str(workload)
-    s["output"] = str(Path(out) / "winner")
-    return s
+    return absolute_paths(s, out)
 
 
 def _report(table, df, cfg, space, slo, objective, latency, path) -> None:
@@ -119,9 +95,9 @@ def _report(table, df, cfg, space, slo, objective, latency, path) -> None:
     from ..results.report import write_report
     from ..tools.plan_space import candidate_config
     best = table.iloc[0]
-    config = candidate_config(cfg, {k: _plain(best[k]) for k in space})
+    config = candidate_config(cfg, {k: plain(best[k]) for k in space})
     cols = ["rank", *space, objective, latency, "max_rate", "stage", "reason"]
-    rows = [cols] + [[_plain(r[c]) if c in r else "" for c in cols]
+    rows = [cols] + [[plain(r[c]) if c in r else "" for c in cols]
                      for _, r in table.iterrows()]
     rows = [[("" if isinstance(v, float) and math.isnan(v) else v) for v in r] for r in rows]
     write_report(run(df, config), path, slo=slo, sections=[
@@ -137,8 +113,18 @@ def _dask_named(error, address) -> ValueError:
     return ValueError(str(error).replace(f"client={address!r}", f"--dask {address!r}", 1))
 
 
+def _out_named(error, parquet, folder, shown) -> ValueError:
+    """A library error naming ``out=`` (the plan file) in the words the user typed: the
+    ``--output`` flag or the file's ``output`` key, and the folder given."""
+    said = f"out={str(parquet)!r}"
+    if said not in str(error):
+        return error
+    return ValueError(str(error).replace(said, f"{shown} {str(folder)!r}: its plan.parquet", 1))
+
+
 def cmd_plan(args) -> int:
     from ..tools.plan import plan
+    from ..tools.plan_space import SpaceValueError
     names = Names(args.config)
     s = settings_from(args, names, "plan")
     loaded = read_toml(args.config, "plan")
@@ -164,8 +150,12 @@ def cmd_plan(args) -> int:
                   out=Path(out) / "plan.parquet", progress=False if args.no_progress else None)
     try:
         table = plan(df, s["slo"], **kwargs)
+    except SpaceValueError as e:
+        raise ValueError(f"{args.config}: space.{keys[e.key]} value {e.value!r} is invalid on "
+                         f"its own (so in every candidate): {e.reason}") from None
     except ValueError as e:
-        raise _dask_named(e, args.dask) from None
+        raise _out_named(_dask_named(e, args.dask), kwargs["out"], out,
+                         names("output")) from None
     Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / "plan.csv", index=False)
     a = table.attrs

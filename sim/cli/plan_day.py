@@ -14,8 +14,10 @@ one-line error naming the file and the key; ``objective``, ``latency``, ``tol`` 
 (a plan at one load's) are refused, not ignored. Writes to the output folder ``plan_day.csv`` (every
 candidate, ranked ones first, why each other one was pruned), and for the winner
 ``day.png`` (replicas and rate over the day above, SLO attainment below:
-:func:`sim.results.plots_autoscale.plot_autoscaled`) and ``day_over_time.csv`` (per window of
-a 48th of the day: arrivals, rate, attainment). Returns 1 when no candidate meets the SLO.
+:func:`sim.results.plots_autoscale.plot_autoscaled`), ``day_over_time.csv`` (per window of
+a 48th of the day: arrivals, rate, attainment) and ``winner.toml``, the file with the winner
+as its only candidate (:func:`day_winner`: ``sim plan winner.toml`` replays the winner's day).
+Returns 1 when no candidate meets the SLO.
 """
 
 from __future__ import annotations
@@ -89,7 +91,8 @@ def cmd_plan_day(args, s, names) -> int:
     from ..tools.plan_day import SHOWN, plan_day, policies
     from .arguments import output_folder
     from .build import build_rescaled
-    from .settings import given_value
+    from .winner_toml import to_toml
+    from .settings import given_value, read_toml
     from .table import BY_KEY
     own = {k: given_value(args, s, k)[0] for k in ("day", "space", "attainment")}
     for key in NOT_A_DAYS:
@@ -131,5 +134,26 @@ def cmd_plan_day(args, s, names) -> int:
             "slo_attainment"]
     with pd.option_context("display.float_format", "{:.4g}".format, "display.width", 160):
         print(ranked[[c for c in cols if c in ranked]].head(10).to_string(index=False))
-    print(f"\nwrote plan_day.csv, day.png and day_over_time.csv (the winner's day) to {out}/")
+    (out / "winner.toml").write_text(to_toml(day_winner(read_toml(args.config, "plan"), best,
+                                                        space, out)))
+    print(f"\nwrote plan_day.csv, day.png, day_over_time.csv (the winner's day) and winner.toml "
+          f"to {out}/ (replay: sim plan {out / 'winner.toml'})")
     return 0
+
+
+def day_winner(loaded, best, space, out) -> dict:
+    """The day plan file's settings (``loaded``) with the winner alone as its candidates: a
+    fixed fleet's size as ``day.fixed``, an autoscaled winner's knobs as one-value ``[space]``
+    lists, so that ``sim plan winner.toml`` runs the winner's day again (the same day: the
+    file's workload, rate and seed; ``sim run`` has no autoscaler). Paths absolute, output the
+    folder's ``winner/``, as :func:`sim.cli.plan.winner_settings`' are."""
+    from .winner_toml import absolute_paths, plain
+    s = {k: v for k, v in loaded.items() if k != "space"}
+    day = {k: v for k, v in loaded["day"].items() if k != "fixed"}
+    if best["kind"] == "fixed":
+        day["fixed"] = [int(best["max_replicas"])]
+    else:
+        s["space"] = {k: [next((v for v in values if v == best[k]), plain(best[k]))]
+                      for k, values in space.items()}  # (the file's value: 3, not 3.0)
+    s["day"] = day
+    return absolute_paths(s, out)

@@ -115,7 +115,8 @@ def cmd_run(args) -> int:
         print()
         print(format_summary(summary, max_batch_size=res.config.max_batch_size,
                              prefix_caching=res.config.prefix_caching,
-                             names_prefixes=res.num_prefix_keyed > 0))
+                             names_prefixes=res.num_prefix_keyed > 0,
+                             lora=res.config.lora))
         if findings:
             print("\nfindings:")
             for f in findings:

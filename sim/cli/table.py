@@ -130,6 +130,7 @@ SETTINGS = (
                                + "; sizes the KV pool unless --kv-blocks does",
       default_help="default 0.9"),
     S("enable_chunked_context", ("--enable-chunked-context",), parse=bool,
+      check=typed(bool, "true or false"),  # (before "not used by": a wrong type first)
       help="tensorrt-llm: TensorRT-LLM's enable_chunked_context: a prompt longer than what is "
            "left of max_num_tokens (--token-budget) runs in chunks",
       default_help="default: off, as in TensorRT-LLM's LLM API: a prompt over max_num_tokens "

@@ -135,6 +135,7 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
     turn, whose prompt holds its prompt and answer). An ``acceptance_rate`` column without
     speculative decoding (``speculative`` False) is ignored with a warning."""
     from workloads import from_records, validate
+    from workloads.schema import check_hash_id_counts
     from workloads.prefix import (answer_block_keys, answer_unit_keys, block_key_ids,
                                   tokens_per_id, unit_keys_all)
     if not isinstance(workload, pd.DataFrame):
@@ -155,6 +156,8 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
             r.acceptance_rate = None if a != a else a
     if block_size and "hash_ids" in df.columns:
         hash_bs = tokens_per_id(df)
+        name = df.attrs.get("name")
+        check_hash_id_counts(df, hash_bs, f"workload {name!r}: " if name else "")
         hash_ids = df["hash_ids"].tolist()
         if mode == "radix":
             keys = unit_keys_all(hash_ids)

@@ -13,7 +13,9 @@ its ``stage`` and ``reason``, the cheap ones first:
 1. before any simulation (:mod:`.plan_space`): ``invalid`` (the config does not build, or a
    tensor parallelism the model's heads do not allow), ``duplicate``, ``memory`` (the weights
    do not fit, with the budget's advice), ``price`` (ranking by a dollar column and the GPU has
-   no sourced price nor ``usd_per_gpu_hour``);
+   no sourced price nor ``usd_per_gpu_hour``); a value invalid on its own and so in every
+   candidate (``tensor_parallel = 0``, an unknown GPU) is an error instead
+   (:func:`.plan_space.check_values`), before any candidate runs;
 2. ``roofline``, with a target ``rate``: the upper bound of :func:`.plan_bounds.rate_bound`
    (raised by ``margin``) is below it;
 3. the survivors are simulated (:func:`.plan_run.evaluate`): with a target ``rate``, one run
@@ -59,7 +61,7 @@ from ..engine.config import as_config
 from .capacity import check_search
 from .plan_bounds import rate_bound
 from .plan_run import read_rows, run_candidates, write_rows
-from .plan_space import check_space, static_verdict
+from .plan_space import check_space, check_values, static_verdict
 from .sweep_backends import check_workers
 from .sweep_resume import fingerprint, row_key
 
@@ -150,12 +152,15 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
     if headroom not in HEADROOM:
         raise ValueError(f"headroom must be one of {HEADROOM}, got {headroom!r}")
     rows, jobs, seen, configs, pruned_before = [], [], {}, {}, 0
-    bar = _bar(len(list(itertools.product(*space.values()))), progress)
+    verdicts = [static_verdict(base, dict(zip(space, values)), objective, seen)
+                for values in itertools.product(*space.values())]
+    check_values(space, [p[0] if p else None for _, p in verdicts])
+    bar = _bar(len(verdicts), progress)
     for order, values in enumerate(itertools.product(*space.values())):
         knobs = dict(zip(space, values))
         row = {**knobs, "order": order, "status": "pruned", "stage": "", "reason": "",
                "max_rate": math.nan}
-        config, pruned = static_verdict(base, knobs, objective, seen)
+        config, pruned = verdicts[order]
         if pruned is None and rate is not None:
             bound, why = rate_bound(config, df, slo, attainment)
             if bound * (1 + margin) < rate:

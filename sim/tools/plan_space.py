@@ -16,7 +16,9 @@ Invariants: every candidate gets a verdict, in order, before any simulation: ``i
 config does not build: its check's message), ``duplicate`` (the same config as an earlier
 candidate: ``replicas`` beside a disaggregated split, whose pools are its fleet), ``memory``
 (the weights do not fit: the memory budget's message and advice), ``price`` (ranking by
-dollars, and the GPU has no sourced price); the rest are simulated.
+dollars, and the GPU has no sourced price); the rest are simulated. A value ``invalid`` in every
+candidate and on its own (the base with that value alone does not build) is a
+:class:`SpaceValueError` before any verdict counts: a typo, not a combination to prune.
 """
 
 from __future__ import annotations
@@ -129,3 +131,52 @@ def static_verdict(base, knobs, objective, seen) -> tuple:
         if missing:
             return None, ("price", missing)
     return config, None
+
+
+class SpaceValueError(ValueError):
+    """A value of the space invalid on its own: ``key``, ``value`` and why (the CLI names the
+    key as the file spelt it)."""
+
+    def __init__(self, key, value, reason):
+        self.key, self.value, self.reason = key, value, reason
+        super().__init__(f"space[{key!r}] value {value!r} is invalid on its own (so in every "
+                         f"candidate): {reason}")
+
+
+INTS = frozenset(f.name for f in dataclasses.fields(SimConfig)
+                 if f.type in ("int", "int | None") and f.name != "seed")  # counts: >= 1
+NAMES = ("gpu", "model", "scheduler", "router")  # a preset or a kind, whatever else is set
+
+
+def own_reason(key, value) -> str | None:
+    """Why ``value`` cannot be ``key``'s whatever the other fields are, else None: a count
+    (an int field: ``tensor_parallel``, ``replicas``, ``chunk_size``, ...) below 1 or not an
+    integer; a preset or kind (``gpu``, ``model``, ``scheduler``, ``router``) that
+    ``SimConfig`` with it alone refuses. A count the model's heads refuse, a knob another
+    scheduler reads: invalid only in combination (None here)."""
+    field = pool_key(key)[1] if pool_key(key) is not None else key
+    if field in INTS:
+        from ..checks import positive_int
+        try:
+            value is None or positive_int(field, value)
+        except (TypeError, ValueError) as e:
+            return str(e)
+        return None
+    if field in NAMES:
+        _, pruned = static_verdict(SimConfig(), {field: value}, "ttft_p99", {})
+        return pruned[1] if pruned is not None and pruned[0] == "invalid" else None
+    return None
+
+
+def check_values(space, stages) -> None:
+    """Raise :class:`SpaceValueError` for the first value (in the space's order) that is
+    invalid on its own (:func:`own_reason`) and in every candidate (``stages``: each
+    candidate's stage, the product's order): a typo to fix, not candidates to prune. A value
+    invalid only beside other values stays a pruned candidate."""
+    import itertools
+    for i, key in enumerate(space):
+        for value in space[key]:
+            reason = own_reason(key, value)
+            if reason is not None and all(stage == "invalid" for values, stage in zip(
+                    itertools.product(*space.values()), stages) if values[i] == value):
+                raise SpaceValueError(key, value, reason)
