@@ -44,6 +44,7 @@ COMPILED = (
     "sim.engine.core.replica",
     "sim.engine.core.policies",
     "sim.engine.core.process",
+    "sim.engine.core.events",
     "sim.engine.kv.blocks",
     "sim.costs.roofline_price",
 )

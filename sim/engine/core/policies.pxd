@@ -1,3 +1,3 @@
 # The compiled types sim/engine/core/policies.py names (sim/native.py).
-from sim.engine.core.iteration cimport Iteration
+from sim.engine.core.replica cimport Replica
 from sim.engine.core.request cimport Request

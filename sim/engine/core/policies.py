@@ -77,7 +77,7 @@ except ImportError:  # interpreted without Cython: its no-op names (sim/cython_s
 
 from ...checks import positive_int
 from ...constants import CHUNK_SIZE, KV_BLOCK_SIZE
-from .iteration import Iteration
+from .replica import Replica
 from .request import PREFILL, Request
 
 # SimConfig fields that belong to a policy
@@ -98,7 +98,7 @@ def refuse_unused_knobs(config, name, used=()):
                              f"scheduler (it uses: {', '.join(used) or 'no knobs'})")
 
 
-@cython.locals(replica=Iteration, tokens=cython.longlong, watermark=cython.longlong)
+@cython.locals(replica=Replica, tokens=cython.longlong, watermark=cython.longlong)
 def leaves_watermark(replica, tokens, watermark) -> bool:
     """Whether the blocks for ``tokens`` more tokens leave ``watermark`` blocks free (always
     true with nothing running: the watermark then has nothing to protect)."""
@@ -106,7 +106,7 @@ def leaves_watermark(replica, tokens, watermark) -> bool:
             or replica.blocks.num_free - (-(-tokens // replica.block_size)) >= watermark)
 
 
-@cython.locals(replica=Iteration, r=Request, need=cython.longlong, watermark=cython.longlong)
+@cython.locals(replica=Replica, r=Request, need=cython.longlong, watermark=cython.longlong)
 def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0) -> int:
     """Admit waiting requests FCFS with their whole (re-)prompt while a slot, blocks and the
     token ``budget`` allow (a prompt over the budget is admitted when ``first`` in its
@@ -202,7 +202,7 @@ class ChunkedPrefill:
     def knobs(self) -> dict:
         return {"chunk_size": self.chunk_size}
 
-    @cython.locals(replica=Iteration, r=Request, budget=cython.longlong, chunk=cython.longlong,
+    @cython.locals(replica=Replica, r=Request, budget=cython.longlong, chunk=cython.longlong,
                    rest=cython.longlong)
     def schedule(self, replica, now):
         # every decode takes one token of the budget (1 + k when speculating, as vLLM counts)

@@ -159,7 +159,7 @@ class ReplicaProcess:
         nxt = 0
         dropped = 0  # preemptions made forming batches that came out empty (formed anew)
         while True:
-            now = env.now
+            now = env._now  # (the clock itself: SimPy's now property is a Python call)
             while nxt < n_arrivals and arrivals[nxt].arrival_time <= now:
                 submit(replica, self, arrivals[nxt])
                 nxt += 1
@@ -248,7 +248,7 @@ class ReplicaProcess:
             dropped = 0
             if not sleep(dt, wakeup):  # (alone: the clock set as SimPy's step would)
                 yield
-            replica.postprocess(env.now)
+            replica.postprocess(env._now)
             if bar is not None and not replica.iteration & 1023:
                 bar.n = len(replica.finished)
                 bar.refresh()

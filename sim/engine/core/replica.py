@@ -163,7 +163,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         """Whether ``r`` already has prefill work in this iteration."""
         return r.scheduled_iteration == self.iteration
 
-    @cython.locals(self=Iteration, r=Request, c=cython.longlong)
+    @cython.locals(r=Request, c=cython.longlong)
     def held_blocks(self, r) -> int:
         """Blocks ``r`` holds now: a decode, including the block it crosses into this
         iteration once reserved; a prefill, including those taken for its work this iteration."""
@@ -185,7 +185,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         return self._prefills[self._prefill_reqs.index(r)][0]
 
     # -- the verbs ----------------------------------------------------------------------------
-    @cython.locals(self=Iteration, r=Request, num_tokens=cython.longlong, blocks=cython.longlong)
+    @cython.locals(r=Request, num_tokens=cython.longlong, blocks=cython.longlong)
     def admit(self, r, num_tokens: int) -> bool:
         """Admit waiting request ``r`` (any position in the queue) to prefill ``num_tokens``
         tokens this iteration, after the ``prefix_hit(r)`` tokens the cache serves; False when
@@ -210,7 +210,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         """Serve LoRA adapters with ``slots`` (a :class:`~sim.engine.kv.lora.AdapterSlots`):
         from now on :meth:`admit` also refuses a request whose adapter can get no GPU slot."""
         self.lora = slots
-        self.admit = self._admit_lora  # (the plain admit stays as it was: no check when off)
+        setattr(self, "admit", self._admit_lora)  # (over the class's: no check when off)
 
     def _admit_lora(self, r, num_tokens):
         slots = self.lora
@@ -221,7 +221,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         slots.take(r)
         return True
 
-    @cython.locals(self=Iteration, r=Request)
+    @cython.locals(r=Request)
     def _dequeue(self, r):
         """Take ``r`` out of the waiting queue (O(1) at the head, O(queue) elsewhere)."""
         waiting = self.waiting
@@ -233,7 +233,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             except ValueError:
                 raise ValueError(f"admit: {r!r} is not in this replica's queue") from None
 
-    @cython.locals(self=Iteration, r=Request, new=cython.longlong, cached=cython.longlong)
+    @cython.locals(r=Request, new=cython.longlong, cached=cython.longlong)
     def _start(self, r, new, cached):
         """``r`` joins the running set, prefilling ``new`` tokens after ``cached`` ones now."""
         r.status = PREFILL
@@ -296,7 +296,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             self._register(r, cached, cached + num_tokens)
         return True
 
-    @cython.locals(self=Iteration, r=Request)
+    @cython.locals(r=Request)
     def _free_blocks(self, r, n):
         """``r`` gives back its ``n`` blocks (its cached ones keep their keys, in the LRU)."""
         if self.caching:  # its own blocks: all but the cached ones it references
@@ -307,7 +307,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         else:
             self.blocks.free(n)
 
-    @cython.locals(self=Iteration, r=Request, num_tokens=cython.longlong, need=cython.longlong,
+    @cython.locals(r=Request, num_tokens=cython.longlong, need=cython.longlong,
                    done=cython.longlong, i=cython.longlong, bs=cython.longlong)
     def schedule_chunk(self, r, num_tokens: int) -> bool:
         """Continue running prefill ``r`` by ``num_tokens`` tokens this iteration, taking the
@@ -356,7 +356,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         raise ValueError(f"schedule_chunk: num_tokens must be in "
                          f"1..{r.prefill_target - r.num_computed} for {r!r}, got {num_tokens}")
 
-    @cython.locals(self=Iteration, r=Request, held=cython.longlong, new=cython.longlong)
+    @cython.locals(r=Request, held=cython.longlong, new=cython.longlong)
     def preempt(self, r) -> None:
         """Recompute preemption: free all of ``r``'s blocks; it goes back to the head of the
         queue and will re-prefill its prompt plus the tokens it had generated."""
