@@ -163,3 +163,12 @@ def test_layer_wise_overlap_hides_the_load_under_the_prefill():
                 **{**RADIX, "scheduler": "vllm", "prefix_caching": "block"})
     with pytest.raises(TypeError, match="kv_offload.layer_overlap must be True or False"):
         _chain(sim.KVTier(1), layer_overlap=1)
+
+
+def test_cli_runs_hicache_under_sglang(tmp_path, monkeypatch):
+    from sim.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-w", "mooncake-conversation", "-n", "40", "--rate", "0.5", "-s",
+                 "sglang", "--kv-blocks", "32000", "--offload-gb", "2", "--offload-preset",
+                 "hicache", "--offload-lower-gb", "20", "--offload-layer-overlap", "-q"]) == 0
+    assert "offload_tier1_hit_rate" in (tmp_path / "sim-out" / "summary.json").read_text()

@@ -300,7 +300,9 @@ def test_offload_experiment_rows(load_script):
       "--offload-write-threshold", "3", "--offload-link-bandwidth", "16"],
      lambda c: (c.write_policy, c.write_threshold, c.link_gbps, len(c.tiers))
      == ("write_through_selective", 3, 16.0, 2)),
-    (["--offload-eviction", "arc"], lambda c: c.eviction == "arc")])
+    (["--offload-eviction", "arc"], lambda c: c.eviction == "arc"),
+    (["--offload-preset", "hicache", "--offload-layer-overlap"],
+     lambda c: c.layer_overlap is True and c.load_threshold == 10)])
 def test_cli_chain_flags_reach_the_chain(flags, check):
     from sim.cli.build import config_from
     from sim.cli.main import build_parser
