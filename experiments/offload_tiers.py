@@ -83,23 +83,28 @@ THREEFS_GBPS_PER_GPU = 6.6 * 2**40 / 1e9 / 500 / 8  # 1.81 GB/s
 HICACHE_RATIO = 2  # --hicache-ratio: the host (L2) pool twice the device pool (SGLang docs)
 
 
-def hicache_pair(sessions=128, users=16, kv_blocks=12_000, l3_gbps=THREEFS_GBPS_PER_GPU,
-                 lower_gb=1000.0, ratio=HICACHE_RATIO) -> dict:
-    """The agentic workload without and with SGLang HiCache as Novita ran it: the preset's
-    L2 at ``ratio`` times the GPU pool (per GPU), over a 3FS L3 of ``lower_gb`` per GPU read at
-    ``l3_gbps`` (None: the preset's 25 GB/s). Returns both prefix hit rates and the TTFT and
-    throughput ratios (with over without): the ``hicache_novita_*`` anchor rows of
-    ``sim/data/offload_anchors.csv``."""
+def hicache_pair(sessions=128, users=16, kv_tokens=192_000, l3_gbps=THREEFS_GBPS_PER_GPU,
+                 lower_gb=1000.0, ratio=HICACHE_RATIO, scheduler="sglang",
+                 layer_overlap=False) -> dict:
+    """The agentic workload without and with SGLang HiCache as Novita ran it: SGLang's
+    scheduler and radix cache (page size 1; ``scheduler="vllm"``: vLLM's block cache of
+    16-token blocks instead) over a GPU pool of ``kv_tokens``, the preset's L2 at ``ratio``
+    times that pool (per GPU), over a 3FS L3 of ``lower_gb`` per GPU read at ``l3_gbps``
+    (None: the preset's 25 GB/s); ``layer_overlap``: loads overlap the prefill layer by
+    layer (radix only, :mod:`sim.engine.kv.radix_tiers`). Returns both prefix hit rates and
+    the TTFT and throughput ratios (with over without): the ``hicache_novita_*`` anchor rows
+    of ``sim/data/offload_anchors.csv``."""
     import dataclasses
 
     from sim.specs.memory import kv_cache_bytes
     from sim.specs.models import get_model
     df = agentic_sessions(sessions)
-    run = dict(scheduler="vllm", kv_blocks=kv_blocks, closed_loop=workloads.ClosedLoop(users),
-               **AGENTIC)
-    pool_gb = kv_cache_bytes(kv_blocks * 16, model=get_model(AGENTIC["model"]), dtype=2,
+    page = 1 if scheduler == "sglang" else 16
+    run = dict(scheduler=scheduler, kv_blocks=kv_tokens // page,
+               closed_loop=workloads.ClosedLoop(users), **AGENTIC)
+    pool_gb = kv_cache_bytes(kv_tokens, model=get_model(AGENTIC["model"]), dtype=2,
                              tensor_parallel=AGENTIC["tensor_parallel"]) / 1e9
-    chain = sim.offload_preset("hicache", ratio * pool_gb, lower_gb)
+    chain = sim.offload_preset("hicache", ratio * pool_gb, lower_gb, layer_overlap=layer_overlap)
     if l3_gbps is not None:
         l3 = dataclasses.replace(chain.tiers[1], read_gbps=l3_gbps)
         chain = dataclasses.replace(chain, tiers=(chain.tiers[0], l3))
@@ -107,7 +112,9 @@ def hicache_pair(sessions=128, users=16, kv_blocks=12_000, l3_gbps=THREEFS_GBPS_
     return {"hit_rate_off": off["prefix_hit_rate"], "hit_rate_on": on["prefix_hit_rate"],
             "ttft_ratio": on["ttft_mean"] / off["ttft_mean"],
             "throughput_ratio": on["request_throughput"] / off["request_throughput"],
-            "l2_gb": ratio * pool_gb}
+            "l2_gb": ratio * pool_gb, "ttft_off": off["ttft_mean"], "ttft_on": on["ttft_mean"],
+            "offload_hit_rate": on["offload_hit_rate"],
+            "ttft_load_mean": on["ttft_load_mean"]}
 
 
 def _floats(text):

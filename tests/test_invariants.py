@@ -95,7 +95,7 @@ features = dict(
     router=st.sampled_from(sorted(ROUTERS)),
     tiers=st.sampled_from([None, "one", "lru", "arc", "write_through", "selective"]))
 
-# block mode's offload tiers (sim.engine.kv.tiers): tiny ones (a 16-token block of the default
+# offload tiers (sim.engine.kv.tiers; radix mode kv.radix_tiers): tiny ones (a 16-token block of the default
 # model is 2 MB), slow enough that loads overlap iterations
 _TIER = dict(read_gbps=0.5, latency=0.003)
 TIERS = {"one": lambda: sim.KVTier(0.02, **_TIER),
@@ -124,8 +124,8 @@ def every_feature_at_once(rows, sched, caching, spec, kv_blocks, block_size, clo
               replicas=1 if pools else fleet, router=router,
               disaggregation=Disaggregation(*fleet, link_bandwidth_gbps=50.0) if pools
               else None,
-              kv_offload=TIERS[tiers]() if tiers and caching == "block" and sched not in (
-                  "static", "continuous", "orca", "sglang") else None)
+              kv_offload=TIERS[tiers]() if tiers and caching in ("block", "radix") and
+              sched not in ("static", "continuous", "orca", "tensorrt-llm") else None)
     res = sim.run(df, **kw)
     req = res.requests
     k = spec.num_speculative_tokens if spec else 0

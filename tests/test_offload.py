@@ -50,9 +50,10 @@ def test_unlimited_free_tier_hits_as_a_pool_that_never_evicts():
     assert (tier.requests["load_time"] == 0).all()
 
 
-def _one(tier, gpu_hit):
+def _one(tier, gpu_hit, **run):
     """TTFT of a second request sharing a 4,000-token prefix with the first, 60 s later: its
-    prefix on the GPU (gpu_hit), else evicted by 3 unrelated prompts in between."""
+    prefix on the GPU (gpu_hit), else evicted by 3 unrelated prompts in between (``run``: the
+    run's settings over ``BASE`` with a pool of 300 blocks)."""
     rows = [dict(arrival_time=0.0, num_prompt_tokens=4096, num_output_tokens=4,
                  hash_ids=list(range(256)))]
     if not gpu_hit:
@@ -63,7 +64,7 @@ def _one(tier, gpu_hit):
                      hash_ids=list(range(250)) + list(range(9000, 9006))))
     df = pd.DataFrame(rows)
     df.attrs["block_size"] = 16
-    res = sim.run(df, **{**BASE, "kv_blocks": 300}, kv_offload=tier)
+    res = sim.run(df, **{**BASE, "kv_blocks": 300, **run}, kv_offload=tier)
     return res.requests["ttft"].iloc[-1], res
 
 
@@ -97,9 +98,9 @@ def test_bad_settings_name_the_field(kwargs, field):
         sim.KVTier(**kwargs)
 
 
-def test_needs_the_block_cache():
-    with pytest.raises(ValueError, match="kv_offload needs prefix_caching='block'"):
-        sim.run(_df(n=5), kv_offload=sim.KVTier(1), **{**BASE, "scheduler": "sglang"})
+def test_needs_a_prefix_cache():
+    with pytest.raises(ValueError, match="kv_offload needs prefix_caching='block' or 'radix'"):
+        sim.run(_df(n=5), kv_offload=sim.KVTier(1), **{**BASE, "prefix_caching": False})
 
 
 def test_cli_flags_build_the_tier_and_refuse_bad_values(capsys, tmp_path, monkeypatch):

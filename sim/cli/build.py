@@ -184,14 +184,14 @@ def config_from(s, names=None):
 
 
 def check_offload(s, cfg) -> None:
-    """An offload tier needs the block prefix cache: said before the run, in the user's
-    words (the engine's own error comes at the run and names SimConfig's fields)."""
+    """An offload tier needs a prefix cache: said before the run, in the user's words (the
+    engine's own error comes at the run and names SimConfig's fields)."""
     mode = cfg.resolved().prefix_caching if cfg.kv_offload is not None else "block"
-    if mode != "block":
+    if mode not in ("block", "radix"):
         got = (f"prefix_caching={mode!r}" if s.get("prefix_caching") is not None else
                f"the {cfg.resolved().scheduler!r} scheduler's default: {mode or 'off'}")
-        raise ValueError(f"offload_gb {s['offload_gb']:g} needs prefix_caching='block' (the "
-                         f"offload tier sits under the block prefix cache), got {got}")
+        raise ValueError(f"offload_gb {s['offload_gb']:g} needs prefix_caching='block' or "
+                         f"'radix' (the offload tier sits under the prefix cache), got {got}")
 
 
 def build(s, names=None, fits=True):

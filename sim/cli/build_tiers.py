@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-_CHAIN_FIELDS = ("write_policy", "write_threshold", "link_gbps")
+_CHAIN_FIELDS = ("write_policy", "write_threshold", "link_gbps", "layer_overlap")
 
 
 def tier_chain(fields: dict | None, tier, given: dict):

@@ -212,7 +212,8 @@ SETTINGS = (
       help="disaggregation: latency of each KV transfer, >= 0", default_help="default 0"),
     S("offload_gb", ("--offload-gb",), ("kv_offload",), "capacity_gb", parse=float,
       metavar="GB", check=at_least_zero,
-      help="KV offload tier under the block prefix cache (vLLM's CPU offload): its capacity "
+      help="KV offload tier under the prefix cache (vLLM's CPU offload; SGLang HiCache under "
+           "the radix cache): its capacity "
            "per GPU in GB, >= 0; blocks the GPU evicts are stored there and loaded back on a "
            "hit instead of recomputed", default_help="default: no tier"),
     S("offload_read_bandwidth", ("--offload-read-bandwidth",), ("kv_offload",), "read_gbps",

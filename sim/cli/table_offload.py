@@ -10,7 +10,7 @@ capacity) is then required. Loads nothing beyond the standard library.
 
 from __future__ import annotations
 
-from .arguments import at_least_zero, count, name_any_case, positive
+from .arguments import at_least_zero, count, name_any_case, positive, typed
 from .setting import Setting as S
 
 OFFLOAD_PRESETS = ("vllm", "lmcache", "hicache")  # sim.engine.presets.offload's (tested)
@@ -47,4 +47,9 @@ ROWS = (
       parse=float, metavar="GB_S", check=positive,
       help="offload tiers: the GPU-host link every load crosses, one at a time, GB/s > 0",
       default_help="default: the preset's, else unlimited"),
+    S("offload_layer_overlap", ("--offload-layer-overlap",), ("kv_tiers",), "layer_overlap",
+      parse=bool, check=typed(bool, "true or false"),
+      help="offload tiers under the radix cache (SGLang HiCache): a load overlaps the "
+           "request's prefill layer by layer, so it waits only what the prefill's compute "
+           "cannot hide", default_help="default: off"),
 )

@@ -104,7 +104,7 @@ class SimConfig:
     weight_dtype: str = "fp16"
     kv_dtype: str = "fp16"
     speculative: object = None  # sim.SpeculativeConfig: draft k tokens, verify, accept some
-    kv_offload: object = None  # sim.KVTier / KVTierChain: tiers under the block prefix cache
+    kv_offload: object = None  # sim.KVTier / KVTierChain: tiers under the prefix cache
     lora: object = None  # sim.LoRAConfig: LoRA adapters' slots, loads, GEMM cost (kv.lora)
     replicas: int = 1  # a cluster: replicas behind `router` (sim.engine.fleet.cluster)
     router: object = "round_robin"  # a name in sim.engine.fleet.routers.ROUTERS or a callable

@@ -18,6 +18,7 @@ Invariant (tests/test_disaggregation.py): ``num_free + blocks held + blocks of t
 
 from __future__ import annotations
 
+from . import radix_loads
 from .queues import _del_running, _set_running
 from .request import DECODE, PREFILL
 
@@ -74,6 +75,8 @@ class KVHandoff:
         nothing changed, when the blocks are short). It holds them as anonymous blocks until
         :meth:`land` caches them under its keys. Its prefill tokens this iteration: none (a
         policy counts the chunk it asked for against its budget: a deviation)."""
+        if self.radix:  # (the radix tree's: tokens, not blocks)
+            return radix_loads.admit_loading(self, r, nodes, loaded)
         blocks, bs, keys = self.blocks, self.block_size, r.block_keys
         free = blocks.num_free
         if loaded > free or nodes and loaded + nodes > free and \
@@ -81,10 +84,11 @@ class KVHandoff:
             return False
         self._dequeue(r)
         self._hits.pop(r, None)
+        # (made recent: not evicted now; a chain queues it on its link behind earlier loads;
+        # loaded before its GPU hit's use is stored, which may evict what it loads)
+        seconds = self.tier.load(keys[nodes:nodes + loaded], self.now)
         held = keys[:nodes]
         blocks.acquire(held)
-        # (made recent: not evicted now; a chain queues it on its link behind earlier loads)
-        seconds = self.tier.load(keys[nodes:nodes + loaded], self.now)
         blocks.allocate(loaded)
         r.kv_keys = held
         r.status = PREFILL
@@ -103,6 +107,8 @@ class KVHandoff:
     def land(self, r, start) -> None:
         """``r``'s blocks from the tier have landed: its tokens ``start..num_computed`` become
         cached under its keys and it joins the running set, prefilling from there."""
+        if self.radix:
+            return radix_loads.land(self, r)
         self.num_loading -= 1
         self.num_in_transit -= 1
         self._register(r, start, r.num_computed)

@@ -91,9 +91,9 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         # mode (evictions, additions, target, (hit, nodes))
         self._hits = {}
         self._pins = {}  # radix mode: waiting request -> (state, free pages its hit holds)
-        # offload: a kv.offload.OffloadTier under the block prefix cache (its evictions stored
-        # there, its hits loaded: handoff.KVHandoff._admit_loading), None without
-        self.tier = offload if self.caching and not self.radix else None
+        # offload: a kv.offload.OffloadTier / kv.tiers.TierChain under the prefix cache (radix:
+        # kv.radix_tiers; hits loaded: handoff.KVHandoff._admit_loading), None without
+        self.tier = offload if self.caching else None
         self.lora = None  # kv.lora.AdapterSlots: LoRA adapters' admission gate (use_lora)
         self.num_loading = 0  # requests waiting for their blocks to load from the tier
         self.on_load = None  # callback(request, seconds, start): the process lands it then
@@ -262,7 +262,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             return False
         blocks = self.blocks
         if self.tier is not None and keys is not None:  # the blocks after the hit, offloaded
-            loaded = self.tier.hits(keys, nodes, min(len(keys), (r.prefill_target - 1) // bs))
+            loaded = self._tier_hit(r, cached, nodes)
             if loaded:
                 return self._admit_loading(r, nodes, loaded)
         # a partly matched last node pins its whole span (a deviation: SGLang splits it); not

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..core.batch import make_batch
 from ..core.events import URGENT, Wakeup, delay_until
 from ..core.invariants import check_finished
 from ..core.fastforward import can_fast_forward
@@ -223,7 +224,7 @@ def new_replica(config, policy, kv_blocks, cache_unit=None, stream=0,
                   getattr(policy, "select_victim", None), prefix_caching=config.prefix_caching,
                   cache_unit=cache_unit, speculative=config.speculative,
                   draw=make_drawer(config, stream), clip_left=getattr(policy, "clip_left", None),
-                  offload=offload_tier(config, policy), layers=layer_pool(config))
+                  offload=offload_tier(config, policy, cache_unit), layers=layer_pool(config))
     if config.lora is not None:  # LoRA adapters: slots, loads (kv.lora)
         rep.use_lora(adapter_slots(config))
     rep.on_demand_decodes = bool(getattr(policy, "pauses_decodes", False))
@@ -241,32 +242,56 @@ def layer_pool(config):
 
 # a request whose blocks land from a tier continues its prefill as a running partial prefill,
 # which these never schedule: they prefill a prompt whole at admission (static, continuous,
-# orca) or continue only the one chunked request they admitted themselves (sglang)
-_NO_LANDING_POLICIES = ("static", "continuous", "orca", "sglang")
+# orca; sglang continues landed ones as it does its chunked request: presets.sglang)
+_NO_LANDING_POLICIES = ("static", "continuous", "orca")
 
 
-def offload_tier(config, policy=None):
+def offload_tier(config, policy=None, cache_unit=None):
     """A replica's :class:`~sim.engine.kv.offload.OffloadTier` or
     :class:`~sim.engine.kv.tiers.TierChain` as ``config.kv_offload`` sets it (None without),
-    its blocks priced at the model's KV bytes per GPU."""
+    its blocks priced at the model's KV bytes per GPU; under the radix cache a
+    :class:`~sim.engine.kv.radix_tiers.RadixTierChain` of nodes of ``cache_unit`` tokens."""
     if config.kv_offload is None:
         return None
-    if config.prefix_caching != "block":
-        raise ValueError(f"kv_offload needs prefix_caching='block', got "
+    if config.prefix_caching not in ("block", "radix"):
+        raise ValueError(f"kv_offload needs prefix_caching='block' or 'radix', got "
                          f"prefix_caching={config.prefix_caching!r}")
-    if getattr(policy, "name", None) in _NO_LANDING_POLICIES:
+    if getattr(policy, "name", None) in _NO_LANDING_POLICIES or getattr(
+            policy, "enable_chunked_context", True) is False:  # (tensorrt-llm's default)
         raise ValueError(f"kv_offload needs a scheduler that continues partial prefills "
-                         f"(vllm, chunked, sarathi, tensorrt-llm), got "
-                         f"scheduler={policy.name!r}")
+                         f"(vllm, chunked, sarathi, sglang, tensorrt-llm with "
+                         f"enable_chunked_context), got scheduler={policy.name!r}")
     from ...specs.memory import kv_cache_bytes
     block = kv_cache_bytes(config.block_size, model=config.resolved_model(),
                            dtype=config.kv_dtype, tensor_parallel=config.tensor_parallel)
     setting = config.kv_offload
+    if config.prefix_caching == "radix":  # SGLang HiCache: the tiers hold radix nodes
+        from ..kv.radix_tiers import RadixTierChain
+        unit = cache_unit or config.block_size
+        chain = setting if isinstance(setting, KVTierChain) else KVTierChain((setting,))
+        return RadixTierChain(chain, block * unit / config.block_size, unit, config.block_size,
+                              prefill_pricer(config) if chain.layer_overlap else None)
+    if getattr(setting, "layer_overlap", False):
+        raise ValueError("kv_offload.layer_overlap needs prefix_caching='radix' (HiCache's), "
+                         "got prefix_caching='block'")
     if isinstance(setting, KVTier) and setting.eviction == "lru":
         return OffloadTier(setting, block)
     if isinstance(setting, KVTier):  # ARC: a one-tier chain
         setting = KVTierChain((setting,))
     return TierChain(setting, block, config.block_size)
+
+
+def prefill_pricer(config):
+    """``(r, tokens) -> seconds``: the GPU time of ``r``'s next ``tokens`` prompt tokens (after
+    the rest of its prompt, cached) in a batch of their own, by the run's cost model (a layer-
+    wise overlapped load hides under it: kv.radix_tiers)."""
+    cost = config.resolved_cost_model()
+
+    def price(r, tokens):
+        if tokens <= 0:
+            return 0.0
+        return cost(make_batch(-1, ((tokens, r.prefill_target - tokens),), tokens, 0, 0))
+    return price
 
 
 def replica_policy(config, policy):

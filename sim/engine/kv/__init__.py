@@ -6,6 +6,7 @@ owner of KV accounting), ``prefix_cache`` (vLLM v1's block-hash prefix cache as 
 memoised per waiting request: a base class of ``Replica``), ``offload`` (a KV offload tier
 under the block prefix cache: ``KVTier``, its stores on eviction, its loads), ``tiers`` (a
 chain of tiers: ``KVTierChain``, write policies, demotion, loads queued on a shared link),
+``radix_tiers`` (the chain under the radix tree: SGLang HiCache's nodes, stores and hits),
 ``tier_stores`` (what one tier holds: LRU or ARC), ``layer_groups`` (the blocks a request
 holds per layer kind: sliding-window, chunked-local and linear-attention layers) and ``lora``
 (LoRA adapters' GPU slots and CPU cache: ``LoRAConfig``, the admission gate, loads).

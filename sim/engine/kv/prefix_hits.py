@@ -80,6 +80,16 @@ class PrefixHits:
         return found
 
 
+    def _tier_hit(self, r, cached, nodes) -> int:
+        """What an offload tier holds of waiting ``r``'s prompt after its GPU hit (``cached``
+        tokens over ``nodes`` keys): block mode, blocks (:class:`~sim.engine.kv.tiers.
+        TierChain`); radix mode, tokens (:class:`~sim.engine.kv.radix_tiers.RadixTierChain`)."""
+        keys, bs = r.block_keys, self.block_size
+        if not self.radix:
+            return self.tier.hits(keys, nodes, min(len(keys), (r.prefill_target - 1) // bs))
+        limit = min(self._named(r), r.prefill_target - 1) // bs * bs
+        return self.tier.radix_hits(keys, cached, nodes, limit)[0]
+
     def _unpin_last(self, nodes, num_tokens, cached):
         """Radix mode: a hit's partly matched last node left unreferenced; its matched tokens
         join the chunk (``(nodes, num_tokens, cached)`` after that)."""

@@ -1,10 +1,11 @@
-"""A chain of KV offload tiers under the block prefix cache (GPU -> CPU -> disk/remote).
+"""A chain of KV offload tiers under the prefix cache (GPU -> CPU -> disk/remote).
 
 :class:`KVTierChain` is the setting (``SimConfig.kv_offload``): an ordered tuple of
 :class:`~sim.engine.kv.offload.KVTier` (fastest first, each with its capacity, read/write
 bandwidth, base latency and eviction policy, LRU or ARC), a write policy, a shared link and a
 hit granularity. :class:`TierChain` is one replica's chain; :class:`TieredBlockManager` the
-block prefix cache that feeds it. The model (tests/test_tiers.py):
+block prefix cache that feeds it (the radix tree's: :mod:`sim.engine.kv.radix_tiers`). The
+model (tests/test_tiers.py):
 
 - **Write policies** (SGLang HiCache's ``--hicache-write-policy``): ``write_back``: a block the
   GPU evicts is stored in the first tier (vLLM's native offload, as
@@ -55,7 +56,9 @@ class KVTierChain:
     GPU <-> host link every load crosses, GB/s per direction (``math.inf``: no limit beyond
     the tiers'); ``chunk_tokens``: hits in whole chunks of this many tokens (0: blocks; a
     multiple of the block size); ``load_threshold``: tier hits shorter than this many tokens
-    are recomputed, not loaded (0: every hit loads); ``name``: a label (a preset's)."""
+    are recomputed, not loaded (0: every hit loads); ``layer_overlap``: a load overlaps the
+    request's prefill layer by layer (HiCache's; radix mode only:
+    :mod:`sim.engine.kv.radix_tiers`); ``name``: a label (a preset's)."""
 
     tiers: tuple = ()
     write_policy: str = "write_back"
@@ -63,6 +66,7 @@ class KVTierChain:
     link_gbps: float = math.inf
     chunk_tokens: int = 0
     load_threshold: int = 0
+    layer_overlap: bool = False
     name: str = "custom"
 
     def __post_init__(self):
@@ -82,6 +86,9 @@ class KVTierChain:
                 bound = ">= 1" if name == "write_threshold" else ">= 0"
                 raise ValueError(f"kv_offload.{name} must be an integer {bound}, got {value!r}")
         _number("link_gbps", self.link_gbps, positive=True)
+        if not isinstance(self.layer_overlap, bool):
+            raise TypeError(f"kv_offload.layer_overlap must be True or False, got "
+                            f"{self.layer_overlap!r}")
 
     @property
     def capacity_gb(self) -> float:

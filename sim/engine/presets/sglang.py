@@ -137,7 +137,10 @@ class SGLang:
         progressed = False
         r = self.chunked
         self.chunked = None
-        if r is not None and r.status == PREFILL and not replica.is_scheduled(r):
+        # the chunked request, then (an offload tier) requests whose KV landed, oldest first
+        for r in (r,) if replica.tier is None else (r,) + replica.prefilling:
+            if r is None or r.status != PREFILL or replica.is_scheduled(r) or budget <= 0:
+                continue
             left = r.prefill_target - r.num_computed
             chunk = min(left, budget)
             if replica.schedule_chunk(r, chunk):

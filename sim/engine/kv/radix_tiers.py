@@ -1,0 +1,140 @@
+"""Offload tiers under SGLang's radix prefix cache (HiCache: GPU -> host -> L3 storage).
+
+:class:`RadixTierChain` is a :class:`~sim.engine.kv.tiers.KVTierChain`'s replica-side chain
+(:class:`~sim.engine.kv.tiers.TierChain`: the same stores, write policies, demotion, shared
+link, load threshold and traffic counters) whose unit is a radix node - one hash id's span of
+``unit`` tokens, as SGLang's host pool keeps and evicts whole nodes (``HiRadixCache``).
+:class:`TieredRadixBlockManager` is the radix tree feeding it; the replica's verbs for a
+tier hit are :mod:`sim.engine.core.radix_loads` (``KVHandoff`` dispatches to them in radix
+mode). The model (tests/test_radix_tiers.py):
+
+- **Stores.** ``write_back``: a node the tree evicts (an unreferenced leaf) enters the first
+  tier; ``write_through``: a node enters it when its tokens enter the tree (after each prefill
+  chunk, SGLang's ``write_backup`` on insert); ``write_through_selective``: once used
+  ``write_threshold`` times (its computation and each GPU hit count one: HiCache's
+  ``hit_count``). A node stored with fewer tokens than it later holds is updated in place.
+- **Hits.** A request whose GPU match ends on a node boundary continues its match into the
+  tiers: the following nodes some tier holds, consecutively (the last may be partly filled),
+  capped as the GPU match is (``prompt - 1`` tokens, whole pages). A hit shorter than
+  ``load_threshold`` tokens is recomputed (HiCache's ``load_back_threshold``, 10 tokens in
+  ``hiradix_cache.py``).
+- **Loads are asynchronous**: at admission the request references its GPU path, takes pages
+  for the loaded tokens and waits off the batch (iterations go on) for the chain's
+  ``load`` time (queued on the link, FIFO); when they land its loaded tokens enter the tree
+  (:meth:`~sim.engine.kv.prefix_hits.PrefixHits._insert`) and it continues its prefill as a
+  running partial prefill.
+- **Layer-wise overlap** (``KVTierChain.layer_overlap``; off unless set): the load of layer
+  ``i + 1`` runs under the compute of layer ``i``, so the request waits only the part of the
+  load its prefill's compute cannot hide: ``max(latency, load - prefill_seconds(rest))``, with
+  the rest of its prompt priced alone by the run's cost model (a bound: batched with others
+  its prefill takes longer and hides more; the prefill itself is then charged in full).
+
+Deviations: a node is a tier entry whatever its fill, so a partly filled node (a prompt's or
+answer's end) takes a whole node's capacity, bytes and link time; a tier may drop a node the
+GPU still holds (SGLang's host pool keeps the copy of every device-resident node, HiCache's
+``--hicache-ratio`` > 1), as in block mode; an L3 hit is promoted into the first tier as it is
+read (HiCache prefetches L3 -> L2 while the request waits: the same total, one queue).
+
+Invariant: a tier capacity of 0 holds nothing (bit-identical to no tier); the tokens a hit
+loads were computed on the GPU under the same chain keys.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .radix import RadixBlockManager
+from .tiers import TierChain
+
+
+class RadixTierChain(TierChain):
+    """One replica's chain of tiers under the radix tree (see the module docstring)."""
+
+    def __init__(self, setting, node_bytes: float, unit: int, page: int, prefill=None):
+        super().__init__(setting, node_bytes, unit)
+        self.unit, self.page = unit, page
+        self.tokens = {}  # node -> tokens its tier copy holds (stale once dropped: harmless)
+        self.min_tokens = setting.load_threshold
+        # prefill(r, tokens) -> seconds: the rest of r's prefill priced alone (overlap)
+        self.prefill = prefill if getattr(setting, "layer_overlap", False) else None
+
+    def manager(self, kv_blocks, block_size, tier=None):
+        """The radix pool that feeds this chain (``Replica`` builds its pool through it)."""
+        return TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
+
+    def note(self, nodes, lens) -> None:
+        """``nodes`` enter (or may enter) a tier holding ``lens[node]`` tokens each."""
+        tokens = self.tokens
+        for c in nodes:
+            n = lens[c]
+            if tokens.get(c, 0) < n:
+                tokens[c] = n
+
+    def radix_hits(self, keys, cached: int, nodes: int, limit: int):
+        """``(tokens, nodes)`` the tiers hold after a GPU match of ``cached`` tokens over
+        ``nodes`` nodes (continued only from a node boundary), at most ``limit`` tokens in
+        all; ``(0, 0)`` below the load threshold."""
+        unit = self.unit
+        if self.empty or cached != nodes * unit or cached >= limit:
+            return 0, 0
+        tokens, n, m = self.tokens, nodes, cached
+        while m < limit and n < len(keys):
+            c = keys[n]
+            held = tokens.get(c, 0)
+            if not held or self._tier_of(c) < 0:
+                break
+            m += min(held, limit - m)
+            n += 1
+            if held < unit:
+                break
+        got = (m - cached) // self.page * self.page
+        if self.chunk_blocks > 1:  # whole chunks of the prompt (LMCache's; HiCache has none)
+            got = max(0, (cached + got) // (self.chunk_blocks * unit) * self.chunk_blocks
+                      * unit - cached)
+        if not got or got < self.min_tokens:
+            return 0, 0
+        return got, -(-got // unit)
+
+
+class TieredRadixBlockManager(RadixBlockManager):
+    """The radix tree whose evictions (write-back), insertions (write-through: computed) and
+    GPU hits (used) reach a :class:`RadixTierChain`."""
+
+    __slots__ = ("tier",)
+
+    def __init__(self, num_blocks: int, block_size: int, unit: int, tier: RadixTierChain):
+        super().__init__(num_blocks, block_size, unit)
+        self.tier = tier
+
+    def acquire(self, nodes) -> None:
+        super().acquire(nodes)
+        tier = self.tier
+        if tier.policy != "write_back" and len(nodes) and not tier.empty:
+            tier.note(nodes, self._len)
+            tier.used(list(nodes))
+
+    def insert(self, keys, held: list, covered: int, upto: int) -> int:
+        tier, lens = self.tier, self._len
+        if tier.policy == "write_back" or tier.empty or covered >= upto:
+            return super().insert(keys, held, covered, upto)
+        span = list(keys[covered // self.unit:-(-upto // self.unit)])
+        new = [c for c in span if c not in lens]
+        out = super().insert(keys, held, covered, upto)
+        tier.note(span, lens)  # (a node it grew: its tier copy grows with it)
+        if new:
+            tier.computed(new)
+        return out
+
+    def _evict_one(self) -> int:
+        tier = self.tier
+        if tier.policy != "write_back" or tier.empty:
+            return super()._evict_one()
+        heap, lens, ref, kids, stamp = self._heap, self._len, self._ref, self._kids, self._stamp
+        while True:  # (the victim _evict_one takes next, found without popping it)
+            s, c = heap[0]
+            if c in lens and not ref[c] and not kids[c] and stamp[c] == s:
+                break
+            heapq.heappop(heap)
+        tier.note((c,), lens)
+        tier.store([c])
+        return super()._evict_one()

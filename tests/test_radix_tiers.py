@@ -1,0 +1,174 @@
+"""Offload tiers under SGLang's radix prefix cache (sim.engine.kv.radix_tiers: HiCache)."""
+
+import math
+
+import pytest
+
+import sim
+from sim.engine.core.request import Request
+from sim.engine.kv.radix_tiers import RadixTierChain, TieredRadixBlockManager
+from test_offload import _df, _one as offload_one
+
+INF = math.inf
+RADIX = dict(scheduler="sglang", model="llama-3.1-8b", gpu="h100", kv_blocks=32_000,
+             check=True)
+NODE = sim.kv_cache_bytes(16, model="llama-3.1-8b")  # one node: a hash id's 16 tokens
+
+
+def _chain(*tiers, **kw):
+    return sim.KVTierChain(tuple(tiers), **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(write_policy="write_through")])
+@pytest.mark.parametrize("eviction", ["lru", "arc"])
+def test_an_unlimited_free_tier_hits_as_an_equally_larger_gpu_pool(kw, eviction):
+    """Everything is kept and loads take no time: each request hits what a tree that never
+    evicts would, token for token (also behind a small first tier demoting to it)."""
+    df = _df()
+    small = sim.run(df, **RADIX).summary()["prefix_hit_rate"]
+    big = sim.run(df, **{**RADIX, "kv_blocks": 500_000}).summary()["prefix_hit_rate"]
+    assert small < big
+    for tiers in ((sim.KVTier(INF, INF, INF, eviction=eviction),),
+                  (sim.KVTier(200 * NODE / 1e9, INF, INF, eviction=eviction),
+                   sim.KVTier(INF, INF, INF))):
+        res = sim.run(df, kv_offload=_chain(*tiers, **kw), **RADIX)
+        assert res.summary()["prefix_hit_rate"] == big
+        assert res.summary()["offload_hit_rate"] > 0
+        assert (res.requests["load_time"] == 0).all()
+    assert res.summary()["offload_tier1_hit_rate"] > 0  # the unlimited second tier served
+
+
+def _one(tier, gpu_hit):
+    """test_offload's pair of requests (a 4,000-token prefix, 250 nodes, asked again 60 s
+    later: in the tree, else evicted) on SGLang with a pool of the same 4,800 tokens."""
+    return offload_one(tier, gpu_hit, **{**RADIX, "kv_blocks": 4800})
+
+
+@pytest.mark.parametrize("policy", ["write_back", "write_through"])
+def test_a_lower_tier_hit_lies_between_a_gpu_hit_and_a_recompute(policy):
+    hit, _ = _one(None, gpu_hit=True)
+    recompute, _ = _one(None, gpu_hit=False)
+    loaded, res = _one(_chain(sim.KVTier(10, read_gbps=25), write_policy=policy),
+                       gpu_hit=False)
+    assert res.requests["num_offload_tokens"].iloc[-1] == 4000
+    assert res.requests["num_cached_tokens"].iloc[-1] == 4000
+    assert hit < loaded < recompute
+    assert res.requests["load_time"].iloc[-1] == pytest.approx(250 * NODE / 25e9)
+    # a second tier behind a first of 600 nodes: the oldest nodes were demoted and are read
+    # from it over the link (link-bound, then the disk's; its latency)
+    chain = _chain(sim.KVTier(600 * NODE / 1e9, read_gbps=50),
+                   sim.KVTier(100, read_gbps=10, latency=1e-3), link_gbps=25)
+    two, res = _one(chain, gpu_hit=False)
+    s = res.summary()
+    n0, n1 = (round(s[f"offload_tier{k}_bytes_read"] / NODE) for k in (0, 1))
+    assert n0 + n1 == 250 and n0 > 0 and n1 > 0
+    assert res.requests["load_time"].iloc[-1] == pytest.approx(
+        n0 * NODE / 25e9 + n1 * NODE / 10e9 + 1e-3)
+    assert hit < two < recompute
+    slow, _ = _one(_chain(sim.KVTier(10, read_gbps=0.05, latency=0.01)), gpu_hit=False)
+    assert slow > recompute  # a slow enough tier loses to recomputing
+
+
+def test_ttft_split_sums_to_the_mean_ttft():
+    res = sim.run(_df(rate=8.0), kv_offload=sim.offload_preset("hicache", 1, 10), **RADIX)
+    s = res.summary()
+    assert s["ttft_load_mean"] > 0 and s["offload_hit_rate"] > 0
+    assert s["ttft_queue_mean"] + s["ttft_load_mean"] + s["ttft_prefill_mean"] == \
+        pytest.approx(s["ttft_mean"])
+
+
+def test_write_policies_store_when_they_say():
+    """A tree that never evicts: write-back stores nothing; write-through every node it
+    computes; selective (threshold 2) only the nodes used twice (the system prompts')."""
+    df = _df()
+    kw = {**RADIX, "kv_blocks": 500_000}
+    stored = {p: sim.run(df, kv_offload=_chain(sim.KVTier(INF), write_policy=p), **kw)
+              .summary()["offload_bytes_stored"]
+              for p in ("write_back", "write_through", "write_through_selective")}
+    assert stored["write_back"] == 0
+    assert stored["write_through"] > stored["write_through_selective"] > 0
+    computed = sim.run(df, **kw).summary()["prefill_tokens_computed"]
+    # write-through: each node once, a partly filled one as a whole node (its deviation)
+    assert computed * NODE / 16 <= stored["write_through"] <= \
+        (computed + float(df["num_output_tokens"].sum())) * NODE / 16 + 16 * len(df) * NODE
+
+
+def test_a_hit_below_the_load_threshold_is_recomputed():
+    df = _df()
+    off = sim.run(df, **RADIX).summary()
+    far = sim.run(df, kv_offload=_chain(sim.KVTier(8), load_threshold=10**6), **RADIX)
+    assert far.summary()["offload_hit_rate"] == 0
+    assert far.summary()["prefix_hit_rate"] == off["prefix_hit_rate"]
+    # the tree's own: a node held by the tier continues a match from a node boundary only
+    chain = RadixTierChain(_chain(sim.KVTier(INF), load_threshold=40), 16.0, 16, 1)
+    pool = chain.manager(1000, 1)
+    assert isinstance(pool, TieredRadixBlockManager)
+    chain.tokens.update({1: 16, 2: 16, 3: 9})
+    chain.store([1, 2, 3])
+    keys = [1, 2, 3, 4]
+    assert chain.radix_hits(keys, 0, 0, 100) == (41, 3)  # 16 + 16 + 9 (partly filled)
+    assert chain.radix_hits(keys, 0, 0, 30) == (0, 0)  # 30 tokens < the threshold 40
+    assert chain.radix_hits(keys, 16, 1, 100) == (0, 0)  # 25 tokens < 40
+    assert chain.radix_hits(keys, 10, 1, 100) == (0, 0)  # the GPU's node is partly filled
+
+
+def test_nothing_lost_in_a_cluster_and_in_disaggregated_pools():
+    df = _df(rate=8.0, n=200)
+    chain = sim.offload_preset("hicache", 0.5, 8)
+    for kw in (dict(replicas=2), dict(disaggregation=sim.Disaggregation(1, 1))):
+        res = sim.run(df, kv_offload=chain, **{**RADIX, "kv_blocks": 16_000}, **kw)
+        s = res.summary()
+        assert s["num_finished"] + s.get("num_rejected", 0) == len(df)
+        assert res.requests["request_id"].is_unique
+        assert s["offload_bytes_stored"] > 0
+    assert sim.run(df, kv_offload=chain, **{**RADIX, "kv_blocks": 16_000},
+                   replicas=2).summary()["offload_hit_rate"] > 0
+
+
+def test_a_landed_request_holds_its_loaded_tokens_in_the_tree():
+    """A real Request through the replica's verbs: loaded at admission, inserted at landing."""
+    from sim.engine.core.replica import Replica
+    chain = RadixTierChain(_chain(sim.KVTier(INF, INF, INF)), 16.0, 16, 1)
+    rep = Replica(1000, 1, 8, prefix_caching="radix", cache_unit=16, offload=chain)
+    landed = []
+    rep.on_load = lambda r, seconds, start: landed.append((r, seconds, start))
+    chain.tokens.update({10: 16, 11: 16})
+    chain.store([10, 11])
+    r = Request(0, 0, 0.0, 40, 4)
+    r.block_keys = [10, 11, 12]
+    rep.enqueue(r)
+    assert rep._tier_hit(r, 0, 0) == 32
+    assert rep.admit(r, 8)
+    assert landed == [(r, 0.0, 0)] and rep.num_loading == 1 and r.num_computed == 32
+    assert rep.blocks.num_free == 1000 - 32
+    rep.land(r, 0)
+    assert rep.num_loading == 0 and r.tree_tokens == 32 and r.kv_keys == [10, 11]
+    assert rep.blocks.match([10, 11, 12], 39) == (32, 2)
+
+
+def test_layer_wise_overlap_hides_the_load_under_the_prefill():
+    """HiCache's layer-wise overlap: the request waits only the load its prefill's compute
+    cannot hide. Here that compute is the GPU-hit request's TTFT (the same 96 tokens after
+    4,000 cached, alone): a slow load shrinks by exactly it, a fast one disappears."""
+    hit, _ = _one(None, gpu_hit=True)
+    for bw in (2.0, 1000.0):
+        plain, a = _one(_chain(sim.KVTier(10, read_gbps=bw)), gpu_hit=False)
+        over, b = _one(_chain(sim.KVTier(10, read_gbps=bw), layer_overlap=True), gpu_hit=False)
+        load = a.requests["load_time"].iloc[-1]
+        assert load == pytest.approx(250 * NODE / (bw * 1e9))
+        assert b.requests["load_time"].iloc[-1] == pytest.approx(max(0.0, load - hit))
+        assert over == pytest.approx(max(load, hit)) and over < plain
+    with pytest.raises(ValueError, match="layer_overlap needs prefix_caching='radix'"):
+        sim.run(_df(n=5), kv_offload=_chain(sim.KVTier(1), layer_overlap=True),
+                **{**RADIX, "scheduler": "vllm", "prefix_caching": "block"})
+    with pytest.raises(TypeError, match="kv_offload.layer_overlap must be True or False"):
+        _chain(sim.KVTier(1), layer_overlap=1)
+
+
+def test_cli_runs_hicache_under_sglang(tmp_path, monkeypatch):
+    from sim.cli.main import main
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "-w", "mooncake-conversation", "-n", "40", "--rate", "0.5", "-s",
+                 "sglang", "--kv-blocks", "32000", "--offload-gb", "2", "--offload-preset",
+                 "hicache", "--offload-lower-gb", "20", "--offload-layer-overlap", "-q"]) == 0
+    assert "offload_tier1_hit_rate" in (tmp_path / "sim-out" / "summary.json").read_text()
