@@ -21,3 +21,4 @@ cdef class Iteration:
     cpdef form(self, object schedule, object now)
     cpdef form_batch(self, object schedule, object now, bint detail=*)
     cpdef postprocess(self, object now)
+    cpdef _finish(self, Request r, object now)
