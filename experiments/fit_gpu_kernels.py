@@ -18,8 +18,10 @@ Models (the roofline's own, so a fitted term means what it means in the simulato
   and ``fp8_gemm_compute_eff`` at the FP8 peak for FP8 rows; INT8 rows run at the INT8 peak with
   ``gemm_compute_eff`` (held out: the simulator has no INT8 term);
 - an all-reduce over ``n`` GPUs of one node costs ``allreduce_latency_s + 2 (n - 1) / n x bytes /
-  (link x allreduce_eff)`` (:mod:`sim.costs.roofline_collectives`' ring), fitted on the
-  8-GPU rows (the tensor-parallel group of an 8-GPU node).
+  (link x allreduce_eff)`` (:mod:`sim.costs.roofline_collectives`' ring; ``link`` the group's
+  bandwidth, :func:`~sim.costs.roofline_collectives.group_link_bytes_per_s`: on MI300X's fully
+  connected xGMI board ``n - 1`` links of 64 GB/s), fitted on the 8-GPU rows (the
+  tensor-parallel group of an 8-GPU node); the 2-GPU row checks the group bandwidth.
 
 Fit: per GPU, ``gemm_compute_eff`` (BF16 rows), ``fp8_gemm_compute_eff`` (FP8 rows) and the
 ``gemm_memory_eff`` and ``gemm_latency_s`` they share, minimising the sum over the dtypes of each
@@ -40,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from sim.costs.roofline import _GPU_KEYS
+from sim.costs.roofline_collectives import group_link_bytes_per_s
 from sim.costs.roofline_ops import ACT_BYTES
 from sim.costs.roofline_params import RooflineParams, _fitted, mean_terms
 from sim.specs.gpus import get_gpu
@@ -90,10 +93,15 @@ def gemm_seconds(rows, gpu, ce_bf16, ce_fp8, me, lat, floor) -> np.ndarray:
     return np.maximum(np.maximum(flops / (peak * ce), nbytes / (bw * me)), floor) + lat
 
 
+def _group_links(rows, gpu) -> np.ndarray:
+    """Each all-reduce row's group bandwidth (bytes/s per direction) over its ``gpus``."""
+    return np.array([group_link_bytes_per_s(gpu, int(n)) for n in rows["gpus"]], dtype=float)
+
+
 def allreduce_seconds(rows, gpu, eff, lat) -> np.ndarray:
     n = rows["gpus"].astype(float).to_numpy()
     size = rows["size_bytes"].astype(float).to_numpy()
-    return lat + 2 * (n - 1) / n * size / (gpu.link_bandwidth_gbps * 1e9 * eff)
+    return lat + 2 * (n - 1) / n * size / (_group_links(rows, gpu) * eff)
 
 
 def _gemm_error(rows, gpu, me, lat, floor):
@@ -134,7 +142,7 @@ def fit_allreduce(rows: pd.DataFrame, gpu) -> dict:
     meas = rows["measured_us"].to_numpy(dtype=float) * 1e-6
     n = rows["gpus"].astype(float).to_numpy()
     size = rows["size_bytes"].astype(float).to_numpy()
-    link = gpu.link_bandwidth_gbps * 1e9
+    link = _group_links(rows, gpu)[None, None, :]
     t = AR_LAT_GRID[:, None, None] + (2 * (n - 1) / n * size)[None, None, :] / (
         link * AR_EFF_GRID[None, :, None])
     err = np.abs(np.log(t / meas)).sum(axis=2)

@@ -17,6 +17,12 @@ Per engine:
    synchronous form. ``per_iter_s`` stays 0 (the roofline has its own fixed cost per
    iteration, fitted on NVIDIA's tables).
 
+The roofline under both steps is each GPU's as shipped (``fitted_params``: the profiled
+terms, and a GPU's own published kernel terms, ``sim/data/gpu_kernel_fit.json``): the
+overheads absorb what the roofline misses, so they are refitted whenever those terms change
+(with MI300X's own kernels SGLang's ``per_seq_s`` went 120 -> 100 us; ``per_request_s``, a
+median over the fit rows, stayed 76.5 ms).
+
 Printed and stored: the terms, and the median |error| per metric and split before (roofline
 alone) and after; the lead decides from the held-out columns whether they become defaults.
 """

@@ -11,11 +11,18 @@ linear, as TensorRT-LLM did for Falcon and GPT-J before 0.7.1), of ``tokens x hi
 activations each. One costs NCCL's time, interpolated by size in Vidur's measured table
 (``sim/data/profiles/vidur_all_reduce_ms.csv``; beyond its largest size, scaled linearly with
 the bytes), or on a GPU and group size the table lacks a ring model (a latency plus ``2 (tp -
-1) / tp`` of the bytes over the link). On NVLink, messages up to ``custom_allreduce_max_bytes``
-(vLLM's 8 MiB; groups of at most 8 GPUs) take the faster of that and a custom one-/two-shot kernel
+1) / tp`` of the bytes over the group's link bandwidth, :func:`group_link_bytes_per_s`: on a
+switched fabric (NVSwitch) any group gets the GPU's whole scale-up bandwidth; on a fully
+connected board (AMD's xGMI, ``sim/data/scaleup_fabric.csv``) a group of ``n`` uses only the
+``n - 1`` links among it: two MI300X share one 64 GB/s link, not the board's 448 GB/s). On
+NVLink, messages up to ``custom_allreduce_max_bytes`` (vLLM's 8 MiB; groups of at most 8
+GPUs) take the faster of that and a custom one-/two-shot kernel
 (:meth:`~RooflineCollectives.custom_allreduce_time`: a stage latency per stage plus the bytes
 each GPU moves, fitted to published vLLM kernel timings) - at batch 1 an all-reduce is a few
-KiB and the custom kernel costs a third of NCCL's.
+KiB and the custom kernel costs a third of NCCL's. Its fitted rate
+(``custom_allreduce_bytes_per_s``, 67 GB/s of the bytes one GPU moves) is within 5 % of one
+xGMI link (64 GB/s), so on a fully connected board it needs no group term: its one-shot reads
+each peer's buffer over that peer's own link.
 
 Invariants: one GPU (``tp`` 1) has no all-reduce (0 s); the table is a lower envelope, so a
 message never costs more than a measured larger one; the price depends only on the bytes, so
@@ -28,6 +35,39 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
+
+
+@lru_cache(maxsize=1)
+def mesh_fabrics() -> dict:
+    """``gpu name -> (peers, GB/s per direction of one peer link)`` of the fully connected
+    (unswitched) boards in ``sim/data/scaleup_fabric.csv``."""
+    import csv
+    text = resources.files("sim").joinpath("data/scaleup_fabric.csv").read_text()
+    out = {}
+    for i, row in enumerate(csv.DictReader(r for r in text.splitlines() if not r.startswith("#"))):
+        try:
+            peers, gbps = int(row["peers"]), float(row["peer_unidir_gbps"])
+        except (TypeError, ValueError):
+            peers = gbps = 0
+        if row["topology"] != "full-mesh" or peers < 1 or not gbps > 0 or "http" not in (
+                row["source"] or ""):
+            raise ValueError(f"scaleup_fabric.csv row {i + 1}: {row!r} needs topology "
+                             f"full-mesh, peers >= 1, peer_unidir_gbps > 0 and a source URL")
+        out[row["gpu"]] = (peers, gbps)
+    return out
+
+
+def group_link_bytes_per_s(gpu, n: int) -> float:
+    """Bytes/s per direction one GPU of an ``n``-GPU group can send to the others: the GPU's
+    scale-up bandwidth (``link_bandwidth_gbps``) on a switched fabric, whatever ``n``; on a fully
+    connected board (:func:`mesh_fabrics`) ``n - 1`` peer links, at most that bandwidth (groups
+    larger than the board are capped there too); 0 with no scale-up link."""
+    link = gpu.link_bandwidth_gbps * 1e9
+    mesh = mesh_fabrics().get(gpu.name)
+    if mesh is None or not link:
+        return link
+    peers, gbps = mesh
+    return min(link, min(n - 1, peers) * gbps * 1e9)
 
 
 @lru_cache(maxsize=1)
@@ -67,7 +107,7 @@ class RooflineCollectives:
             t = float(np.interp(nbytes, sizes, times, right=None)) if nbytes <= sizes[-1] \
                 else float(times[-1] * nbytes / sizes[-1])
         else:
-            link = self.gpu.link_bandwidth_gbps * 1e9 or 32e9  # else PCIe Gen4 x16 per direction
+            link = group_link_bytes_per_s(self.gpu, self.tp) or 32e9  # else PCIe Gen4 x16
             t = p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (
                 link * p.allreduce_eff)
         if nbytes <= p.custom_allreduce_max_bytes and self.gpu.link_bandwidth_gbps \
