@@ -1,7 +1,7 @@
 # The compiled layout of sim/engine/core/iteration.py's Iteration, the base class holding a
 # replica's state (sim/native.py): the counters as C 64-bit integers, the flags as C ints,
-# the clock as a C double, the KV pool a BlockManager (every pool derives from it); Replica (a
-# Python subclass) keeps its other attributes in its dict.
+# the clock as a C double, the KV pool a BlockManager (every pool derives from it); Replica (its
+# compiled subclass, replica.pxd) keeps its other attributes in its dict.
 from sim.engine.core.request cimport Request
 from sim.engine.kv.blocks cimport BlockManager
 
