@@ -12,8 +12,9 @@ modulo (``cdivision`` off).
 Which copy runs is decided at import by :class:`NativeFinder`, installed by ``sim/__init__``
 before any engine module loads:
 
-- the compiled module when it was built from the ``.py`` that is there now (the build records
-  each source's SHA-256 in ``sim/_native_build.json``, :data:`RECORD`);
+- the compiled module when it, and every other module of the set, was built from the ``.py``
+  that is there now (the build records each source's SHA-256 in ``sim/_native_build.json``,
+  :data:`RECORD`; the compiled modules share C types, so all or none is compiled);
 - the ``.py`` when the source changed since the build (a stale extension never shadows an
   edited source: a ``RuntimeWarning`` says to rebuild), when no extension was built, or when
   the environment sets ``SIM_PURE_PYTHON=1`` (the interpreted engine on demand: CI runs the
@@ -22,7 +23,8 @@ before any engine module loads:
 :func:`status` says, per module, which copy is loaded and why; :func:`summary` in one word.
 
 Invariant (tests/test_native.py): a module in :data:`COMPILED` is loaded from its extension
-only if the recorded hash equals its source's hash and ``SIM_PURE_PYTHON`` is unset.
+only if the recorded hash of every module in the set equals its source's hash and
+``SIM_PURE_PYTHON`` is unset.
 """
 
 from __future__ import annotations
@@ -79,6 +81,19 @@ class NativeFinder:
         self.package, self.root = package, Path(root)
         self.modules, self.record, self.pure = frozenset(modules), dict(record), pure
         self.why = {}  # module -> how it was loaded ("compiled" or why it was not)
+        self._stale_set = None
+
+    def _current(self, name) -> bool:
+        """Whether ``name``'s extension exists and was built from its source as it is now."""
+        source, ext = self._paths(name)
+        return ext is not None and source.exists() and \
+            self.record.get(name) == source_hash(source)
+
+    def _stale(self) -> list:
+        """The modules whose extension is missing or stale (computed once)."""
+        if self._stale_set is None:
+            self._stale_set = sorted(m for m in self.modules if not self._current(m))
+        return self._stale_set
 
     def _paths(self, name):
         rel = name[len(self.package) + 1:].split(".")  # (the module's path below root)
@@ -96,11 +111,15 @@ class NativeFinder:
             return None  # (the normal finders load the .py)
         if self.pure:
             self.why[name] = f"interpreted: {PURE_ENV}=1"
-        elif self.record.get(name) != (source_hash(source) if source.exists() else None):
+        elif not self._current(name):
             self.why[name] = "interpreted: source changed since the build"
             warnings.warn(f"{name}: the compiled module was built from another version of "
                           f"{source.name}; running the source (rebuild: pip install -e .)",
                           RuntimeWarning, stacklevel=2)
+        elif self._stale():
+            # (the compiled modules share C types: one built against another's old layout
+            # fails to import, so one stale module runs them all from source)
+            self.why[name] = f"interpreted: {', '.join(self._stale())} not current"
         else:
             self.why[name] = "compiled"
             loader = importlib.machinery.ExtensionFileLoader(name, str(ext))

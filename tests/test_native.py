@@ -89,6 +89,33 @@ def test_a_changed_source_runs_interpreted_with_a_warning(built):
     assert finder.why["pkg.mod"] == "interpreted: source changed since the build"
 
 
+def test_one_stale_module_runs_the_whole_set_from_source(built):
+    """The compiled modules share C types (one cimports another's class layout): a current
+    extension beside a stale one would fail to import, so none is loaded compiled."""
+    other = built / "pkg" / "other.py"
+    other.write_text("X = 1\n")  # (in the set, never built)
+    try:
+        record = {"pkg.mod": native.source_hash(built / "pkg" / "mod.py")}
+        finder = native.NativeFinder("pkg", built / "pkg", ["pkg.mod", "pkg.other"], record,
+                                     False)
+        for name in ("pkg.mod", "pkg.other", "pkg"):
+            sys.modules.pop(name, None)
+        sys.path.insert(0, str(built))
+        sys.meta_path.insert(0, finder)
+        try:
+            importlib.invalidate_caches()
+            mod = importlib.import_module("pkg.mod")
+        finally:
+            sys.meta_path.remove(finder)
+            sys.path.remove(str(built))
+            for name in ("pkg.mod", "pkg.other", "pkg"):
+                sys.modules.pop(name, None)
+        assert mod.compiled() is False
+        assert finder.why["pkg.mod"] == "interpreted: pkg.other not current"
+    finally:
+        other.unlink()
+
+
 def test_an_edited_pxd_makes_the_extension_stale(built):
     py = built / "pkg" / "mod.py"
     before = native.source_hash(py)

@@ -11,10 +11,12 @@ import workloads as wl
 from sim.costs.dp_attention import DPAttentionCost
 from sim.costs.overheads import EngineOverheads, OverheadCost
 from sim.costs.roofline import RooflineCost, fitted_params
-from sim.costs.roofline_price import RooflinePrice, batch_pricer
+from sim.costs.roofline_price import DraftPrice, RooflinePrice, batch_pricer
 from sim.costs.simple import LinearCost
 from sim.engine import run
 from sim.engine.core.batch import make_batch
+from sim.engine.speculation.draft_cost import DraftCost
+from sim import SpeculativeConfig
 
 # dense and MoE presets over GPUs with fitted, partly fitted and assumed terms, precisions
 COSTS = [RooflineCost("llama-3.1-8b", "h100"),
@@ -72,6 +74,24 @@ def test_price_with_overheads_is_overhead_cost_bit_for_bit(b, which, ov):
     assert _bits(got) == _bits(cost(batch))
 
 
+DRAFTS = [None, RooflineCost("llama-3.2-1b", "h100"), RooflineCost("qwen2.5-0.5b", "l40s")]
+
+
+@settings(max_examples=150, deadline=None)
+@given(b=batches, which=st.integers(0, len(COSTS) - 1), draft=st.sampled_from(DRAFTS),
+       k=st.integers(1, 6), ratio=st.sampled_from([0.05, 0.3, 1.0]),
+       ov=st.sampled_from([None] + OVERHEADS))
+def test_draft_price_is_draft_cost_of_the_batch_bit_for_bit(b, which, draft, k, ratio, ov):
+    target = COSTS[which] if ov is None else OverheadCost(COSTS[which], ov)
+    cost = DraftCost(target, k, ratio=None if draft else ratio, draft=draft)
+    batch = _batch(b)
+    price = batch_pricer(cost)
+    assert isinstance(price, DraftPrice)
+    got = price.price(batch.prefills, batch.num_prefill_tokens, batch.num_decode_tokens,
+                      batch.decode_context_tokens, batch.num_spec_tokens)
+    assert _bits(got) == _bits(cost(batch))
+
+
 def test_overlapped_overheads_take_the_longer_of_gpu_and_cpu():
     cost = RooflineCost("llama-3.1-8b", "h100")
     batch = make_batch(0, (), 0, 4, 4000, None, None, None, 0)
@@ -105,6 +125,22 @@ def test_no_price_where_it_is_not_the_cost(cost, why):
     assert batch_pricer(cost) is None, why
 
 
+class _RepricedDraft(DraftCost):
+    def __call__(self, batch):
+        return 2.0 * super().__call__(batch)
+
+
+@pytest.mark.parametrize("cost, why", [
+    (_RepricedDraft(RooflineCost("llama-3.1-8b", "h100"), 4, ratio=0.1), "a re-pricing subclass"),
+    (DraftCost(LinearCost(base=1e-3), 4, ratio=0.1), "another target cost model"),
+    (DraftCost(RooflineCost("llama-3.1-8b", "h100"), 4, draft=LinearCost(base=1e-4)),
+     "another draft cost model"),
+    (DraftCost(_Repriced("llama-3.1-8b", "h100"), 4, ratio=0.1), "a re-pricing target"),
+])
+def test_no_draft_price_where_it_is_not_the_cost(cost, why):
+    assert batch_pricer(cost) is None, why
+
+
 def _tables(res):
     return res.requests.to_csv() + res.iterations.to_csv()
 
@@ -129,4 +165,20 @@ def test_the_engine_priced_without_batches_gives_the_same_run(kw):
     fast = run(df, cost_model=RooflineCost("llama-3.1-8b", "h100"), **base)
     stepped = run(df, cost_model=_SameCost("llama-3.1-8b", "h100"), **base)
     assert len(fast.iterations) > 600
+    assert _tables(fast) == _tables(stepped)
+
+
+@pytest.mark.parametrize("spec", [
+    SpeculativeConfig(num_speculative_tokens=4, acceptance_rate=0.8, draft_cost_ratio=0.05),
+    SpeculativeConfig(num_speculative_tokens=3, acceptance_rate=0.6,
+                      draft_model="llama-3.2-1b"),
+], ids=["ratio", "draft-model"])
+def test_speculative_runs_priced_without_batches_give_the_same_run(spec):
+    df = wl.synthetic(400, rate=40.0, prompt=wl.LogNormal(600, 1.0, max_tokens=4000),
+                      output=wl.LogNormal(120, 1.0, max_tokens=1000), seed=5)
+    base = {"model": "llama-3.1-8b", "gpu": "h100", "max_batch_size": 64,
+            "scheduler": "chunked", "speculative": spec}
+    fast = run(df, cost_model=RooflineCost("llama-3.1-8b", "h100"), **base)
+    stepped = run(df, cost_model=_SameCost("llama-3.1-8b", "h100"), **base)
+    assert len(fast.iterations) > 400
     assert _tables(fast) == _tables(stepped)

@@ -10,3 +10,8 @@ cdef class RooflinePrice:
     cdef public bint overheads, overlap
     cpdef double price(self, object prefills, long long num_prefill_tokens, long long n_dec,
                        long long ctx, long long spec)
+
+cdef class DraftPrice(RooflinePrice):
+    cdef public RooflinePrice target, draft
+    cdef public long long k
+    cdef public double ratio

@@ -89,10 +89,41 @@ class RooflinePrice:
         return t + cpu
 
 
+class DraftPrice(RooflinePrice):
+    """Speculative decoding's price (:class:`~sim.engine.speculation.draft_cost.DraftCost`)
+    from the batch's fields: the target's price plus ``k`` draft steps, each ``ratio`` x the
+    target's price of the decode-only batch, or with a ``draft`` price the draft model's
+    decode-only price less its fixed costs (plus one draft prefill of the chunks) - DraftCost's
+    terms in its order, bit for bit."""
+
+    def __init__(self, target, k, ratio=None, draft=None):
+        self.target, self.draft, self.k = target, draft, k
+        self.ratio = 0.0 if ratio is None else ratio
+
+    @cython.locals(t=cython.double, n_dec=cython.longlong, spec=cython.longlong,
+                   draft=RooflinePrice)
+    def price(self, prefills, num_prefill_tokens, n_dec, ctx, spec) -> float:
+        t = self.target.price(prefills, num_prefill_tokens, n_dec, ctx, spec)
+        if not n_dec or not spec:
+            return t
+        if self.draft is None:
+            return t + self.k * self.ratio * self.target.price((), 0, n_dec, ctx - n_dec * spec, 0)
+        draft = self.draft  # (its step: the price less fixed_time(seqs, graphed=True))
+        t += self.k * (draft.price((), 0, n_dec, ctx - n_dec * spec, 0)
+                       - (draft.fixed_s + draft.per_seq_s * n_dec))
+        if prefills:
+            t += (draft.price(prefills, num_prefill_tokens, 0, 0, 0)
+                  - (draft.fixed_s + draft.per_seq_s * len(prefills)))
+        return t
+
+
 def batch_pricer(cost):
     """A :class:`RooflinePrice` equal to ``cost`` (the module docstring's rule), else None."""
     from .overheads import OverheadCost, PureOverheadCost
     from .roofline import RooflineCost
+    fields_price = getattr(type(cost), "fields_price", None)
+    if fields_price is not None:  # a wrapper that knows its price (DraftCost)
+        return fields_price(cost)
     overheads = None
     if type(cost) in (OverheadCost, PureOverheadCost):
         cost, overheads = cost.base, cost.overheads

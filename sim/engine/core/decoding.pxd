@@ -5,7 +5,8 @@ from sim.engine.core.request cimport Request
 
 cdef class Decodes:
     cdef public long long block_size, count, context_offset
-    cdef public object by_phase, finish_at
+    cdef public object by_phase
+    cdef public dict finish_at
 
     @cython.locals(bs=cython.longlong)
     cpdef start(self, Request r, long long i)

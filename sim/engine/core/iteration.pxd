@@ -1,7 +1,9 @@
 # The compiled layout of sim/engine/core/iteration.py's Iteration, the base class holding a
 # replica's state (sim/native.py): the counters as C 64-bit integers, the flags as C ints,
-# the clock as a C double, the KV pool a BlockManager (every pool derives from it); Replica (its
-# compiled subclass, replica.pxd) keeps its other attributes in its dict.
+# the clock as a C double, the KV pool a BlockManager (every pool derives from it), the decode
+# tracker a Decodes (every tracker derives from it); Replica (its compiled subclass,
+# replica.pxd) keeps its other attributes in its dict.
+from sim.engine.core.decoding cimport Decodes
 from sim.engine.core.request cimport Request
 from sim.engine.kv.blocks cimport BlockManager
 
@@ -13,7 +15,8 @@ cdef class Iteration:
     cdef public bint caching, radix, on_demand_decodes, decoding
     cdef public double now
     cdef public BlockManager blocks
-    cdef public object decodes, layers, tier, lora, waiting, running, prefilling
+    cdef public Decodes decodes
+    cdef public object layers, tier, lora, waiting, running, prefilling
     cdef public object select_victim, enqueue, capacity_tokens, finished, paused
     cdef public object on_finish, on_prefilled, on_load, _hits, _pins
     cdef public list _prefill_reqs, _prefills
@@ -21,4 +24,8 @@ cdef class Iteration:
     cpdef form(self, object schedule, object now)
     cpdef form_batch(self, object schedule, object now, bint detail=*)
     cpdef postprocess(self, object now)
+    cpdef finish_decodes(self, long long c, object now)
+    cpdef _reserve_decode_blocks(self, long long i)
     cpdef _finish(self, Request r, object now)
+    cdef _run(self, Request r)
+    cdef _unrun(self, object index)

@@ -23,8 +23,8 @@ except ImportError:  # interpreted without Cython: its no-op names (sim/cython_s
 import numpy as np
 
 from .batch import Batch, make_batch
-from .decoding import emits_single_token
-from .queues import _del_running
+from .decoding import Decodes, emits_single_token
+from .queues import _del_running, _set_running
 from .request import DECODE, FINISHED, PREFILL, REJECTED, Request
 
 
@@ -38,7 +38,22 @@ class Iteration:
         r.finish_time = None
         self.finished.append(r)
 
-    @cython.locals(i=cython.longlong, need=cython.longlong)
+    @cython.locals(r=Request)
+    def _run(self, r) -> None:
+        """``r`` joins the running set (``dict.__setitem__``: a policy's view refuses it)."""
+        if cython.compiled:  # (the C call; the bound descriptor is a Python call)
+            cython.cast(dict, self.running)[r.index] = r
+        else:
+            _set_running(self.running, r.index, r)
+
+    def _unrun(self, index) -> None:
+        """Request ``index`` leaves the running set (``dict.__delitem__``)."""
+        if cython.compiled:
+            del cython.cast(dict, self.running)[index]
+        else:
+            _del_running(self.running, index)
+
+    @cython.locals(i=cython.longlong, need=cython.longlong, decodes=Decodes)
     def _reserve_decode_blocks(self, i):
         decodes, blocks = self.decodes, self.blocks
         need = decodes.blocks_needed(i)  # blocks the decodes cross into now
@@ -81,7 +96,7 @@ class Iteration:
             self._reserve_decode_blocks(c)
         self._decodes_reserved = c
 
-    @cython.locals(c=cython.longlong, k=cython.longlong)
+    @cython.locals(c=cython.longlong, k=cython.longlong, d=Decodes)
     def form(self, schedule, now) -> None:
         """Form this iteration's work without its snapshot: give every decode the block it
         crosses into (preempting victims - never a decode that already has its block - while
@@ -149,7 +164,7 @@ class Iteration:
 
     @cython.locals(r=Request, i=cython.longlong, c=cython.longlong, bs=cython.longlong,
                    new=cython.longlong, running=cython.bint, completed=cython.bint,
-                   j=cython.longlong)
+                   j=cython.longlong, decodes=Decodes, reqs=list, prefills=list)
     def postprocess(self, now) -> None:
         """The iteration ended at ``now``: apply its prefill progress, emit tokens, finish
         requests and free their blocks; the decode clock advances if the decodes ran."""
@@ -158,7 +173,10 @@ class Iteration:
         decodes = self.decodes
         running = self.decoding
         completed = False
-        for r, (new, _cached) in zip(self._prefill_reqs, self._prefills):
+        reqs, prefills = self._prefill_reqs, self._prefills
+        for j in range(len(reqs)):  # (an index: a zip is a Python call per iteration)
+            r = reqs[j]
+            new = prefills[j][0]
             r.num_computed += new
             r.num_prefill_computed += new
             if self.radix and r.block_keys:
@@ -178,7 +196,7 @@ class Iteration:
                     self._cache_answer(r)
                 self._free_blocks(r, -(-r.num_computed // bs) if self.layers is None
                                   else self.layers.held(r.num_computed))
-                _del_running(self.running, r.index)
+                self._unrun(r.index)
                 self._finish(r, now)
                 continue
             if self.on_prefilled is not None:  # disaggregation: hand its KV off
@@ -211,7 +229,7 @@ class Iteration:
             self._prefill_tokens = 0
         self.iteration = i + 1
 
-    @cython.locals(r=Request, c=cython.longlong, freed=cython.longlong)
+    @cython.locals(r=Request, c=cython.longlong, freed=cython.longlong, decodes=Decodes)
     def finish_decodes(self, c, now) -> None:
         """The decodes emitting their last token at decode step ``c`` (ended at ``now``)
         finish: their blocks are freed (entries of requests preempted since are skipped)."""
@@ -225,7 +243,7 @@ class Iteration:
                     self._free_blocks(r, decodes.finish(r, c))
                 else:
                     freed += decodes.finish(r, c)
-                _del_running(self.running, r.index)
+                self._unrun(r.index)
                 self._finish(r, now)
         self.blocks.free(freed)
 

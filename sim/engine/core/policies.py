@@ -115,7 +115,7 @@ def admit_whole_prompts(replica, tokens=0, budget=None, first=True, watermark=0)
     waiting = replica.waiting
     while waiting:
         r = waiting[0]
-        need = r.prefill_target - replica.prefix_hit(r)
+        need = r.prefill_target - (replica.prefix_hit(r) if replica.caching else 0)
         if budget is not None and not first and tokens + need > budget:
             break
         if watermark and not leaves_watermark(replica, need, watermark):
@@ -218,7 +218,7 @@ class ChunkedPrefill:
         waiting = replica.waiting
         while budget > 0 and waiting:
             r = waiting[0]
-            rest = r.prefill_target - replica.prefix_hit(r)
+            rest = r.prefill_target - (replica.prefix_hit(r) if replica.caching else 0)
             # the whole prompt must fit (not only this chunk), or the next iteration's
             # decodes would preempt it again: measured 3.2x the prompt tokens recomputed
             if not leaves_watermark(replica, rest, replica.blocks.watermark):

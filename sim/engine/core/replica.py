@@ -61,8 +61,7 @@ from ..kv.radix import RadixBlockManager
 from .decoding import ClippedDecodes, Decodes
 from .handoff import KVHandoff
 from .iteration import Iteration
-from .queues import (RunningSet, WaitingQueue, _dequeue, _dequeue_head, _enqueue, _enqueue_head,
-                     _set_running, _del_running)
+from .queues import RunningSet, WaitingQueue, _dequeue, _dequeue_head, _enqueue, _enqueue_head
 from .request import DECODE, PREFILL, STATUS_NAMES, WAITING, Request
 from .spec_decoding import SpecDecodes
 from .windowed_decodes import WindowedClippedDecodes, WindowedDecodes
@@ -240,7 +239,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
         if r.first_scheduled_time is None:
             r.first_scheduled_time = self.now
             r.num_cached_tokens = cached
-        _set_running(self.running, r.index, r)
+        self._run(r)
         self.prefilling += (r,)
         r.scheduled_iteration = self.iteration
         self._prefill_reqs.append(r)
@@ -382,7 +381,7 @@ class Replica(Iteration, KVHandoff, PrefixHits):
             self.prefilling = ps[:k] + ps[k + 1:]
         else:
             raise ValueError(f"preempt: {r!r} is not running")
-        _del_running(self.running, r.index)
+        self._unrun(r.index)
         r.status = WAITING
         r.num_computed = 0
         r.prefill_target = r.num_prompt_tokens + r.num_generated

@@ -1,8 +1,9 @@
 """The decodes of one replica under speculative decoding (:class:`SpecDecodes`), tracked lazily.
 
-The speculative counterpart of :class:`~sim.engine.core.decoding.Decodes`: the same few calls
-for the replica, no per-token work; a request emits ``1..k+1`` tokens per iteration, drawn in
-advance when it starts decoding (``draw(r, n)``: :mod:`sim.engine.speculation.acceptance`).
+The speculative counterpart of :class:`~sim.engine.core.decoding.Decodes` (its subclass, every
+method overridden: the replica's C calls reach it): the same few calls for the replica, no
+per-token work; a request emits ``1..k+1`` tokens per iteration, drawn in advance when it
+starts decoding (``draw(r, n)``: :mod:`sim.engine.speculation.acceptance`).
 The core knows speculation only as this tracker, ``k`` lookahead slots and the draw callable it
 is given (:func:`sim.engine.fleet.cluster.new_replica` builds them). Layout and invariants: the
 class docstring (tests/test_speculation.py, tests/test_decoding.py).
@@ -12,11 +13,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .decoding import record_run
+from .decoding import Decodes, record_run
 from .request import DECODE
 
 
-class SpecDecodes:
+class SpecDecodes(Decodes):
     """The DECODE requests of one replica under speculative decoding, tracked lazily.
 
     When ``r`` starts decoding after iteration ``f`` with ``c`` KV tokens and ``n`` tokens
@@ -44,15 +45,12 @@ class SpecDecodes:
     request finishes at ``f + m`` having emitted exactly its tokens.
     """
 
-    __slots__ = ("block_size", "k", "count", "finish_at", "draw", "ctx", "need", "mask", "clip",
-                 "left", "pending")
+    __slots__ = ("k", "draw", "ctx", "need", "mask", "clip", "left", "pending")
 
     def __init__(self, block_size: int, k: int, draw, clip=None):
-        self.block_size = block_size
+        super().__init__(block_size)  # (a Decodes, so the replica's typed calls reach it)
         self.k = k
         self.draw = draw  # (r, tokens_left) -> (run, base, over): see the class docstring
-        self.count = 0
-        self.finish_at = {}
         self.ctx = np.zeros(1024, dtype=np.int64)  # iteration & mask -> context slots
         self.need = np.zeros(1024, dtype=np.int64)  # iteration & mask -> new blocks
         self.mask = 1023

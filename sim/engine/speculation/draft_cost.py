@@ -35,6 +35,22 @@ class DraftCost:
                 and type(self).__call__ is DraftCost.__call__):  # (a subclass re-prices)
             self.pure_decode_cost = target_price
 
+    def fields_price(self):
+        """Its price from a batch's fields (:class:`~sim.costs.roofline_price.DraftPrice`),
+        where the target's and the draft's are roofline prices and nothing re-prices or
+        needs per-request lengths; else None (the engine then prices a Batch)."""
+        from ...costs.roofline import RooflineCost
+        from ...costs.roofline_price import DraftPrice, batch_pricer
+        if type(self).__call__ is not DraftCost.__call__ or self.needs_decode_lengths:
+            return None
+        target = batch_pricer(self.target)
+        draft = None if self.draft is None else batch_pricer(self.draft)
+        if target is None or (self.draft is not None and (
+                draft is None
+                or getattr(type(self.draft), "fixed_time", None) is not RooflineCost.fixed_time)):
+            return None
+        return DraftPrice(target, self.k, self.ratio, draft)
+
     def _draft_step(self, batch, seqs) -> float:
         t = self.draft(batch)
         fixed = getattr(self.draft, "fixed_time", None)
