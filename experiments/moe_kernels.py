@@ -20,7 +20,12 @@ One term is fitted: ``moe_gemm_compute_scale``, the fraction of the dense GEMM r
 grouped expert GEMMs reach (a grid over 0.30-1.00, least squares in log time), on the rows
 marked ``fit`` (Mixtral-8x7B, BF16, 2 H100s, tuned configs: the shape and kernel the serving
 check's Mixtral rows exercise). The split was fixed before any prediction was looked at; the
-other shapes, GPUs and dtypes are held out.
+other shapes, GPUs and dtypes are held out. Per GPU: a GPU with fit rows of its own gets its own
+scale (``moe_fit.json``'s ``params``: H100 today); every other GPU gets the shared one, and
+its provenance says ``assumed`` (:mod:`sim.costs.roofline_terms`; ``sim run`` prints it for a
+MoE model). B200's rows (vLLM PR #31448, batch 1-4) are memory-bound: the scale does not move
+them, so they check B200's weight streaming and cannot fit its grouped-GEMM rate; no MI300X
+fused-MoE kernel timing was found (searched: vLLM/SGLang tuned-config PRs, ROCm blogs).
 """
 
 from __future__ import annotations
@@ -81,12 +86,20 @@ def measured(rows: pd.DataFrame) -> np.ndarray:
 
 def fit_scale(rows: pd.DataFrame | None = None) -> float:
     """The grid value of ``moe_gemm_compute_scale`` with the least squared log error on the
-    fit rows."""
+    fit rows (every GPU's)."""
     rows = load() if rows is None else rows
     fit = rows[rows["split"] == "fit"]
     meas = np.log(measured(fit))
     sse = [float(np.sum((np.log(predict(fit, s)) - meas) ** 2)) for s in GRID]
     return float(GRID[int(np.argmin(sse))])
+
+
+def fit_per_gpu(rows: pd.DataFrame | None = None) -> dict:
+    """``{gpu: scale}``: each GPU with fit rows of its own, fitted on those rows alone (a GPU
+    whose rows are all held out, or absent, gets the shared :func:`fit_scale`: assumed)."""
+    rows = load() if rows is None else rows
+    fit = rows[rows["split"] == "fit"]
+    return {g: fit_scale(fit[fit["gpu"] == g]) for g in sorted(set(fit["gpu"]))}
 
 
 def report(scale: float | None = None) -> pd.DataFrame:
@@ -107,11 +120,14 @@ def summary(rep: pd.DataFrame) -> pd.DataFrame:
 
 
 def document(scale: float) -> dict:
-    """The JSON document :func:`sim.costs.roofline_params.fitted_params` reads."""
+    """The JSON document :func:`sim.costs.roofline_params.fitted_params` reads: ``params`` the
+    per-GPU fits (:func:`fit_per_gpu`), ``shared`` the scale every other GPU gets (assumed
+    there, :func:`sim.costs.roofline_terms.moe_assumed_note`)."""
     rep = report(scale)
     return {"source": "experiments/moe_kernels.py on sim/data/moe_kernels.csv (fit rows: "
                       "vLLM PR #24700, Mixtral-8x7B BF16, 2 H100s)",
             "shared": {"moe_gemm_compute_scale": scale},
+            "params": {g: {"moe_gemm_compute_scale": s} for g, s in fit_per_gpu().items()},
             "report": summary(rep).round(3).reset_index().to_dict(orient="records")}
 
 

@@ -46,6 +46,23 @@ def test_the_all_to_alls_by_hand():
         32 * (dispatch + combine + gemms), rel=1e-9)
 
 
+def test_the_all_to_alls_use_the_groups_own_links_on_a_full_mesh():
+    # MI300X's xGMI board is a full mesh: 7 peer links of 64 GB/s per direction
+    # (sim/data/scaleup_fabric.csv), 448 GB/s only for the whole board. EP 2 sends its
+    # off-GPU half over the one link between the two GPUs, EP 4 over three, EP 8 over seven
+    k, h = 1, 5120  # Llama-4-Scout: top-1, hidden 5120
+    for ep in (2, 4, 8):
+        c = RooflineCost("llama-4-scout", "mi300x", tensor_parallel=ep, expert_parallel=ep)
+        nbytes = 4096 / ep * k * (ep - 1) / ep * h * 2
+        by_hand = c.params.allreduce_latency_s + nbytes / ((ep - 1) * 64e9 * 153 / 200)
+        assert c.all_to_all_time(4096, 153 / 200) == pytest.approx(by_hand, rel=1e-12)
+    # a switched fabric gives any group the GPU's whole link: H100 EP 2 moves at 450 GB/s
+    c = RooflineCost("mixtral-8x7b", "h100", tensor_parallel=2, expert_parallel=2)
+    nbytes = 4096 / 2 * 2 * 1 / 2 * 4096 * 2
+    assert c.all_to_all_time(4096, 153 / 200) == pytest.approx(
+        c.params.allreduce_latency_s + nbytes / (450e9 * 153 / 200), rel=1e-12)
+
+
 def test_the_busiest_gpu_by_hand():
     # Mixtral: 8 experts on 8 GPUs, one each; 1,000 tokens x top-2 = 2,000 rows
     assert busiest_rank_rows(1000, 2, 8, 8) == expected_busiest(2000, 1, 8)

@@ -17,9 +17,10 @@ def test_mesh_group_bandwidth_is_the_links_among_the_group():
     # closed form: (n - 1) x 64 GB/s per direction, the 8-GPU board's 7 x 64 = 448 GB/s at most
     assert [group_link_bytes_per_s(g, n) for n in (2, 4, 8, 16)] == [64e9, 192e9, 448e9, 448e9]
     assert group_link_bytes_per_s(g, 8) == g.link_bandwidth_gbps * 1e9  # the board's aggregate
-    # MI355X: 76.5 GB/s per peer (the source), capped at gpus.csv's 448 GB/s for the board
+    # MI355X: 76.5 GB/s per peer, the board 7 x 76.5 = 535.5 GB/s (the same source as gpus.csv)
     assert group_link_bytes_per_s(get_gpu("mi355x"), 2) == 76.5e9
-    assert group_link_bytes_per_s(get_gpu("mi355x"), 8) == 448e9
+    assert group_link_bytes_per_s(get_gpu("mi355x"), 8) == 7 * 76.5e9 == 535.5e9
+    assert get_gpu("mi355x").link_bandwidth_gbps == 535.5
     assert set(mesh_fabrics()) == {"MI300X", "MI325X", "MI355X"}
 
 

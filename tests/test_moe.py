@@ -161,7 +161,7 @@ def test_kernel_rows_fit_and_held_out_error_recomputed(load_script):
     assert json.dumps(mk.document(scale), indent=1) + "\n" == mk.SHIPPED.read_text()
     rep = mk.report()
     held = rep[rep["split"] == "held-out"]
-    assert len(held) == 38 and len(rep) == 53
+    assert len(held) == 41 and len(rep) == 56
     stored = {(r["split"], r["model"]): r for r in json.loads(mk.SHIPPED.read_text())["report"]}
     for (split, model, _, _), r in mk.summary(rep).round(3).iterrows():
         assert stored[(split, model)]["median_abs"] == r["median_abs"]

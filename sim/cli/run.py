@@ -15,7 +15,7 @@ import sys
 import warnings
 
 from ..checks import plural
-from ..costs.roofline_terms import summary_line
+from ..costs.roofline_terms import moe_note, summary_line
 from ..engine.core.policies import KNOBS
 from .arguments import output_file, output_folder
 from .build import as_written, build, seed_changes_nothing, with_request_path
@@ -110,6 +110,8 @@ def cmd_run(args) -> int:
         cost = cfg.resolved_cost_model()
         if getattr(cost, "terms_profiled", True) is False:  # some terms assumed on this GPU
             print(f"note: {cost.terms_note}; roofline terms: {summary_line(cost.gpu_key)}")
+        if getattr(cost, "gpu_key", None) and (line := moe_note(cost)):
+            print(f"note: {line}")
         if " has no " in getattr(cost, "compute_note", ""):  # fp4/fp8 weights, weight-only
             print(f"note: {cost.compute_note}")
         print()

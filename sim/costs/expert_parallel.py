@@ -17,7 +17,11 @@ layer then costs, on the slowest GPU:
   direction (DeepEP README, "Normal kernels with NVLink and RDMA forwarding",
   https://github.com/deepseek-ai/DeepEP, read 2026-12-02; 4,096 tokens, hidden 7,168, top-8):
   ``DISPATCH_EFF = 153 / 200``, ``COMBINE_EFF = 158 / 200``. Assumed for every GPU with a
-  scale-up link; a GPU without one (PCIe) uses 32 GB/s, as the ring all-reduce does;
+  scale-up link; a GPU without one (PCIe) uses 32 GB/s, as the ring all-reduce does. The link
+  is the group's own, as for the all-reduce: on a switched fabric (NVSwitch) the GPU's whole
+  scale-up bandwidth, on a fully connected board (xGMI, ``sim/data/scaleup_fabric.csv``) the
+  ``ep - 1`` peer links among the group (each GPU sends each peer its share over that peer's
+  link: EP 2 on MI300X moves at one 64 GB/s link, not the board's 448);
 - **the busiest GPU's experts**: its rows (token-expert pairs) are the largest of the ``ep``
   GPUs' loads, :func:`busiest_rank_rows`; its GEMMs read the weights of its touched experts
   (``E / ep`` experts, each touched with probability ``1 - (1 - k / E)^tokens``) at full width,
@@ -42,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 
 from .moe import ACT_BYTES, expected_busiest
+from .roofline_collectives import group_link_bytes_per_s
 
 DISPATCH_EFF = 153 / 200  # DeepEP intranode EP 8, H800: 153 GB/s of 200 GB/s per direction
 COMBINE_EFF = 158 / 200
@@ -156,10 +161,12 @@ class ExpertParallel:
 
     def all_to_all_time(self, tokens, eff) -> float:
         """One all-to-all of a MoE layer for ``tokens`` tokens: each GPU sends ``tokens / ep``
-        tokens' ``k`` hidden states, ``(ep - 1) / ep`` of them to other GPUs."""
+        tokens' ``k`` hidden states, ``(ep - 1) / ep`` of them to other GPUs, over the links the
+        ``ep`` GPUs have among them (:func:`~sim.costs.roofline_collectives.group_link_bytes_per_s`:
+        the whole scale-up link on a switched fabric, ``ep - 1`` peer links on a full mesh)."""
         m, ep = self.model, self.ep
         nbytes = tokens / ep * m.num_experts_per_tok * (ep - 1) / ep * m.hidden_size * ACT_BYTES
-        link = self.gpu.link_bandwidth_gbps * 1e9 or PCIE_BYTES_PER_S
+        link = group_link_bytes_per_s(self.gpu, ep) or PCIE_BYTES_PER_S
         return self.params.allreduce_latency_s + nbytes / (link * eff)
 
     def expert_gemms_ep(self, tokens, rank_tokens=None) -> tuple:

@@ -142,9 +142,10 @@ def _fitted(name="roofline_fit.json") -> dict:
 def fitted_params(gpu_key: str, *, group_aware_decode: bool = True) -> RooflineParams:
     """The fitted terms of ``gpu_key`` ("a100", "h100"), else for each term the mean over the
     profiled GPUs, overlaid with the terms fitted to ``gpu_key``'s own published kernel timings
-    (:data:`KERNEL_FIT`: "mi300x"); plus the terms shared by every GPU (``shared``: the CPU
-    overheads, and ``moe_fit.json``'s MoE expert-GEMM scale, written by
-    ``experiments/moe_kernels.py``).
+    (:data:`KERNEL_FIT`: "mi300x"; ``moe_fit.json``'s ``params[gpu_key]``: the MoE expert-GEMM
+    scale fitted to that GPU's own fused-MoE timings, written by ``experiments/moe_kernels.py``);
+    plus the terms shared by every GPU (``shared``: the CPU overheads, and ``moe_fit.json``'s
+    ``shared`` scale, the one a GPU without fused-MoE fit rows gets: assumed there).
     ``group_aware_decode=False``: decode attention on a kernel with one query head per thread
     block, its L2-miss fraction of re-reads (``per_head_decode``) fitted to TensorRT-LLM's XQA
     blog pair (Llama-2-70B, one H200: 1,227 tok/s/GPU without XQA, 2,941 with it)."""
@@ -158,7 +159,8 @@ def fitted_params(gpu_key: str, *, group_aware_decode: bool = True) -> RooflineP
             raise ValueError("group_aware_decode=False needs the per_head_decode fit in "
                              "roofline_fit.json (experiments/fit_roofline.py --write)")
         shared.update(data["per_head_decode"]["params"])
-    own = _fitted(KERNEL_FIT).get("params", {}).get(gpu_key, {})
+    own = {**_fitted("moe_fit.json").get("params", {}).get(gpu_key, {}),
+           **_fitted(KERNEL_FIT).get("params", {}).get(gpu_key, {})}
     if not fits:
         return RooflineParams(**{**shared, **own})
     p = fits[gpu_key] if gpu_key in fits else mean_terms(list(fits.values()))
@@ -191,8 +193,10 @@ def profiled_gpus() -> tuple:
 
 def fitted_gpus() -> tuple:
     """The GPU keys with any term fitted to their own measurements: the profiled GPUs and
-    those fitted to published kernel timings (:data:`KERNEL_FIT`)."""
-    return tuple(sorted({*profiled_gpus(), *_fitted(KERNEL_FIT).get("params", {})}))
+    those fitted to published kernel timings (:data:`KERNEL_FIT`, ``moe_fit.json``'s
+    ``params``)."""
+    return tuple(sorted({*profiled_gpus(), *_fitted(KERNEL_FIT).get("params", {}),
+                         *_fitted("moe_fit.json").get("params", {})}))
 
 
 def compute_peak(weight_dtype, nbytes, gpu, activation_dtype=None):

@@ -9,9 +9,10 @@ a prediction on a GPU with no measured terms says so.
 
 Kinds (:data:`KINDS`): ``fitted`` (this GPU's own kernel timings: its per-op profiles or its
 published GEMM / all-reduce measurements), ``assumed`` (the profiled GPUs' mean: no
-measurement of this GPU), ``shared`` (one value for every GPU, fitted or sourced once: the
-CPU overheads, the custom all-reduce, the MoE GEMM scale) and ``default`` (a constant of
-:class:`~sim.costs.roofline_params.RooflineParams` no fit sets).
+measurement of this GPU; the MoE expert-GEMM scale on a GPU with no fused-MoE fit rows of its
+own: the value fitted on the GPUs that have them, :func:`moe_assumed_note`), ``shared`` (one
+value for every GPU, fitted or sourced once: the CPU overheads, the custom all-reduce) and
+``default`` (a constant of :class:`~sim.costs.roofline_params.RooflineParams` no fit sets).
 Invariants: every field of ``RooflineParams`` gets exactly one kind; a GPU listed by
 :func:`~sim.costs.roofline_params.fitted_gpus` has at least one ``fitted`` term, any other GPU
 none.
@@ -40,6 +41,8 @@ def provenance(gpu_key: str) -> dict:
     shared = {**fit.get("shared", {}), **_load("moe_fit.json").get("shared", {})}
     own = fits.get(gpu_key, {})
     kernels = _load(KERNEL_FIT).get("params", {}).get(gpu_key, {})
+    moe = _load("moe_fit.json")
+    moe_own = moe.get("params", {}).get(gpu_key, {})
     out = {}
     for f in dataclasses.fields(RooflineParams):
         if kernels.get(f.name) is not None:
@@ -47,6 +50,11 @@ def provenance(gpu_key: str) -> dict:
                                      f"(gpu_kernels.csv)")
         elif own.get(f.name) is not None:
             out[f.name] = ("fitted", f"fitted to {gpu_key}'s kernel timings")
+        elif moe_own.get(f.name) is not None:
+            out[f.name] = ("fitted", f"fitted to {gpu_key}'s published fused-MoE kernel "
+                                     f"timings (moe_kernels.csv)")
+        elif f.name in moe.get("shared", {}):
+            out[f.name] = ("assumed", moe_assumed_note(gpu_key))
         elif f.name in shared:
             out[f.name] = ("shared", "one value for every GPU (roofline_fit/moe_fit 'shared')")
         else:
@@ -71,3 +79,27 @@ def summary_line(gpu_key: str) -> str:
     """One line for a run's report: ``"fitted 9, assumed 3, shared 5, default 7 (mi300x)"``."""
     c = counts(gpu_key)
     return ", ".join(f"{k} {c[k]}" for k in KINDS) + f" ({gpu_key})"
+
+
+def moe_assumed_note(gpu_key: str) -> str:
+    """Why ``gpu_key``'s ``moe_gemm_compute_scale`` is assumed: which GPUs it was fitted on and
+    what, if anything, the kernel rows hold of this GPU (``moe_fit.json``'s ``report``)."""
+    moe = _load("moe_fit.json")
+    donors = ", ".join(sorted(moe.get("params", {}))) or "no GPU"
+    held = sum(r["rows"] for r in moe.get("report", []) if r["gpu"] == gpu_key)
+    seen = (f"; its {held} fused-MoE rows are memory-bound or held out, no fit" if held
+            else f"; no {gpu_key} fused-MoE kernel timing found")
+    return f"no {gpu_key} fit: the value fitted on {donors}'s fused-MoE timings{seen}"
+
+
+def moe_note(cost) -> str | None:
+    """A run's line when a MoE model's expert GEMMs use an assumed scale on this GPU (None: a
+    dense model, or the scale fitted to this GPU's own fused-MoE timings)."""
+    model, params = getattr(cost, "model", None), getattr(cost, "params", None)
+    if not getattr(model, "is_moe", False) or params is None:
+        return None
+    kind, note = provenance(cost.gpu_key)["moe_gemm_compute_scale"]
+    if kind != "assumed":
+        return None
+    return (f"MoE expert GEMMs at moe_gemm_compute_scale "
+            f"{params.moe_gemm_compute_scale:g}, assumed on {cost.gpu.name} ({note})")
