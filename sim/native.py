@@ -49,6 +49,7 @@ COMPILED = (
     "sim.engine.core.events",
     "sim.engine.kv.blocks",
     "sim.costs.roofline_price",
+    "sim.engine.presets.sglang",
 )
 RECORD = "_native_build.json"  # in the package directory: {module: sha256 of its source}
 PURE_ENV = "SIM_PURE_PYTHON"

@@ -19,3 +19,13 @@ cdef class Decodes:
     cpdef long long finish(self, Request r, long long i) except? -1
 
 cpdef record_run(Request r, long long last)
+
+cdef class ClippedDecodes(Decodes):
+    cdef public long long clip, _serial, _num_a, _num_b, _fin_b
+    cdef public list _moves
+    cdef public dict _phase
+
+    @cython.locals(fin=cython.longlong)
+    cpdef stop(self, Request r, long long last)
+    @cython.locals(fin=cython.longlong, moves=list, phase=dict)
+    cpdef long long clipped_left(self, long long last) except? -1

@@ -129,7 +129,7 @@ class ClippedDecodes(Decodes):
     __slots__ = ("clip", "_moves", "_phase", "_serial", "_num_a", "_num_b", "_fin_b")
 
     def __init__(self, block_size: int, clip: int):
-        super().__init__(block_size)
+        Decodes.__init__(self, block_size)  # (super() is not there in a compiled class)
         self.clip = clip
         self._moves = []  # (step it enters phase B, serial, request index, finish_iteration)
         self._phase = {}  # request index -> its serial while in phase A, 0 in phase B
@@ -137,7 +137,7 @@ class ClippedDecodes(Decodes):
         self._num_a = self._num_b = self._fin_b = 0
 
     def start(self, r, i: int) -> None:
-        super().start(r, i)
+        Decodes.start(self, r, i)
         self._serial += 1
         self._phase[r.index] = self._serial
         self._num_a += 1
@@ -146,7 +146,7 @@ class ClippedDecodes(Decodes):
 
     def stop(self, r, last: int) -> None:
         fin = r.finish_iteration
-        super().stop(r, last)
+        Decodes.stop(self, r, last)
         if self._phase.pop(r.index):
             self._num_a -= 1
         else:

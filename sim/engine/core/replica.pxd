@@ -13,3 +13,4 @@ cdef class Replica(Iteration):
     cpdef _start(self, Request r, long long new, long long cached)
     cpdef _dequeue(self, Request r)
     cpdef _free_blocks(self, Request r, object n)
+    cpdef num_generated(self, Request r)

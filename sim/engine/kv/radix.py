@@ -106,6 +106,8 @@ class RadixBlockManager(BlockManager):
     def acquire(self, nodes) -> None:
         """A request references ``nodes`` (its matched path, root first)."""
         self.ref_changes += 1
+        if not nodes:  # (a request without hash ids: nothing to reference)
+            return
         ref = self._ref
         counts = list(map(ref.__getitem__, nodes))
         free = [c for c, k in zip(nodes, counts) if not k]

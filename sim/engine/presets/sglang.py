@@ -40,9 +40,15 @@ copy of the policy (sim.engine.fleet.cluster).
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/cython_shim.py)
+    from sim import cython_shim as cython
+
 from ...specs.memory_terms import sglang_defaults
 from ..core.policies import refuse_unused_knobs
-from ..core.request import DECODE, PREFILL
+from ..core.replica import Replica
+from ..core.request import DECODE, PREFILL, Request
 from .vllm import _device_gib
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLang's CLIP_MAX_NEW_TOKENS_ESTIMATION
@@ -88,6 +94,7 @@ class SGLang:
     def knobs(self) -> dict:
         return {"chunk_size": self.chunked_prefill_size, "token_budget": self.max_prefill_tokens}
 
+    @cython.locals(replica=Replica, r=Request)
     def _left(self, replica, r) -> int:
         return min(r.num_output_tokens - replica.num_generated(r), self.clip_left)
 
@@ -98,8 +105,10 @@ class SGLang:
         clipped = getattr(replica.decodes, "clipped_left", None)
         if clipped is None:
             return sum(self._left(replica, x) for x in replica.running.values())
-        return clipped(replica.clock - 1) + sum(self._left(replica, x)
-                                                for x in replica.prefilling)
+        total = clipped(replica.clock - 1)
+        for x in replica.prefilling:  # (a loop, not a generator: compiled, a C loop)
+            total += self._left(replica, x)
+        return total
 
     def schedule(self, replica, now):
         if self._prefill(replica):  # rule 1: a prefill batch runs alone
@@ -131,6 +140,10 @@ class SGLang:
         """Rule 4: ``new_token_ratio`` after one decode step."""
         return max(ratio - self.decay, MIN_NEW_TOKEN_RATIO)
 
+    @cython.locals(replica=Replica, r=Request, budget=cython.longlong, inputs=cython.longlong,
+                   progressed=cython.bint, left=cython.longlong, chunk=cython.longlong,
+                   need=cython.longlong, total=cython.longlong, free=cython.longlong,
+                   reserved=cython.double, rem_total=cython.double)
     def _prefill(self, replica) -> bool:
         """Form the prefill batch (rules 2-3); True if it holds any work."""
         budget, inputs = self.chunked_prefill_size, self.max_prefill_tokens
@@ -160,10 +173,15 @@ class SGLang:
             if len(replica.running) >= replica.max_batch_size:
                 break
             r = waiting[0]
-            need = r.prefill_target - replica.prefix_hit(r)
             # its prompt and outputs, plus the cached tokens its hit takes out of the evictable
-            # ones (SGLang locks the matched nodes before checking)
-            total = need + self._left(replica, r) + replica.prefix_pinned(r) * replica.block_size
+            # ones (SGLang locks the matched nodes before checking); no hit without hash ids
+            if r.block_keys is None or not replica.caching:
+                need = r.prefill_target
+                total = need + self._left(replica, r)
+            else:
+                need = r.prefill_target - replica.prefix_hit(r)
+                total = (need + self._left(replica, r)
+                         + replica.prefix_pinned(r) * replica.block_size)
             if total >= rem_total and (replica.running or progressed):  # rule 3
                 break
             chunk = min(need, budget)
