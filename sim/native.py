@@ -47,6 +47,7 @@ COMPILED = (
     "sim.engine.core.policies",
     "sim.engine.core.process",
     "sim.engine.core.events",
+    "sim.engine.core.columns",
     "sim.engine.kv.blocks",
     "sim.costs.roofline_price",
     "sim.engine.presets.sglang",

@@ -76,7 +76,7 @@ from .core.fastforward import can_fast_forward
 from .core.invariants import check_finished
 from .core.process import ReplicaProcess, submit
 from .core.records import build_result, gc_frozen, gc_paused, offload_traffic
-from .core.request import Request
+from .core.columns import make_requests
 from .engine_overheads import client_loop, engine_cost
 from .kv.lora import assign_adapters
 from .fleet.clients import ClosedLoopClients, conversations
@@ -145,9 +145,8 @@ def _requests_from(workload, block_size=None, mode="block", speculative=True):
         workload = from_records(workload)
     df = validate(workload)
     with gc_paused():  # a million objects at once: no collector passes over them meanwhile
-        reqs = [Request(i, rid, a, p, o) for i, (rid, a, p, o) in enumerate(zip(
-            df["request_id"].tolist(), df["arrival_time"].tolist(),
-            df["num_prompt_tokens"].tolist(), df["num_output_tokens"].tolist()))]
+        reqs = make_requests(df["request_id"].tolist(), df["arrival_time"].tolist(),
+                             df["num_prompt_tokens"].tolist(), df["num_output_tokens"].tolist())
     if not speculative and "acceptance_rate" in df.columns \
             and df["acceptance_rate"].notna().any():
         warnings.warn(UNUSED_ACCEPTANCE, UserWarning, stacklevel=3)

@@ -134,13 +134,15 @@ class ReplicaProcess:
     @cython.locals(replica=Iteration, price=RooflinePrice, nxt=cython.longlong,
                    n_arrivals=cython.longlong, dropped=cython.longlong,
                    n_running=cython.longlong, fast=cython.bint, detail=cython.bint,
-                   n_prefill=cython.longlong, n_decode=cython.longlong)
+                   n_prefill=cython.longlong, n_decode=cython.longlong,
+                   row=cython.double[8], row_bytes=cython.Py_ssize_t)
     def loop(self):
         yield  # (start(): resumed from here when the environment starts it)
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
         # one flat row of ITERATION_COLUMNS per iteration, packed (records.ROW: 3x faster than
         # array.extend of a tuple, which parses each value alone; the same bytes)
         write, pack = self.records.frombytes, ROW.pack
+        row_bytes = ROW.size  # (compiled: the row written from a C array of its doubles)
         sleep, wakeup = env.sleep, self._wakeup
         schedule = policy.schedule
         detail = bool(getattr(cost, "needs_decode_lengths", False))
@@ -242,9 +244,20 @@ class ReplicaProcess:
             except (TypeError, ValueError):
                 raise ValueError(f"cost model returned {dt!r} seconds for {replica.batch()!r}; "
                                  f"expected a finite number of seconds >= 0") from None
-            write(pack(now, dt, len(running), len(waiting), n_prefill, n_decode,
-                       blocks.num_blocks - blocks.num_free,
-                       replica.num_preempted_now + dropped))
+            if cython.compiled:  # (the row's doubles as ROW packs them: no tuple, no boxes)
+                row[0] = now
+                row[1] = dt
+                row[2] = len(running)
+                row[3] = len(waiting)
+                row[4] = n_prefill
+                row[5] = n_decode
+                row[6] = blocks.num_blocks - blocks.num_free
+                row[7] = replica.num_preempted_now + dropped
+                write(cython.cast(cython.p_char, cython.address(row[0]))[:row_bytes])
+            else:
+                write(pack(now, dt, len(running), len(waiting), n_prefill, n_decode,
+                           blocks.num_blocks - blocks.num_free,
+                           replica.num_preempted_now + dropped))
             dropped = 0
             if not sleep(dt, wakeup):  # (alone: the clock set as SimPy's step would)
                 yield

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ...results.metrics import Result
+from .columns import INT_COLUMNS, TIME_COLUMNS, request_columns
 from .decoding import inter_token_gaps
 from .request import STATUS_NAMES
 
@@ -126,13 +127,17 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
         idx, gaps = first_gaps
         itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))
         np.fmax.at(max_itl, idx, gaps)
-    arrival = _numbers(requests, "arrival_time", np.float64)
-    # None (never scheduled / no token / not finished) becomes NaN in a float array
-    first_sched = _times(requests, "first_scheduled_time")
-    first_tok = _times(requests, "first_token_time")
-    finish = _times(requests, "finish_time")
-    n_out = _numbers(requests, "num_output_tokens")
-    status = np.array(STATUS_NAMES, dtype=object)[_numbers(requests, "status")]
+    cols = request_columns(requests)  # (compiled: one pass over the requests)
+    if cols is None:  # None (never scheduled / no token / not finished) becomes NaN
+        cols = {"arrival_time": _numbers(requests, "arrival_time", np.float64)}
+        cols.update((name, _times(requests, name)) for name in TIME_COLUMNS)
+        cols.update((name, _numbers(requests, name)) for name in INT_COLUMNS)
+    arrival = cols["arrival_time"]
+    first_sched = cols["first_scheduled_time"]
+    first_tok = cols["first_token_time"]
+    finish = cols["finish_time"]
+    n_out = cols["num_output_tokens"]
+    status = np.array(STATUS_NAMES, dtype=object)[cols["status"]]
     done = status == "finished"
     ttft = np.where(done, first_tok - arrival, np.nan)
     e2e = np.where(done, finish - arrival, np.nan)
@@ -145,11 +150,11 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
         "first_scheduled_time": first_sched,
         "first_token_time": first_tok,
         "finish_time": finish,
-        "num_prompt_tokens": _numbers(requests, "num_prompt_tokens"),
+        "num_prompt_tokens": cols["num_prompt_tokens"],
         "num_output_tokens": n_out,
-        "num_preemptions": _numbers(requests, "num_preemptions"),
-        "num_cached_tokens": _numbers(requests, "num_cached_tokens"),
-        "num_prefill_computed": _numbers(requests, "num_prefill_computed"),
+        "num_preemptions": cols["num_preemptions"],
+        "num_cached_tokens": cols["num_cached_tokens"],
+        "num_prefill_computed": cols["num_prefill_computed"],
         "status": status,
         "reason": list(map(attrgetter("reason"), requests)),
         "ttft": ttft,

@@ -1,0 +1,83 @@
+"""sim.engine.core.columns: requests from columns and back, value for value the plain Python
+(compiled: one typed pass; interpreted: None, the caller reads np.fromiter per column)."""
+
+import numpy as np
+import pytest
+
+import workloads as wl
+from sim import native
+from sim.engine import run
+from sim.engine.core.columns import INT_COLUMNS, TIME_COLUMNS, make_requests, request_columns
+from sim.engine.core.request import FINISHED, REJECTED, Request
+
+
+def _plain(requests):
+    n = len(requests)
+    cols = {"arrival_time": np.fromiter((r.arrival_time for r in requests), np.float64, n)}
+    for name in TIME_COLUMNS:  # None as NaN
+        cols[name] = np.array([getattr(r, name) for r in requests], dtype=np.float64)
+    for name in INT_COLUMNS:
+        cols[name] = np.fromiter((getattr(r, name) for r in requests), np.int64, n)
+    return cols
+
+
+def _requests():
+    reqs = make_requests(["a", "b", "c", "d"], [0.0, 0.25, 1e-300, 7.5], [10, 20, 1, 4096],
+                         [1, 5, 2, 9000])
+    reqs[0].status, reqs[0].first_scheduled_time = FINISHED, 0.1
+    reqs[0].first_token_time, reqs[0].finish_time = 0.2, 0.30000000000000004
+    reqs[0].num_preemptions, reqs[0].num_cached_tokens, reqs[0].num_prefill_computed = 3, 8, 31
+    reqs[1].first_scheduled_time = 0.5  # scheduled, no token yet
+    reqs[3].status = REJECTED  # never scheduled
+    return reqs
+
+
+def test_make_requests_is_the_plain_constructor():
+    reqs = make_requests(["x", 7], [0.5, 1.5], [3, 4], [5, 6])
+    assert [type(r) for r in reqs] == [Request, Request]
+    assert [(r.index, r.request_id, r.arrival_time, r.num_prompt_tokens, r.num_output_tokens,
+             r.prefill_target) for r in reqs] == [(0, "x", 0.5, 3, 5, 3), (1, 7, 1.5, 4, 6, 4)]
+    assert make_requests([], [], [], []) == []
+
+
+def _same(got, want):
+    assert set(got) == set(want)
+    for name, arr in want.items():
+        assert got[name].dtype == arr.dtype, name
+        assert got[name].tobytes() == arr.tobytes(), name  # (NaN where None, bit for bit)
+
+
+@pytest.mark.skipif(native.summary() != "compiled", reason="interpreted: returns None")
+def test_request_columns_are_the_plain_columns_bit_for_bit():
+    reqs = _requests()
+    _same(request_columns(reqs), _plain(reqs))
+    _same(request_columns([]), _plain([]))
+
+
+@pytest.mark.skipif(native.summary() != "compiled", reason="interpreted: returns None")
+def test_request_columns_of_a_run_with_rejections_and_preemptions():
+    df = wl.synthetic(300, rate=200.0, prompt=wl.LogNormal(900, 1.0, max_tokens=8000),
+                      output=wl.LogNormal(200, 1.0, max_tokens=2000), seed=2)
+    res = run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
+              max_model_len=4096)
+    assert (res.requests["status"] == "rejected").any() and res.requests["num_preemptions"].any()
+    from sim.engine.core import records
+    seen = {}
+    real = records.request_columns
+    try:
+        records.request_columns = lambda reqs: seen.setdefault("reqs", reqs) and real(reqs)
+        run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
+            max_model_len=4096)
+    finally:
+        records.request_columns = real
+    _same(request_columns(seen["reqs"]), _plain(seen["reqs"]))
+
+
+def test_interpreted_returns_none_for_the_callers_own_columns():
+    assert (request_columns(_requests()) is None) == (native.summary() != "compiled")
+
+
+def test_the_loops_c_row_holds_every_iteration_column():
+    """process.py writes a row from a C array of 8 doubles (compiled): ROW must be that."""
+    from sim.engine.core.records import ITERATION_COLUMNS, ROW
+    assert len(ITERATION_COLUMNS) == 8 and ROW.size == 64
