@@ -42,6 +42,7 @@ from pathlib import Path
 COMPILED = (
     "sim.engine.core.request",
     "sim.engine.core.decoding",
+    "sim.engine.core.spec_decoding",
     "sim.engine.core.iteration",
     "sim.engine.core.replica",
     "sim.engine.core.policies",

@@ -246,14 +246,15 @@ def test_fast_forward_with_speculation_across_rings_that_grow(monkeypatch, sched
     ~1,500 needs ~4,700 steps), on pools that preempt: stretches read and clear the grown
     rings as stepping does, bit for bit."""
     import pandas as pd
+    from sim.engine.core import replica
     from sim.engine.core.spec_decoding import SpecDecodes
     grown = []
-    real = SpecDecodes._grow
 
-    def grow(self, now, span):
-        grown.append(now)
-        real(self, now, span)
-    monkeypatch.setattr(SpecDecodes, "_grow", grow)
+    class Counted(SpecDecodes):  # (a compiled class's type is immutable: a subclass records)
+        def _grow(self, now, span):
+            grown.append(now)
+            super()._grow(now, span)
+    monkeypatch.setattr(replica, "SpecDecodes", Counted)
     df = pd.DataFrame({"arrival_time": [0.0, 0.0, 3.01, 3.2, 9.0, 9.05],
                        "num_prompt_tokens": [100, 50, 700, 20, 300, 40],
                        "num_output_tokens": [900, 3000, 2500, 1900, 5000, 300]})

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import sim
-import sim.engine.simulation as simulation
+import sim.engine.core.columns as columns
 from sim import native
 from sim.engine.core import request as request_module
 from sim.engine.core.request import (DECODE, FINISHED, PREFILL, REJECTED, STATUS_NAMES, WAITING,
@@ -99,7 +99,7 @@ def traced_run(monkeypatch, df, **config):
                 history.setdefault(self.index, []).append(value)
             object.__setattr__(self, name, value)
 
-    monkeypatch.setattr(simulation, "Request", Traced)
+    monkeypatch.setattr(columns, "Request", Traced)  # (make_requests builds a run's)
     return sim.run(df, **config), history
 
 

@@ -11,6 +11,11 @@ class docstring (tests/test_speculation.py, tests/test_decoding.py).
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/cython_shim.py)
+    from sim import cython_shim as cython
+
 import numpy as np
 
 from .decoding import Decodes, record_run
@@ -48,7 +53,7 @@ class SpecDecodes(Decodes):
     __slots__ = ("k", "draw", "ctx", "need", "mask", "clip", "left", "pending")
 
     def __init__(self, block_size: int, k: int, draw, clip=None):
-        super().__init__(block_size)  # (a Decodes, so the replica's typed calls reach it)
+        Decodes.__init__(self, block_size)  # (a Decodes: the replica's typed calls reach it)
         self.k = k
         self.draw = draw  # (r, tokens_left) -> (run, base, over): see the class docstring
         self.ctx = np.zeros(1024, dtype=np.int64)  # iteration & mask -> context slots
@@ -112,6 +117,11 @@ class SpecDecodes(Decodes):
         for r in reqs:
             if len(r.spec_plan[0]) > self.mask:  # m + 1 steps must fit: grow the rings
                 self._grow(r.decode_start, len(r.spec_plan[0]))
+        if cython.compiled:  # (a C loop per request: the same integer sums, in any order)
+            self.pending = []
+            for r in reqs:
+                self._add_plan(r, 0, 1)
+            return
         if len(reqs) < 2:  # (one start an iteration, the common case below saturation)
             if reqs:
                 self._add_plan(reqs.pop(), 0, 1)
@@ -149,6 +159,24 @@ class SpecDecodes(Decodes):
         (``sign`` -1: a preemption takes its future iterations back)."""
         run, base, off, _ = r.spec_plan
         bs, mask = self.block_size, self.mask
+        if cython.compiled:  # (the vectors below, element by element: no arrays made)
+            rv, ctx, need = run, self.ctx, self.need
+            lo = r.decode_start + steps
+            prev = self._held(r, steps)
+            for j in range(steps, rv.shape[0] - 1):
+                x = rv[j] + off  # slots after verification j, and the blocks they hold
+                h = (x + bs - 1) // bs
+                at = (lo + 1 + j - steps) & mask
+                ctx[at] += sign * x
+                need[at] += sign * (h - prev)
+                prev = h
+            if self.clip:
+                left, clip = self.left, self.clip
+                rem = r.num_output_tokens - r.decode_base_generated + base
+                for j in range(steps, rv.shape[0] - 1):
+                    x = rem - rv[j]
+                    left[(lo + j - steps) & mask] += sign * (x if x < clip else clip)
+            return
         slots = run[steps:-1] + off
         held = slots + (bs - 1)
         held //= bs  # blocks held after each verification ...
