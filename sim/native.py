@@ -52,6 +52,7 @@ COMPILED = (
     "sim.engine.kv.blocks",
     "sim.costs.roofline_price",
     "sim.engine.presets.sglang",
+    "sim.engine.presets.vllm",
 )
 RECORD = "_native_build.json"  # in the package directory: {module: sha256 of its source}
 PURE_ENV = "SIM_PURE_PYTHON"

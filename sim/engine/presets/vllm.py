@@ -10,9 +10,15 @@ express is said under *Deviations*.
 
 from __future__ import annotations
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/cython_shim.py)
+    from sim import cython_shim as cython
+
 from ...specs.gpus import get_gpu
 from ..core.policies import refuse_unused_knobs
-from ..core.request import PREFILL
+from ..core.replica import Replica
+from ..core.request import PREFILL, Request
 
 GIB = 1 << 30
 
@@ -76,6 +82,8 @@ class VLLM:
     def knobs(self) -> dict:
         return {"chunk_size": self.max_num_batched_tokens}
 
+    @cython.locals(replica=Replica, r=Request, budget=cython.longlong, chunk=cython.longlong,
+                   skip=cython.Py_ssize_t)
     def schedule(self, replica, now):
         # every decode takes 1 + k tokens of the budget (k: speculative lookahead, vLLM's rule)
         budget = (self.max_num_batched_tokens
