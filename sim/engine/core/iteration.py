@@ -174,8 +174,7 @@ class Iteration:
         running = self.decoding
         completed = False
         reqs, prefills = self._prefill_reqs, self._prefills
-        for j in range(len(reqs)):  # (an index: a zip is a Python call per iteration)
-            r = reqs[j]
+        for j, r in enumerate(reqs):  # (compiled, a C loop: a zip is a Python call)
             new = prefills[j][0]
             r.num_computed += new
             r.num_prefill_computed += new

@@ -135,7 +135,7 @@ class ReplicaProcess:
                    n_arrivals=cython.longlong, dropped=cython.longlong,
                    n_running=cython.longlong, fast=cython.bint, detail=cython.bint,
                    n_prefill=cython.longlong, n_decode=cython.longlong,
-                   row=cython.double[8], row_bytes=cython.Py_ssize_t)
+                   row=cython.double[8], row_bytes=cython.Py_ssize_t, compiled=cython.bint)
     def loop(self):
         yield  # (start(): resumed from here when the environment starts it)
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
@@ -143,6 +143,7 @@ class ReplicaProcess:
         # array.extend of a tuple, which parses each value alone; the same bytes)
         write, pack = self.records.frombytes, ROW.pack
         row_bytes = ROW.size  # (compiled: the row written from a C array of its doubles)
+        compiled = cython.compiled  # (read once: interpreted, a global's attribute)
         sleep, wakeup = env.sleep, self._wakeup
         schedule = policy.schedule
         detail = bool(getattr(cost, "needs_decode_lengths", False))
@@ -244,7 +245,7 @@ class ReplicaProcess:
             except (TypeError, ValueError):
                 raise ValueError(f"cost model returned {dt!r} seconds for {replica.batch()!r}; "
                                  f"expected a finite number of seconds >= 0") from None
-            if cython.compiled:  # (the row's doubles as ROW packs them: no tuple, no boxes)
+            if compiled:  # (the row's doubles as ROW packs them: no tuple, no boxes)
                 row[0] = now
                 row[1] = dt
                 row[2] = len(running)
