@@ -18,8 +18,8 @@ from .build import as_written, config_from
 from .settings import Names, add_flags, settings_from
 from .table import rows_for
 
-# sim run's settings that are no engine's
-NOT_HERE = ("usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts")
+# sim run's settings that are no engine's (bands: the reruns of a finished run, not a live one)
+NOT_HERE = ("usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts", "bands")
 TARGETS = ("config", "cost", "speculative")
 
 

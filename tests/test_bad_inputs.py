@@ -1,0 +1,106 @@
+"""Mistakes a new user makes, found by a newcomer's review: each is one clear error naming the
+setting (and for files the file and line), before anything runs, not a silently substituted
+value or a message blaming the wrong setting."""
+
+import json
+
+import pandas as pd
+import pytest
+
+import sim
+import workloads as wl
+from sim.cli import main
+
+ROW = {"arrival_time": 0, "num_prompt_tokens": 5, "num_output_tokens": 5}
+
+
+def _jsonl(path, *rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("column", ["num_prompt_tokens", "num_output_tokens"])
+def test_a_json_boolean_is_no_token_count(tmp_path, column):
+    # read as 1 (pandas' dtype inference, then pd.to_numeric): a 1-token prompt, silently
+    path = _jsonl(tmp_path / "w.jsonl", ROW, dict(ROW, arrival_time=1, **{column: True}))
+    with pytest.raises(ValueError, match=rf"w\.jsonl: {column}: line 2 has True \(must be an "
+                                         rf"integer from 1 to 2\*\*53\)"):
+        wl.load_file(path)
+
+
+def test_a_boolean_column_of_a_dataframe_is_no_token_count():
+    df = pd.DataFrame({"arrival_time": [0.0, 1.0], "num_prompt_tokens": [True, True],
+                       "num_output_tokens": [5, 5]})
+    with pytest.raises(ValueError, match=r"num_prompt_tokens: row 0 has True"):
+        sim.run(df)
+    with pytest.raises(ValueError, match=r"arrival_time: row 0 has True"):
+        sim.run(df.assign(arrival_time=[True, True], num_prompt_tokens=[5, 5]))
+
+
+def test_json_counts_written_as_numbers_still_load(tmp_path):
+    path = _jsonl(tmp_path / "w.jsonl", ROW, dict(ROW, arrival_time=1.5, num_prompt_tokens=7.0))
+    df = wl.load_file(path)
+    assert df["num_prompt_tokens"].tolist() == [5, 7] and df["num_prompt_tokens"].dtype == "int64"
+    assert df["arrival_time"].tolist() == [0.0, 1.5]
+
+
+@pytest.mark.parametrize("name, text", [("e.jsonl", ""), ("blank.jsonl", "\n\n"),
+                                        ("e.json", "[]")])
+def test_an_empty_json_file_says_it_is_empty(tmp_path, name, text):
+    # it said "workload is missing column(s) [...]; it has []", as if the columns were wrong
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=rf"{name}: the file is empty \(no header, no rows\)"):
+        wl.load_file(tmp_path / name)
+
+
+def _sweep(tmp_path, grid_line):
+    path = tmp_path / "s.toml"
+    path.write_text(f'workload = "azure-code"\nnum_requests = 5\ncost = "constant:0.01"\n'
+                    f'output = "{tmp_path / "out"}"\n[grid]\n{grid_line}\n')
+    return ["sweep", str(path)]
+
+
+@pytest.mark.parametrize("grid_line, message", [
+    ('model = ["llama-3.1-8b", "llama-9"]', "s.toml: grid point model='llama-9': model "
+                                            "'llama-9' is not a preset (did you mean"),
+    ('gpu = ["h100", "h1000"]', "s.toml: grid point gpu='h1000': gpu 'h1000' is not a preset "
+                                "(did you mean 'h100'?)"),
+])
+def test_a_sweeps_unknown_model_or_gpu_is_an_error_before_any_point_runs(
+        tmp_path, capsys, grid_line, message):
+    # the misspelt name ran as an error row among the others ("2 points, 1 failed")
+    assert main(_sweep(tmp_path, grid_line)) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweeps_model_config_json_is_still_a_model(tmp_path, capsys):
+    cfg = tmp_path / "config.json"  # (GPT-J-6B's, trimmed: tests/test_hf_config.py)
+    cfg.write_text(json.dumps({"model_type": "gptj", "n_embd": 4096, "n_layer": 28,
+                               "n_head": 16, "n_inner": None, "n_positions": 2048,
+                               "rotary_dim": 64, "vocab_size": 50400}))
+    assert main(_sweep(tmp_path, f'model = ["{cfg}"]')) == 0
+    assert "(1 run now, 0 failed)" in capsys.readouterr().out
+
+
+def test_a_draft_model_is_not_blamed_for_a_model_that_does_not_fit_alone(tmp_path, capsys):
+    base = ["run", "-w", "azure-code", "-n", "5", "--no-plots", "-o", str(tmp_path / "o"),
+            "--spec-tokens", "3", "--draft-model"]
+    assert main(base + ["llama-3.2-1b", "--model", "llama-3.1-70b"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --model 'llama-3.1-70b' on gpu 'h100' with fp16 weights: does not fit" in err
+    assert "--draft-model" not in err
+    # a draft that is what leaves no room is still named
+    assert main(base + ["llama-3.1-70b"]) == 2
+    assert "error: --draft-model 'llama-3.1-70b' (141.1 GB of weights per GPU at fp16) beside " \
+           "model 'llama-3.1-8b'" in capsys.readouterr().err
+
+
+def test_sim_serve_takes_no_bands(capsys):
+    # a band reruns a finished workload at the cost model's error ends; the live server ran
+    # once and ignored --bands
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--bands", "0.9"])
+    assert e.value.code == 2
+    assert "unrecognized arguments: --bands 0.9" in capsys.readouterr().err
