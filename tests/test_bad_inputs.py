@@ -104,3 +104,16 @@ def test_sim_serve_takes_no_bands(capsys):
         main(["serve", "--bands", "0.9"])
     assert e.value.code == 2
     assert "unrecognized arguments: --bands 0.9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"rate": 3.0}, r"\['rate'\]: rate is the workload's: workloads\.load\(NAME, n=N, rate=R\) "
+                    r"or workloads\.scale_to_rate\(df, R\)"),
+    ({"n": 3}, r"\['n'\]: n is the workload's"),
+    ({"slo": {"ttft": 1.0}}, r"\['slo'\]: slo is the summary's: result\.summary\(slo="),
+    ({"schedular": "vllm"}, r"\['schedular'\] \(did you mean 'scheduler'\?\)"),
+])
+def test_sim_run_says_where_a_cli_setting_goes_in_the_api(kwargs, message):
+    # sim run's --rate / --slo-ttft are no SimConfig fields; 'rate' got "did you mean 'router'?"
+    with pytest.raises(TypeError, match=r"^unknown SimConfig field\(s\) " + message):
+        sim.run(wl.load("azure-code", n=5), **kwargs)
