@@ -117,3 +117,19 @@ def test_sim_run_says_where_a_cli_setting_goes_in_the_api(kwargs, message):
     # sim run's --rate / --slo-ttft are no SimConfig fields; 'rate' got "did you mean 'router'?"
     with pytest.raises(TypeError, match=r"^unknown SimConfig field\(s\) " + message):
         sim.run(wl.load("azure-code", n=5), **kwargs)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: wl.synthetic(10, rate=1.0, prompt=-5, output=3),
+     r"^prompt must be an integer >= 1 or a length distribution, got -5$"),
+    (lambda: wl.synthetic(10, rate=1.0, prompt=5, output=0), r"^output must be an integer >= 1"),
+    (lambda: wl.shared_prefix(10, n_groups=1, system_prompt_tokens=5, user_tokens=-1, output=3,
+                              rate=1.0), r"^user_tokens must be an integer >= 1"),
+])
+def test_a_generators_bad_length_names_its_argument(make, message):
+    # it said "value must be an integer >= 1, got -5" (Fixed's field), naming no argument
+    with pytest.raises(ValueError, match=message):
+        make()
+    with pytest.raises(TypeError, match=r"^prompt must be an int or a length distribution "
+                                        r"\(with sample\(n, rng\)\), got 'x'$"):
+        wl.synthetic(10, rate=1.0, prompt="x", output=3)
