@@ -133,3 +133,21 @@ def test_a_generators_bad_length_names_its_argument(make, message):
     with pytest.raises(TypeError, match=r"^prompt must be an int or a length distribution "
                                         r"\(with sample\(n, rng\)\), got 'x'$"):
         wl.synthetic(10, rate=1.0, prompt="x", output=3)
+
+
+def test_a_sweep_resuming_another_sweeps_file_names_the_output_as_written(tmp_path, capsys):
+    # it named the library's argument: "out='.../sweep.parquet' holds rows of another sweep"
+    toml = tmp_path / "s.toml"
+    grid = '[grid]\nrate = [1.0]\n'
+    toml.write_text(f'workload = "azure-code"\nnum_requests = 5\n{grid}')
+    out = str(tmp_path / "o")
+    assert main(["sweep", str(toml), "-o", out]) == 0
+    toml.write_text(f'workload = "azure-code"\nnum_requests = 5\nscheduler = "vllm"\n{grid}')
+    capsys.readouterr()
+    assert main(["sweep", str(toml), "-o", out]) == 2
+    assert f"error: --output {out!r}: its sweep.parquet holds rows of another sweep" in \
+        capsys.readouterr().err
+    toml.write_text(f'workload = "azure-code"\nnum_requests = 5\nscheduler = "vllm"\n'
+                    f'output = "{out}"\n{grid}')
+    assert main(["sweep", str(toml)]) == 2
+    assert f"s.toml: output {out!r}: its sweep.parquet holds rows" in capsys.readouterr().err
