@@ -151,3 +151,15 @@ def test_a_sweep_resuming_another_sweeps_file_names_the_output_as_written(tmp_pa
                     f'output = "{out}"\n{grid}')
     assert main(["sweep", str(toml)]) == 2
     assert f"s.toml: output {out!r}: its sweep.parquet holds rows" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("1,-2,3,sync", "ITER_US must be a finite number >= 0, got -2"),
+    ("-1,2,3,sync", "REQUEST_MS must be a finite number >= 0, got -1"),
+    ("1,2,nan,overlap", "SEQ_US must be a finite number >= 0, got nan"),
+])
+def test_engine_overheads_name_the_term_as_written(tmp_path, capsys, spec, message):
+    # it said "per_iter_s must be a finite number >= 0, got -2e-06": the field and unit inside
+    args = ["run", "-w", "azure-code", "-n", "5", "-q", "-o", str(tmp_path / "o")]
+    assert main(args + [f"--engine-overheads={spec}"]) == 2
+    assert f"error: --engine-overheads {spec!r}: {message}\n" in capsys.readouterr().err
