@@ -163,3 +163,15 @@ def test_engine_overheads_name_the_term_as_written(tmp_path, capsys, spec, messa
     args = ["run", "-w", "azure-code", "-n", "5", "-q", "-o", str(tmp_path / "o")]
     assert main(args + [f"--engine-overheads={spec}"]) == 2
     assert f"error: --engine-overheads {spec!r}: {message}\n" in capsys.readouterr().err
+
+
+def test_a_tiny_token_throughput_is_not_printed_as_zero():
+    from sim.cli.output import format_summary
+    slow = wl.synthetic(3, rate=1e-6, prompt=10, output=4, arrival="constant")
+    s = sim.run(slow, cost_model=sim.ConstantCost(0.01)).summary()
+    line = next(r for r in format_summary(s).splitlines() if r.startswith("throughput"))
+    assert f"{s['output_token_throughput']:.3g} output tok/s" in line, line
+    assert " 0 output tok/s" not in line
+    busy = sim.run(wl.synthetic(3, rate=1.0, prompt=10, output=4, arrival="constant"),
+                   cost_model=sim.ConstantCost(0.01)).summary()
+    assert f"{busy['output_token_throughput']:,.0f} output tok/s" in format_summary(busy)
