@@ -175,3 +175,17 @@ def test_a_tiny_token_throughput_is_not_printed_as_zero():
     busy = sim.run(wl.synthetic(3, rate=1.0, prompt=10, output=4, arrival="constant"),
                    cost_model=sim.ConstantCost(0.01)).summary()
     assert f"{busy['output_token_throughput']:,.0f} output tok/s" in format_summary(busy)
+
+
+def test_arrivals_drawn_at_a_tiny_rate_are_no_epoch_timestamps():
+    # at 1e-9 req/s the first drawn arrival comes at ~1e9 s: it warned "they look like epoch
+    # timestamps ... give them from the first request", where float64's resolution is the issue
+    cost = sim.ConstantCost(0.01)
+    with pytest.warns(UserWarning) as caught:
+        sim.run(wl.load("sharegpt", n=50, rate=1e-9), cost_model=cost)
+    said = [str(w.message) for w in caught]
+    assert any("where float64 resolves only" in m for m in said), said
+    assert not any("epoch" in m for m in said), said
+    drawn = wl.load("sharegpt", n=50, rate=7.0)  # shifted by an epoch: still a timestamp
+    with pytest.warns(UserWarning, match=r"look like epoch timestamps \(in seconds"):
+        sim.run(drawn.assign(arrival_time=drawn["arrival_time"] + 1.7e9), cost_model=cost)
