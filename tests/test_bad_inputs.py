@@ -189,3 +189,11 @@ def test_arrivals_drawn_at_a_tiny_rate_are_no_epoch_timestamps():
     drawn = wl.load("sharegpt", n=50, rate=7.0)  # shifted by an epoch: still a timestamp
     with pytest.warns(UserWarning, match=r"look like epoch timestamps \(in seconds"):
         sim.run(drawn.assign(arrival_time=drawn["arrival_time"] + 1.7e9), cost_model=cost)
+
+
+def test_sim_serve_refuses_a_host_it_cannot_listen_on_before_starting(capsys):
+    # the banner ("http://999.1.1.1:8000/v1 ...") came first, then uvicorn's own log line
+    assert main(["serve", "--host", "999.1.1.1", "--port", "8125"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim serve: error: --host '999.1.1.1' is no address to listen on (")
+    assert len(err.strip().splitlines()) == 1
