@@ -197,3 +197,16 @@ def test_sim_serve_refuses_a_host_it_cannot_listen_on_before_starting(capsys):
     err = capsys.readouterr().err
     assert err.startswith("sim serve: error: --host '999.1.1.1' is no address to listen on (")
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("short.csv", "arrival_time,num_prompt_tokens,num_output_tokens\n0,5,5\n1,5\n",
+     r"short\.csv: num_output_tokens: line 3 has no value \(must be an integer"),
+    ("gap.jsonl", json.dumps(ROW) + "\n" + json.dumps({"arrival_time": 1,
+                                                       "num_prompt_tokens": 5}) + "\n",
+     r"gap\.jsonl: num_output_tokens: line 2 has no value \(must be an integer"),
+])
+def test_a_missing_cell_says_it_has_no_value_not_nan(tmp_path, name, text, message):
+    (tmp_path / name).write_text(text)  # it said "line 3 has nan": no nan in the file
+    with pytest.raises(ValueError, match=message):
+        wl.load_file(tmp_path / name)
