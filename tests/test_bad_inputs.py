@@ -97,7 +97,17 @@ def test_a_draft_model_is_not_blamed_for_a_model_that_does_not_fit_alone(tmp_pat
            "model 'llama-3.1-8b'" in capsys.readouterr().err
 
 
-def test_sim_serve_takes_no_bands(capsys):
+@pytest.fixture
+def no_server(monkeypatch):
+    """Fail, not serve until killed, if sim serve gets as far as starting its server."""
+    import sim.serve
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the server started")
+    monkeypatch.setattr(sim.serve, "serve", refuse)
+
+
+def test_sim_serve_takes_no_bands(capsys, no_server):
     # a band reruns a finished workload at the cost model's error ends; the live server ran
     # once and ignored --bands
     with pytest.raises(SystemExit) as e:
@@ -191,7 +201,7 @@ def test_arrivals_drawn_at_a_tiny_rate_are_no_epoch_timestamps():
         sim.run(drawn.assign(arrival_time=drawn["arrival_time"] + 1.7e9), cost_model=cost)
 
 
-def test_sim_serve_refuses_a_host_it_cannot_listen_on_before_starting(capsys):
+def test_sim_serve_refuses_a_host_it_cannot_listen_on_before_starting(capsys, no_server):
     # the banner ("http://999.1.1.1:8000/v1 ...") came first, then uvicorn's own log line
     assert main(["serve", "--host", "999.1.1.1", "--port", "8125"]) == 2
     err = capsys.readouterr().err
