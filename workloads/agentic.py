@@ -75,7 +75,7 @@ def _counts(name, spec, n, rng) -> np.ndarray:
     if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
         _int_at_least(name, spec, 0)
         return np.full(n, int(spec), dtype=np.int64)
-    return as_distribution(spec).sample(n, rng)
+    return as_distribution(spec, name).sample(n, rng)
 
 
 def agentic(sessions, *, turns, tool_gap, new_tokens=200, output=100, fan_out=0,
@@ -93,7 +93,7 @@ def agentic(sessions, *, turns, tool_gap, new_tokens=200, output=100, fan_out=0,
     _int_at_least("system_prompt_tokens", system_prompt_tokens, 0)
     _int_at_least("block_size", block_size, 1)
     starts = np.zeros(n_roots) if rate is None else poisson(n_roots, _pos("rate", rate), rng)
-    n_turns = as_distribution(turns).sample(n_roots, rng)
+    n_turns = as_distribution(turns, "turns").sample(n_roots, rng)
     ids = _BlockIds()
     system = (("sys", 0), system_prompt_tokens)
     rows = []  # (arrival, prompt, output, session, turn, gap, parent key, hash ids)
@@ -102,8 +102,8 @@ def agentic(sessions, *, turns, tool_gap, new_tokens=200, output=100, fan_out=0,
     def session(s, start, n, parent, spawn):
         gaps = _durations("tool_gap", tool_gap, n, rng)
         gaps[0] = 0.0  # (a session's first turn: issued when its user or parent is ready)
-        news = as_distribution(new_tokens).sample(n, rng)
-        outs = as_distribution(output).sample(n, rng)
+        news = as_distribution(new_tokens, "new_tokens").sample(n, rng)
+        outs = as_distribution(output, "output").sample(n, rng)
         kids = _counts("fan_out", fan_out, n, rng) if spawn else np.zeros(n, dtype=np.int64)
         t, context = start, system_prompt_tokens
         for turn in range(n):

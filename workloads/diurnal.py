@@ -96,8 +96,8 @@ def diurnal(hours=24.0, *, mean_rate, prompt, output, peak_to_trough=4.0, peak_h
     times = times[keep]
     if len(times) == 0:
         raise ValueError(f"diurnal: no request arrives in {hours} h at mean_rate {mean_rate}")
-    p = as_distribution(prompt).sample(len(times), rng)
-    o = as_distribution(output).sample(len(times), rng)
+    p = as_distribution(prompt, "prompt").sample(len(times), rng)
+    o = as_distribution(output, "output").sample(len(times), rng)
     return validate(pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p,
                                   "num_output_tokens": o}))
 

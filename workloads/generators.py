@@ -42,8 +42,8 @@ def synthetic(n, *, rate, prompt, output, arrival="poisson", cv=1.0, seed=0) -> 
     rng = _rng(seed)
     n = _count(n)
     times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
-    p = as_distribution(prompt).sample(n, rng)
-    o = as_distribution(output).sample(n, rng)
+    p = as_distribution(prompt, "prompt").sample(n, rng)
+    o = as_distribution(output, "output").sample(n, rng)
     return _drawn(validate(pd.DataFrame({"arrival_time": times, "num_prompt_tokens": p,
                                          "num_output_tokens": o})), rate, arrival, cv)
 
@@ -133,8 +133,8 @@ def shared_prefix(n, *, n_groups, system_prompt_tokens, user_tokens, output, rat
     _int_at_least("block_size", block_size, 1)
     times = _arrivals(n, _pos("rate", rate), arrival, cv, rng)
     groups = rng.integers(0, n_groups, n)
-    user = as_distribution(user_tokens).sample(n, rng)
-    out = as_distribution(output).sample(n, rng)
+    user = as_distribution(user_tokens, "user_tokens").sample(n, rng)
+    out = as_distribution(output, "output").sample(n, rng)
     prompts = system_prompt_tokens + user
     hashes = _shared_prefix_ids(prompts.tolist(), groups.tolist(), system_prompt_tokens,
                                 block_size)
@@ -156,14 +156,14 @@ def multi_turn(n_conversations, *, turns, user_tokens, output, rate, think_time=
     _int_at_least("system_prompt_tokens", system_prompt_tokens, 0)
     _int_at_least("block_size", block_size, 1)  # (0 divided by zero, -1 gave no hash ids)
     starts = poisson(n_conv, _pos("rate", rate), rng)
-    n_turns = as_distribution(turns).sample(n_conv, rng)
+    n_turns = as_distribution(turns, "turns").sample(n_conv, rng)
     ids = _BlockIds()
     rows = []
     for c in range(n_conv):
         t = starts[c]
         context = system_prompt_tokens
-        users = as_distribution(user_tokens).sample(int(n_turns[c]), rng)
-        outs = as_distribution(output).sample(int(n_turns[c]), rng)
+        users = as_distribution(user_tokens, "user_tokens").sample(int(n_turns[c]), rng)
+        outs = as_distribution(output, "output").sample(int(n_turns[c]), rng)
         for turn in range(int(n_turns[c])):
             prompt = context + int(users[turn])
             rows.append((t, prompt, int(outs[turn]), c, turn,

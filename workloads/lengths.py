@@ -135,10 +135,15 @@ class Empirical:
         return _clip(_rng(rng).choice(np.array(self.values), size=_count(n)), self.max_tokens)
 
 
-def as_distribution(spec):
-    """An int is :class:`Fixed`; anything with ``sample`` is itself."""
+def as_distribution(spec, name=None):
+    """An int is :class:`Fixed`; anything with ``sample`` is itself. ``name`` (the caller's
+    argument: ``prompt``, ``output``, ...) is the one an error names."""
     if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        if name is not None and spec < 1:
+            raise ValueError(f"{name} must be an integer >= 1 or a length distribution, got "
+                             f"{_plain(spec)!r}")
         return Fixed(int(spec))
     if callable(getattr(spec, "sample", None)):
         return spec
-    raise TypeError(f"a length distribution must be an int or have sample(n, rng), got {spec!r}")
+    raise TypeError(f"{name or 'a length'} must be an int or a length distribution (with "
+                    f"sample(n, rng)), got {spec!r}")

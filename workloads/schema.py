@@ -42,6 +42,26 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _booleans(col) -> np.ndarray:
+    """Where ``col`` holds a boolean (a JSON ``true``, a bool column): not a number of tokens
+    or seconds, though ``pd.to_numeric`` would read it as 1 or 0."""
+    if pd.api.types.is_bool_dtype(col):
+        return np.ones(len(col), dtype=bool)
+    if col.dtype != object:
+        return np.zeros(len(col), dtype=bool)
+    return np.fromiter((isinstance(x, (bool, np.bool_)) for x in col), dtype=bool,
+                       count=len(col))
+
+
+def _has(value) -> str:
+    """A bad cell in a message: ``has -200``, or ``has no value`` (an empty CSV cell, a key a
+    JSONL line lacks, a NaN), not ``has nan``."""
+    value = _plain(value)
+    if value is None or value is pd.NA or isinstance(value, float) and value != value:
+        return "has no value"
+    return f"has {value!r}"
+
+
 def _seconds(col) -> np.ndarray:
     """``arrival_time`` as float seconds: timestamps since the earliest, durations as seconds,
     numbers as they are (anything else NaN, reported by the caller)."""
@@ -74,12 +94,11 @@ def validate(df, *, source=None) -> pd.DataFrame:
     out = df.copy(deep=False)
     out.attrs = dict(df.attrs)
     arrival = _seconds(out["arrival_time"])
-    bad = ~np.isfinite(arrival) | (arrival < 0)
+    bad = ~np.isfinite(arrival) | (arrival < 0) | _booleans(out["arrival_time"])
     if bad.any():
         i = _first_bad(bad)
-        raise ValueError(f"{where}arrival_time: row {i} has "
-                         f"{_plain(df['arrival_time'].iloc[i])!r} (must be a finite number of "
-                         f"seconds >= 0)")
+        raise ValueError(f"{where}arrival_time: row {i} {_has(df['arrival_time'].iloc[i])} "
+                         f"(must be a finite number of seconds >= 0)")
     if len(arrival) > 1:
         dec = np.diff(arrival) < 0
         if dec.any():
@@ -91,11 +110,12 @@ def validate(df, *, source=None) -> pd.DataFrame:
     for col in ("num_prompt_tokens", "num_output_tokens"):
         raw = out[col]
         vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(vals) | (vals < 1) | (vals > MAX_TOKENS) | (vals != np.round(vals))
+        bad = ~np.isfinite(vals) | (vals < 1) | (vals > MAX_TOKENS) | (vals != np.round(vals)) \
+            | _booleans(raw)
         if bad.any():
             i = _first_bad(bad)
-            raise ValueError(f"{where}{col}: row {i} has {_plain(raw.iloc[i])!r} (must be an "
-                             f"integer from 1 to 2**53)")
+            raise ValueError(f"{where}{col}: row {i} {_has(raw.iloc[i])} (must be an integer "
+                             f"from 1 to 2**53)")
         out[col] = vals.astype(np.int64)
     if "acceptance_rate" in out.columns:
         raw = out["acceptance_rate"]

@@ -270,11 +270,17 @@ _READ_ERRORS = (ValueError, TypeError, KeyError, IndexError, OSError, EOFError, 
                 zlib.error, pd.errors.ParserError, pd.errors.EmptyDataError)
 
 
+_AS_READ = {"num_prompt_tokens": object, "num_output_tokens": object}
+
+
 def _read_file(path, suffix) -> pd.DataFrame:
     if suffix.startswith(".csv"):
         return pd.read_csv(path)
-    if suffix.startswith(".json"):
-        return pd.read_json(path, lines=suffix.startswith(".jsonl"))
+    if suffix.startswith(".json"):  # (counts as read: JSON's true is no 1; validate says so)
+        df = pd.read_json(path, lines=suffix.startswith(".jsonl"), dtype=_AS_READ)
+        if isinstance(df, pd.DataFrame) and df.empty and not len(df.columns):
+            raise pd.errors.EmptyDataError
+        return df
     import pyarrow
     try:
         return pd.read_parquet(path)

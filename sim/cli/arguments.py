@@ -71,6 +71,16 @@ def output_folder(path, name="--output") -> Path:
     return Path(path)
 
 
+def out_named(error, parquet, folder, shown) -> ValueError:
+    """A library error naming ``out=`` (a sweep's or plan's parquet file) in the words the
+    user typed: the ``--output`` flag or the file's ``output`` key, and the folder given."""
+    said = f"out={str(parquet)!r}"
+    if said not in str(error):
+        return error
+    return ValueError(str(error).replace(said, f"{shown} {str(folder)!r}: its "
+                                               f"{Path(parquet).name}", 1))
+
+
 def output_file(path, name="--output") -> Path:
     """Check the file ``path`` can be written, its folder created if missing."""
     if isinstance(path, str) and not path.strip():

@@ -28,6 +28,12 @@ def _num(value, spec) -> str:
     return "n/a" if value is None or value != value else format(value, spec)
 
 
+def _tokens_per_s(value) -> str:
+    """A token throughput: whole tokens from 1/s up (``3,085``), else three figures (a run of
+    requests hours apart printed ``0 output tok/s`` beside ``8.88e-10 req/s``)."""
+    return _num(value, ",.0f" if value is not None and value >= 1 else ".3g")
+
+
 def format_summary(summary, max_batch_size=None, prefix_caching=None,
                    names_prefixes=True, lora=None) -> str:
     """The summary as the aligned plain-text table ``sim run`` prints (units in the labels;
@@ -51,8 +57,8 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
     slots = f" of {max_batch_size:,}" if max_batch_size else ""
     rows += [
         ("throughput", f"{_num(summary['request_throughput'], '.3g')} req/s, "
-                       f"{_num(summary['output_token_throughput'], ',.0f')} output tok/s, "
-                       f"{_num(summary['total_token_throughput'], ',.0f')} total tok/s"),
+                       f"{_tokens_per_s(summary['output_token_throughput'])} output tok/s, "
+                       f"{_tokens_per_s(summary['total_token_throughput'])} total tok/s"),
         *([("cost", _cost(summary))] if "avg_power_watts" in summary else []),
         ("batch", f"{summary['mean_batch_size']:.1f} requests running on average{slots} "
                   f"({summary['slot_utilization']:.0%} of the batch slots)"),

@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 
 from ..checks import plural
-from .arguments import number, output_folder
+from .arguments import number, out_named, output_folder
 from .build import build_rescaled
 from .settings import Names, add_flags, given_value, read_toml, settings_from
 from .table import BY_KEY, SHARED
@@ -113,15 +113,6 @@ def _dask_named(error, address) -> ValueError:
     return ValueError(str(error).replace(f"client={address!r}", f"--dask {address!r}", 1))
 
 
-def _out_named(error, parquet, folder, shown) -> ValueError:
-    """A library error naming ``out=`` (the plan file) in the words the user typed: the
-    ``--output`` flag or the file's ``output`` key, and the folder given."""
-    said = f"out={str(parquet)!r}"
-    if said not in str(error):
-        return error
-    return ValueError(str(error).replace(said, f"{shown} {str(folder)!r}: its plan.parquet", 1))
-
-
 def cmd_plan(args) -> int:
     from ..tools.plan import plan
     from ..tools.plan_space import SpaceValueError
@@ -154,7 +145,7 @@ def cmd_plan(args) -> int:
         raise ValueError(f"{args.config}: space.{keys[e.key]} value {e.value!r} is invalid on "
                          f"its own (so in every candidate): {e.reason}") from None
     except ValueError as e:
-        raise _out_named(_dask_named(e, args.dask), kwargs["out"], out,
+        raise out_named(_dask_named(e, args.dask), kwargs["out"], out,
                          names("output")) from None
     Path(out).mkdir(parents=True, exist_ok=True)
     table.to_csv(Path(out) / "plan.csv", index=False)

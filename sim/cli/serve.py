@@ -12,14 +12,15 @@ Runs until SIGINT/SIGTERM (:mod:`sim.serve`). Needs the ``serve`` extra.
 from __future__ import annotations
 
 import math
+import socket
 import sys
 
 from .build import as_written, config_from
 from .settings import Names, add_flags, settings_from
 from .table import rows_for
 
-# sim run's settings that are no engine's
-NOT_HERE = ("usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts")
+# sim run's settings that are no engine's (bands: the reruns of a finished run, not a live one)
+NOT_HERE = ("usd_per_gpu_hour", "gpu_idle_watts", "gpu_max_watts", "bands")
 TARGETS = ("config", "cost", "speculative")
 
 
@@ -31,6 +32,11 @@ def cmd_serve(args) -> int:
         raise ValueError(f"--time-scale must be a number > 0, got {args.time_scale}")
     if args.max_concurrency is not None and args.max_concurrency < 1:
         raise ValueError(f"--max-concurrency must be >= 1, got {args.max_concurrency}")
+    try:  # (uvicorn's own failure came after the banner, as a log line)
+        socket.getaddrinfo(args.host, args.port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        raise ValueError(f"--host {args.host!r} is no address to listen on "
+                         f"({getattr(e, 'strerror', None) or e})") from None
     names = Names(None)
     s = settings_from(args, names, "run")
     try:

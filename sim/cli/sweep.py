@@ -22,7 +22,7 @@ import functools
 from pathlib import Path
 
 from ..checks import plural
-from .arguments import number, output_folder
+from .arguments import number, out_named, output_folder
 from .build import build_rescaled, parts, seed_changes_nothing
 from .settings import Names, add_flags, given_value, settings_from
 from .table import BY_KEY
@@ -108,11 +108,10 @@ def cmd_sweep(args) -> int:
         raise ValueError(f"{e.lost} of {e.total} points lost: their worker process died "
                          f"({e.why}); the finished ones are in {out}/sweep.parquet: run the "
                          f"same command again to run the lost ones (a resume)") from None
-    except ValueError as e:  # the library names its argument (client=): name the flag
-        if args.dask is None:
-            raise
-        raise ValueError(str(e).replace(f"client={args.dask!r}", f"--dask {args.dask!r}", 1)) \
-            from None
+    except ValueError as e:  # the library names its arguments (client=, out=): name the flags
+        if args.dask is not None:
+            e = ValueError(str(e).replace(f"client={args.dask!r}", f"--dask {args.dask!r}", 1))
+        raise out_named(e, Path(out) / "sweep.parquet", out, names("output")) from None
     Path(out).mkdir(parents=True, exist_ok=True)
     with atomic_path(Path(out) / "sweep.csv") as tmp:
         table.to_csv(tmp, index=False)

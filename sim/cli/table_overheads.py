@@ -10,6 +10,8 @@ check (an error naming the scheduler).
 
 from __future__ import annotations
 
+import math
+
 from .setting import Setting as S
 
 SPEC = "REQUEST_MS,ITER_US,SEQ_US,sync|overlap"
@@ -30,6 +32,10 @@ def engine_overheads(shown, value):
     except ValueError:
         raise ValueError(f"{shown} {value!r}: the three times must be numbers "
                          f"({SPEC})") from None
+    for term, text, x in zip(SPEC.split(",")[:3], parts, (ms, iter_us, seq_us)):
+        if not (math.isfinite(x) and x >= 0):  # (in the unit written, not seconds)
+            raise ValueError(f"{shown} {value!r}: {term} must be a finite number >= 0, got "
+                             f"{text}")
     from ..costs.overheads import EngineOverheads
     try:
         return EngineOverheads(per_request_s=ms * 1e-3, per_iter_s=iter_us * 1e-6,

@@ -48,14 +48,16 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                    config.free_gpu_memory_fraction if isinstance(config.scheduler, str)
                    else getattr(policy, "free_gpu_memory_fraction", None)),
                **({"max_num_batched_tokens": tokens} if tokens else {})}
-    budget = memory_budget(model, get_gpu(gpu).memory_gb, tensor_parallel=tp,
-                           weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype,
-                           gpu_memory_utilization=util,
-                           block_size=config.block_size,
-                           overhead_gb=draft_weights + lora_gb,
-                           expert_parallel=config.expert_parallel,
-                           expert_weight_dtype=config.expert_weight_dtype,
-                           accounting=accounting, **trt)
+    terms = dict(tensor_parallel=tp, weight_dtype=config.weight_dtype, kv_dtype=config.kv_dtype,
+                 gpu_memory_utilization=util, block_size=config.block_size,
+                 expert_parallel=config.expert_parallel,
+                 expert_weight_dtype=config.expert_weight_dtype, accounting=accounting, **trt)
+    memory_gb = get_gpu(gpu).memory_gb
+    budget = memory_budget(model, memory_gb, overhead_gb=draft_weights + lora_gb, **terms)
+    if not budget.fits and draft is not None:  # the draft's fault only if the model alone fits
+        alone = memory_budget(model, memory_gb, overhead_gb=lora_gb, **terms)
+        if not alone.fits:
+            budget, draft = alone, None
     if not budget.fits and draft is not None:
         raise ValueError(f"draft_model {draft.name!r} ({draft_weights:.1f} GB of "
                          f"weights per GPU at {config.weight_dtype}) beside model "

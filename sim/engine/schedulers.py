@@ -80,6 +80,12 @@ def resolve(config):
     return _fill(config, {**ENGINE_DEFAULTS, **(defaults(config) if defaults else {})}), scheduler
 
 
+# sim run's settings that are no SimConfig field: where the API takes them
+_LOAD = "the workload's: workloads.load(NAME, n=N, rate=R) or workloads.scale_to_rate(df, R)"
+ELSEWHERE = {"rate": _LOAD, "n": _LOAD, "num_requests": _LOAD,
+             "slo": "the summary's: result.summary(slo={'ttft': 2.0}) (sim.max_rate's too)"}
+
+
 def override(config, **over):
     """``dataclasses.replace(config, **over)``, where a knob that sizes the KV pool
     (``kv_blocks``, ``kv_tokens``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``)
@@ -91,8 +97,9 @@ def override(config, **over):
     fields = [f.name for f in dataclasses.fields(config)]
     unknown = sorted(set(over) - set(fields))
     if unknown:  # replace's own error names the field but not the one meant
-        raise TypeError(f"unknown SimConfig field(s) {unknown}"
-                        f"{did_you_mean(unknown[0], fields)}")
+        where = ELSEWHERE.get(unknown[0])
+        raise TypeError(f"unknown SimConfig field(s) {unknown}" + (
+            f": {unknown[0]} is {where}" if where else did_you_mean(unknown[0], fields)))
     if any(k in over for k in SIZING):
         over = {**{k: None for k in SIZING}, **over}
     return dataclasses.replace(config, **over)

@@ -96,20 +96,23 @@ ROUTER_UNUSED = ("router={router!r} routes nothing: there is one replica (give r
                  "N >= 2, or drop the router)")
 EPOCH_S = 1e8  # a first arrival past ~3 years: a timestamp, not a trace's own clock
 MS_GAP = 50.0  # integer times this far apart (median gap, s): milliseconds, likely
+DRAWN_GAPS = 1e3  # a drawn first arrival past this many mean gaps: exp(-1000), never
 RESOLUTION_S = 1e-6  # float64's spacing at the last arrival beyond this: latencies lose digits
 
 
-def arrival_warning(t) -> str | None:
+def arrival_warning(t, rate=None) -> str | None:
     """What looks wrong with the arrival times ``t`` (seconds, sorted or not), or None: epoch
     stamps (a first arrival past ``EPOCH_S``), milliseconds read as seconds (integers with a
     median gap of ``MS_GAP`` s or more, not evenly spaced), or times so large (a rate of
     1e-300 req/s) that float64 cannot resolve a microsecond there, so TTFT, ITL and E2E read
-    as 0."""
+    as 0. ``rate``: the rate a generator drew them at (``attrs["arrival_rate"]``), whose
+    first arrival past ``EPOCH_S`` is no timestamp when within ``DRAWN_GAPS`` mean gaps (at
+    1e-9 req/s it comes at ~1e9 s; 1e9 s added to arrivals drawn at 7 req/s still warns)."""
     t = np.asarray(t, dtype=np.float64)
     if not len(t):
         return None
     first, last = float(t.min()), float(t.max())
-    if first > EPOCH_S:
+    if first > EPOCH_S and not (rate and first * rate <= DRAWN_GAPS):
         unit = "milliseconds" if first > EPOCH_S * 1e3 else "seconds"
         return (f"arrival times start at {first:.6g} s: they look like epoch timestamps (in "
                 f"{unit} since 1970); give them from the first request (arrival_time - its "
@@ -257,7 +260,9 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
                                   config.prefix_caching,
                                   speculative=config.speculative is not None)
     assign_adapters(df, requests, config.lora)  # LoRA: each request's adapter (kv.lora)
-    odd = None if config.closed_loop is not None else arrival_warning(df["arrival_time"])
+    from workloads.arrivals import nominal_rate  # (a drawn workload's rate, if it is one)
+    odd = None if config.closed_loop is not None else arrival_warning(
+        df["arrival_time"], nominal_rate(df, warn=False))
     if odd:
         warnings.warn(odd, UserWarning, stacklevel=2)
     unit = cache_unit(df, config)

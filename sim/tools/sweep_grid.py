@@ -10,7 +10,8 @@ cartesian product of the values, in the grid's order (the first field varies slo
 Invariants: :func:`check_grid` builds every point's config (:func:`point_config`) before any
 point runs, so a bad value raises here naming the point; a misspelt field gets a did-you-mean; a
 ``rate`` beside a closed loop is refused (its users ignore it). What fails only when a point
-runs (a model that does not fit its GPU) is that point's error row, not an error here.
+runs (a model that does not fit its GPU) is that point's error row, not an error here; an
+unknown model or GPU name is an error here.
 """
 
 from __future__ import annotations
@@ -91,6 +92,19 @@ def _owner_class(owner):
     return SpeculativeConfig
 
 
+NAMED = ("model", "gpu", "draft_model")  # grid fields naming a preset (or a config.json)
+
+
+def _check_names(point) -> None:
+    """A point's model, GPU or draft model that is no preset (nor a model's config.json):
+    a typo, refused before anything runs, not the error row of every point it is in."""
+    from ..specs.gpus import get_gpu
+    from ..specs.models import get_model
+    for key in NAMED:
+        if isinstance(point.get(key), str):
+            (get_gpu if key == "gpu" else get_model)(point[key])
+
+
 def _shown(point) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in point.items())
 
@@ -138,6 +152,7 @@ def check_grid(workload, grid, base=None) -> list[dict]:
     for point in points:
         try:
             config = point_config(base, point)
+            _check_names(point)
         except (ValueError, TypeError) as e:
             raise type(e)(f"grid point {_shown(point)}: {e}") from None
         if point.get("rate") is not None and config.closed_loop is not None:
