@@ -29,11 +29,20 @@ mode). The model (tests/test_radix_tiers.py):
   the rest of its prompt priced alone by the run's cost model (a bound: batched with others
   its prefill takes longer and hides more; the prefill itself is then charged in full).
 
+- **The first tier keeps the GPU's nodes.** Its copy of a node the tree still holds is never
+  evicted (SGLang's ``HiRadixCache.evict_host`` evicts only nodes already evicted from the
+  device, ``if not x.evicted: continue``): under write-through that copy is the node's only
+  way into the tier (an eviction stores nothing), so dropping it lost the node. When every
+  entry is such a copy the store is refused (``write_backup`` finds no host room: the node is
+  not backed up), the node passes on to the next tier, and a selective policy tries again at
+  its next use (HiCache retries at each hit past the threshold).
+
 Deviations: a node is a tier entry whatever its fill, so a partly filled node (a prompt's or
-answer's end) takes a whole node's capacity, bytes and link time; a tier may drop a node the
-GPU still holds (SGLang's host pool keeps the copy of every device-resident node, HiCache's
-``--hicache-ratio`` > 1), as in block mode; an L3 hit is promoted into the first tier as it is
-read (HiCache prefetches L3 -> L2 while the request waits: the same total, one queue).
+answer's end) takes a whole node's capacity, bytes and link time; a kept copy met at the
+tier's eviction end moves to its most recent end (HiCache orders host leaves by last access);
+an L3 hit is promoted into the first tier as it is read (HiCache prefetches L3 -> L2 while
+the request waits: the same total, one queue). Block mode (:mod:`sim.engine.kv.tiers`) may
+still drop a block the GPU holds: write-back stores it again when the GPU evicts it.
 
 Invariant: a tier capacity of 0 holds nothing (bit-identical to no tier); the tokens a hit
 loads were computed on the GPU under the same chain keys.
@@ -60,7 +69,9 @@ class RadixTierChain(TierChain):
 
     def manager(self, kv_blocks, block_size, tier=None):
         """The radix pool that feeds this chain (``Replica`` builds its pool through it)."""
-        return TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
+        pool = TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
+        self.stores[0].keep = pool._len.__contains__  # the GPU's nodes stay (HiCache)
+        return pool
 
     def note(self, nodes, lens) -> None:
         """``nodes`` enter (or may enter) a tier holding ``lens[node]`` tokens each."""

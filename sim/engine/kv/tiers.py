@@ -167,13 +167,13 @@ class TierChain:
         for k in keys:
             if k in first:
                 continue
-            n = uses.get(k, 0) + 1
+            n = uses[k] = uses.get(k, 0) + 1
             if n >= self.threshold:
-                uses.pop(k, None)
                 due.append(k)
-            else:
-                uses[k] = n
         self._put(0, due)
+        for k in due:  # (one the first tier refused keeps its count: tried at its next use)
+            if k in first:
+                del uses[k]
 
     def _tier_of(self, key) -> int:
         for i, s in enumerate(self.stores):
