@@ -89,7 +89,7 @@ class PrefixHits:
         if not self.radix:
             return self.tier.hits(keys, nodes, min(len(keys), (r.prefill_target - 1) // bs))
         limit = min(self._named(r), r.prefill_target - 1) // bs * bs
-        return self.tier.radix_hits(keys, cached, nodes, limit)[0]
+        return self.tier.radix_hits(keys, cached, nodes, limit, r.arrival_time, self.now)[0]
 
     def _unpin_last(self, nodes, num_tokens, cached):
         """Radix mode: a hit's partly matched last node left unreferenced; its matched tokens

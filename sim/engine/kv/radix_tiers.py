@@ -66,6 +66,8 @@ class RadixTierChain(TierChain):
         self.min_tokens = setting.load_threshold
         # prefill(r, tokens) -> seconds: the rest of r's prefill priced alone (overlap)
         self.prefill = prefill if getattr(setting, "layer_overlap", False) else None
+        self.prefetch_policy = getattr(setting, "prefetch_policy", None)
+        self.last_wait = 0.0  # the prefetch wait the last radix_hits decided
 
     def manager(self, kv_blocks, block_size, tier=None):
         """The radix pool that feeds this chain (``Replica`` builds its pool through it)."""
@@ -81,23 +83,33 @@ class RadixTierChain(TierChain):
             if tokens.get(c, 0) < n:
                 tokens[c] = n
 
-    def radix_hits(self, keys, cached: int, nodes: int, limit: int):
+    def radix_hits(self, keys, cached: int, nodes: int, limit: int, start: float = 0.0,
+                   now: float = 0.0):
         """``(tokens, nodes)`` the tiers hold after a GPU match of ``cached`` tokens over
         ``nodes`` nodes (continued only from a node boundary), at most ``limit`` tokens in
-        all; ``(0, 0)`` below the load threshold."""
+        all; ``(0, 0)`` below the load threshold. With a prefetch policy, of a request that
+        arrived at ``start``, asked at ``now``: only the nodes the policy lets it use
+        (:meth:`prefetch`; its wait is left in ``last_wait``)."""
         unit = self.unit
+        self.last_wait = 0.0
         if self.empty or cached != nodes * unit or cached >= limit:
             return 0, 0
         tokens, n, m = self.tokens, nodes, cached
+        took = []
         while m < limit and n < len(keys):
             c = keys[n]
             held = tokens.get(c, 0)
-            if not held or self._tier_of(c) < 0:
+            tier = self._tier_of(c)
+            if not held or tier < 0:
                 break
-            m += min(held, limit - m)
+            took.append((c, tier, min(held, limit - m)))
+            m += took[-1][2]
             n += 1
             if held < unit:
                 break
+        if self.prefetch_policy is not None and took:
+            usable, self.last_wait = self.prefetch(took, start, now)
+            m = cached + sum(t for _c, _k, t in took[:usable])
         got = (m - cached) // self.page * self.page
         if self.chunk_blocks > 1:  # whole chunks of the prompt (LMCache's; HiCache has none)
             got = max(0, (cached + got) // (self.chunk_blocks * unit) * self.chunk_blocks
@@ -105,6 +117,45 @@ class RadixTierChain(TierChain):
         if not got or got < self.min_tokens:
             return 0, 0
         return got, -(-got // unit)
+
+
+    def prefetch(self, took, start: float, now: float):
+        """``(usable, wait)``: how many of the hit's nodes ``took`` (``(node, tier, tokens)``,
+        in order) a request arrived at ``start`` may use when admitted at ``now``, and how
+        long it waits first. Its nodes below the first tier were prefetched into it from
+        ``start`` on (SGLang starts the L3 -> L2 prefetch when a request is queued): after
+        their tiers' latency, one node after the other at each tier's read bandwidth (its
+        own path, not the GPU link). ``best_effort``: what arrived by ``now``, no wait;
+        ``wait_complete``: all, waiting until the last arrived; ``timeout``: all if they
+        arrive by the deadline (``prefetch_timeout_base + per_ki_token * tokens / 1024``
+        after ``start``), else what arrived by then, waiting until it (SGLang's
+        ``can_terminate_prefetch``)."""
+        lower = [(i, k, t) for i, (_c, k, t) in enumerate(took) if k > 0]
+        if not lower:
+            return len(took), 0.0
+        tiers, bytes_ = self.tiers, self.block_bytes
+        latency = max(tiers[k].latency for _i, k, _t in lower)
+        arrive, t = [], start + latency
+        for _i, k, _t in lower:
+            t += bytes_ / (tiers[k].read_gbps * 1e9)
+            arrive.append(t)
+        done = arrive[-1]
+        policy, setting = self.prefetch_policy, self.setting
+        if policy == "wait_complete":
+            return len(took), max(0.0, done - now)
+        if policy == "timeout":
+            tokens = sum(tk for _i, _k, tk in lower)
+            deadline = start + setting.prefetch_timeout_base + \
+                setting.prefetch_timeout_per_ki_token * tokens / 1024
+            if done <= max(now, deadline):
+                return len(took), max(0.0, done - now)
+            cut = max(now, deadline)
+            wait = cut - now
+        else:  # best_effort
+            cut, wait = now, 0.0
+        arrived = sum(1 for a in arrive if a <= cut)
+        usable = lower[arrived][0] if arrived < len(lower) else len(took)
+        return usable, wait
 
 
 class TieredRadixBlockManager(RadixBlockManager):
