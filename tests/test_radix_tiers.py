@@ -158,11 +158,25 @@ def test_layer_wise_overlap_hides_the_load_under_the_prefill():
         assert load == pytest.approx(250 * NODE / (bw * 1e9))
         assert b.requests["load_time"].iloc[-1] == pytest.approx(max(0.0, load - hit))
         assert over == pytest.approx(max(load, hit)) and over < plain
-    with pytest.raises(ValueError, match="layer_overlap needs prefix_caching='radix'"):
-        sim.run(_df(n=5), kv_offload=_chain(sim.KVTier(1), layer_overlap=True),
-                **{**RADIX, "scheduler": "vllm", "prefix_caching": "block"})
     with pytest.raises(TypeError, match="kv_offload.layer_overlap must be True or False"):
         _chain(sim.KVTier(1), layer_overlap=1)
+
+
+@pytest.mark.parametrize("bw", [2.0, 1000.0])
+def test_layer_wise_overlap_in_block_mode_has_the_radix_modes_semantics(bw):
+    """The same pair under vLLM's block cache (16-token blocks, a 300-block pool): the
+    request waits max(latency, load - prefill of the rest alone), its TTFT then
+    max(load, GPU-hit TTFT); without the flag it waits the whole load."""
+    block = dict(RADIX, scheduler="vllm", prefix_caching="block", kv_blocks=300)
+    hit, _ = offload_one(None, True, **block)
+    plain, a = offload_one(_chain(sim.KVTier(10, read_gbps=bw)), False, **block)
+    over, b = offload_one(_chain(sim.KVTier(10, read_gbps=bw), layer_overlap=True), False,
+                          **block)
+    load = a.requests["load_time"].iloc[-1]
+    assert load == pytest.approx(250 * NODE / (bw * 1e9))
+    assert b.requests["load_time"].iloc[-1] == pytest.approx(max(0.0, load - hit))
+    assert over == pytest.approx(max(load, hit)) and over <= plain
+    assert b.requests["num_offload_tokens"].iloc[-1] == 4000
 
 
 def test_cli_runs_hicache_under_sglang(tmp_path, monkeypatch):

@@ -50,7 +50,7 @@ ROWS = (
       default_help="default: the preset's, else unlimited"),
     S("offload_layer_overlap", ("--offload-layer-overlap",), ("kv_tiers",), "layer_overlap",
       parse=bool, check=typed(bool, "true or false"),
-      help="offload tiers under the radix cache (SGLang HiCache): a load overlaps the "
+      help="offload tiers (SGLang HiCache's; radix or block cache): a load overlaps the "
            "request's prefill layer by layer, so it waits only what the prefill's compute "
            "cannot hide", default_help="default: off"),
     S("offload_prefetch_policy", ("--offload-prefetch-policy",), ("kv_tiers",),

@@ -274,14 +274,12 @@ def offload_tier(config, policy=None, cache_unit=None):
     if getattr(setting, "prefetch_policy", None) is not None:
         raise ValueError("kv_offload.prefetch_policy needs prefix_caching='radix' (HiCache's), "
                          f"got prefix_caching={config.prefix_caching!r}")
-    if getattr(setting, "layer_overlap", False):
-        raise ValueError("kv_offload.layer_overlap needs prefix_caching='radix' (HiCache's), "
-                         "got prefix_caching='block'")
     if isinstance(setting, KVTier) and setting.eviction == "lru":
         return OffloadTier(setting, block)
     if isinstance(setting, KVTier):  # ARC: a one-tier chain
         setting = KVTierChain((setting,))
-    return TierChain(setting, block, config.block_size)
+    return TierChain(setting, block, config.block_size,
+                     prefill_pricer(config) if setting.layer_overlap else None)
 
 
 def prefill_pricer(config):

@@ -27,7 +27,11 @@ mode). The model (tests/test_radix_tiers.py):
   ``i + 1`` runs under the compute of layer ``i``, so the request waits only the part of the
   load its prefill's compute cannot hide: ``max(latency, load - prefill_seconds(rest))``, with
   the rest of its prompt priced alone by the run's cost model (a bound: batched with others
-  its prefill takes longer and hides more; the prefill itself is then charged in full).
+  its prefill takes longer and hides more; the prefill itself is then charged in full). Block
+  mode has the same rule (``KVHandoff._admit_loading``).
+- **Prefetch policies** (``KVTierChain.prefetch_policy``, SGLang's
+  ``--hicache-storage-prefetch-policy``; None: the lower tiers are read at admission and
+  waited for): :meth:`RadixTierChain.prefetch`.
 
 - **The first tier keeps the GPU's nodes.** Its copy of a node the tree still holds is never
   evicted (SGLang's ``HiRadixCache.evict_host`` evicts only nodes already evicted from the
@@ -60,12 +64,10 @@ class RadixTierChain(TierChain):
     """One replica's chain of tiers under the radix tree (see the module docstring)."""
 
     def __init__(self, setting, node_bytes: float, unit: int, page: int, prefill=None):
-        super().__init__(setting, node_bytes, unit)
+        super().__init__(setting, node_bytes, unit, prefill)
         self.unit, self.page = unit, page
         self.tokens = {}  # node -> tokens its tier copy holds (stale once dropped: harmless)
         self.min_tokens = setting.load_threshold
-        # prefill(r, tokens) -> seconds: the rest of r's prefill priced alone (overlap)
-        self.prefill = prefill if getattr(setting, "layer_overlap", False) else None
         self.prefetch_policy = getattr(setting, "prefetch_policy", None)
         self.last_wait = 0.0  # the prefetch wait the last radix_hits decided
 

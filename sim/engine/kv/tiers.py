@@ -58,7 +58,8 @@ class KVTierChain:
     the tiers'); ``chunk_tokens``: hits in whole chunks of this many tokens (0: blocks; a
     multiple of the block size); ``load_threshold``: tier hits shorter than this many tokens
     are recomputed, not loaded (0: every hit loads); ``layer_overlap``: a load overlaps the
-    request's prefill layer by layer (HiCache's; radix mode only:
+    request's prefill layer by layer (HiCache's: the request waits only
+    ``max(latency, load - prefill of the rest alone)``, radix and block mode alike:
     :mod:`sim.engine.kv.radix_tiers`); ``name``: a label (a preset's);
     ``prefetch_policy``: how a request whose hit reaches below the first tier waits for its
     prefetch into the first tier, started at its arrival (SGLang HiCache's
@@ -118,8 +119,11 @@ class TierChain:
     :class:`~sim.engine.kv.offload.OffloadTier`: ``store``, ``hits``, ``load``, and the block
     manager's hooks ``computed`` and ``used``."""
 
-    def __init__(self, setting: KVTierChain, block_bytes: float, block_size: int):
+    def __init__(self, setting: KVTierChain, block_bytes: float, block_size: int,
+                 prefill=None):
         self.setting = setting
+        # prefill(r, tokens) -> seconds: the rest of r's prefill priced alone (layer overlap)
+        self.prefill = prefill if getattr(setting, "layer_overlap", False) else None
         self.block_bytes = block_bytes
         self.block_size = block_size
         self.tiers = setting.tiers
