@@ -158,11 +158,25 @@ def test_layer_wise_overlap_hides_the_load_under_the_prefill():
         assert load == pytest.approx(250 * NODE / (bw * 1e9))
         assert b.requests["load_time"].iloc[-1] == pytest.approx(max(0.0, load - hit))
         assert over == pytest.approx(max(load, hit)) and over < plain
-    with pytest.raises(ValueError, match="layer_overlap needs prefix_caching='radix'"):
-        sim.run(_df(n=5), kv_offload=_chain(sim.KVTier(1), layer_overlap=True),
-                **{**RADIX, "scheduler": "vllm", "prefix_caching": "block"})
     with pytest.raises(TypeError, match="kv_offload.layer_overlap must be True or False"):
         _chain(sim.KVTier(1), layer_overlap=1)
+
+
+@pytest.mark.parametrize("bw", [2.0, 1000.0])
+def test_layer_wise_overlap_in_block_mode_has_the_radix_modes_semantics(bw):
+    """The same pair under vLLM's block cache (16-token blocks, a 300-block pool): the
+    request waits max(latency, load - prefill of the rest alone), its TTFT then
+    max(load, GPU-hit TTFT); without the flag it waits the whole load."""
+    block = dict(RADIX, scheduler="vllm", prefix_caching="block", kv_blocks=300)
+    hit, _ = offload_one(None, True, **block)
+    plain, a = offload_one(_chain(sim.KVTier(10, read_gbps=bw)), False, **block)
+    over, b = offload_one(_chain(sim.KVTier(10, read_gbps=bw), layer_overlap=True), False,
+                          **block)
+    load = a.requests["load_time"].iloc[-1]
+    assert load == pytest.approx(250 * NODE / (bw * 1e9))
+    assert b.requests["load_time"].iloc[-1] == pytest.approx(max(0.0, load - hit))
+    assert over == pytest.approx(max(load, hit)) and over <= plain
+    assert b.requests["num_offload_tokens"].iloc[-1] == 4000
 
 
 def test_cli_runs_hicache_under_sglang(tmp_path, monkeypatch):
@@ -172,3 +186,51 @@ def test_cli_runs_hicache_under_sglang(tmp_path, monkeypatch):
                  "sglang", "--kv-blocks", "32000", "--offload-gb", "2", "--offload-preset",
                  "hicache", "--offload-lower-gb", "20", "--offload-layer-overlap", "-q"]) == 0
     assert "offload_tier1_hit_rate" in (tmp_path / "sim-out" / "summary.json").read_text()
+
+
+@pytest.mark.parametrize("eviction", ["lru", "arc"])
+def test_the_first_tier_keeps_the_copy_of_a_node_the_gpu_holds(eviction):
+    """HiCache's host pool evicts only nodes the device has evicted (``evict_host``: ``if not
+    x.evicted: continue``). Write-through, a first tier of 2 nodes: request 0's 3 nodes enter
+    it as they are computed, all still on the GPU; the third is refused (before: the first
+    was dropped for it, and write-through never stores it again, so the prefix was lost to
+    the tier). Request 1 (no hash ids: it never touches the tree or the tier) evicts them
+    from the 100-token GPU pool; request 2 asks again and loads the first 2 nodes."""
+    import pandas as pd
+    df = pd.DataFrame([(0.0, 48, 1, [1, 2, 3]), (5.0, 90, 1, None), (10.0, 48, 1, [1, 2, 3])],
+                      columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                               "hash_ids"])
+    df.attrs["block_size"] = 16
+    chain = _chain(sim.KVTier(2 * NODE / 1e9, INF, INF, eviction=eviction),
+                   write_policy="write_through")
+    res = sim.run(df, kv_offload=chain, **{**RADIX, "kv_blocks": 100})
+    req = res.requests
+    assert req["num_offload_tokens"].tolist() == [0, 0, 32]
+    assert req["num_cached_tokens"].tolist() == [0, 0, 32]
+    assert res.summary()["offload_bytes_stored"] == pytest.approx(2 * NODE)  # 3rd: refused
+
+
+def test_a_full_first_tier_of_gpu_copies_refuses_and_passes_the_node_on():
+    """The store's side: a kept key is never evicted; when all are kept the insert is refused
+    (it passes on to the next tier, nothing written), and a selective chain tries it again
+    at its next use."""
+    from sim.engine.kv.tier_stores import ARCStore, LRUStore
+    for store in (LRUStore(2), ARCStore(2)):
+        gpu = {1, 2}
+        store.keep = gpu.__contains__
+        assert store.insert([1, 2])[0] == 2
+        new, out = store.insert([3])
+        assert (new, list(out)) == (0, [3]) and 3 not in store and len(store) == 2
+        gpu.discard(1)  # the GPU evicted node 1: its copy may go now
+        new, out = store.insert([3])
+        assert (new, list(out)) == (1, [1]) and 3 in store and 2 in store
+    chain = RadixTierChain(_chain(sim.KVTier(1 * NODE / 1e9), sim.KVTier(INF),
+                                  write_policy="write_through_selective"), NODE, 16, 1)
+    pool = chain.manager(1000, 1)
+    pool._len.update({7: 16, 8: 16})  # (both on the GPU)
+    chain.used([7, 8])
+    chain.used([7, 8])  # used twice: due; 7 stored, 8 refused (passed on to the next tier)
+    assert 7 in chain.stores[0] and 8 not in chain.stores[0] and 8 in chain.stores[1]
+    del pool._len[7]  # the GPU evicted 7
+    chain.used([8])  # 8's count kept: stored at once
+    assert 8 in chain.stores[0] and 7 not in chain.stores[0]

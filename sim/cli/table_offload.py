@@ -16,6 +16,7 @@ from .setting import Setting as S
 OFFLOAD_PRESETS = ("vllm", "lmcache", "hicache")  # sim.engine.presets.offload's (tested)
 WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")  # kv.tiers'
 EVICTIONS = ("lru", "arc")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # kv.tiers' (tested)
 
 ROWS = (
     S("offload_preset", ("--offload-preset",), ("kv_tiers",), "preset", parse=str.lower,
@@ -49,7 +50,18 @@ ROWS = (
       default_help="default: the preset's, else unlimited"),
     S("offload_layer_overlap", ("--offload-layer-overlap",), ("kv_tiers",), "layer_overlap",
       parse=bool, check=typed(bool, "true or false"),
-      help="offload tiers under the radix cache (SGLang HiCache): a load overlaps the "
+      help="offload tiers (SGLang HiCache's; radix or block cache): a load overlaps the "
            "request's prefill layer by layer, so it waits only what the prefill's compute "
            "cannot hide", default_help="default: off"),
+    S("offload_prefetch_policy", ("--offload-prefetch-policy",), ("kv_tiers",),
+      "prefetch_policy", parse=str.lower, choices=PREFETCH_POLICIES, check=name_any_case,
+      help="offload tiers under the radix cache (SGLang HiCache's storage prefetch policy): a "
+           "request whose hit reaches the lower tier, prefetched from its arrival, starts "
+           "with what arrived (best_effort), waits for all (wait_complete) or at most "
+           "--offload-prefetch-timeout s plus 0.25 s per 1,024 tokens (timeout)",
+      default_help="default: none (the lower tier read at admission, waited for)"),
+    S("offload_prefetch_timeout", ("--offload-prefetch-timeout",), ("kv_tiers",),
+      "prefetch_timeout_base", parse=float, metavar="S", check=at_least_zero,
+      help="offload tiers, --offload-prefetch-policy timeout: the base wait in seconds, >= 0",
+      default_help="default 1 (HiCache's prefetch_timeout_base)"),
 )

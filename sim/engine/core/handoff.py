@@ -86,7 +86,15 @@ class KVHandoff:
         self._hits.pop(r, None)
         # (made recent: not evicted now; a chain queues it on its link behind earlier loads;
         # loaded before its GPU hit's use is stored, which may evict what it loads)
-        seconds = self.tier.load(keys[nodes:nodes + loaded], self.now)
+        tier = self.tier
+        span = keys[nodes:nodes + loaded]
+        overlap = getattr(tier, "prefill", None)
+        if overlap is not None:  # (the tiers it reads, before the load promotes them)
+            latency = max(tier.tiers[tier._tier_of(k)].latency for k in span.tolist())
+        seconds = tier.load(span, self.now)
+        if overlap is not None:  # layer-wise: only the load its prefill's compute cannot hide
+            rest = r.prefill_target - (nodes + loaded) * bs
+            seconds = max(latency, seconds - overlap(r, rest))
         held = keys[:nodes]
         blocks.acquire(held)
         blocks.allocate(loaded)

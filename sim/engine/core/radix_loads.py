@@ -35,7 +35,11 @@ def admit_loading(rep, r, nodes: int, loaded: int) -> bool:
     rep._pins.pop(r, None)
     span = np.array(keys[nodes:nodes - (-loaded // blocks.unit)], dtype=object)  # (.tolist)
     latency = max(tier.tiers[tier._tier_of(c)].latency for c in span.tolist())
-    seconds = tier.load(span, rep.now)  # (before its GPU path's use stores, which may evict)
+    if tier.prefetch_policy is None:  # (before its GPU path's use stores, which may evict)
+        seconds = tier.load(span, rep.now)
+    else:  # its lower tiers' nodes prefetched into the first, waited for per the policy
+        wait = tier.last_wait  # (the _tier_hit just asked decided it)
+        seconds = wait + tier.load(span, rep.now + wait, prefetched=True)
     held = list(keys[:nodes])
     blocks.acquire(held)
     if tier.prefill is not None:  # layer-wise overlap: only the load its compute cannot hide

@@ -271,14 +271,15 @@ def offload_tier(config, policy=None, cache_unit=None):
         chain = setting if isinstance(setting, KVTierChain) else KVTierChain((setting,))
         return RadixTierChain(chain, block * unit / config.block_size, unit, config.block_size,
                               prefill_pricer(config) if chain.layer_overlap else None)
-    if getattr(setting, "layer_overlap", False):
-        raise ValueError("kv_offload.layer_overlap needs prefix_caching='radix' (HiCache's), "
-                         "got prefix_caching='block'")
+    if getattr(setting, "prefetch_policy", None) is not None:
+        raise ValueError("kv_offload.prefetch_policy needs prefix_caching='radix' (HiCache's), "
+                         f"got prefix_caching={config.prefix_caching!r}")
     if isinstance(setting, KVTier) and setting.eviction == "lru":
         return OffloadTier(setting, block)
     if isinstance(setting, KVTier):  # ARC: a one-tier chain
         setting = KVTierChain((setting,))
-    return TierChain(setting, block, config.block_size)
+    return TierChain(setting, block, config.block_size,
+                     prefill_pricer(config) if setting.layer_overlap else None)
 
 
 def prefill_pricer(config):

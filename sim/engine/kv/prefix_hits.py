@@ -37,10 +37,11 @@ class PrefixHits:
         prefix (SGLang's ``inc_lock_ref`` delta; 0 without caching)."""
         if not self.caching or r.block_keys is None:
             return 0
-        nodes = self._hit(r)[1]
+        cached, nodes = self._hit(r)
         blocks = self.blocks
         if not self.radix:  # the lookup _hit just refreshed keeps its free keys
             return blocks.refresh_pinned(self._hits[r])
+        nodes = self._referenced_nodes(r, cached, nodes)
         state = (blocks.num_evictions, blocks.ref_changes, nodes)
         memo = self._pins.get(r)  # valid while no reference and no eviction changed
         if memo is not None and memo[0] == state:
@@ -88,7 +89,7 @@ class PrefixHits:
         if not self.radix:
             return self.tier.hits(keys, nodes, min(len(keys), (r.prefill_target - 1) // bs))
         limit = min(self._named(r), r.prefill_target - 1) // bs * bs
-        return self.tier.radix_hits(keys, cached, nodes, limit)[0]
+        return self.tier.radix_hits(keys, cached, nodes, limit, r.arrival_time, self.now)[0]
 
     def _unpin_last(self, nodes, num_tokens, cached):
         """Radix mode: a hit's partly matched last node left unreferenced; its matched tokens
@@ -96,6 +97,17 @@ class PrefixHits:
         nodes -= 1
         kept = nodes * self.blocks.unit
         return nodes, num_tokens + cached - kept, kept
+
+    def _referenced_nodes(self, r, cached, nodes) -> int:
+        """Radix mode: how many of the ``nodes`` nodes of ``r``'s hit (``cached`` tokens)
+        admitting it would reference: all but a partly matched last node that
+        :meth:`_pins_past_pool` leaves unreferenced (``Replica._admit_cached``). Its pages are
+        then not pinned, so they must not count against the admission either (counted, a
+        request the pool holds alone was refused forever: an empty batch)."""
+        if nodes and cached < nodes * self.blocks.unit and \
+                self._pins_past_pool(r, nodes - 1, cached):
+            return nodes - 1
+        return nodes
 
     def _pins_past_pool(self, r, k, upto) -> bool:
         """Radix mode, ``r``'s cached or computed tokens ending at ``upto``, inside its ``k``-th

@@ -27,13 +27,26 @@ mode). The model (tests/test_radix_tiers.py):
   ``i + 1`` runs under the compute of layer ``i``, so the request waits only the part of the
   load its prefill's compute cannot hide: ``max(latency, load - prefill_seconds(rest))``, with
   the rest of its prompt priced alone by the run's cost model (a bound: batched with others
-  its prefill takes longer and hides more; the prefill itself is then charged in full).
+  its prefill takes longer and hides more; the prefill itself is then charged in full). Block
+  mode has the same rule (``KVHandoff._admit_loading``).
+- **Prefetch policies** (``KVTierChain.prefetch_policy``, SGLang's
+  ``--hicache-storage-prefetch-policy``; None: the lower tiers are read at admission and
+  waited for): :meth:`RadixTierChain.prefetch`.
+
+- **The first tier keeps the GPU's nodes.** Its copy of a node the tree still holds is never
+  evicted (SGLang's ``HiRadixCache.evict_host`` evicts only nodes already evicted from the
+  device, ``if not x.evicted: continue``): under write-through that copy is the node's only
+  way into the tier (an eviction stores nothing), so dropping it lost the node. When every
+  entry is such a copy the store is refused (``write_backup`` finds no host room: the node is
+  not backed up), the node passes on to the next tier, and a selective policy tries again at
+  its next use (HiCache retries at each hit past the threshold).
 
 Deviations: a node is a tier entry whatever its fill, so a partly filled node (a prompt's or
-answer's end) takes a whole node's capacity, bytes and link time; a tier may drop a node the
-GPU still holds (SGLang's host pool keeps the copy of every device-resident node, HiCache's
-``--hicache-ratio`` > 1), as in block mode; an L3 hit is promoted into the first tier as it is
-read (HiCache prefetches L3 -> L2 while the request waits: the same total, one queue).
+answer's end) takes a whole node's capacity, bytes and link time; a kept copy met at the
+tier's eviction end moves to its most recent end (HiCache orders host leaves by last access);
+an L3 hit is promoted into the first tier as it is read (HiCache prefetches L3 -> L2 while
+the request waits: the same total, one queue). Block mode (:mod:`sim.engine.kv.tiers`) may
+still drop a block the GPU holds: write-back stores it again when the GPU evicts it.
 
 Invariant: a tier capacity of 0 holds nothing (bit-identical to no tier); the tokens a hit
 loads were computed on the GPU under the same chain keys.
@@ -51,16 +64,18 @@ class RadixTierChain(TierChain):
     """One replica's chain of tiers under the radix tree (see the module docstring)."""
 
     def __init__(self, setting, node_bytes: float, unit: int, page: int, prefill=None):
-        super().__init__(setting, node_bytes, unit)
+        super().__init__(setting, node_bytes, unit, prefill)
         self.unit, self.page = unit, page
         self.tokens = {}  # node -> tokens its tier copy holds (stale once dropped: harmless)
         self.min_tokens = setting.load_threshold
-        # prefill(r, tokens) -> seconds: the rest of r's prefill priced alone (overlap)
-        self.prefill = prefill if getattr(setting, "layer_overlap", False) else None
+        self.prefetch_policy = getattr(setting, "prefetch_policy", None)
+        self.last_wait = 0.0  # the prefetch wait the last radix_hits decided
 
     def manager(self, kv_blocks, block_size, tier=None):
         """The radix pool that feeds this chain (``Replica`` builds its pool through it)."""
-        return TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
+        pool = TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
+        self.stores[0].keep = pool._len.__contains__  # the GPU's nodes stay (HiCache)
+        return pool
 
     def note(self, nodes, lens) -> None:
         """``nodes`` enter (or may enter) a tier holding ``lens[node]`` tokens each."""
@@ -70,23 +85,33 @@ class RadixTierChain(TierChain):
             if tokens.get(c, 0) < n:
                 tokens[c] = n
 
-    def radix_hits(self, keys, cached: int, nodes: int, limit: int):
+    def radix_hits(self, keys, cached: int, nodes: int, limit: int, start: float = 0.0,
+                   now: float = 0.0):
         """``(tokens, nodes)`` the tiers hold after a GPU match of ``cached`` tokens over
         ``nodes`` nodes (continued only from a node boundary), at most ``limit`` tokens in
-        all; ``(0, 0)`` below the load threshold."""
+        all; ``(0, 0)`` below the load threshold. With a prefetch policy, of a request that
+        arrived at ``start``, asked at ``now``: only the nodes the policy lets it use
+        (:meth:`prefetch`; its wait is left in ``last_wait``)."""
         unit = self.unit
+        self.last_wait = 0.0
         if self.empty or cached != nodes * unit or cached >= limit:
             return 0, 0
         tokens, n, m = self.tokens, nodes, cached
+        took = []
         while m < limit and n < len(keys):
             c = keys[n]
             held = tokens.get(c, 0)
-            if not held or self._tier_of(c) < 0:
+            tier = self._tier_of(c)
+            if not held or tier < 0:
                 break
-            m += min(held, limit - m)
+            took.append((c, tier, min(held, limit - m)))
+            m += took[-1][2]
             n += 1
             if held < unit:
                 break
+        if self.prefetch_policy is not None and took:
+            usable, self.last_wait = self.prefetch(took, start, now)
+            m = cached + sum(t for _c, _k, t in took[:usable])
         got = (m - cached) // self.page * self.page
         if self.chunk_blocks > 1:  # whole chunks of the prompt (LMCache's; HiCache has none)
             got = max(0, (cached + got) // (self.chunk_blocks * unit) * self.chunk_blocks
@@ -94,6 +119,45 @@ class RadixTierChain(TierChain):
         if not got or got < self.min_tokens:
             return 0, 0
         return got, -(-got // unit)
+
+
+    def prefetch(self, took, start: float, now: float):
+        """``(usable, wait)``: how many of the hit's nodes ``took`` (``(node, tier, tokens)``,
+        in order) a request arrived at ``start`` may use when admitted at ``now``, and how
+        long it waits first. Its nodes below the first tier were prefetched into it from
+        ``start`` on (SGLang starts the L3 -> L2 prefetch when a request is queued): after
+        their tiers' latency, one node after the other at each tier's read bandwidth (its
+        own path, not the GPU link). ``best_effort``: what arrived by ``now``, no wait;
+        ``wait_complete``: all, waiting until the last arrived; ``timeout``: all if they
+        arrive by the deadline (``prefetch_timeout_base + per_ki_token * tokens / 1024``
+        after ``start``), else what arrived by then, waiting until it (SGLang's
+        ``can_terminate_prefetch``)."""
+        lower = [(i, k, t) for i, (_c, k, t) in enumerate(took) if k > 0]
+        if not lower:
+            return len(took), 0.0
+        tiers, bytes_ = self.tiers, self.block_bytes
+        latency = max(tiers[k].latency for _i, k, _t in lower)
+        arrive, t = [], start + latency
+        for _i, k, _t in lower:
+            t += bytes_ / (tiers[k].read_gbps * 1e9)
+            arrive.append(t)
+        done = arrive[-1]
+        policy, setting = self.prefetch_policy, self.setting
+        if policy == "wait_complete":
+            return len(took), max(0.0, done - now)
+        if policy == "timeout":
+            tokens = sum(tk for _i, _k, tk in lower)
+            deadline = start + setting.prefetch_timeout_base + \
+                setting.prefetch_timeout_per_ki_token * tokens / 1024
+            if done <= max(now, deadline):
+                return len(took), max(0.0, done - now)
+            cut = max(now, deadline)
+            wait = cut - now
+        else:  # best_effort
+            cut, wait = now, 0.0
+        arrived = sum(1 for a in arrive if a <= cut)
+        usable = lower[arrived][0] if arrived < len(lower) else len(took)
+        return usable, wait
 
 
 class TieredRadixBlockManager(RadixBlockManager):

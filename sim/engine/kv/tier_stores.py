@@ -14,6 +14,14 @@ the evicted keys down and counts the bytes.
   ``b1`` raises and one in ``b2`` lowers. A key inserted again while resident is left where it
   is (a store of a block the tier holds is no reuse).
 
+- **Kept keys** (``store.keep``: a predicate, or None): a key ``keep`` says yes to is never
+  evicted - the radix chain keeps the copy of every node the GPU still holds, as SGLang
+  HiCache's ``evict_host`` evicts only nodes already evicted from the device
+  (:mod:`sim.engine.kv.radix_tiers`). Met at the eviction end, a kept key is moved to the
+  most recent end and passed over; when every resident key is kept, the key being inserted
+  is refused instead (HiCache's ``write_backup`` finds no host room): it passes on, as
+  evicted, and is not held.
+
 Invariants (tests/test_tiers.py): ``len(store) <= capacity``; ARC: ``len(t1) + len(t2) <=
 capacity``, ``len(t1) + len(b1) <= capacity``, all four lists ``<= 2 * capacity``, ``0 <= p
 <= capacity``; a capacity of 0 holds nothing (what enters it passes on, as evicted).
@@ -27,11 +35,12 @@ import math
 class LRUStore:
     """A tier's keys in least-recently-used order (a dict, oldest first)."""
 
-    __slots__ = ("capacity", "keys")
+    __slots__ = ("capacity", "keys", "keep")
 
     def __init__(self, capacity):
         self.capacity = capacity  # blocks (math.inf: unlimited)
         self.keys = {}
+        self.keep = None  # key -> whether it must stay (see the module docstring)
 
     def __contains__(self, key) -> bool:
         return key in self.keys
@@ -41,16 +50,23 @@ class LRUStore:
 
     def insert(self, keys):
         """``keys`` enter (held ones made most recent): ``(new, evicted keys)``."""
-        held, new = self.keys, 0
+        held, new, added = self.keys, 0, []
         if not self.capacity:  # holds nothing: they pass on
             return 0, list(keys)
         for k in keys:
             if held.pop(k, None) is None:
                 new += 1
+                added.append(k)
             held[k] = None
         extra = len(held) - self.capacity
         if extra <= 0:
             return new, ()
+        if self.keep is not None:
+            out = [_oldest(held, self.keep) for _ in range(int(extra))]
+            for k in out:
+                held.pop(k, None)
+            refused = set(added).intersection(out)  # out as it came in: nothing written
+            return new - len(refused), out
         it = iter(held)
         out = [next(it) for _ in range(int(extra))]
         for k in out:
@@ -65,15 +81,38 @@ class LRUStore:
             held[k] = None
 
 
+def _first_free(held: dict, keep):
+    """The least recently used key of ``held`` that ``keep`` lets go (None: all kept); kept
+    keys met first are moved to the most recent end."""
+    for _ in range(len(held)):
+        k = next(iter(held))
+        if not keep(k):
+            return k
+        del held[k]
+        held[k] = None
+    return None
+
+
+def _oldest(held: dict, keep):
+    """:func:`_first_free`, or, when all are kept, the most recent key (the one just
+    inserted) taken out: refused."""
+    k = _first_free(held, keep)
+    if k is None:
+        k = next(reversed(held))
+        del held[k]
+    return k
+
+
 class ARCStore:
     """A tier's keys under ARC (see the module docstring)."""
 
-    __slots__ = ("capacity", "t1", "t2", "b1", "b2", "p")
+    __slots__ = ("capacity", "t1", "t2", "b1", "b2", "p", "keep")
 
     def __init__(self, capacity):
         self.capacity = capacity
         self.t1, self.t2, self.b1, self.b2 = {}, {}, {}, {}
         self.p = 0.0
+        self.keep = None  # key -> whether it must stay (see the module docstring)
 
     def __contains__(self, key) -> bool:
         return key in self.t1 or key in self.t2
@@ -83,16 +122,27 @@ class ARCStore:
 
     def _replace(self, in_b2: bool, out: list) -> None:
         """Evict one resident key into its ghost list (ARC's REPLACE)."""
-        t1 = self.t1
-        if t1 and (len(t1) > self.p or in_b2 and len(t1) == self.p or not self.t2):
+        t1, t2, keep = self.t1, self.t2, self.keep
+        first = t1 and (len(t1) > self.p or in_b2 and len(t1) == self.p or not t2)
+        if keep is not None:  # the preferred list's oldest free key, else the other's (one
+            for d in ((t1, t2) if first else (t2, t1)):  # exists: insert checked)
+                if _first_free(d, keep) is not None:
+                    first = d is t1
+                    break
+        if first:
             k = next(iter(t1))
             del t1[k]
             self.b1[k] = None
         else:
-            k = next(iter(self.t2))
-            del self.t2[k]
+            k = next(iter(t2))
+            del t2[k]
             self.b2[k] = None
         out.append(k)
+
+    def _all_kept(self) -> bool:
+        """Whether every resident key is kept (then nothing can be evicted)."""
+        keep = self.keep
+        return _first_free(self.t1, keep) is None and _first_free(self.t2, keep) is None
 
     def insert(self, keys):
         """``keys`` enter (a miss, or a ghost hit that tunes ``p``): ``(new, evicted keys)``."""
@@ -103,6 +153,9 @@ class ARCStore:
         new, out = 0, []
         for k in keys:
             if k in t1 or k in t2:
+                continue
+            if self.keep is not None and len(t1) + len(t2) >= c and self._all_kept():
+                out.append(k)  # no room: refused (passes on), ARC's state unchanged
                 continue
             new += 1
             if math.isinf(c):
@@ -127,8 +180,9 @@ class ARCStore:
                     del b1[next(iter(b1))]
                     if len(t1) + len(t2) >= c:
                         self._replace(False, out)
-                else:
-                    out.append(next(iter(t1)))
+                else:  # (t2 is empty: a free key is in t1)
+                    out.append(next(iter(t1)) if self.keep is None
+                               else _first_free(t1, self.keep))
                     del t1[out[-1]]
             elif len(t1) + len(t2) + len(b1) + len(b2) >= c:
                 if len(t1) + len(t2) + len(b1) + len(b2) >= 2 * c:

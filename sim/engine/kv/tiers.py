@@ -44,6 +44,7 @@ from .offload import KVTier, OffloadingBlockManager, _number
 from .tier_stores import STORES
 
 WRITE_POLICIES = ("write_back", "write_through", "write_through_selective")
+PREFETCH_POLICIES = ("best_effort", "wait_complete", "timeout")  # SGLang HiCache's
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,16 @@ class KVTierChain:
     the tiers'); ``chunk_tokens``: hits in whole chunks of this many tokens (0: blocks; a
     multiple of the block size); ``load_threshold``: tier hits shorter than this many tokens
     are recomputed, not loaded (0: every hit loads); ``layer_overlap``: a load overlaps the
-    request's prefill layer by layer (HiCache's; radix mode only:
-    :mod:`sim.engine.kv.radix_tiers`); ``name``: a label (a preset's)."""
+    request's prefill layer by layer (HiCache's: the request waits only
+    ``max(latency, load - prefill of the rest alone)``, radix and block mode alike:
+    :mod:`sim.engine.kv.radix_tiers`); ``name``: a label (a preset's);
+    ``prefetch_policy``: how a request whose hit reaches below the first tier waits for its
+    prefetch into the first tier, started at its arrival (SGLang HiCache's
+    ``--hicache-storage-prefetch-policy``; radix mode only; None: it reads them at admission
+    through the first tier, the whole read waited for): ``best_effort`` (starts at admission
+    with what arrived), ``wait_complete``, ``timeout`` (waits at most ``prefetch_timeout_base
+    + prefetch_timeout_per_ki_token * tokens / 1024`` seconds, HiCache's defaults 1 and
+    0.25)."""
 
     tiers: tuple = ()
     write_policy: str = "write_back"
@@ -68,6 +77,9 @@ class KVTierChain:
     load_threshold: int = 0
     layer_overlap: bool = False
     name: str = "custom"
+    prefetch_policy: str | None = None
+    prefetch_timeout_base: float = 1.0
+    prefetch_timeout_per_ki_token: float = 0.25
 
     def __post_init__(self):
         tiers = tuple(self.tiers) if isinstance(self.tiers, (list, tuple)) else None
@@ -86,6 +98,12 @@ class KVTierChain:
                 bound = ">= 1" if name == "write_threshold" else ">= 0"
                 raise ValueError(f"kv_offload.{name} must be an integer {bound}, got {value!r}")
         _number("link_gbps", self.link_gbps, positive=True)
+        if self.prefetch_policy is not None and self.prefetch_policy not in PREFETCH_POLICIES:
+            raise ValueError(f"kv_offload.prefetch_policy must be one of "
+                             f"{', '.join(PREFETCH_POLICIES)} (or None), got "
+                             f"{self.prefetch_policy!r}")
+        _number("prefetch_timeout_base", self.prefetch_timeout_base)
+        _number("prefetch_timeout_per_ki_token", self.prefetch_timeout_per_ki_token)
         if not isinstance(self.layer_overlap, bool):
             raise TypeError(f"kv_offload.layer_overlap must be True or False, got "
                             f"{self.layer_overlap!r}")
@@ -101,8 +119,11 @@ class TierChain:
     :class:`~sim.engine.kv.offload.OffloadTier`: ``store``, ``hits``, ``load``, and the block
     manager's hooks ``computed`` and ``used``."""
 
-    def __init__(self, setting: KVTierChain, block_bytes: float, block_size: int):
+    def __init__(self, setting: KVTierChain, block_bytes: float, block_size: int,
+                 prefill=None):
         self.setting = setting
+        # prefill(r, tokens) -> seconds: the rest of r's prefill priced alone (layer overlap)
+        self.prefill = prefill if getattr(setting, "layer_overlap", False) else None
         self.block_bytes = block_bytes
         self.block_size = block_size
         self.tiers = setting.tiers
@@ -167,13 +188,13 @@ class TierChain:
         for k in keys:
             if k in first:
                 continue
-            n = uses.get(k, 0) + 1
+            n = uses[k] = uses.get(k, 0) + 1
             if n >= self.threshold:
-                uses.pop(k, None)
                 due.append(k)
-            else:
-                uses[k] = n
         self._put(0, due)
+        for k in due:  # (one the first tier refused keeps its count: tried at its next use)
+            if k in first:
+                del uses[k]
 
     def _tier_of(self, key) -> int:
         for i, s in enumerate(self.stores):
@@ -196,9 +217,10 @@ class TierChain:
             n = max(0, (start + n) // c * c - start)
         return n if n >= self.min_blocks else 0
 
-    def load(self, keys, now: float = 0.0) -> float:
+    def load(self, keys, now: float = 0.0, prefetched: bool = False) -> float:
         """Load the blocks ``keys`` (each from the first tier holding it); returns the
-        seconds until they land (queued on the link behind earlier loads)."""
+        seconds until they land (queued on the link behind earlier loads). ``prefetched``:
+        those of lower tiers were prefetched into the first: read at its speed."""
         keys = keys.tolist()
         by_tier = {}
         for k in keys:
@@ -208,8 +230,9 @@ class TierChain:
             self.stores[i].touch(ks)
             self.bytes_read[i] += len(ks) * self.block_bytes
             self.blocks_read[i] += len(ks)
-            busy += len(ks) * self._secs[i]
-            latency = max(latency, self.tiers[i].latency)
+            j = 0 if prefetched else i
+            busy += len(ks) * self._secs[j]
+            latency = max(latency, self.tiers[j].latency)
             if i > 0:
                 self._put(0, ks)  # promoted into the first tier
         start = max(now, self.link_free)
