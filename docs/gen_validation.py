@@ -204,8 +204,14 @@ def overheads() -> str:
     rows = [(m, *(f"{_pct(by[m, s]['median_abs_error_before'])} -> "
                   f"{_pct(by[m, s]['median_abs_error_after'])}" for s in ("fit", "held_out")))
             for m in metrics]
-    return terms + "\n" + table(["metric", "fit: before -> after", "held-out: before -> after"],
-                                rows)
+    forms = table(["engine", "flat: per_request_s", "per layer: per_request_layer_s",
+                   "fit TTFT P50: flat / per layer", "kept"],
+                  [(f"`{f['engine']}`", f"{f['per_request_s'] * 1e3:.1f} ms",
+                    f"{f['per_request_layer_s'] * 1e3:.2f} ms",
+                    f"{_pct(f['fit_ttft_p50_flat'])} / {_pct(f['fit_ttft_p50_per_layer'])}",
+                    f"`{f['chosen']}`") for f in fit.get("shift_forms", [])])
+    return terms + "\n" + forms + "\n" + table(
+        ["metric", "fit: before -> after", "held-out: before -> after"], rows)
 
 
 def ttft_residual() -> str:
