@@ -13,7 +13,9 @@ measured, never a number typed by hand):
 - ``sim/data/independent_check.json`` - ``experiments/validate_independent.py``: the
   independent set of measured serving runs, per metric, GPU and engine, fit and held-out;
 - ``sim/data/engine_overheads.json`` - ``experiments/fit_overheads.py``: the engines'
-  overheads fitted on that set's fit split, and the medians before and after.
+  overheads fitted on that set's fit split, and the medians before and after;
+- ``sim/data/ttft_residual.json`` - ``experiments/ttft_residual.py``: the first token's
+  unpriced time at concurrency 1 beside each sourced candidate.
 
 Errors are signed ``predicted / measured - 1``; "median |error|" is over the rows of a group,
 "worst" the signed error of largest magnitude. :data:`TABLES` names every table a page can ask
@@ -202,8 +204,39 @@ def overheads() -> str:
     rows = [(m, *(f"{_pct(by[m, s]['median_abs_error_before'])} -> "
                   f"{_pct(by[m, s]['median_abs_error_after'])}" for s in ("fit", "held_out")))
             for m in metrics]
-    return terms + "\n" + table(["metric", "fit: before -> after", "held-out: before -> after"],
-                                rows)
+    forms = table(["engine", "flat: per_request_s", "per layer: per_request_layer_s",
+                   "fit TTFT P50: flat / per layer", "kept"],
+                  [(f"`{f['engine']}`", f"{f['per_request_s'] * 1e3:.1f} ms",
+                    f"{f['per_request_layer_s'] * 1e3:.2f} ms",
+                    f"{_pct(f['fit_ttft_p50_flat'])} / {_pct(f['fit_ttft_p50_per_layer'])}",
+                    f"`{f['chosen']}`") for f in fit.get("shift_forms", [])])
+    return terms + "\n" + forms + "\n" + table(
+        ["metric", "fit: before -> after", "held-out: before -> after"], rows)
+
+
+def ttft_residual() -> str:
+    """The first token's unpriced time at concurrency 1 beside the sourced candidates
+    (experiments/ttft_residual.py), then the two shape checks."""
+    d = _load("ttft_residual.json")
+    ms = lambda x: f"{x:.1f}"  # noqa: E731
+    res = table(["run", "GPU", "model", "split", "prompt", "measured", "roofline", "residual",
+                 "request path", "step wait", "MTP", "unexplained / layer"],
+                [(r["run_id"].split(":", 1)[1], r["gpu"], r["model"],
+                  r["split"].replace("_", "-"), f"{r['mean_prompt']:.0f}", ms(r["measured_ms"]),
+                  ms(r["roofline_ms"]), ms(r["residual_ms"]), ms(r["request_path_ms"]),
+                  ms(r["first_step_wait_ms"]), ms(r["speculative_ms"]),
+                  f"{r['unexplained_per_layer_ms']:.2f}") for r in d["residuals"]])
+    sl = table(["model", "GPU", "prompt", "rise (ms): measured / roofline",
+                "intercept (ms): measured / roofline"],
+               [(r["model"], r["gpu"], f"{r['prompt_lo']:.0f} -> {r['prompt_hi']:.0f}",
+                 f"{ms(r['measured_rise_ms'])} / {ms(r['roofline_rise_ms'])}",
+                 f"{ms(r['measured_intercept_ms'])} / {ms(r['roofline_intercept_ms'])}")
+                for r in d["slopes"]])
+    ba = table(["model", "GPU", "concurrency", "measured TTFT P50 (ms)"],
+               [(r["model"], r["gpu"], f"{r['concurrency_lo']} -> {r['concurrency_hi']}",
+                 f"{r['ttft_p50_lo_ms']:.1f} -> {r['ttft_p50_hi_ms']:.1f}")
+                for r in d["batching"]])
+    return res + "\n" + sl + "\n" + ba
 
 
 def gpu_terms() -> str:
@@ -234,7 +267,8 @@ def gpu_kernels() -> str:
                                  "median abs. error: assumed -> fitted"], rows)
 
 
-TABLES = {"independent": independent, "overheads": overheads, "gpu-terms": gpu_terms,
+TABLES = {"independent": independent, "overheads": overheads, "ttft-residual": ttft_residual,
+          "gpu-terms": gpu_terms,
           "gpu-kernels": gpu_kernels, "serving": serving, "per-layer": per_layer,
           "attention": attention,
           "fixed-costs": fixed_costs, "decode": decode, "decode-bands": decode_bands,

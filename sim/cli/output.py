@@ -128,8 +128,10 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                              f"({each}); goodput {_num(summary['goodput'], '.3g')} req/s, "
                              f"{_num(summary['goodput_per_gpu'], '.3g')} per GPU"))
     if "engine_overheads" in summary:  # (SimConfig.engine_overheads; none: no row)
+        lag = summary.get("engine_overhead_per_request_total_s",
+                          summary["engine_overhead_per_request_s"])  # (with the per-layer part)
         rows.append(("overheads", f"{summary['engine_overheads']}: "
-                     f"{summary['engine_overhead_per_request_s'] * 1e3:.3g} ms per request (in "
+                     f"{lag * 1e3:.3g} ms per request (in "
                      f"TTFT, E2E), CPU {summary['engine_overhead_per_iter_s'] * 1e6:.3g} us + "
                      f"{summary['engine_overhead_per_seq_s'] * 1e6:.3g} us per sequence per "
                      f"iteration, " + ("overlapped with the GPU" if

@@ -9,6 +9,12 @@ input preparation, sampling, output processing, detokenising and streaming. Two 
   detokeniser, the stream): it shifts every TTFT and E2E by the same amount, changes no TPOT
   or ITL, and in a closed loop delays each client's next request by as much (the run applies
   it: ``SimConfig(engine_overheads=...)``, :mod:`sim.engine.engine_overheads`);
+- ``per_request_layer_s``: the same shift, per layer of the run's model (a request pays
+  ``per_request_s + per_request_layer_s x layers``). What the shift stands for at
+  concurrency 1 grows with the model, not the request (``experiments/ttft_residual.py``: 0.06
+  to 2.4 ms per layer once the sourced request path is taken off; the prefill forward outside
+  CUDA graphs launches its kernels layer by layer); fitted, never sourced (no per-layer timing
+  of those prefills is published);
 - ``per_iter_s + per_seq_s x sequences``: the CPU time of one iteration over its sequences
   (decodes plus prefill chunks). A **synchronous** loop (``overlap=False``: vLLM without async
   scheduling) adds it to the GPU's time; an **overlapped** one (``overlap=True``: SGLang's
@@ -49,12 +55,17 @@ class EngineOverheads:
     per_seq_s: float = 0.0
     overlap: bool = False
     source: str = ""
+    per_request_layer_s: float = 0.0
 
     def __post_init__(self):
-        for name in ("per_request_s", "per_iter_s", "per_seq_s"):
+        for name in ("per_request_s", "per_iter_s", "per_seq_s", "per_request_layer_s"):
             _nonneg(name, getattr(self, name))
         if not isinstance(self.overlap, bool):
             raise ValueError(f"overlap must be True or False, got {self.overlap!r}")
+
+    def request_s(self, layers: int) -> float:
+        """One request's time outside the iterations, for a model of ``layers`` layers."""
+        return self.per_request_s + self.per_request_layer_s * layers
 
     def cpu_s(self, num_seqs: int) -> float:
         """One iteration's CPU time over ``num_seqs`` sequences."""
@@ -112,4 +123,5 @@ def fitted_overheads(engine: str) -> EngineOverheads:
     t = terms[engine]
     return EngineOverheads(per_request_s=t["per_request_s"], per_iter_s=t["per_iter_s"],
                            per_seq_s=t["per_seq_s"], overlap=t["overlap"],
+                           per_request_layer_s=t.get("per_request_layer_s", 0.0),
                            source=data["source"])

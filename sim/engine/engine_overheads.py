@@ -17,7 +17,8 @@ One meaning everywhere (open loop, closed loop, replicas, disaggregation, bands)
   synchronous loop, the longer of the two when overlapped); the error band's scaled runs
   scale the GPU's part only (:mod:`sim.engine.bands` scales the cost model, the CPU rule is
   applied after);
-- ``per_request_s``: each request's time outside the iterations. The client sees every token
+- ``per_request_s`` (plus ``per_request_layer_s`` x the model's layers: the lag below is
+  their sum): each request's time outside the iterations. The client sees every token
   and the end ``per_request_s`` later than the engine emits them (``Result.requests``'
   ``first_token_time``, ``finish_time``, ``ttft``, ``e2e`` and ``tpot_incl_ttft`` include it;
   ``tpot``, ITL and the queueing delay do not change), on top of any ``request_path``; in a
@@ -102,9 +103,17 @@ def engine_cost(cost, config):
 
 
 def lag_of(config) -> float:
-    """``per_request_s`` of the run (0.0 without overheads)."""
+    """The run's time per request outside the iterations (0.0 without overheads):
+    ``per_request_s`` plus ``per_request_layer_s`` x the run's model's layers (the roofline's
+    model: ``SimConfig.model``, default ``llama-3.1-8b``)."""
     ov = overheads_of(config)
-    return 0.0 if ov is None else ov.per_request_s
+    if ov is None:
+        return 0.0
+    if not ov.per_request_layer_s:
+        return ov.per_request_s
+    from ..specs.models import get_model
+    from .pool_budget import DEFAULT_MODEL
+    return ov.request_s(get_model(config.model or DEFAULT_MODEL).num_hidden_layers)
 
 
 def client_loop(config):
@@ -128,4 +137,7 @@ def summary_keys(config) -> dict:
             "engine_overhead_per_request_s": ov.per_request_s,
             "engine_overhead_per_iter_s": ov.per_iter_s,
             "engine_overhead_per_seq_s": ov.per_seq_s,
-            "engine_overhead_overlap": ov.overlap}
+            "engine_overhead_overlap": ov.overlap,
+            **({"engine_overhead_per_request_layer_s": ov.per_request_layer_s,
+                "engine_overhead_per_request_total_s": lag_of(config)}
+               if ov.per_request_layer_s else {})}

@@ -107,6 +107,8 @@ LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
     "scheduler": ("scheduler", ""), "cost_model": ("cost model", ""),
     "engine_overheads": ("engine overheads", ""),
     "engine_overhead_per_request_s": ("engine overhead per request", "s"),
+    "engine_overhead_per_request_layer_s": ("engine overhead per request per layer", "s"),
+    "engine_overhead_per_request_total_s": ("engine overhead per request, all layers", "s"),
     "engine_overhead_per_iter_s": ("engine CPU per iteration", "s"),
     "engine_overhead_per_seq_s": ("engine CPU per sequence per iteration", "s"),
     "engine_overhead_overlap": ("engine CPU overlapped with the GPU", ""),
