@@ -13,12 +13,14 @@ price over that base instead: the step's CPU time added (or overlapped) the same
 this is - a ``RooflineCost`` whose class does not re-price iterations (``__call__`` not
 overridden), without MLA up-projections or local/linear attention layers, alone or wrapped in
 an ``OverheadCost``; None otherwise (the engine then snapshots a ``Batch`` and calls the cost
-model). The price's terms are read once, when it is made: a cost model is not changed while a
-run uses it.
+model). A wrapper that knows its own price says so with a ``fields_price()`` method, which
+``batch_pricer`` calls: speculative decoding's ``DraftCost`` gives a :class:`DraftPrice` (the
+target's price plus its draft steps') where its target and draft are such roofline prices. The
+price's terms are read once, when it is made: a cost model is not changed while a run uses it.
 
 Invariant (tests/test_roofline_price.py): ``price(...) == cost(make_batch(...))`` for every
-model, GPU, precision and batch shape it is used for, in both the compiled and the interpreted
-core.
+model, GPU, precision and batch shape it is used for (``DraftCost`` too: ratio and draft-model
+modes, with or without overheads), in both the compiled and the interpreted core.
 """
 
 from __future__ import annotations
