@@ -64,8 +64,11 @@ def test_request_columns_of_a_run_with_rejections_and_preemptions():
     from sim.engine.core import records
     seen = {}
     real = records.request_columns
+    def recording(reqs):  # (the run's own requests, as they ended)
+        seen["reqs"] = reqs
+        return real(reqs)
     try:
-        records.request_columns = lambda reqs: seen.setdefault("reqs", reqs) and real(reqs)
+        records.request_columns = recording
         run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
             max_model_len=4096)
     finally:
