@@ -9,8 +9,18 @@ is and the type names are placeholders - so the same source runs unchanged and n
 
 compiled = False
 
+
+
+class _CType:
+    """A C type's placeholder in ``@cython.locals``: never called; ``T[:]`` (a typed view)
+    is a placeholder too."""
+
+    def __getitem__(self, item):
+        return self
+
+
 # C types named in @cython.locals (placeholders: never called)
-longlong = double = bint = int = Py_ssize_t = object
+longlong = double = bint = int = Py_ssize_t = int32_t = int64_t = _CType()
 
 
 def locals(**types):
