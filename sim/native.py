@@ -50,6 +50,7 @@ COMPILED = (
     "sim.engine.core.events",
     "sim.engine.core.columns",
     "sim.engine.kv.blocks",
+    "sim.engine.kv.key_ops",
     "sim.costs.roofline_price",
     "sim.engine.presets.sglang",
     "sim.engine.presets.vllm",

@@ -12,6 +12,7 @@ from collections import deque
 
 import numpy as np
 
+from . import key_ops
 from .blocks import BlockManager
 
 
@@ -89,7 +90,7 @@ class PrefixCachingBlockManager(BlockManager):
         return PrefixLookup(keys)
 
     def _make_room(self, keys) -> None:
-        top = int(keys.max()) + 1 if len(keys) else 0
+        top = key_ops.top(keys)
         size = len(self._state)
         if top > size:  # grow geometrically: ids arrive in first-appearance order
             grow = np.zeros(max(top, 2 * size) - size, dtype=np.int32)
@@ -105,16 +106,12 @@ class PrefixCachingBlockManager(BlockManager):
     def hits(self, keys, start: int, limit: int) -> int:
         """How many of ``keys[:limit]`` are cached from the first on, given that the first
         ``start`` are."""
-        missing = self._state[keys[start:limit]] == 0
-        if not len(missing):
-            return start
-        i = int(missing.argmax())
-        return start + (i if missing[i] else len(missing))
+        return key_ops.hits(self._state, keys, start, limit)
 
     def pinned(self, keys, hit: int) -> int:
         """How many of the cached ``keys[:hit]`` are free (taking them uses free blocks; the
         radix pool's method of the same name answers the same question)."""
-        return int(np.count_nonzero(self._state[keys[:hit]] < 0)) if hit else 0
+        return key_ops.count_free(self._state, keys, hit)
 
     def refresh(self, look, limit: int) -> int:
         """``look``'s hit (:meth:`hits` of its keys from 0 up to ``limit``): kept while nothing
@@ -209,72 +206,27 @@ class PrefixCachingBlockManager(BlockManager):
         self.ref_changes += 1
         if not len(keys):
             return
-        counts = self._state[keys]
-        free = counts < 0
-        taken = int(np.count_nonzero(free))
-        if taken:
-            self.num_free -= taken
-            self._stale.update((-counts[free]).tolist())  # their entries' runs
-            counts[free] = 0
-        counts += 1
-        self._state[keys] = counts
+        self.num_free -= key_ops.acquire(self._state, keys, self._stale)  # (their entries'
+        # runs join the stale)
 
     def register(self, keys):
         """Blocks just filled with the tokens ``keys`` name become cached (reference 1);
         returns the keys registered (a content already cached stays in an anonymous block)."""
-        new = keys[self._state[keys] == 0]
+        new = key_ops.register(self._state, keys)
         if len(new):
             self.additions += 1
-            self._state[new] = 1
         return new
 
     def allocate(self, n: int) -> None:
         """Take ``n`` free blocks from the head of the LRU queue, evicting cached ones."""
         if n > self.num_free or n < 0:
             raise RuntimeError(f"allocating {n} KV blocks with {self.num_free} free")
-        queue, state = self._queue, self._state
         self.num_free -= n
-        while n:
-            item = queue[0]
-            if len(item) == 1:  # a run of anonymous blocks
-                count = item[0]
-                if count > n:
-                    item[0] = count - n
-                    return
-                queue.popleft()
-                n -= count
-                continue
-            serial, keys, pos = item  # cached blocks: the next n entries, the stale skipped
-            end = len(keys)
-            if n <= 6:  # a decode's few blocks: per key (measured: 0.5 vs 1.5 us for two)
-                live, j, free = [], pos, -serial
-                while n and j < end:
-                    k = keys[j]
-                    j += 1
-                    if state[k] == free:
-                        state[k] = 0
-                        live.append(k)
-                        n -= 1
-            elif serial not in self._stale:  # none of its entries went stale: all evicted
-                j = min(pos + n, end)  # (measured: 6.4 -> 5.1 us per allocate, scenario 2)
-                live = keys[pos:j]
-                state[live] = 0
-                n -= j - pos
-            else:
-                j = min(pos + n, end)
-                chunk = keys[pos:j]
-                live = chunk[state[chunk] == -serial]
-                if len(live):
-                    state[live] = 0
-                    n -= len(live)
-            item[2] = j
-            if j == end:
-                queue.popleft()
-                self._stale.discard(serial)
-            self._entries -= j - pos
-            if len(live):  # they reached the head: evicted
-                self.num_evictions += len(live)
-                self._logged(live)
+        entries, evicted = key_ops.take(self._queue, self._state, self._stale, n)
+        self._entries -= entries
+        for live in evicted:  # they reached the head: evicted
+            self.num_evictions += len(live)
+            self._logged(live)
 
     def _logged(self, evicted) -> None:
         """Log keys just evicted (the last ``num_blocks`` at least are kept: an iteration's)."""
@@ -308,21 +260,15 @@ class PrefixCachingBlockManager(BlockManager):
         ``keys`` in reverse order (a key whose count drops to 0 joins the queue's tail)."""
         self.ref_changes += 1
         self.free(num_anonymous)
-        if len(keys):  # (in key order, the run reversed: measured 6.6 -> 4.7 us, 137 keys)
-            state = self._state
-            counts = state[keys]
-            counts -= 1
-            zero = counts == 0
-            unused = keys[zero]
+        if len(keys):  # (the keys left with no reference: a new run of the queue)
+            unused = key_ops.release(self._state, keys, self._serial + 1)
             if len(unused):
                 serial = self._serial = self._serial + 1
-                counts[zero] = -serial
-                self._queue.append([serial, unused[::-1], 0])
+                self._queue.append([serial, unused, 0])
                 self._entries += len(unused)
                 self.num_free += len(unused)
-            state[keys] = counts
-            if len(unused) and self._entries > 2 * self.num_blocks + 64:
-                self._compact()
+                if self._entries > 2 * self.num_blocks + 64:
+                    self._compact()
 
     def _compact(self):
         """Drop stale entries (keys taken by hits since they were freed)."""
