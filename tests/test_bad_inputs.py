@@ -305,3 +305,36 @@ def test_sim_workload_describe_names_the_unused_seed_as_its_flag(capsys):
     err = capsys.readouterr().err
     assert err.startswith("sim workload: warning: --seed 3 changes nothing: the 'azure-conv' "
                           "trace is replayed as recorded") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("gpu, tp, limit, platform", [
+    ("h100", 16, 8, "an HGX H100 8-GPU board"), ("h200", 64, 8, "an HGX H200 8-GPU board"),
+    ("mi300x", 16, 8, "an AMD Instinct 8-GPU board"), ("l40s", 16, 8, "one PCIe host"),
+])
+def test_tensor_parallel_past_the_scale_up_domain_is_an_error(gpu, tp, limit, platform):
+    # --tp 16 on H100s ran, its all-reduces priced at NVLink's 450 GB/s across two hosts
+    from sim.costs.roofline import RooflineCost
+    with pytest.raises(ValueError, match=rf"^tensor_parallel {tp} is more GPUs than one "
+                                         rf"scale-up domain of .* holds: at most {limit} "
+                                         rf"\({platform}; sim/data/scaleup_domain\.csv\)"):
+        RooflineCost("llama-3.1-405b", gpu, tensor_parallel=tp)
+    with pytest.raises(ValueError, match=rf"^tensor_parallel {tp} is more GPUs"):
+        sim.run(wl.load("azure-code", n=3), model="llama-3.1-405b", gpu=gpu, tensor_parallel=tp)
+
+
+def test_tensor_parallel_within_the_domain_runs_and_nvl72_spans_a_rack():
+    from sim.costs.roofline import RooflineCost
+    from sim.specs.gpus import gpu_presets, scaleup_domain
+    assert RooflineCost("llama-3.1-405b", "h100", tensor_parallel=8).tp == 8
+    assert RooflineCost("llama-3.1-405b", "gb200", tensor_parallel=16).tp == 16  # NVL72: 72
+    assert scaleup_domain("gb200") == (72, "a GB200 NVL72 rack")
+    assert all(scaleup_domain(g) is not None for g in gpu_presets())  # every preset has one
+
+
+def test_sim_run_names_the_tp_flag_and_the_domain(tmp_path, capsys):
+    assert main(["run", "--model", "llama-3.1-70b", "--tp", "16", "-w", "azure-code", "-n",
+                 "3", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim run: error: --tp 16 is more GPUs than one scale-up domain of "
+                          "H100-80GB-SXM holds: at most 8 (an HGX H100 8-GPU board; ")
+    assert err.count("\n") == 1
