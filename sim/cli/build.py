@@ -263,6 +263,17 @@ def warn_unused_seed(command, s, cfg, names) -> None:
               f"at random (speculative decoding, --router random)", file=sys.stderr)
 
 
+def warn_pool(command, s, cfg, names) -> None:
+    """One line on stderr, in the flags' words (``--kv-blocks 100,000 is a pool of ...``), when
+    the KV pool set by hand exceeds the memory budget; the engine's own ``kv_blocks=`` warning
+    (the API's words, once per run of a search) is then hushed in the caller's filters."""
+    from ..engine.simulation import pool_warning
+    over = pool_warning(cfg, cfg.resolved_kv_blocks())
+    if over:
+        print(f"sim {command}: warning: {as_written(over, s, names)}", file=sys.stderr)
+        warnings.filterwarnings("ignore", message="kv_(blocks|tokens)=")
+
+
 REFERENCE_RATE = 1.0  # req/s: a length-only set's arrivals where every run re-scales them
 
 
