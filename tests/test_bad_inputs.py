@@ -220,3 +220,121 @@ def test_a_missing_cell_says_it_has_no_value_not_nan(tmp_path, name, text, messa
     (tmp_path / name).write_text(text)  # it said "line 3 has nan": no nan in the file
     with pytest.raises(ValueError, match=message):
         wl.load_file(tmp_path / name)
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("arrival_time", True, r"arrival_time: line 2 has True \(must be a finite number of seconds"),
+    ("acceptance_rate", True, r"acceptance_rate: line 2 has True \(must be a probability"),
+    ("turn", False, r"turn: line 2 has False \(must be an integer, its place"),
+])
+@pytest.mark.parametrize("name", ["w.jsonl", "w.jsonl.gz"])
+def test_a_json_boolean_in_a_number_column_names_file_line_and_column(tmp_path, column, value,
+                                                                      message, name):
+    # 0, true, 2.5 read as 0.0, 1.0, 2.5 (pandas; its date parsing of *_time came first)
+    import gzip
+    rows = [dict(ROW, acceptance_rate=0.5, turn=0, arrival_time=t) for t in (0, 1, 2.5)]
+    rows[1][column] = value
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(text) if name.endswith(".gz") else text)
+    with pytest.raises(ValueError, match=rf"w\.jsonl(\.gz)?: {message}"):
+        wl.load_file(path)
+
+
+def test_a_jsonl_files_own_boolean_column_still_loads(tmp_path):
+    # the booleans are checked in the number columns only (a file with none is read once)
+    path = _jsonl(tmp_path / "w.jsonl", dict(ROW, stream=True), dict(ROW, arrival_time=1.5,
+                                                                     stream=False))
+    df = wl.load_file(path)
+    assert df["arrival_time"].tolist() == [0.0, 1.5] and df["stream"].tolist() == [True, False]
+
+
+def test_a_boolean_acceptance_rate_or_turn_of_a_dataframe_is_an_error():
+    df = wl.load("azure-code", n=2)
+    with pytest.raises(ValueError, match=r"acceptance_rate: row 0 has True"):
+        wl.validate(df.assign(acceptance_rate=[True, True]))
+    with pytest.raises(ValueError, match=r"turn: row 0 has True"):
+        wl.validate(df.assign(turn=[True, False]))
+
+
+@pytest.mark.parametrize("kwargs, what", [
+    ({"name": "azure-conv", "n": 5}, r"the 'azure-conv' trace is replayed as recorded"),
+    ({"name": "sharegpt", "n": 3, "arrival_times": [0.0, 1.0, 2.0]},
+     r"'sharegpt' takes its first rows and arrival_times= gives their arrivals"),
+])
+def test_a_seed_that_draws_nothing_from_a_fixed_trace_warns(kwargs, what):
+    # workloads.load("azure-conv", seed=3) returned the trace as for seed 0, saying nothing
+    # (sim run --seed 3 warns that it changes nothing)
+    with pytest.warns(UserWarning, match=rf"^seed=3 changes nothing: {what}"):
+        wl.load(**kwargs, seed=3)
+
+
+def test_a_seed_that_draws_or_the_default_seed_says_nothing(tmp_path):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wl.load("azure-conv", n=5)  # (the default seed 0: no choice of the user's)
+        wl.load("sharegpt", n=5, rate=1.0, seed=3)  # arrivals drawn
+        wl.load("sharegpt", n=40_000, arrival_times=range(40_000), seed=3)  # resampled
+        wl.load("vllm-random", n=5, seed=3)
+
+
+def test_a_seed_in_a_workload_file_warns(tmp_path):
+    path = _jsonl(tmp_path / "w.jsonl", ROW)
+    with pytest.warns(UserWarning, match=r"^seed=7 changes nothing: the file '.*w\.jsonl' is "
+                                         r"replayed as recorded"):
+        wl.load(str(path), seed=7)
+
+
+@pytest.mark.parametrize("command", ["run", "capacity"])
+def test_sim_says_once_in_its_words_that_seed_changes_nothing(tmp_path, capsys, command):
+    # sim capacity printed the engine's "seed=3 changes nothing: ... a workload's own draws
+    # take workloads.load(..., seed=)": in the API's words, though --seed is the loader's too
+    argv = [command, "-w", "azure-code", "-n", "50", "--cost", "constant:0.05", "--seed", "3"]
+    argv += ["-o", str(tmp_path / "o")] if command == "run" else ["--slo-ttft", "0.5"]
+    main(argv)
+    warned = [x for x in capsys.readouterr().err.splitlines() if "changes nothing" in x]
+    assert warned == [f"sim {command}: warning: --seed 3 changes nothing: workload azure-code is "
+                      f"replayed as recorded (only a length-only set such as sharegpt draws its "
+                      f"arrivals from the seed) and nothing in the engine draws at random "
+                      f"(speculative decoding, --router random)"]
+
+
+def test_sim_workload_describe_names_the_unused_seed_as_its_flag(capsys):
+    assert main(["workload", "describe", "azure-conv", "--seed", "3"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("sim workload: warning: --seed 3 changes nothing: the 'azure-conv' "
+                          "trace is replayed as recorded") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("gpu, tp, limit, platform", [
+    ("h100", 16, 8, "an HGX H100 8-GPU board"), ("h200", 64, 8, "an HGX H200 8-GPU board"),
+    ("mi300x", 16, 8, "an AMD Instinct 8-GPU board"), ("l40s", 16, 8, "one PCIe host"),
+])
+def test_tensor_parallel_past_the_scale_up_domain_is_an_error(gpu, tp, limit, platform):
+    # --tp 16 on H100s ran, its all-reduces priced at NVLink's 450 GB/s across two hosts
+    from sim.costs.roofline import RooflineCost
+    with pytest.raises(ValueError, match=rf"^tensor_parallel {tp} is more GPUs than one "
+                                         rf"scale-up domain of .* holds: at most {limit} "
+                                         rf"\({platform}; sim/data/scaleup_domain\.csv\)"):
+        RooflineCost("llama-3.1-405b", gpu, tensor_parallel=tp)
+    with pytest.raises(ValueError, match=rf"^tensor_parallel {tp} is more GPUs"):
+        sim.run(wl.load("azure-code", n=3), model="llama-3.1-405b", gpu=gpu, tensor_parallel=tp)
+
+
+def test_tensor_parallel_within_the_domain_runs_and_nvl72_spans_a_rack():
+    from sim.costs.roofline import RooflineCost
+    from sim.specs.gpus import gpu_presets, scaleup_domain
+    assert RooflineCost("llama-3.1-405b", "h100", tensor_parallel=8).tp == 8
+    assert RooflineCost("llama-3.1-405b", "gb200", tensor_parallel=16).tp == 16  # NVL72: 72
+    assert scaleup_domain("gb200") == (72, "a GB200 NVL72 rack")
+    assert all(scaleup_domain(g) is not None for g in gpu_presets())  # every preset has one
+
+
+def test_sim_run_names_the_tp_flag_and_the_domain(tmp_path, capsys):
+    assert main(["run", "--model", "llama-3.1-70b", "--tp", "16", "-w", "azure-code", "-n",
+                 "3", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim run: error: --tp 16 is more GPUs than one scale-up domain of "
+                          "H100-80GB-SXM holds: at most 8 (an HGX H100 8-GPU board; ")
+    assert err.count("\n") == 1

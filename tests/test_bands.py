@@ -47,7 +47,9 @@ def test_the_band_holds_the_point_and_widens_near_the_knee_as_md1_says(rho):
     res = sim.run(_poisson(20_000, rho / D), CFG, bands=0.9)
     s = res.summary()
     f = band_factors(0.9, "h100")
-    assert s["bands_level"] == 0.9 and s["bands_errors"] == "fitted"
+    assert s["bands_level"] == 0.9  # (the H100 roofline's errors on a constant cost)
+    assert s["bands_errors"] == "assumed: the roofline's error on H100-80GB-SXM, not " \
+                                "ConstantCost's own"
     keys = [k for k in s if k.endswith("_lo")]
     assert {"ttft_p99_lo", "e2e_mean_lo", "itl_p50_lo", "output_token_throughput_lo"} <= set(
         keys)
@@ -159,3 +161,24 @@ def test_sim_run_and_sweep_write_the_band(tmp_path, capsys):
                     '[grid]\nrate = [2.0, 4.0]\n')
     assert main(["sweep", str(toml), "--workers", "1", "-o", str(tmp_path / "sweep")]) == 0
     assert "ttft_p99_hi" in capsys.readouterr().out
+
+
+def test_a_user_cost_models_band_says_whose_errors_it_borrows(tmp_path, capsys):
+    # a ConstantCost with gpu="h100" was labelled "fitted", the cost model's own measured error
+    from sim.cli.main import main
+    df = _poisson(200, 20.0)
+    roofline = sim.run(df, model="llama-3.1-8b", gpu="h100", bands=0.9).summary()
+    assert roofline["bands_errors"] == "fitted"  # the roofline's own held-out rows
+    assert sim.run(df, model="llama-3.1-8b", gpu="l40s", bands=0.9).summary()[
+        "bands_errors"] == "assumed"
+    own = sim.run(df, replace(CFG, gpu="l40s"), bands=0.9).summary()
+    assert own["bands_errors"] == ("assumed: the roofline's error on every GPU it was checked "
+                                   "on, not ConstantCost's own")
+    cap = max_rate(_poisson(2000, 1.0), {"e2e_mean": 2 * D}, config=replace(CFG, bands=0.9),
+                   tol=0.05)
+    assert cap.rate_lo <= cap.rate <= cap.rate_hi
+    assert main(["run", "-w", "azure-code", "-n", "30", "--cost", "constant:0.01", "--bands",
+                 "0.9", "-o", str(tmp_path / "o")]) == 0
+    band = [x for x in capsys.readouterr().out.splitlines() if x.startswith("90% band")][0]
+    assert band.endswith("(each step x0.988-1.24, assumed: the roofline's error on "
+                         "H100-80GB-SXM, not ConstantCost's own)")

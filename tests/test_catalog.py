@@ -46,3 +46,9 @@ def test_the_docs_tables_are_the_same_rows():
     assert md.count("\n| ") == len(gpu_presets()) + 1 - 1  # header + rows (separator apart)
     assert all(f"| {k} |" in md for k in gpu_presets())
     assert all(f"| {n} |" in models_markdown() for n in model_presets())
+
+
+def test_sim_gpus_shows_the_largest_tp_of_each_gpu():
+    # --tp 16 on H100s is refused (sim/data/scaleup_domain.csv): the table says where the limit is
+    tp_max = {r["gpu"]: r["tp_max"] for r in gpu_rows()}
+    assert tp_max["h100"] == "8" and tp_max["gb200"] == "72" and tp_max["l40s"] == "8"

@@ -490,4 +490,9 @@ def test_a_warning_repeated_by_a_search_is_printed_once(capsys):
     from sim.cli.main import main
     main(["capacity", "-w", "azure-code", "-n", "20", "--seed", "3", "--slo-ttft", "0.5"])
     warned = [x for x in capsys.readouterr().err.splitlines() if "warning:" in x]
-    assert len(warned) == 1 and "seed=3 changes nothing" in warned[0]
+    assert len(warned) == 1 and "--seed 3 changes nothing" in warned[0]  # (the CLI's own)
+    main(["capacity", "-w", "azure-code", "-n", "20", "--kv-blocks", "100000", "--slo-ttft",
+          "0.5"])  # (every run of the search warns of the pool)
+    warned = [x for x in capsys.readouterr().err.splitlines() if "warning:" in x]
+    assert len(warned) == 1 and warned[0].startswith(  # (in the flag's words, as sim run's)
+        "sim capacity: warning: --kv-blocks 100,000 is a pool of 100,000 KV blocks")

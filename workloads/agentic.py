@@ -33,7 +33,7 @@ import pandas as pd
 from .arrivals import _count, _pos, _rng, poisson
 from .generators import _BlockIds, _hash_ids, _int_at_least
 from .lengths import as_distribution
-from .schema import _first_bad, _plain, validate
+from .schema import MUST, _booleans, _first_bad, _plain, validate
 
 SESSION_COLUMNS = ("gap_s", "parent", "join")
 
@@ -171,11 +171,11 @@ def check_columns(df, where="") -> None:
     if "gap_s" in df.columns:
         raw = df["gap_s"]
         gaps = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-        bad = (~np.isfinite(gaps) | (gaps < 0)) & raw.notna().to_numpy()
+        bad = (~np.isfinite(gaps) | (gaps < 0)) & raw.notna().to_numpy() | _booleans(raw)
         if bad.any():
             i = _first_bad(bad)
-            raise ValueError(f"{where}gap_s: row {i} has {_plain(raw.iloc[i])!r} (must be "
-                             f"seconds >= 0, or empty for none)")
+            raise ValueError(f"{where}gap_s: row {i} has {_plain(raw.iloc[i])!r} "
+                             f"({MUST['gap_s']})")
     if "parent" not in df.columns:
         return
     if "session_id" not in df.columns:

@@ -63,6 +63,21 @@ def _rng(rng):
     return np.random.default_rng(rng)
 
 
+SEED_UNUSED = ("seed={seed!r} changes nothing: {what} (a seed draws only a length-only set's "
+               "arrivals at rate= and its rows resampled past its size, and the generated "
+               "workloads: vllm-random, vllm-sharegpt, agentic)")
+
+
+def seed_unused(seed, what) -> None:
+    """Warn (``UserWarning``, starting ``seed=``) that ``seed`` draws nothing, ``what`` saying
+    why; the default seed 0 (or None) is no choice of the user's and says nothing."""
+    if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)
+                        and seed == 0):
+        return
+    import warnings
+    warnings.warn(SEED_UNUSED.format(seed=seed, what=what), UserWarning, stacklevel=3)
+
+
 def _same(value, default) -> bool:
     try:
         return bool(value == default)

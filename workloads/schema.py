@@ -31,6 +31,11 @@ COLUMNS = ("request_id",) + REQUIRED
 
 
 MAX_TOKENS = 2 ** 53  # above this a float64 no longer holds every integer exactly
+# what a number column must hold, as its errors say it (a JSON file's booleans too: json_bools)
+MUST = {"arrival_time": "must be a finite number of seconds >= 0",
+        "acceptance_rate": "must be a probability from 0 to 1, or empty for the run's",
+        "turn": "must be an integer, its place in the conversation, or empty",
+        "gap_s": "must be seconds >= 0, or empty for none"}
 
 
 def _first_bad(mask) -> int:
@@ -98,7 +103,7 @@ def validate(df, *, source=None) -> pd.DataFrame:
     if bad.any():
         i = _first_bad(bad)
         raise ValueError(f"{where}arrival_time: row {i} {_has(df['arrival_time'].iloc[i])} "
-                         f"(must be a finite number of seconds >= 0)")
+                         f"({MUST['arrival_time']})")
     if len(arrival) > 1:
         dec = np.diff(arrival) < 0
         if dec.any():
@@ -120,20 +125,22 @@ def validate(df, *, source=None) -> pd.DataFrame:
     if "acceptance_rate" in out.columns:
         raw = out["acceptance_rate"]
         vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~(np.isfinite(vals) & (vals >= 0) & (vals <= 1)) & raw.notna().to_numpy()
+        bad = ~(np.isfinite(vals) & (vals >= 0) & (vals <= 1)) & raw.notna().to_numpy() \
+            | _booleans(raw)  # (True is no probability 1)
         if bad.any():
             i = _first_bad(bad)
             raise ValueError(f"{where}acceptance_rate: row {i} has {_plain(raw.iloc[i])!r} "
-                             f"(must be a probability from 0 to 1, or empty for the run's)")
+                             f"({MUST['acceptance_rate']})")
         out["acceptance_rate"] = vals
     if "turn" in out.columns:  # (text in one cell makes a CSV's column text: "10" < "2")
         raw = out["turn"]
         vals = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~(np.isfinite(vals) & (vals == np.round(vals))) & raw.notna().to_numpy()
+        bad = ~(np.isfinite(vals) & (vals == np.round(vals))) & raw.notna().to_numpy() \
+            | _booleans(raw)
         if bad.any():
             i = _first_bad(bad)
-            raise ValueError(f"{where}turn: row {i} has {_plain(raw.iloc[i])!r} (must be an "
-                             f"integer, its place in the conversation, or empty)")
+            raise ValueError(f"{where}turn: row {i} has {_plain(raw.iloc[i])!r} "
+                             f"({MUST['turn']})")
         if raw.notna().all():
             out["turn"] = vals.astype(np.int64)
     if "hash_ids" in out.columns:

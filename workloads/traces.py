@@ -23,7 +23,8 @@ import pandas as pd
 
 from .agentic import AGENTIC_NAME, load_agentic
 from .arrivals import (CV_KEY, RATE_KEY, _rng, _same, cv_for, drawn_at, gamma, poisson,
-                       scale_to_rate)
+                       scale_to_rate, seed_unused)
+from .json_bools import check_json_booleans
 from .lines import as_lines
 from .schema import check_hash_id_counts, validate
 from .vllm_bench import BENCH_ARGS, BENCH_WORKLOADS, load_bench
@@ -168,6 +169,10 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
       change nothing (``cv`` with Poisson arrivals, ``rate`` with ``arrival_times``), they are a
       ``ValueError``, never ignored.
     - ``max_context``: drop requests whose prompt + output exceed it (a model's context window).
+    - ``seed`` (an int or a ``numpy.random.Generator``): draws a length-only set's arrivals
+      and resampled rows, and a generated workload. Where it draws nothing (a replayed trace,
+      a file, ``arrival_times=`` without resampling) a seed other than 0 is a ``UserWarning``
+      saying so (as ``sim run --seed`` warns), never silently ignored.
     - ``hash_block_tokens``: the tokens each ``hash_ids`` entry stands for (the block size the
       ids were made with: Mooncake's 512), set as ``attrs["block_size"]``; CSV and JSONL files
       cannot carry it (see :func:`with_hash_block_tokens`).
@@ -207,6 +212,7 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
         path = Path(name)
         if path.suffix or path.exists():
             _replayed(str(path), arrival, cv, arrival_times)
+            seed_unused(seed, f"the file {str(path)!r} is replayed as recorded")
             return load_file(path, n=n, rate=rate, max_context=max_context,
                              hash_block_tokens=hash_block_tokens)
         raise _unknown_name(name)
@@ -220,6 +226,9 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
         elif n is not None:
             df = df.iloc[:n].reset_index(drop=True)
         if arrival_times is not None:
+            if "resampled_from" not in df.attrs:
+                seed_unused(seed, f"{name!r} takes its first rows and arrival_times= gives "
+                                  f"their arrivals")
             times = np.asarray(arrival_times, dtype=np.float64)
             if len(times) != len(df):
                 raise ValueError(f"arrival_times has {len(times)} entries for {len(df)} requests")
@@ -237,6 +246,7 @@ def load(name, *, n=None, rate=None, arrival="poisson", cv=1.0, arrival_times=No
             drawn_at(df, rate, 1.0 if arrival == "poisson" else cv)
     else:
         _replayed(f"the {name!r} trace", arrival, cv, arrival_times)
+        seed_unused(seed, f"the {name!r} trace is replayed as recorded")
         df = _first(df, n, f"the {name!r} trace")
         if rate is not None:
             df = scale_to_rate(df, rate)
@@ -375,6 +385,8 @@ def load_file(path, *, n=None, rate=None, max_context=None,
     try:
         if suffix.startswith(".csv"):
             df = _text_times(df, where)
+        elif suffix.startswith(".json"):  # (a JSON true read as 1 s: said by line, column)
+            check_json_booleans(path, suffix, where)
         if "hash_ids" in df.columns:
             df = _hash_id_lists(df, where)
         df = validate(df.reset_index(drop=True), source=str(path))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import sys
 import warnings
 
 from .arguments import read_profile
@@ -211,12 +212,14 @@ def build(s, names=None, fits=True):
                 or load.get("name") in BENCH_WORKLOADS:  # (resampled or drawn to any n: a
             # trace or file with fewer rows is an error before anything is allocated)
             check_footprint(load.get("n"), names("num_requests") if names else "num_requests")
-        try:
-            df = workloads.load(**load)
-        except ValueError as e:  # a closed loop issues requests itself: no arrivals needed
-            if s["closed_loop_users"] is None or "no arrival times" not in str(e):
-                raise
-            df = workloads.load(**dict(load, rate=1.0))
+        with warnings.catch_warnings():  # (--seed unused: said of it as a whole by the
+            warnings.filterwarnings("ignore", message="seed=")  # command, warn_unused_seed)
+            try:
+                df = workloads.load(**load)
+            except ValueError as e:  # a closed loop issues requests itself: no arrivals needed
+                if s["closed_loop_users"] is None or "no arrival times" not in str(e):
+                    raise
+                df = workloads.load(**dict(load, rate=1.0))
         df = with_lora_ids(df, parts(s), s.get("seed") or 0)  # --lora-adapters (table_lora)
         cfg = config_from(s, names)
         if fits:  # (a sweep's or plan's base: its points may set the prefix cache)
@@ -243,8 +246,32 @@ def seed_changes_nothing(s, cfg) -> bool:
     if cfg.draws_at_random():
         return False
     load = {k: v for k, v in parts(s)["workload"].items() if k != "seed"}
-    return workloads.load(**load, seed=s["seed"]).equals(workloads.load(**load,
-                                                                        seed=s["seed"] + 1))
+    with warnings.catch_warnings():  # (the loader's own "seed= changes nothing": the answer)
+        warnings.filterwarnings("ignore", message="seed=")
+        return workloads.load(**load, seed=s["seed"]).equals(workloads.load(**load,
+                                                                            seed=s["seed"] + 1))
+
+
+def warn_unused_seed(command, s, cfg, names) -> None:
+    """One line on stderr when ``--seed`` (or the TOML's ``seed``) is given and changes
+    nothing (:func:`seed_changes_nothing`), in the flag's words; every command that takes it
+    says the same (the loader's and the engine's own ``seed=`` warnings are then hushed)."""
+    if s["seed"] and seed_changes_nothing(s, cfg):
+        print(f"sim {command}: warning: {names('seed')} {s['seed']} changes nothing: workload "
+              f"{s['workload']} is replayed as recorded (only a length-only set such as "
+              f"sharegpt draws its arrivals from the seed) and nothing in the engine draws "
+              f"at random (speculative decoding, --router random)", file=sys.stderr)
+
+
+def warn_pool(command, s, cfg, names) -> None:
+    """One line on stderr, in the flags' words (``--kv-blocks 100,000 is a pool of ...``), when
+    the KV pool set by hand exceeds the memory budget; the engine's own ``kv_blocks=`` warning
+    (the API's words, once per run of a search) is then hushed in the caller's filters."""
+    from ..engine.simulation import pool_warning
+    over = pool_warning(cfg, cfg.resolved_kv_blocks())
+    if over:
+        print(f"sim {command}: warning: {as_written(over, s, names)}", file=sys.stderr)
+        warnings.filterwarnings("ignore", message="kv_(blocks|tokens)=")
 
 
 REFERENCE_RATE = 1.0  # req/s: a length-only set's arrivals where every run re-scales them

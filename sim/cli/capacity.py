@@ -14,7 +14,7 @@ import warnings
 
 from ..checks import plural
 from .arguments import number
-from .build import build_rescaled, with_request_path
+from .build import build_rescaled, warn_pool, warn_unused_seed, with_request_path
 from .settings import Names, add_run_args, check_router_used, settings_from
 
 
@@ -56,6 +56,9 @@ def cmd_capacity(args) -> int:
     cfg = with_request_path(cfg, args, s)
     with warnings.catch_warnings():  # (no rate: said below, with the rates tried)
         warnings.filterwarnings("ignore", message="no rate meets")
+        warnings.filterwarnings("ignore", message="seed=")  # said here, of --seed as a whole
+        warn_unused_seed("capacity", s, cfg, names)
+        warn_pool("capacity", s, cfg, names)
         cap = max_rate(df, s["slo"], attainment=args.attainment, config=cfg, tol=args.tol)
     limits = ", ".join(f"{k} <= {v:g} s" for k, v in s["slo"].items())
     print(f"workload {s['workload']}: {plural(len(df), 'request')}; scheduler {cfg.policy()!r}; "

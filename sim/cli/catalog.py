@@ -18,7 +18,7 @@ from __future__ import annotations
 MODEL_COLUMNS = ("model", "params_B", "published_B", "active_B", "layers", "expert_dtype",
                  "kv_B_per_token", "hf_id")
 GPU_COLUMNS = ("gpu", "name", "memory_GB", "HBM_GB_s", "fp16_TF", "fp8_TF", "fp4_TF",
-               "link_GB_s", "terms")
+               "link_GB_s", "tp_max", "terms")
 
 
 def _kinds(m) -> str:
@@ -60,7 +60,7 @@ def model_rows() -> list:
 def gpu_rows() -> list:
     """One dict per GPU preset (:data:`GPU_COLUMNS`, plus ``source`` and ``notes``)."""
     from ..costs.roofline_params import fitted_gpus, profiled_gpus
-    from ..specs.gpus import get_gpu, gpu_presets, gpu_row
+    from ..specs.gpus import get_gpu, gpu_presets, gpu_row, scaleup_domain
     fitted, profiled = set(fitted_gpus()), set(profiled_gpus())
     out = []
     for key in gpu_presets():
@@ -72,6 +72,7 @@ def gpu_rows() -> list:
                     "HBM_GB_s": f"{g.memory_bandwidth_gbps:g}", "fp16_TF": peak(g.fp16_tflops),
                     "fp8_TF": peak(g.fp8_tflops), "fp4_TF": peak(g.fp4_tflops),
                     "link_GB_s": peak(g.link_bandwidth_gbps),
+                    "tp_max": str(scaleup_domain(key)[0]),
                     "terms": "fitted" if key in profiled else
                     "partly fitted" if key in fitted else "assumed",
                     "source": row["sources"], "notes": row["notes"]})
@@ -94,7 +95,8 @@ MODELS_NOTE = ("params_B: computed from the architecture; published_B: the figur
                "checkpoint), blank: --weight-dtype's. Any other model: --model "
                "path/to/config.json.")
 GPUS_NOTE = ("Dense peaks (TFLOP/s; '-': none, or no source); memory_GB as the device reports it; "
-             "link per direction; terms: the roofline's efficiency terms fitted to this GPU's "
+             "link per direction; tp_max: the GPUs of one scale-up domain (an HGX board, a "
+             "PCIe host, a GB200 NVL72 rack), the largest --tp; terms: the roofline's efficiency terms fitted to this GPU's "
              "kernels, or assumed (the fitted GPUs' mean).")
 
 

@@ -9,6 +9,7 @@ precisions ``memory_budget``'s (fp32 as well)."""
 from __future__ import annotations
 
 import numbers
+import warnings
 
 from ..checks import each_gpu, plural
 from .arguments import output_file
@@ -44,11 +45,15 @@ def cmd_workload(args) -> int:
         if plot.suffix.lower() != ".png":
             raise ValueError(f"--plot {args.plot!r} must be a file name ending in .png")
     load = flag_values(args, DESCRIBE)
+    shown = {**{k: None for k in DESCRIBE}, "speculative": {}}
     try:
-        df = workloads.load(args.name, **load)
+        with warnings.catch_warnings(record=True) as said:  # (seed=3 unused: --seed 3)
+            warnings.simplefilter("always")
+            df = workloads.load(args.name, **load)
     except ValueError as e:  # the loader names its arguments (n=, rate=): name the flags
-        raise ValueError(as_written(str(e), {**{k: None for k in DESCRIBE}, "speculative": {}},
-                                    Names(None))) from None
+        raise ValueError(as_written(str(e), shown, Names(None))) from None
+    for w in said:
+        warnings.warn(as_written(str(w.message), shown, Names(None)), w.category)
     d = workloads.describe(df)
     width = max(len(k) for k in d)
     for k, v in d.items():

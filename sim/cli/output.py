@@ -78,8 +78,10 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                                ("e2e_p99", "E2E P99"))) + "  output tok/s "
             f"{_num(summary['output_token_throughput_lo'], ',.0f')}-"
             f"{_num(summary['output_token_throughput_hi'], ',.0f')} (each step "
-            f"x{summary['bands_factor_lo']:.3g}-{summary['bands_factor_hi']:.3g}, the cost "
-            f"model's error on this GPU, {summary['bands_errors']})"))
+            f"x{summary['bands_factor_lo']:.3g}-{summary['bands_factor_hi']:.3g}, "
+            + (f"the cost model's error on this GPU, {summary['bands_errors']})"
+               if summary["bands_errors"] in ("fitted", "assumed") else
+               f"{summary['bands_errors']})")))
     if prefix_caching:
         rows.append(("prefix cache", f"{prefix_caching}: "
                                      f"{_num(summary['prefix_hit_rate'], '.1%')} of prompt "

@@ -18,7 +18,7 @@ from ..checks import plural
 from ..costs.roofline_terms import moe_note, summary_line
 from ..engine.core.policies import KNOBS
 from .arguments import output_file, output_folder
-from .build import as_written, build, seed_changes_nothing, with_request_path
+from .build import build, warn_pool, warn_unused_seed, with_request_path
 from .output import format_summary, write_bench_files, write_outputs
 from .settings import (DEFAULT_SCENARIO, Names, add_run_args, check_router_used, given_value,
                        is_default_scenario, settings_from)
@@ -50,22 +50,14 @@ def cmd_run(args) -> int:
     show_progress = not args.quiet and sys.stderr.isatty() and len(df) > 20_000
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="seed=")  # said here, of --seed as a whole
-        if s["seed"] and seed_changes_nothing(s, cfg):
-            print(f"sim run: warning: {names('seed')} {s['seed']} changes nothing: workload "
-                  f"{s['workload']} is replayed as recorded (only a length-only set such as "
-                  f"sharegpt draws its arrivals from the seed) and nothing in the engine draws "
-                  f"at random (speculative decoding, --router random)", file=sys.stderr)
+        warn_unused_seed("run", s, cfg, names)
         if unused_acceptance(df, cfg):  # said once, in the CLI's words
             print(f"sim run: warning: workload {s['workload']}: column acceptance_rate is "
                   f"ignored: speculative decoding is off (give --spec-tokens K and the "
                   f"draft's cost, or a [speculative] table in the TOML file, to use it)",
                   file=sys.stderr)
             warnings.filterwarnings("ignore", message="workload column acceptance_rate")
-        from ..engine.simulation import pool_warning
-        over = pool_warning(cfg, cfg.resolved_kv_blocks())  # said here, in the flags' words
-        if over:
-            print(f"sim run: warning: {as_written(over, s, names)}", file=sys.stderr)
-            warnings.filterwarnings("ignore", message="kv_(blocks|tokens)=")
+        warn_pool("run", s, cfg, names)
         res = run(df, dataclasses.replace(cfg, progress=show_progress))
     summary = res.summary(slo=s["slo"] or None)
     meta = dict(s)

@@ -50,7 +50,7 @@ import dataclasses
 import numpy as np
 
 from ..checks import positive_int
-from ..specs.gpus import get_gpu
+from ..specs.gpus import check_scaleup_domain, get_gpu
 from ..specs.memory import bytes_per_value
 from ..specs.memory_terms import check_tensor_parallel
 from ..specs.models import get_model
@@ -89,8 +89,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         self.model = get_model(model)
         self.gpu = get_gpu(gpu)
         self.gpu_key = _GPU_KEYS.get(self.gpu.name, self.gpu.name.lower())
-        self.tp = check_tensor_parallel(self.model, positive_int("tensor_parallel",
-                                                                 tensor_parallel))
+        self.tp = check_scaleup_domain(self.gpu, check_tensor_parallel(
+            self.model, positive_int("tensor_parallel", tensor_parallel)))
         self.weight_dtype = weight_dtype
         self.kvb = bytes_per_value("kv_dtype", kv_dtype)
         self.kv_dtype = kv_dtype

@@ -130,6 +130,33 @@ def gpu_of(config) -> str | None:
     return key
 
 
+def errors_label(config, info: dict) -> str:
+    """Where the band's errors come from (the summary's ``bands_errors``): ``fitted`` (the
+    roofline's held-out rows on this GPU) or ``assumed`` (the roofline on a GPU without rows:
+    every GPU's) when the roofline prices the run; for a cost model of the user's own, which
+    has no measured error here, ``assumed: the roofline's error on <GPU>`` (it was labelled
+    ``fitted`` when the config named a checked GPU, as if the errors were the model's own)."""
+    from ..costs.roofline import RooflineCost
+    if config.cost_model is None or isinstance(config.cost_model, RooflineCost):
+        return "assumed" if info["assumed"] else "fitted"
+    from ..specs.gpus import get_gpu
+    where = "every GPU it was checked on"
+    if not info["assumed"]:
+        try:
+            where = get_gpu(config.gpu or info["gpu"]).name
+        except (ValueError, TypeError):
+            where = str(info["gpu"])
+    return (f"assumed: the roofline's error on {where}, not {type(config.cost_model).__name__}'s "
+            f"own")
+
+
+def band_info(config) -> dict:
+    """:func:`band_factors` of ``config``'s level and GPU (:func:`gpu_of`), with ``errors``:
+    :func:`errors_label`."""
+    info = band_factors(check_bands(config.bands), gpu_of(config))
+    return dict(info, errors=errors_label(config, info))
+
+
 def scaled_config(config, factor: float):
     """``config`` (bands off) pricing every iteration ``factor`` times as long: the target cost
     model wrapped in :class:`ScaledCost` (a speculative draft priced by its own roofline is
@@ -162,7 +189,7 @@ class Bands:
         ends = (self.fast.summary(slo=slo), self.slow.summary(slo=slo))
         out = {"bands_level": self.info["level"], "bands_factor_lo": self.info["factor_lo"],
                "bands_factor_hi": self.info["factor_hi"],
-               "bands_errors": "assumed" if self.info["assumed"] else "fitted"}
+               "bands_errors": self.info["errors"]}
         for key in banded_keys(point):
             values = [v for v in (point[key], ends[0].get(key), ends[1].get(key))
                       if isinstance(v, float) and v == v]
@@ -174,8 +201,7 @@ class Bands:
 def run_banded(run, workload, config):
     """``run(workload, config)`` with its :class:`Bands` attached (``result.bands``; the
     summary then carries the ``_lo`` / ``_hi`` columns)."""
-    level = check_bands(config.bands)
-    info = band_factors(level, gpu_of(config))
+    info = band_info(config)
     fast_config, slow_config = (scaled_config(config, info[f]) for f in ("factor_lo",
                                                                           "factor_hi"))
     point = run(workload, replace(config, bands=None))

@@ -88,3 +88,32 @@ def get_gpu(gpu) -> GPU:
         raise ValueError(f"gpu {gpu!r} is not a preset{did_you_mean(gpu, gpu_presets())}; "
                          f"choose one of {gpu_presets()}")
     return rows[key]
+
+
+@lru_cache(maxsize=1)
+def _domains() -> dict:
+    text = resources.files("sim").joinpath("data/scaleup_domain.csv").read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    return {r["gpu"]: (int(r["domain_gpus"]), r["platform"]) for r in rows}
+
+
+def scaleup_domain(gpu) -> tuple[int, str] | None:
+    """``(GPUs, platform)`` of a preset's scale-up domain (``sim/data/scaleup_domain.csv``: 8
+    on an HGX or AMD Instinct board or a PCIe host, 72 in a GB200 NVL72 rack); None for a
+    ``GPU`` of the user's own, whose platform is not known."""
+    return _domains().get(get_gpu(gpu).name)
+
+
+def check_scaleup_domain(gpu, tensor_parallel: int) -> int:
+    """``tensor_parallel`` if one scale-up domain of ``gpu`` holds that many GPUs; else a
+    ``ValueError`` naming the value and the limit. A TP group's all-reduces are priced at the
+    scale-up bandwidth: past the domain they would cross the network between hosts, which
+    nothing here prices (sim has no multi-node tensor parallelism: use replicas)."""
+    domain = scaleup_domain(gpu)
+    if domain is not None and tensor_parallel > domain[0]:
+        gpus, platform = domain
+        raise ValueError(f"tensor_parallel {tensor_parallel} is more GPUs than one scale-up "
+                         f"domain of {get_gpu(gpu).name} holds: at most {gpus} ({platform}; "
+                         f"sim/data/scaleup_domain.csv); tensor parallelism over the network "
+                         f"between hosts is not modelled: use replicas for more GPUs")
+    return tensor_parallel

@@ -133,8 +133,8 @@ def max_rate(workload, slo, *, attainment=0.9, config=None, tol=0.01, start=None
     config = as_config(config)
     if config.bands is None:
         return _max_rate(workload, slo, attainment, config, tol, start, max_steps)
-    from ..engine.bands import band_factors, gpu_of, scaled_config
-    info = band_factors(config.bands, gpu_of(config))
+    from ..engine.bands import band_info, scaled_config
+    info = band_info(config)
     point = _max_rate(workload, slo, attainment, replace(config, bands=None), tol, start,
                       max_steps)
     with warnings.catch_warnings():  # (an end no rate meets is nan there, not a second warning)
