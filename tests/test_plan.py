@@ -133,6 +133,10 @@ def test_a_value_invalid_on_its_own_is_an_error_one_invalid_beside_others_is_pru
     t = plan(df.head(20), SLO, space={"scheduler": ["vllm"], "free_gpu_memory_fraction": [0.8]},
              base=BASE, workers=1)
     assert t["stage"].tolist() == ["invalid"]
+    # TP 16 is past an HGX H100's 8-GPU scale-up domain, within a GB200 NVL72's 72: pruned
+    t = plan(df.head(20), SLO, space={"gpu": ["h100"], "tensor_parallel": [16]},
+             base=sim.SimConfig(model="llama-3.1-70b"), workers=1)
+    assert t["stage"].tolist() == ["invalid"] and "scale-up domain" in t["reason"][0]
 
 
 @pytest.mark.parametrize("slo,kw,said", [

@@ -133,9 +133,10 @@ class SimConfig:
             if isinstance(value, str) and not value.strip():
                 raise ValueError(f"{name} must be a preset name, got {value!r} (leave it out "
                                  f"for the default)")
-        if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads bound it)
-            from ..specs.models import get_model
-            check_tensor_parallel(get_model(self.resolved_model()), self.tensor_parallel)
+        if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads and the
+            from ..specs import gpus, models  # GPU's scale-up domain bound it: the planner
+            check_tensor_parallel(models.get_model(self.resolved_model()), self.tensor_parallel)
+            gpus.check_scaleup_domain(self.resolved_gpu(), self.tensor_parallel)  # prunes past)
         if (self.expert_parallel, self.expert_skew, self.attention_dp,
                 self.expert_weight_dtype) != (1, 0, 1, None):  # (costs.expert_parallel)
             from ..costs.expert_parallel import check_moe_settings
