@@ -39,13 +39,20 @@ mode). The model (tests/test_radix_tiers.py):
   way into the tier (an eviction stores nothing), so dropping it lost the node. When every
   entry is such a copy the store is refused (``write_backup`` finds no host room: the node is
   not backed up), the node passes on to the next tier, and a selective policy tries again at
-  its next use (HiCache retries at each hit past the threshold).
+  its next use (HiCache retries at each hit past the threshold). So an L2 the GPU pool's
+  size (``--hicache-ratio 1``) holds little but the GPU's own copies and its hits come from
+  L3 (``experiments/offload_tiers.py``'s ``hicache_pair``, tests/test_hicache_pair.py). Whether all
+  its copies are kept is remembered until a node leaves the GPU
+  (``TieredRadixBlockManager.departures``), so a full L2 refuses without a scan.
 
 Deviations: a node is a tier entry whatever its fill, so a partly filled node (a prompt's or
 answer's end) takes a whole node's capacity, bytes and link time; a kept copy met at the
 tier's eviction end moves to its most recent end (HiCache orders host leaves by last access);
 an L3 hit is promoted into the first tier as it is read (HiCache prefetches L3 -> L2 while
-the request waits: the same total, one queue). Block mode (:mod:`sim.engine.kv.tiers`) may
+the request waits: the same total, one queue); a node the first tier refused still reaches
+L3 (HiCache writes to storage only what its host write backed up, ``writing_check`` ->
+``write_backup_storage``, and prefetches from L3 only into free host memory: with a host
+pool full of the GPU's copies it would store and load less from L3 than here). Block mode (:mod:`sim.engine.kv.tiers`) may
 still drop a block the GPU holds: write-back stores it again when the GPU evicts it.
 
 Invariant: a tier capacity of 0 holds nothing (bit-identical to no tier); the tokens a hit
@@ -74,7 +81,9 @@ class RadixTierChain(TierChain):
     def manager(self, kv_blocks, block_size, tier=None):
         """The radix pool that feeds this chain (``Replica`` builds its pool through it)."""
         pool = TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
-        self.stores[0].keep = pool._len.__contains__  # the GPU's nodes stay (HiCache)
+        first = self.stores[0]
+        first.keep = pool._len.__contains__  # the GPU's nodes stay (HiCache)
+        first.keep_version = pool.departures.__int__  # (grows when a node leaves the GPU)
         return pool
 
     def note(self, nodes, lens) -> None:
@@ -164,11 +173,16 @@ class TieredRadixBlockManager(RadixBlockManager):
     """The radix tree whose evictions (write-back), insertions (write-through: computed) and
     GPU hits (used) reach a :class:`RadixTierChain`."""
 
-    __slots__ = ("tier",)
+    __slots__ = ("tier", "departures")
 
     def __init__(self, num_blocks: int, block_size: int, unit: int, tier: RadixTierChain):
         super().__init__(num_blocks, block_size, unit)
         self.tier = tier
+        self.departures = _Count()  # nodes that left the tree (evicted or unlinked)
+
+    def unlink(self, c) -> None:
+        self.departures.n += 1
+        super().unlink(c)
 
     def acquire(self, nodes) -> None:
         super().acquire(nodes)
@@ -191,6 +205,7 @@ class TieredRadixBlockManager(RadixBlockManager):
 
     def _evict_one(self) -> int:
         tier = self.tier
+        self.departures.n += 1
         if tier.policy != "write_back" or tier.empty:
             return super()._evict_one()
         heap, lens, ref, kids, stamp = self._heap, self._len, self._ref, self._kids, self._stamp
@@ -202,3 +217,15 @@ class TieredRadixBlockManager(RadixBlockManager):
         tier.note((c,), lens)
         tier.store([c])
         return super()._evict_one()
+
+
+class _Count:
+    """A counter read through ``int()`` (a store's ``keep_version``)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self):
+        self.n = 0
+
+    def __int__(self) -> int:
+        return self.n
