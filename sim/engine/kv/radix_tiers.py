@@ -31,7 +31,11 @@ mode). The model (tests/test_radix_tiers.py):
   mode has the same rule (``KVHandoff._admit_loading``).
 - **Prefetch policies** (``KVTierChain.prefetch_policy``, SGLang's
   ``--hicache-storage-prefetch-policy``; None: the lower tiers are read at admission and
-  waited for): :meth:`RadixTierChain.prefetch`.
+  waited for): :meth:`RadixTierChain.prefetch`. **Prefetch threshold**
+  (``KVTierChain.prefetch_threshold``, 256 in the hicache preset): the hit stops at its
+  first lower-tier node when fewer tokens than that remain past it (the matchable prompt,
+  ``prompt - 1`` tokens, less the GPU and first-tier match; SGLang's is the whole rest,
+  one token more).
 
 - **The first tier keeps the GPU's nodes.** Its copy of a node the tree still holds is never
   evicted (SGLang's ``HiRadixCache.evict_host`` evicts only nodes already evicted from the
@@ -76,6 +80,7 @@ class RadixTierChain(TierChain):
         self.tokens = {}  # node -> tokens its tier copy holds (stale once dropped: harmless)
         self.min_tokens = setting.load_threshold
         self.prefetch_policy = getattr(setting, "prefetch_policy", None)
+        self.prefetch_threshold = getattr(setting, "prefetch_threshold", 0)
         self.last_wait = 0.0  # the prefetch wait the last radix_hits decided
 
     def manager(self, kv_blocks, block_size, tier=None):
@@ -118,6 +123,8 @@ class RadixTierChain(TierChain):
             n += 1
             if held < unit:
                 break
+        if self.prefetch_threshold and took:
+            m = self._below_threshold(took, cached, limit, m)
         if self.prefetch_policy is not None and took:
             usable, self.last_wait = self.prefetch(took, start, now)
             m = cached + sum(t for _c, _k, t in took[:usable])
@@ -129,6 +136,20 @@ class RadixTierChain(TierChain):
             return 0, 0
         return got, -(-got // unit)
 
+    def _below_threshold(self, took, cached: int, limit: int, m: int) -> int:
+        """The hit's end (tokens) once ``took`` (cut in place) loses its nodes from the
+        first lower-tier one on when fewer than ``prefetch_threshold`` tokens of the prompt
+        (its matchable ``limit``) lie past the GPU and first-tier match: SGLang's scheduler
+        asks ``prefetch_from_storage`` for the tokens past ``prefix_len + host_hit_length``
+        and it prefetches nothing below the threshold."""
+        for i, (_c, k, _t) in enumerate(took):
+            if k > 0:
+                matched = cached + sum(t for _c, _k, t in took[:i])
+                if limit - matched < self.prefetch_threshold:
+                    del took[i:]
+                    return matched
+                break
+        return m
 
     def prefetch(self, took, start: float, now: float):
         """``(usable, wait)``: how many of the hit's nodes ``took`` (``(node, tier, tokens)``,
