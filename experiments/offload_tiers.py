@@ -93,7 +93,10 @@ def hicache_pair(sessions=128, users=16, kv_tokens=192_000, l3_gbps=THREEFS_GBPS
     (None: the preset's 25 GB/s); ``layer_overlap``: loads overlap the prefill layer by
     layer (radix only, :mod:`sim.engine.kv.radix_tiers`). Returns both prefix hit rates and
     the TTFT and throughput ratios (with over without): the ``hicache_novita_*`` anchor rows
-    of ``sim/data/offload_anchors.csv``."""
+    of ``sim/data/offload_anchors.csv``; ``l2_hit_rate`` / ``l3_hit_rate``: the prompt tokens
+    loaded from each tier (every load) over the prompt tokens. At ``ratio=1`` the L2 is
+    almost all copies of the GPU's own nodes (HiCache evicts host copies only of nodes the
+    GPU no longer holds), so the hits come from L3; at the default 2 from the L2."""
     import dataclasses
 
     from sim.specs.memory import kv_cache_bytes
@@ -114,6 +117,8 @@ def hicache_pair(sessions=128, users=16, kv_tokens=192_000, l3_gbps=THREEFS_GBPS
             "throughput_ratio": on["request_throughput"] / off["request_throughput"],
             "l2_gb": ratio * pool_gb, "ttft_off": off["ttft_mean"], "ttft_on": on["ttft_mean"],
             "offload_hit_rate": on["offload_hit_rate"],
+            "l2_hit_rate": on["offload_tier0_hit_rate"],
+            "l3_hit_rate": on.get("offload_tier1_hit_rate", 0.0),
             "ttft_load_mean": on["ttft_load_mean"]}
 
 

@@ -106,3 +106,30 @@ def test_the_cli_and_toml_set_the_policy(tmp_path, monkeypatch):
     chain = tier_chain({"preset": "hicache", "lower_gb": 20.0, "prefetch_policy": "timeout",
                         "prefetch_timeout_base": 0.5}, sim.KVTier(2.0), {})
     assert chain.prefetch_policy == "timeout" and chain.prefetch_timeout_base == 0.5
+
+
+def test_no_l3_prefetch_when_too_little_of_the_prompt_is_left():
+    """SGLang's ``prefetch_threshold`` (256 tokens, hiradix_cache.py; the hicache preset's):
+    the scheduler asks L3 for the tokens past the GPU and host match, and nothing is
+    prefetched when they are fewer. Node 0 on the GPU, 1-2 in the host tier, 3-5 in L3, a
+    prompt matchable to 96 tokens: 48 lie past the host match, so a threshold of 48 keeps
+    the L3 nodes (80 tokens in all), 49 stops the hit at the host's 32, and the host part
+    is loaded whatever the threshold."""
+    from sim.engine.kv.radix_tiers import RadixTierChain
+
+    def hit(threshold):
+        chain = RadixTierChain(_chain(sim.KVTier(10 * NODE / 1e9), sim.KVTier(100),
+                                      prefetch_threshold=threshold), NODE, 16, 1)
+        chain.manager(1000, 1)
+        chain.stores[0].insert([1, 2])
+        chain.stores[1].insert([3, 4, 5])
+        chain.tokens.update(dict.fromkeys(range(1, 6), 16))
+        return chain.radix_hits([0, 1, 2, 3, 4, 5], 16, 1, 96)
+
+    assert hit(0) == hit(48) == (80, 5)
+    assert hit(49) == hit(10**6) == (32, 2)
+    assert sim.offload_preset("hicache", 1, 10).prefetch_threshold == 256
+    assert sim.offload_preset("vllm", 1).prefetch_threshold == 0
+    with pytest.raises(ValueError, match="kv_offload.prefetch_threshold must be an integer "
+                                         ">= 0, got -1"):
+        _chain(sim.KVTier(1), prefetch_threshold=-1)

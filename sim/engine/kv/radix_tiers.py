@@ -31,7 +31,11 @@ mode). The model (tests/test_radix_tiers.py):
   mode has the same rule (``KVHandoff._admit_loading``).
 - **Prefetch policies** (``KVTierChain.prefetch_policy``, SGLang's
   ``--hicache-storage-prefetch-policy``; None: the lower tiers are read at admission and
-  waited for): :meth:`RadixTierChain.prefetch`.
+  waited for): :meth:`RadixTierChain.prefetch`. **Prefetch threshold**
+  (``KVTierChain.prefetch_threshold``, 256 in the hicache preset): the hit stops at its
+  first lower-tier node when fewer tokens than that remain past it (the matchable prompt,
+  ``prompt - 1`` tokens, less the GPU and first-tier match; SGLang's is the whole rest,
+  one token more).
 
 - **The first tier keeps the GPU's nodes.** Its copy of a node the tree still holds is never
   evicted (SGLang's ``HiRadixCache.evict_host`` evicts only nodes already evicted from the
@@ -39,13 +43,20 @@ mode). The model (tests/test_radix_tiers.py):
   way into the tier (an eviction stores nothing), so dropping it lost the node. When every
   entry is such a copy the store is refused (``write_backup`` finds no host room: the node is
   not backed up), the node passes on to the next tier, and a selective policy tries again at
-  its next use (HiCache retries at each hit past the threshold).
+  its next use (HiCache retries at each hit past the threshold). So an L2 the GPU pool's
+  size (``--hicache-ratio 1``) holds little but the GPU's own copies and its hits come from
+  L3 (``experiments/offload_tiers.py``'s ``hicache_pair``, tests/test_hicache_pair.py). Whether all
+  its copies are kept is remembered until a node leaves the GPU
+  (``TieredRadixBlockManager.departures``), so a full L2 refuses without a scan.
 
 Deviations: a node is a tier entry whatever its fill, so a partly filled node (a prompt's or
 answer's end) takes a whole node's capacity, bytes and link time; a kept copy met at the
 tier's eviction end moves to its most recent end (HiCache orders host leaves by last access);
 an L3 hit is promoted into the first tier as it is read (HiCache prefetches L3 -> L2 while
-the request waits: the same total, one queue). Block mode (:mod:`sim.engine.kv.tiers`) may
+the request waits: the same total, one queue); a node the first tier refused still reaches
+L3 (HiCache writes to storage only what its host write backed up, ``writing_check`` ->
+``write_backup_storage``, and prefetches from L3 only into free host memory: with a host
+pool full of the GPU's copies it would store and load less from L3 than here). Block mode (:mod:`sim.engine.kv.tiers`) may
 still drop a block the GPU holds: write-back stores it again when the GPU evicts it.
 
 Invariant: a tier capacity of 0 holds nothing (bit-identical to no tier); the tokens a hit
@@ -69,12 +80,15 @@ class RadixTierChain(TierChain):
         self.tokens = {}  # node -> tokens its tier copy holds (stale once dropped: harmless)
         self.min_tokens = setting.load_threshold
         self.prefetch_policy = getattr(setting, "prefetch_policy", None)
+        self.prefetch_threshold = getattr(setting, "prefetch_threshold", 0)
         self.last_wait = 0.0  # the prefetch wait the last radix_hits decided
 
     def manager(self, kv_blocks, block_size, tier=None):
         """The radix pool that feeds this chain (``Replica`` builds its pool through it)."""
         pool = TieredRadixBlockManager(kv_blocks, block_size, self.unit, self)
-        self.stores[0].keep = pool._len.__contains__  # the GPU's nodes stay (HiCache)
+        first = self.stores[0]
+        first.keep = pool._len.__contains__  # the GPU's nodes stay (HiCache)
+        first.keep_version = pool.departures.__int__  # (grows when a node leaves the GPU)
         return pool
 
     def note(self, nodes, lens) -> None:
@@ -109,6 +123,8 @@ class RadixTierChain(TierChain):
             n += 1
             if held < unit:
                 break
+        if self.prefetch_threshold and took:
+            m = self._below_threshold(took, cached, limit, m)
         if self.prefetch_policy is not None and took:
             usable, self.last_wait = self.prefetch(took, start, now)
             m = cached + sum(t for _c, _k, t in took[:usable])
@@ -120,6 +136,20 @@ class RadixTierChain(TierChain):
             return 0, 0
         return got, -(-got // unit)
 
+    def _below_threshold(self, took, cached: int, limit: int, m: int) -> int:
+        """The hit's end (tokens) once ``took`` (cut in place) loses its nodes from the
+        first lower-tier one on when fewer than ``prefetch_threshold`` tokens of the prompt
+        (its matchable ``limit``) lie past the GPU and first-tier match: SGLang's scheduler
+        asks ``prefetch_from_storage`` for the tokens past ``prefix_len + host_hit_length``
+        and it prefetches nothing below the threshold."""
+        for i, (_c, k, _t) in enumerate(took):
+            if k > 0:
+                matched = cached + sum(t for _c, _k, t in took[:i])
+                if limit - matched < self.prefetch_threshold:
+                    del took[i:]
+                    return matched
+                break
+        return m
 
     def prefetch(self, took, start: float, now: float):
         """``(usable, wait)``: how many of the hit's nodes ``took`` (``(node, tier, tokens)``,
@@ -164,11 +194,16 @@ class TieredRadixBlockManager(RadixBlockManager):
     """The radix tree whose evictions (write-back), insertions (write-through: computed) and
     GPU hits (used) reach a :class:`RadixTierChain`."""
 
-    __slots__ = ("tier",)
+    __slots__ = ("tier", "departures")
 
     def __init__(self, num_blocks: int, block_size: int, unit: int, tier: RadixTierChain):
         super().__init__(num_blocks, block_size, unit)
         self.tier = tier
+        self.departures = _Count()  # nodes that left the tree (evicted or unlinked)
+
+    def unlink(self, c) -> None:
+        self.departures.n += 1
+        super().unlink(c)
 
     def acquire(self, nodes) -> None:
         super().acquire(nodes)
@@ -191,6 +226,7 @@ class TieredRadixBlockManager(RadixBlockManager):
 
     def _evict_one(self) -> int:
         tier = self.tier
+        self.departures.n += 1
         if tier.policy != "write_back" or tier.empty:
             return super()._evict_one()
         heap, lens, ref, kids, stamp = self._heap, self._len, self._ref, self._kids, self._stamp
@@ -202,3 +238,15 @@ class TieredRadixBlockManager(RadixBlockManager):
         tier.note((c,), lens)
         tier.store([c])
         return super()._evict_one()
+
+
+class _Count:
+    """A counter read through ``int()`` (a store's ``keep_version``)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self):
+        self.n = 0
+
+    def __int__(self) -> int:
+        return self.n

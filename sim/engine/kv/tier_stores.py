@@ -20,7 +20,11 @@ the evicted keys down and counts the bytes.
   (:mod:`sim.engine.kv.radix_tiers`). Met at the eviction end, a kept key is moved to the
   most recent end and passed over; when every resident key is kept, the key being inserted
   is refused instead (HiCache's ``write_backup`` finds no host room): it passes on, as
-  evicted, and is not held.
+  evicted, and is not held (a key it already held is never the one refused). With
+  ``store.keep_version`` (a count that grows whenever ``keep`` may turn False for a key) a
+  store that found every key kept skips the scan until that count moves or a free key
+  enters; the lists are ``OrderedDict`` so that their oldest end is found in O(1) however
+  many keys left it (a dict scans the holes they leave).
 
 Invariants (tests/test_tiers.py): ``len(store) <= capacity``; ARC: ``len(t1) + len(t2) <=
 capacity``, ``len(t1) + len(b1) <= capacity``, all four lists ``<= 2 * capacity``, ``0 <= p
@@ -30,17 +34,22 @@ capacity``, ``len(t1) + len(b1) <= capacity``, all four lists ``<= 2 * capacity`
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+
+_ABSENT = object()
 
 
 class LRUStore:
     """A tier's keys in least-recently-used order (a dict, oldest first)."""
 
-    __slots__ = ("capacity", "keys", "keep")
+    __slots__ = ("capacity", "keys", "keep", "keep_version", "all_kept_at")
 
     def __init__(self, capacity):
         self.capacity = capacity  # blocks (math.inf: unlimited)
-        self.keys = {}
+        self.keys = OrderedDict()  # (O(1) at its oldest end, however many left it)
         self.keep = None  # key -> whether it must stay (see the module docstring)
+        self.keep_version = None  # () -> a count that grows when keep may turn False
+        self.all_kept_at = None  # that count when every held key was last found kept
 
     def __contains__(self, key) -> bool:
         return key in self.keys
@@ -54,18 +63,26 @@ class LRUStore:
         if not self.capacity:  # holds nothing: they pass on
             return 0, list(keys)
         for k in keys:
-            if held.pop(k, None) is None:
+            if held.pop(k, _ABSENT) is _ABSENT:  # (values are None: a held key's too)
                 new += 1
                 added.append(k)
             held[k] = None
         extra = len(held) - self.capacity
         if extra <= 0:
             return new, ()
-        if self.keep is not None:
-            out = [_oldest(held, self.keep) for _ in range(int(extra))]
-            for k in out:
-                held.pop(k, None)
-            refused = set(added).intersection(out)  # out as it came in: nothing written
+        if self.keep is not None:  # (each victim out before the next is sought: distinct)
+            keep, out = self.keep, []
+            fresh = set(added)
+            if any(not keep(k) for k in added):
+                self.all_kept_at = None
+            for _ in range(int(extra)):
+                k = None if _known_all_kept(self) else _first_free(held, keep)
+                if k is None:  # all kept: the most recent key just inserted is refused
+                    _note_all_kept(self)
+                    k = next(x for x in reversed(held) if x in fresh)
+                del held[k]
+                out.append(k)
+            refused = fresh.intersection(out)  # out as it came in: nothing written
             return new - len(refused), out
         it = iter(held)
         out = [next(it) for _ in range(int(extra))]
@@ -93,26 +110,33 @@ def _first_free(held: dict, keep):
     return None
 
 
-def _oldest(held: dict, keep):
-    """:func:`_first_free`, or, when all are kept, the most recent key (the one just
-    inserted) taken out: refused."""
-    k = _first_free(held, keep)
-    if k is None:
-        k = next(reversed(held))
-        del held[k]
-    return k
+def _known_all_kept(store) -> bool:
+    """Whether every key ``store`` holds is known kept without a scan: it was found so and
+    no key has left the GPU since (``keep_version`` unchanged) nor a free key entered. (A
+    scan that finds all kept moves each key once round: the order it leaves is the same.)"""
+    at = store.all_kept_at
+    return at is not None and at == store.keep_version()
+
+
+def _note_all_kept(store) -> None:
+    if store.keep_version is not None:
+        store.all_kept_at = store.keep_version()
 
 
 class ARCStore:
     """A tier's keys under ARC (see the module docstring)."""
 
-    __slots__ = ("capacity", "t1", "t2", "b1", "b2", "p", "keep")
+    __slots__ = ("capacity", "t1", "t2", "b1", "b2", "p", "keep", "keep_version",
+                 "all_kept_at")
 
     def __init__(self, capacity):
         self.capacity = capacity
-        self.t1, self.t2, self.b1, self.b2 = {}, {}, {}, {}
+        self.t1, self.t2 = OrderedDict(), OrderedDict()  # (as LRUStore.keys)
+        self.b1, self.b2 = OrderedDict(), OrderedDict()
         self.p = 0.0
         self.keep = None  # key -> whether it must stay (see the module docstring)
+        self.keep_version = None  # as LRUStore's
+        self.all_kept_at = None
 
     def __contains__(self, key) -> bool:
         return key in self.t1 or key in self.t2
@@ -141,8 +165,13 @@ class ARCStore:
 
     def _all_kept(self) -> bool:
         """Whether every resident key is kept (then nothing can be evicted)."""
+        if _known_all_kept(self):
+            return True
         keep = self.keep
-        return _first_free(self.t1, keep) is None and _first_free(self.t2, keep) is None
+        if _first_free(self.t1, keep) is None and _first_free(self.t2, keep) is None:
+            _note_all_kept(self)
+            return True
+        return False
 
     def insert(self, keys):
         """``keys`` enter (a miss, or a ghost hit that tunes ``p``): ``(new, evicted keys)``."""
@@ -157,6 +186,8 @@ class ARCStore:
             if self.keep is not None and len(t1) + len(t2) >= c and self._all_kept():
                 out.append(k)  # no room: refused (passes on), ARC's state unchanged
                 continue
+            if self.keep is not None and not self.keep(k):
+                self.all_kept_at = None  # (a free key enters)
             new += 1
             if math.isinf(c):
                 t1[k] = None

@@ -67,7 +67,10 @@ class KVTierChain:
     through the first tier, the whole read waited for): ``best_effort`` (starts at admission
     with what arrived), ``wait_complete``, ``timeout`` (waits at most ``prefetch_timeout_base
     + prefetch_timeout_per_ki_token * tokens / 1024`` seconds, HiCache's defaults 1 and
-    0.25)."""
+    0.25); ``prefetch_threshold``: a hit reaches below the first tier only when at least
+    this many of the prompt's tokens lie past its GPU and first-tier match (radix mode;
+    HiCache's ``prefetch_threshold``, 256 in its preset: ``prefetch_from_storage`` skips a
+    shorter L3 prefetch; 0: always)."""
 
     tiers: tuple = ()
     write_policy: str = "write_back"
@@ -80,6 +83,7 @@ class KVTierChain:
     prefetch_policy: str | None = None
     prefetch_timeout_base: float = 1.0
     prefetch_timeout_per_ki_token: float = 0.25
+    prefetch_threshold: int = 0
 
     def __post_init__(self):
         tiers = tuple(self.tiers) if isinstance(self.tiers, (list, tuple)) else None
@@ -92,7 +96,8 @@ class KVTierChain:
                              f"{', '.join(WRITE_POLICIES)}, got {self.write_policy!r}")
         for name, value in (("write_threshold", self.write_threshold),
                             ("chunk_tokens", self.chunk_tokens),
-                            ("load_threshold", self.load_threshold)):
+                            ("load_threshold", self.load_threshold),
+                            ("prefetch_threshold", self.prefetch_threshold)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0 or \
                     name == "write_threshold" and value < 1:
                 bound = ">= 1" if name == "write_threshold" else ">= 0"

@@ -53,6 +53,7 @@ def offload_preset(name: str, gb: float, lower_gb: float = 0.0, **chain) -> KVTi
     head = tiers[0]
     fields = dict(write_policy=head["write_policy"], write_threshold=int(head["write_threshold"]),
                   link_gbps=float(head["link_gbps"]), chunk_tokens=int(head["chunk_tokens"]),
-                  load_threshold=int(head["load_threshold"]), name=name)
+                  load_threshold=int(head["load_threshold"]),
+                  prefetch_threshold=int(head["prefetch_threshold"]), name=name)
     fields.update(chain)
     return KVTierChain(tuple(made), **fields)
