@@ -153,3 +153,25 @@ def test_no_iterations_no_gaps():
     assert gap.size == weights.size == extra.size == 0 and np.isnan(max_itl[0])
     with pytest.raises(AttributeError):
         Request(0, 0, 0.0, 1, 1).not_a_field = 1  # slots: a typo is an error
+
+
+def test_inter_token_gaps_of_runs_far_apart_as_a_clusters_requests():
+    """A cluster's requests alternate between replicas whose steps lie in separate blocks of
+    ``end`` (runs by request index jump back and forth: the runs are taken by start then):
+    each request's largest gap is still the largest of its own gaps."""
+    rng = np.random.default_rng(5)
+    end = np.cumsum(rng.uniform(0.001, 1.0, 2000))
+    reqs, expected = [], []
+    for k in range(60):
+        base = 1000 * (k % 2) + 15 * (k // 2)  # replica k % 2's block of steps
+        a = base + int(rng.integers(0, 5))
+        runs = [(a, a + int(rng.integers(1, 30)))]
+        if k % 3 == 0:  # preempted and resumed later: a second run
+            runs.append((runs[0][1] + 3, runs[0][1] + 3 + int(rng.integers(0, 9))))
+        r = Request(k, k, 0.0, 1, 1)
+        r.segments = runs
+        times = [end[j] for a, b in runs for j in range(a, b + 1)]
+        expected.append(max(np.diff(times)))
+        reqs.append(r)
+    _, max_itl = inter_token_gaps(reqs, end)
+    np.testing.assert_array_equal(max_itl, expected)
