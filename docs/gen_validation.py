@@ -196,9 +196,10 @@ def independent() -> str:
 
 def overheads() -> str:
     fit = _load("engine_overheads.json")
-    terms = table(["engine", "per_request_s", "per_seq_s", "overlap"],
+    terms = table(["engine", "per_request_s", "per_seq_s", "overlap", "per_prefill_iter_s"],
                   [(f"`{e}`", f"{t['per_request_s'] * 1e3:.1f} ms", f"{t['per_seq_s'] * 1e6:.0f} us",
-                    t["overlap"]) for e, t in fit["engines"].items()])
+                    t["overlap"], f"{t.get('per_prefill_iter_s', 0.0) * 1e3:.0f} ms")
+                   for e, t in fit["engines"].items()])
     by = {(r["metric"], r["split"]): r for r in fit["by_metric"]}
     metrics = sorted({m for m, _ in by}, key=lambda m: (m == "output_throughput", m))
     rows = [(m, *(f"{_pct(by[m, s]['median_abs_error_before'])} -> "
@@ -210,8 +211,11 @@ def overheads() -> str:
                     f"{f['per_request_layer_s'] * 1e3:.2f} ms",
                     f"{_pct(f['fit_ttft_p50_flat'])} / {_pct(f['fit_ttft_p50_per_layer'])}",
                     f"`{f['chosen']}`") for f in fit.get("shift_forms", [])])
-    return terms + "\n" + forms + "\n" + table(
-        ["metric", "fit: before -> after", "held-out: before -> after"], rows)
+    split = table(["engine", "per_prefill_iter_s", "fit: mean of the metrics' median \\|error\\|"],
+                  [(f"`{r['engine']}`", f"{r['per_prefill_iter_s'] * 1e3:.0f} ms",
+                    _pct(r["fit_score_all_metrics"])) for r in fit.get("prefill_split", [])])
+    return terms + "\n" + forms + "\n" + (split + "\n" if fit.get("prefill_split") else "") \
+        + table(["metric", "fit: before -> after", "held-out: before -> after"], rows)
 
 
 def ttft_residual() -> str:

@@ -20,6 +20,14 @@ Per engine:
    non-TTFT metrics (TPOT, ITL, E2E, throughput); ties keep the smaller term and the
    synchronous form. ``per_iter_s`` stays 0 (the roofline has its own fixed cost per
    iteration, fitted on NVIDIA's tables).
+3. the fixed time per iteration holding prefill work, ``per_prefill_iter_s``
+   (``experiments/ttft_residual.py``: the concurrency-1 TTFT residual is an intercept, not a
+   slope): a grid search over :data:`PREFILL_GRID`, each value ``p`` taken out of the flat
+   shift (``per_request_s = max(0, shift - p)``: at concurrency 1 a request is one prefill
+   iteration, so those rows keep their TTFT), step 2's ``per_seq_s`` and form held, minimising
+   the mean over the eight metrics of the fit rows' median |error| (every metric weighs the
+   same: the term moves TTFT one way and E2E / ITL P99 / throughput the other); ties keep the
+   smaller term. Only for an engine whose shift is flat (the per-layer form keeps p = 0).
 
 The roofline under both steps is each GPU's as shipped (``fitted_params``: the profiled
 terms, and a GPU's own published kernel terms, ``sim/data/gpu_kernel_fit.json``): the
@@ -49,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate_independent as vi  # noqa: E402
 
 OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "engine_overheads.json"
+PREFILL_GRID = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1)
 PER_SEQ_GRID = tuple(float(x) for x in np.round(np.arange(0.0, 0.00041, 0.00002), 6))
 SOURCE = ("fitted by experiments/fit_overheads.py on the fit split of "
           "sim/data/validation_runs.csv (SGLang cookbook, vLLM blog)")
@@ -105,8 +114,29 @@ def fit(runs: pd.DataFrame, workers=1):
                                "fit_score": s})
                 if best is None or s < best[0] - 1e-12:
                     best = (s, ov)
-        terms[engine] = best[1]
+        terms[engine], split = prefill_split(rows, runs, engine, best[1], workers)
+        scores += split
     return base, terms, pd.DataFrame(scores)
+
+
+def _all_metrics_score(table: pd.DataFrame) -> float:
+    t = table[table.split == "fit"]
+    return float(t.assign(a=t["error"].abs()).groupby("metric")["a"].median().mean())
+
+
+def prefill_split(rows, runs, engine, ov, workers=1):
+    """Step 3: ``ov`` with the ``per_prefill_iter_s`` of :data:`PREFILL_GRID` that fits the
+    fit ``rows`` best, taken out of its flat shift; and one score row per candidate."""
+    best, scores = None, []
+    for p in PREFILL_GRID if not ov.per_request_layer_s else (0.0,):
+        cand = dataclasses.replace(ov, per_prefill_iter_s=p,
+                                   per_request_s=max(0.0, ov.per_request_s - p))
+        s = _all_metrics_score(vi.validate(rows, workers, {engine: cand}, runs_all=runs))
+        scores.append({"engine": engine, "overlap": ov.overlap, "per_seq_s": ov.per_seq_s,
+                       "per_prefill_iter_s": p, "fit_score_all_metrics": s})
+        if best is None or s < best[0] - 1e-12:
+            best = (s, cand)
+    return best[1], scores
 
 
 def main(argv=None):
@@ -125,14 +155,16 @@ def main(argv=None):
                                                                            "_after"))
     for e, t in terms.items():
         print(f"{e}: per_request_s {t.per_request_s:.4f}, per_request_layer_s "
-              f"{t.per_request_layer_s:.6f}, per_seq_s {t.per_seq_s:.6f}, overlap {t.overlap}")
+              f"{t.per_request_layer_s:.6f}, per_seq_s {t.per_seq_s:.6f}, overlap {t.overlap}, "
+              f"per_prefill_iter_s {t.per_prefill_iter_s:.3f}")
     print(both.round(4).to_string(index=False))
     if args.write:
         out = {"source": SOURCE,
                "engines": {e: {"per_request_s": t.per_request_s,
                                "per_request_layer_s": t.per_request_layer_s,
                                "per_iter_s": t.per_iter_s, "per_seq_s": t.per_seq_s,
-                               "overlap": t.overlap}
+                               "overlap": t.overlap,
+                               "per_prefill_iter_s": t.per_prefill_iter_s}
                            for e, t in terms.items()},
                "shift_forms": [{"engine": e, "per_request_s": per_request(base, e),
                                 "per_request_layer_s": per_request_layer(base, e),
@@ -142,6 +174,8 @@ def main(argv=None):
                                     per_request_layer_s=per_request_layer(base, e))),
                                 "chosen": ("per_request_layer_s" if terms[e].per_request_layer_s
                                            else "per_request_s")} for e in terms],
+               "prefill_split": vi._records(
+                   scores[scores.per_prefill_iter_s.notna()].dropna(axis=1, how="all")),
                "by_metric": vi._records(both),
                "by_gpu_after": vi._records(vi.medians(after, ("gpu", "split"))),
                "by_engine_after": vi._records(vi.medians(after, ("engine", "split")))}

@@ -29,7 +29,10 @@ COSTS = [RooflineCost("llama-3.1-8b", "h100"),
                       params=dataclasses.replace(fitted_params("a100"), cuda_graph_max_batch=8))]
 OVERHEADS = [EngineOverheads(per_iter_s=2e-3, per_seq_s=1e-5),
              EngineOverheads(per_iter_s=4e-3, per_seq_s=2e-5, overlap=True),
-             EngineOverheads(per_request_s=0.05)]  # (no step time: the base's price alone)
+             EngineOverheads(per_request_s=0.05),  # (no step time: the base's price alone)
+             EngineOverheads(per_prefill_iter_s=0.08),  # a prefill iteration's fixed time
+             EngineOverheads(per_prefill_iter_s=0.06, per_iter_s=1e-3, per_seq_s=3e-5,
+                             overlap=True)]
 
 batches = st.fixed_dictionaries({
     "prefills": st.lists(st.tuples(st.integers(1, 2048), st.integers(0, 30000)), max_size=4),

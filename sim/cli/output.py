@@ -137,7 +137,10 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                      f"TTFT, E2E), CPU {summary['engine_overhead_per_iter_s'] * 1e6:.3g} us + "
                      f"{summary['engine_overhead_per_seq_s'] * 1e6:.3g} us per sequence per "
                      f"iteration, " + ("overlapped with the GPU" if
-                                       summary["engine_overhead_overlap"] else "after the GPU")))
+                                       summary["engine_overhead_overlap"] else "after the GPU")
+                     + (f", {summary['engine_overhead_per_prefill_iter_s'] * 1e3:.3g} ms per "
+                        f"prefill iteration" if "engine_overhead_per_prefill_iter_s" in summary
+                        else "")))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

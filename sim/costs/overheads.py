@@ -20,7 +20,15 @@ input preparation, sampling, output processing, detokenising and streaming. Two 
   scheduling) adds it to the GPU's time; an **overlapped** one (``overlap=True``: SGLang's
   overlap scheduler, vLLM's ``--async-scheduling``, TensorRT-LLM's overlap scheduler) prepares
   the next batch while the GPU runs this one, so the step is ``max(GPU, CPU)``: the CPU shows
-  only once it is the longer of the two - the knee's second slope.
+  only once it is the longer of the two - the knee's second slope;
+- ``per_prefill_iter_s``: a fixed time of every iteration that holds prefill work (one or
+  more prefill chunks, however many), added to the GPU's time before the step rule (it is on
+  the forward's critical path: an overlapped loop does not hide it). Not per request: a
+  batch of 30 prefills pays it once, and every decode in that iteration and every request
+  queued behind it waits for it. ``experiments/ttft_residual.py``: the first token's time the
+  roofline misses at concurrency 1 is 58-111 ms per prefill iteration on B200 whatever the
+  prompt (1,000 vs 8,000 tokens: the same intercept); fitted, never sourced (the fit keeps
+  0 ms for both engines: what it gains on TTFT it loses on E2E, ITL P99 and throughput).
 
 Invariants: :class:`OverheadCost` with zero terms prices every batch exactly as its base cost
 model (bit for bit); the terms are non-negative; the fast-forward's ``pure_decode_cost`` is
@@ -56,9 +64,11 @@ class EngineOverheads:
     overlap: bool = False
     source: str = ""
     per_request_layer_s: float = 0.0
+    per_prefill_iter_s: float = 0.0
 
     def __post_init__(self):
-        for name in ("per_request_s", "per_iter_s", "per_seq_s", "per_request_layer_s"):
+        for name in ("per_request_s", "per_iter_s", "per_seq_s", "per_request_layer_s",
+                     "per_prefill_iter_s"):
             _nonneg(name, getattr(self, name))
         if not isinstance(self.overlap, bool):
             raise ValueError(f"overlap must be True or False, got {self.overlap!r}")
@@ -70,6 +80,11 @@ class EngineOverheads:
     def cpu_s(self, num_seqs: int) -> float:
         """One iteration's CPU time over ``num_seqs`` sequences."""
         return self.per_iter_s + self.per_seq_s * num_seqs
+
+    @property
+    def prices_steps(self) -> bool:
+        """Whether any term changes an iteration's price (else the base's price stands)."""
+        return bool(self.per_iter_s or self.per_seq_s or self.per_prefill_iter_s)
 
     def step_s(self, gpu_s: float, num_seqs: int) -> float:
         """The step: GPU plus CPU (synchronous) or the longer of the two (overlapped)."""
@@ -98,8 +113,10 @@ class OverheadCost:
         self.needs_decode_lengths = getattr(base, "needs_decode_lengths", False)
 
     def __call__(self, batch) -> float:
-        return self.overheads.step_s(self.base(batch),
-                                     batch.num_decode_tokens + len(batch.prefills))
+        gpu = self.base(batch)
+        if batch.prefills and self.overheads.per_prefill_iter_s:
+            gpu += self.overheads.per_prefill_iter_s  # (the prefill iteration's fixed time)
+        return self.overheads.step_s(gpu, batch.num_decode_tokens + len(batch.prefills))
 
     def __repr__(self):
         return f"{type(self).__name__}({self.base!r}, {self.overheads!r})"
@@ -124,4 +141,5 @@ def fitted_overheads(engine: str) -> EngineOverheads:
     return EngineOverheads(per_request_s=t["per_request_s"], per_iter_s=t["per_iter_s"],
                            per_seq_s=t["per_seq_s"], overlap=t["overlap"],
                            per_request_layer_s=t.get("per_request_layer_s", 0.0),
+                           per_prefill_iter_s=t.get("per_prefill_iter_s", 0.0),
                            source=data["source"])

@@ -7,7 +7,8 @@ bit: the same terms added in the same order, from the same memo of linear-op pri
 (``cost._linear_cache``, filled by ``cost.linear_time`` on a miss). ``prefills`` is the
 iteration's ``(new, cached)`` pairs (a list or tuple). With ``overheads`` (an
 :class:`~sim.costs.overheads.EngineOverheads`) it is :class:`~sim.costs.overheads.OverheadCost`'s
-price over that base instead: the step's CPU time added (or overlapped) the same way.
+price over that base instead: the prefill iteration's fixed time and the step's CPU time
+added (or overlapped) the same way.
 
 :func:`batch_pricer` is the engine's rule for using it: only for a cost model whose price
 this is - a ``RooflineCost`` whose class does not re-price iterations (``__call__`` not
@@ -47,6 +48,7 @@ class RooflinePrice:
         self.pa, self.pb, self.pc = cost._prefill_coeffs
         self.overheads = overheads is not None and bool(overheads.per_iter_s
                                                         or overheads.per_seq_s)
+        self.prefill_iter_s = overheads.per_prefill_iter_s if overheads is not None else 0.0
         self.per_iter_cpu_s = overheads.per_iter_s if self.overheads else 0.0
         self.per_seq_cpu_s = overheads.per_seq_s if self.overheads else 0.0
         self.overlap = bool(overheads.overlap) if self.overheads else False
@@ -83,6 +85,8 @@ class RooflinePrice:
                 y = self.pb * (cached + new) + self.pc * new
                 x = x if x > y else y
                 t += x if x > floor else floor
+            if self.prefill_iter_s:  # OverheadCost's prefill iteration's fixed time
+                t += self.prefill_iter_s
         if not self.overheads:
             return t
         cpu = self.per_iter_cpu_s + self.per_seq_cpu_s * (n_dec + len(prefills))

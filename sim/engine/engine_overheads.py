@@ -97,7 +97,7 @@ def overheads_of(config) -> EngineOverheads | None:
 def engine_cost(cost, config):
     """``cost`` with the run's per-iteration CPU time (``cost`` itself when there is none)."""
     ov = overheads_of(config)
-    if ov is None or not (ov.per_iter_s or ov.per_seq_s):
+    if ov is None or not ov.prices_steps:
         return cost
     return OverheadCost(cost, ov)
 
@@ -138,6 +138,8 @@ def summary_keys(config) -> dict:
             "engine_overhead_per_iter_s": ov.per_iter_s,
             "engine_overhead_per_seq_s": ov.per_seq_s,
             "engine_overhead_overlap": ov.overlap,
+            **({"engine_overhead_per_prefill_iter_s": ov.per_prefill_iter_s}
+               if ov.per_prefill_iter_s else {}),
             **({"engine_overhead_per_request_layer_s": ov.per_request_layer_s,
                 "engine_overhead_per_request_total_s": lag_of(config)}
                if ov.per_request_layer_s else {})}
