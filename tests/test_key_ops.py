@@ -120,3 +120,22 @@ def test_the_engines_keys_take_the_c_loops_when_compiled():
     assert [len(k) for k in ids] == [3, 4]  # (a key per full block)
     compiled = not key_ops.__file__.endswith(".py")  # (its extension module loaded)
     assert all(key_ops._typed(k) is compiled for k in ids)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, NUM_IDS - 1), unique=True, min_size=1, max_size=NUM_IDS),
+       st.lists(st.lists(st.integers(0, NUM_IDS - 1), max_size=20), min_size=1, max_size=4),
+       st.integers(0, 40), st.data())
+def test_cut_finds_the_first_position_of_a_key_evicted_last(keys, parts, n, data):
+    """The log's last ``n`` keys (parts of any size: per key below 9, vectorised above)
+    against the placed keys: the first position below ``hit`` holding one of them."""
+    keys = np.array(keys, dtype=np.int64)
+    hit = data.draw(st.integers(0, len(keys)))
+    pos = np.array(data.draw(st.lists(st.integers(0, len(keys)), min_size=NUM_IDS,
+                                      max_size=NUM_IDS)), dtype=np.int32)  # other prompts'
+    pos[keys] = np.arange(1, len(keys) + 1)  # placed (a chained key has one position)
+    log = [np.array(p, dtype=np.int64) for p in parts]
+    n = min(n, sum(map(len, log)))
+    last = [int(x) for part in log for x in part][::-1][:n]  # the last n evicted
+    ref = min([i for i in range(hit) if int(keys[i]) in last], default=hit)
+    assert key_ops.cut(log, pos, keys, n, hit) == ref

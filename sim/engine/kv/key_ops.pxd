@@ -32,3 +32,8 @@ cpdef release(object state, object keys, int32_t serial)
                item=list, evicted=list, st=int32_t[:], kv="const int64_t[:]",
                ov=int64_t[:], k=int64_t, free=int32_t, serial=int32_t)
 cpdef take(object queue, object state, set stale, Py_ssize_t n)
+
+@cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, pv=int32_t[:], kv="const int64_t[:]",
+               ev="const int64_t[:]", e=int64_t,
+               q=cython.Py_ssize_t)
+cpdef cut(list log, object pos, object keys, Py_ssize_t n, Py_ssize_t hit)

@@ -233,3 +233,40 @@ def take(queue, state, stale, n: int):
         if len(live):
             evicted.append(live)
     return entries, evicted
+
+
+def cut(log, pos, keys, n: int, hit: int) -> int:
+    """The first block position below ``hit`` at which ``keys`` holds one of the last ``n``
+    keys evicted (``hit`` if none): ``log`` the pool's eviction log (arrays or lists, oldest
+    first, holding those ``n``), ``pos`` the pool's ``_pos`` (a placed key's block position
+    + 1, 0 unplaced; ``keys`` placed up to ``hit``)."""
+    i = len(log)
+    while n > 0:
+        i -= 1
+        part = log[i]
+        if len(part) > n:
+            part = part[len(part) - n:]
+        n -= len(part)
+        if cython.compiled and _typed(part) and _typed(keys):  # (interpreted: no call)
+            pv = pos
+            kv = keys
+            ev = part
+            for j in range(ev.shape[0]):
+                e = ev[j]
+                q = pv[e] - 1
+                if 0 <= q < hit and kv[q] == e:
+                    hit = q
+        elif len(part) > 8:  # vectorised (a prefill chunk's evictions)
+            p = pos[part] - 1
+            inside = (p >= 0) & (p < hit)
+            if inside.any():
+                p = p[inside]
+                mine = p[keys[p] == part[inside]]
+                if len(mine):
+                    hit = int(mine.min())
+        else:  # a few keys (a decode's blocks): per key (measured: 1.3 vs 5.8 us for 3)
+            for e in part:
+                p = pos[e] - 1
+                if 0 <= p < hit and keys[p] == e:
+                    hit = int(p)
+    return hit
