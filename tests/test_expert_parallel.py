@@ -120,8 +120,11 @@ def test_ep_1_is_the_roofline_and_runs_differ_with_ep():
      "^expert_parallel 4 needs a mixture-of-experts model; 'llama-3.1-8b' is dense$"),
     (dict(model="qwen3-30b-a3b", tensor_parallel=4, expert_parallel=0),
      "expert_parallel must be"),
-    (dict(model="mixtral-8x7b", tensor_parallel=16, expert_parallel=16),
+    # GB200 NVL72: a 72-GPU domain, so 16 ranks pass the scale-up check and meet this one
+    (dict(model="mixtral-8x7b", gpu="gb200", tensor_parallel=16, expert_parallel=16),
      "^expert_parallel 16 must divide the 8 experts of 'mixtral-8x7b'$"),
+    (dict(model="mixtral-8x7b", tensor_parallel=16, expert_parallel=16),
+     "^tensor_parallel 16 is more GPUs than one scale-up domain of H100-80GB-SXM holds"),
 ])
 def test_bad_expert_parallel_settings_are_one_line_errors(kw, message):
     with pytest.raises(ValueError, match=message):
