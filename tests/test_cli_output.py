@@ -219,6 +219,9 @@ def test_parquet_outputs_round_trip_with_dictionaries_only_on_text(tmp_path):
                   for i in range(meta.num_columns)}
     assert dictionary == {"request_id": True, "ttft": False, "num_output_tokens": False,
                           "status": True}
+    delta = {meta.column(i).path_in_schema for i in range(meta.num_columns)
+             if "DELTA_BINARY_PACKED" in meta.column(i).encodings}
+    assert delta == {"num_output_tokens"}  # integers delta-encoded, the rest as before
 
 
 def test_the_printed_summary_shows_the_prefix_cache_when_it_is_on(tmp_path, capsys):

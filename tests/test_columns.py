@@ -7,7 +7,8 @@ import pytest
 import workloads as wl
 from sim import native
 from sim.engine import run
-from sim.engine.core.columns import INT_COLUMNS, TIME_COLUMNS, make_requests, request_columns
+from sim.engine.core.columns import (INT_COLUMNS, TIME_COLUMNS, make_requests, request_columns,
+                                     request_runs)
 from sim.engine.core.request import FINISHED, REJECTED, Request
 
 
@@ -78,9 +79,58 @@ def test_request_columns_of_a_run_with_rejections_and_preemptions():
 
 def test_interpreted_returns_none_for_the_callers_own_columns():
     assert (request_columns(_requests()) is None) == (native.summary() != "compiled")
+    assert (request_runs(_requests()) is None) == (native.summary() != "compiled")
+
+
+def _plain_runs(requests):
+    per = np.array([len(r.segments) for r in requests], dtype=np.int64)
+    flat = np.array([x for r in requests for run in r.segments for x in run], dtype=np.int64)
+    return per, flat, np.array([r.index for r in requests], dtype=np.int64)
+
+
+@pytest.mark.skipif(native.summary() != "compiled", reason="interpreted: returns None")
+def test_request_runs_are_the_chained_segments_bit_for_bit():
+    """Runs, points of prefill-only iterations (negative), requests with none, and none at all."""
+    reqs = _requests()
+    reqs[0].segments = [(3, 9), (-1 - 12, -1), (14, 14)]
+    reqs[2].segments = [(0, 2**40)]
+    for got, want in zip(request_runs(reqs), _plain_runs(reqs)):
+        assert got.dtype == np.int64 and got.tobytes() == want.tobytes()
+    for got in request_runs([]):
+        assert got.dtype == np.int64 and len(got) == 0
+    df = wl.synthetic(300, rate=200.0, prompt=wl.LogNormal(900, 1.0, max_tokens=8000),
+                      output=wl.LogNormal(200, 1.0, max_tokens=2000), seed=2)  # preempted
+    from sim.engine.core import decoding
+    seen, real = {}, decoding.request_runs
+    def recording(reqs):
+        seen["reqs"] = reqs
+        return real(reqs)
+    try:
+        decoding.request_runs = recording
+        run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
+            max_model_len=4096)
+    finally:
+        decoding.request_runs = real
+    assert max(map(len, (r.segments for r in seen["reqs"]))) > 1  # (runs split by preemptions)
+    for got, want in zip(request_runs(seen["reqs"]), _plain_runs(seen["reqs"])):
+        assert got.tobytes() == want.tobytes()
 
 
 def test_the_loops_c_row_holds_every_iteration_column():
     """process.py writes a row from a C array of 8 doubles (compiled): ROW must be that."""
     from sim.engine.core.records import ITERATION_COLUMNS, ROW
     assert len(ITERATION_COLUMNS) == 8 and ROW.size == 64
+
+
+@pytest.mark.parametrize("codes", [[3, 4, 3, 0, 1, 2], [], [4] * 5])
+def test_status_column_is_what_pandas_makes_of_the_names(codes):
+    """Built from the codes (in Arrow under pandas 3), the same column, dtype and values, as
+    pandas infers from the names as Python strings."""
+    import pandas as pd
+    from sim.engine.core.records import status_column
+    from sim.engine.core.request import STATUS_NAMES
+    codes = np.array(codes, dtype=np.int64)
+    got = pd.DataFrame({"status": status_column(codes)}, copy=False)["status"]
+    want = pd.DataFrame({"status": np.array(STATUS_NAMES, dtype=object)[codes]})["status"]
+    assert got.dtype == want.dtype
+    assert got.tolist() == want.tolist() and got.equals(want)

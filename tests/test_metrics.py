@@ -386,3 +386,26 @@ def test_each_slo_has_its_own_attainment_and_the_cli_says_every_gap():
     line = next(row for row in format_summary(s).splitlines() if row.startswith("SLOs"))
     assert "50.0% of requests meet all (TTFT <= 3 s: 75.0%; ITL <= 1.5 s (every gap): 50.0%)" \
         in line
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.01, 0.02, 0.5, 1e-9, 3.0]),
+                          st.integers(0, 4)), min_size=1, max_size=60),
+       st.randoms(use_true_random=False))
+def test_weighted_cdf_merges_ties_whatever_the_input_order(pairs, rnd):
+    """Few distinct values, many ties: the cdf is the same bytes for any order of the entries
+    (the sort need not be stable), one entry per distinct value, and its percentiles are
+    np.percentile's of the expanded multiset."""
+    from sim.results.metrics import cdf_percentiles, weighted_cdf
+    shuffled = list(pairs)
+    rnd.shuffle(shuffled)
+    a = weighted_cdf(*map(np.array, zip(*pairs)))
+    b = weighted_cdf(*map(np.array, zip(*shuffled)))
+    assert a[0].tobytes() == b[0].tobytes() and a[1].tobytes() == b[1].tobytes()
+    assert len(np.unique(a[0])) == len(a[0])
+    expanded = np.repeat(*map(np.array, zip(*pairs)))
+    qs = (0, 1, 50, 90, 99, 100)
+    if len(expanded):
+        assert np.allclose(cdf_percentiles(*a, qs), np.percentile(expanded, qs), rtol=1e-12, atol=0)
+    else:
+        assert np.isnan(cdf_percentiles(*a, qs)).all()

@@ -38,6 +38,7 @@ from operator import attrgetter
 
 import numpy as np
 
+from .columns import request_runs
 from .request import DECODE
 
 
@@ -201,16 +202,20 @@ def inter_token_gaps(requests, end, end_iter=None):
     gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
     n = len(requests)
     max_itl = np.full(n, np.nan)
-    segs = list(map(attrgetter("segments"), requests))
-    per = np.fromiter(map(len, segs), dtype=np.int64, count=n)
-    total = int(per.sum())
-    if not total:
+    runs = request_runs(requests)  # (compiled: one pass over the requests)
+    if runs is None:
+        segs = list(map(attrgetter("segments"), requests))
+        per = np.fromiter(map(len, segs), dtype=np.int64, count=n)
+        total = int(per.sum())
+        flat = np.fromiter(chain.from_iterable(chain.from_iterable(segs)), dtype=np.int64,
+                           count=2 * total)  # the runs' (a, b), request after request
+        index = np.fromiter(map(attrgetter("index"), requests), dtype=np.int64, count=n)
+    else:
+        per, flat, index = runs
+    if not len(flat):
         return (gap, np.zeros(len(end), dtype=np.int64), np.zeros(0)), max_itl
-    flat = np.fromiter(chain.from_iterable(chain.from_iterable(segs)), dtype=np.int64,
-                       count=2 * total)  # the runs' (a, b), request after request
     lo, hi = flat[0::2], flat[1::2]
-    req = np.repeat(np.fromiter(map(attrgetter("index"), requests), dtype=np.int64, count=n),
-                    per)
+    req = np.repeat(index, per)
     point = lo < 0
     if point.any():  # tokens of prefill-only iterations: times from the iteration ends
         steps = end if len(end) else np.zeros(1)  # (no decode step ran at all)
