@@ -55,26 +55,30 @@ def test_request_columns_are_the_plain_columns_bit_for_bit():
     _same(request_columns([]), _plain([]))
 
 
-@pytest.mark.skipif(native.summary() != "compiled", reason="interpreted: returns None")
-def test_request_columns_of_a_run_with_rejections_and_preemptions():
+def _a_runs_requests(module, name):
+    """The requests of a run with rejections and preemptions, as they ended: what
+    ``module.name`` (a function of the requests) was called with."""
     df = wl.synthetic(300, rate=200.0, prompt=wl.LogNormal(900, 1.0, max_tokens=8000),
                       output=wl.LogNormal(200, 1.0, max_tokens=2000), seed=2)
-    res = run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
-              max_model_len=4096)
-    assert (res.requests["status"] == "rejected").any() and res.requests["num_preemptions"].any()
-    from sim.engine.core import records
-    seen = {}
-    real = records.request_columns
-    def recording(reqs):  # (the run's own requests, as they ended)
+    seen, real = {}, getattr(module, name)
+    def recording(reqs):
         seen["reqs"] = reqs
         return real(reqs)
+    setattr(module, name, recording)
     try:
-        records.request_columns = recording
-        run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
-            max_model_len=4096)
+        res = run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
+                  max_model_len=4096)
     finally:
-        records.request_columns = real
-    _same(request_columns(seen["reqs"]), _plain(seen["reqs"]))
+        setattr(module, name, real)
+    assert (res.requests["status"] == "rejected").any() and res.requests["num_preemptions"].any()
+    return seen["reqs"]
+
+
+@pytest.mark.skipif(native.summary() != "compiled", reason="interpreted: returns None")
+def test_request_columns_of_a_run_with_rejections_and_preemptions():
+    from sim.engine.core import records
+    reqs = _a_runs_requests(records, "request_columns")
+    _same(request_columns(reqs), _plain(reqs))
 
 
 def test_interpreted_returns_none_for_the_callers_own_columns():
@@ -98,21 +102,10 @@ def test_request_runs_are_the_chained_segments_bit_for_bit():
         assert got.dtype == np.int64 and got.tobytes() == want.tobytes()
     for got in request_runs([]):
         assert got.dtype == np.int64 and len(got) == 0
-    df = wl.synthetic(300, rate=200.0, prompt=wl.LogNormal(900, 1.0, max_tokens=8000),
-                      output=wl.LogNormal(200, 1.0, max_tokens=2000), seed=2)  # preempted
     from sim.engine.core import decoding
-    seen, real = {}, decoding.request_runs
-    def recording(reqs):
-        seen["reqs"] = reqs
-        return real(reqs)
-    try:
-        decoding.request_runs = recording
-        run(df, model="llama-3.1-8b", gpu="h100", scheduler="continuous", kv_blocks=400,
-            max_model_len=4096)
-    finally:
-        decoding.request_runs = real
-    assert max(map(len, (r.segments for r in seen["reqs"]))) > 1  # (runs split by preemptions)
-    for got, want in zip(request_runs(seen["reqs"]), _plain_runs(seen["reqs"])):
+    reqs = _a_runs_requests(decoding, "request_runs")
+    assert max(map(len, (r.segments for r in reqs))) > 1  # (runs split by preemptions)
+    for got, want in zip(request_runs(reqs), _plain_runs(reqs)):
         assert got.tobytes() == want.tobytes()
 
 
