@@ -138,16 +138,19 @@ def test_no_l3_prefetch_when_too_little_of_the_prompt_is_left():
         _chain(sim.KVTier(1), prefetch_threshold=-1)
 
 
+L2_NODES = 1600  # (over the GPU pool's 1,250 nodes: room to prefetch L3 into)
+
+
 def _threshold_run(threshold, tmp_path=None):
     """test_offload's shared-prefix workload (120 requests, 40 system prompts of 3,000 tokens)
-    on SGLang with a 20,000-token pool, the hicache preset's L2 of 600 nodes over an L3 of
+    on SGLang with a 20,000-token pool, the hicache preset's L2 of 1,600 nodes over an L3 of
     50 GB: most tier hits come from L3. ``tmp_path``: through the CLI (the workload from a
     parquet file), else the API."""
     import pandas as pd
 
     from test_offload import _df
     if tmp_path is None:
-        chain = sim.offload_preset("hicache", 600 * NODE / 1e9, 50.0,
+        chain = sim.offload_preset("hicache", L2_NODES * NODE / 1e9, 50.0,
                                    prefetch_threshold=threshold)
         return sim.run(_df(n=120), **{**RADIX, "kv_blocks": 20_000, "check": False},
                        kv_offload=chain)
@@ -155,7 +158,8 @@ def _threshold_run(threshold, tmp_path=None):
     from sim.cli.main import main
     assert main(["run", "-w", str(tmp_path / "w.parquet"), "-s", "sglang", "--model",
                  "llama-3.1-8b", "--gpu", "h100", "--kv-blocks", "20000", "--offload-preset",
-                 "hicache", "--offload-gb", repr(600 * NODE / 1e9), "--offload-lower-gb", "50",
+                 "hicache", "--offload-gb", repr(L2_NODES * NODE / 1e9),
+                 "--offload-lower-gb", "50",
                  "--offload-prefetch-threshold", str(threshold), "-o", str(tmp_path / "o"),
                  "-q"]) == 0
     return pd.read_parquet(tmp_path / "o" / "requests.parquet")
@@ -165,8 +169,8 @@ def test_the_prefetch_threshold_cuts_lower_tier_hits_in_a_run_and_the_cli_sets_i
     """``--offload-prefetch-threshold`` (``KVTierChain.prefetch_threshold``) in a whole run:
     at 0 the L3 serves most hits (the system prompts, evicted from the GPU and L2); at
     3,200 a request with fewer tokens past its GPU and L2 match (a 3,000-token system
-    prompt and a short user part) loses its L3 part (0.49 of the prompt tokens from L3 ->
-    0.14); above every prompt's length no hit reaches L3. The CLI's run is the API's, bit
+    prompt and a short user part) loses its L3 part (0.45 of the prompt tokens from L3 ->
+    0.12); above every prompt's length no hit reaches L3. The CLI's run is the API's, bit
     for bit."""
     runs = {t: _threshold_run(t) for t in (0, 3200, 10**6)}
     l3 = {t: r.summary()["offload_tier1_hit_rate"] for t, r in runs.items()}
