@@ -94,9 +94,10 @@ def hicache_pair(sessions=128, users=16, kv_tokens=192_000, l3_gbps=THREEFS_GBPS
     layer (radix only, :mod:`sim.engine.kv.radix_tiers`). Returns both prefix hit rates and
     the TTFT and throughput ratios (with over without): the ``hicache_novita_*`` anchor rows
     of ``sim/data/offload_anchors.csv``; ``l2_hit_rate`` / ``l3_hit_rate``: the prompt tokens
-    loaded from each tier (every load) over the prompt tokens. At ``ratio=1`` the L2 is
-    almost all copies of the GPU's own nodes (HiCache evicts host copies only of nodes the
-    GPU no longer holds), so the hits come from L3; at the default 2 from the L2."""
+    loaded from each tier (every load) over the prompt tokens. At ``ratio=1.25`` the L2 is
+    mostly copies of the GPU's own nodes (HiCache evicts host copies only of nodes the GPU
+    no longer holds), so almost half the hits come from L3; at ``ratio=1`` it has no room
+    to prefetch L3 into, and neither tier serves; at the default 2 the L2 serves."""
     import dataclasses
 
     from sim.specs.memory import kv_cache_bytes

@@ -80,6 +80,7 @@ SAMPLES = {
     "offload_layer_overlap": (None, True, ["--offload-gb", "1"]),
     "offload_prefetch_policy": ("TIMEOUT", "timeout", ["--offload-gb", "1"]),
     "offload_prefetch_timeout": ("0.5", 0.5, ["--offload-gb", "1"]),
+    "offload_prefetch_threshold": ("128", 128, ["--offload-gb", "1"]),
     "think_time": ("0.5", 0.5, ["--closed-loop", "2"]),
     "speculative.num_speculative_tokens": ("3", 3, ["--spec-method", "ngram"]),
     "speculative.acceptance_rate": ("0.6", 0.6, ["--spec-tokens", "2", "--spec-method", "ngram"]),

@@ -84,7 +84,10 @@ def test_bad_prefetch_settings_are_one_line_errors(tmp_path, capsys):
     from sim.cli.main import main
     for argv, needle in (
             (["--offload-prefetch-policy", "eager"], "--offload-prefetch-policy"),
-            (["--offload-prefetch-timeout", "-2"], "--offload-prefetch-timeout")):
+            (["--offload-prefetch-timeout", "-2"], "--offload-prefetch-timeout"),
+            (["--offload-prefetch-threshold", "-1"], "--offload-prefetch-threshold"),
+            (["--offload-prefetch-threshold", "1.5"], "--offload-prefetch-threshold"),
+            (["--offload-prefetch-threshold", "x"], "--offload-prefetch-threshold")):
         try:
             code = main(["run", "-w", "mooncake-conversation", "-n", "5", "-s", "sglang",
                          "--offload-gb", "1", "--offload-preset", "hicache", *argv, "-q"])
@@ -133,3 +136,49 @@ def test_no_l3_prefetch_when_too_little_of_the_prompt_is_left():
     with pytest.raises(ValueError, match="kv_offload.prefetch_threshold must be an integer "
                                          ">= 0, got -1"):
         _chain(sim.KVTier(1), prefetch_threshold=-1)
+
+
+L2_NODES = 1600  # (over the GPU pool's 1,250 nodes: room to prefetch L3 into)
+
+
+def _threshold_run(threshold, tmp_path=None):
+    """test_offload's shared-prefix workload (120 requests, 40 system prompts of 3,000 tokens)
+    on SGLang with a 20,000-token pool, the hicache preset's L2 of 1,600 nodes over an L3 of
+    50 GB: most tier hits come from L3. ``tmp_path``: through the CLI (the workload from a
+    parquet file), else the API."""
+    import pandas as pd
+
+    from test_offload import _df
+    if tmp_path is None:
+        chain = sim.offload_preset("hicache", L2_NODES * NODE / 1e9, 50.0,
+                                   prefetch_threshold=threshold)
+        return sim.run(_df(n=120), **{**RADIX, "kv_blocks": 20_000, "check": False},
+                       kv_offload=chain)
+    _df(n=120).to_parquet(tmp_path / "w.parquet")
+    from sim.cli.main import main
+    assert main(["run", "-w", str(tmp_path / "w.parquet"), "-s", "sglang", "--model",
+                 "llama-3.1-8b", "--gpu", "h100", "--kv-blocks", "20000", "--offload-preset",
+                 "hicache", "--offload-gb", repr(L2_NODES * NODE / 1e9),
+                 "--offload-lower-gb", "50",
+                 "--offload-prefetch-threshold", str(threshold), "-o", str(tmp_path / "o"),
+                 "-q"]) == 0
+    return pd.read_parquet(tmp_path / "o" / "requests.parquet")
+
+
+def test_the_prefetch_threshold_cuts_lower_tier_hits_in_a_run_and_the_cli_sets_it(tmp_path):
+    """``--offload-prefetch-threshold`` (``KVTierChain.prefetch_threshold``) in a whole run:
+    at 0 the L3 serves most hits (the system prompts, evicted from the GPU and L2); at
+    3,200 a request with fewer tokens past its GPU and L2 match (a 3,000-token system
+    prompt and a short user part) loses its L3 part (0.45 of the prompt tokens from L3 ->
+    0.12); above every prompt's length no hit reaches L3. The CLI's run is the API's, bit
+    for bit."""
+    runs = {t: _threshold_run(t) for t in (0, 3200, 10**6)}
+    l3 = {t: r.summary()["offload_tier1_hit_rate"] for t, r in runs.items()}
+    assert l3[10**6] == 0 < l3[3200] < l3[0]
+    assert runs[10**6].summary()["prefix_hit_rate"] < runs[0].summary()["prefix_hit_rate"]
+    by_cli = _threshold_run(3200, tmp_path)
+    api = runs[3200].requests.reset_index(drop=True)
+    import pandas as pd
+    assert len(api) == 120
+    pd.testing.assert_frame_equal(by_cli[list(api.columns)].reset_index(drop=True), api,
+                                  check_exact=True, check_dtype=False)

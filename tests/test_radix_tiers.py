@@ -23,13 +23,15 @@ def _chain(*tiers, **kw):
 @pytest.mark.parametrize("eviction", ["lru", "arc"])
 def test_an_unlimited_free_tier_hits_as_an_equally_larger_gpu_pool(kw, eviction):
     """Everything is kept and loads take no time: each request hits what a tree that never
-    evicts would, token for token (also behind a small first tier demoting to it)."""
+    evicts would, token for token (also behind a first tier demoting to it, larger than the
+    GPU pool by a prompt, as HiCache requires: an L3 hit needs host room for the prompt's
+    rest, and the host keeps its copies of the GPU's nodes)."""
     df = _df()
     small = sim.run(df, **RADIX).summary()["prefix_hit_rate"]
     big = sim.run(df, **{**RADIX, "kv_blocks": 500_000}).summary()["prefix_hit_rate"]
     assert small < big
     for tiers in ((sim.KVTier(INF, INF, INF, eviction=eviction),),
-                  (sim.KVTier(200 * NODE / 1e9, INF, INF, eviction=eviction),
+                  (sim.KVTier(2500 * NODE / 1e9, INF, INF, eviction=eviction),
                    sim.KVTier(INF, INF, INF))):
         res = sim.run(df, kv_offload=_chain(*tiers, **kw), **RADIX)
         assert res.summary()["prefix_hit_rate"] == big
@@ -70,7 +72,7 @@ def test_a_lower_tier_hit_lies_between_a_gpu_hit_and_a_recompute(policy):
 
 
 def test_ttft_split_sums_to_the_mean_ttft():
-    res = sim.run(_df(rate=8.0), kv_offload=sim.offload_preset("hicache", 1, 10), **RADIX)
+    res = sim.run(_df(rate=8.0), kv_offload=sim.offload_preset("hicache", 8, 10), **RADIX)
     s = res.summary()
     assert s["ttft_load_mean"] > 0 and s["offload_hit_rate"] > 0
     assert s["ttft_queue_mean"] + s["ttft_load_mean"] + s["ttft_prefill_mean"] == \
@@ -114,7 +116,7 @@ def test_a_hit_below_the_load_threshold_is_recomputed():
 
 def test_nothing_lost_in_a_cluster_and_in_disaggregated_pools():
     df = _df(rate=8.0, n=200)
-    chain = sim.offload_preset("hicache", 0.5, 8)
+    chain = sim.offload_preset("hicache", 4, 8)  # (an L2 over the 2.1 GB pool: L3 hits)
     for kw in (dict(replicas=2), dict(disaggregation=sim.Disaggregation(1, 1))):
         res = sim.run(df, kv_offload=chain, **{**RADIX, "kv_blocks": 16_000}, **kw)
         s = res.summary()
@@ -210,17 +212,18 @@ def test_the_first_tier_keeps_the_copy_of_a_node_the_gpu_holds(eviction):
     assert res.summary()["offload_bytes_stored"] == pytest.approx(2 * NODE)  # 3rd: refused
 
 
-def test_a_full_first_tier_of_gpu_copies_refuses_and_passes_the_node_on():
+def test_a_full_first_tier_of_gpu_copies_refuses_the_node_and_l3_never_gets_it():
     """The store's side: a kept key is never evicted; when all are kept the insert is refused
-    (it passes on to the next tier, nothing written), and a selective chain tries it again
-    at its next use."""
+    (nothing written, and it reaches no lower tier: SGLang writes to storage only what a
+    host write backed up, ``writing_check`` -> ``write_backup_storage``; before, it passed
+    on to L3), and a selective chain tries it again at its next use."""
     from sim.engine.kv.tier_stores import ARCStore, LRUStore
     for store in (LRUStore(2), ARCStore(2)):
-        gpu = {1, 2}
+        gpu = {1, 2, 3}
         store.keep = gpu.__contains__
         assert store.insert([1, 2])[0] == 2
         new, out = store.insert([3])
-        assert (new, list(out)) == (0, [3]) and 3 not in store and len(store) == 2
+        assert (new, list(out)) == (0, []) and 3 not in store and len(store) == 2
         gpu.discard(1)  # the GPU evicted node 1: its copy may go now
         new, out = store.insert([3])
         assert (new, list(out)) == (1, [1]) and 3 in store and 2 in store
@@ -229,9 +232,54 @@ def test_a_full_first_tier_of_gpu_copies_refuses_and_passes_the_node_on():
     pool = chain.manager(1000, 1)
     pool._len.update({7: 16, 8: 16})  # (both on the GPU)
     chain.used([7, 8])
-    chain.used([7, 8])  # used twice: due; 7 stored, 8 refused (passed on to the next tier)
-    assert 7 in chain.stores[0] and 8 not in chain.stores[0] and 8 in chain.stores[1]
+    chain.used([7, 8])  # used twice: due; 7 stored, 8 refused (not passed on)
+    assert 7 in chain.stores[0] and 8 not in chain.stores[0] and 8 not in chain.stores[1]
+    assert chain.bytes_written == [NODE, 0.0]
     del pool._len[7]  # the GPU evicted 7 (as _evict_one does: a departure counted)
     pool.departures.n += 1
     chain.used([8])  # 8's count kept: stored at once
     assert 8 in chain.stores[0] and 7 not in chain.stores[0]
+
+
+def test_a_node_the_host_refused_is_not_an_l3_hit_later():
+    """Write-through into an L2 of 2 nodes over an L3: request 0's 3 nodes are computed
+    while all are on the GPU, so the L2 keeps 2 and refuses the third (SGLang: no host
+    room, not backed up, never written to storage). Request 1 (no hash ids) evicts them
+    from the GPU; request 2 asks again: 2 nodes load from L2, and the third is recomputed
+    - it was never in L3 (before the fix it was: 48 tokens loaded, 16 of them from L3)."""
+    import pandas as pd
+    df = pd.DataFrame([(0.0, 48, 1, [1, 2, 3]), (5.0, 90, 1, None), (10.0, 49, 1, [1, 2, 3])],
+                      columns=["arrival_time", "num_prompt_tokens", "num_output_tokens",
+                               "hash_ids"])
+    df.attrs["block_size"] = 16
+    chain = _chain(sim.KVTier(2 * NODE / 1e9, INF, INF), sim.KVTier(INF, INF, INF),
+                   write_policy="write_through")
+    res = sim.run(df, kv_offload=chain, **{**RADIX, "kv_blocks": 100})
+    s = res.summary()
+    assert res.requests["num_offload_tokens"].tolist() == [0, 0, 32]
+    assert s["offload_tier1_hit_rate"] == 0 and s["offload_tier1_bytes_written"] == 0
+
+
+def test_an_l3_hit_needs_room_in_the_host_tier_for_the_prompts_rest():
+    """SGLang's ``prefetch_from_storage`` allocates host memory for the prompt's rest past
+    the GPU and host match (``evict_host`` first: only copies of nodes the GPU evicted, the
+    host match protected) and prefetches nothing without it. Node 0 on the GPU, 1 in an L2
+    of 4 nodes, 2-4 in L3, a prompt matchable to 80 tokens (3 nodes past the L2 match):
+    with one free entry and 2 free copies the L3 part is a hit (64 tokens); with those
+    copies the GPU's (kept), or one of them, it is not, and the L2 part alone is (16
+    tokens); the request's own L2 hit is no room (before: 64 tokens in every case)."""
+    def hit(gpu, others):
+        chain = RadixTierChain(_chain(sim.KVTier(4 * NODE / 1e9), sim.KVTier(100)),
+                               NODE, 16, 1)
+        pool = chain.manager(1000, 1)
+        pool._len.update(dict.fromkeys(gpu, 16))
+        chain.stores[0].insert([1, *others])
+        chain.stores[1].insert([2, 3, 4])
+        chain.tokens.update(dict.fromkeys(range(1, 5), 16))
+        return chain.radix_hits([0, 1, 2, 3, 4], 16, 1, 80)
+
+    assert hit({0}, [8, 9]) == (64, 4)  # 8, 9: copies of nodes the GPU evicted
+    assert hit({0, 8, 9}, [8, 9]) == (16, 1)  # all the L2 holds are the GPU's (or this hit's)
+    assert hit({0, 9}, [8, 9]) == (16, 1)  # room for 2 of the 3 nodes: none prefetched
+    assert hit({0}, [8]) == (64, 4)  # 2 free entries and 8
+    assert hit({0, 8}, [8]) == (16, 1)  # 2 free entries, 8 kept, 1 protected

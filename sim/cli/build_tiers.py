@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 _CHAIN_FIELDS = ("write_policy", "write_threshold", "link_gbps", "layer_overlap",
-                 "prefetch_policy", "prefetch_timeout_base")
+                 "prefetch_policy", "prefetch_timeout_base", "prefetch_threshold")
 
 
 def tier_chain(fields: dict | None, tier, given: dict):

@@ -10,7 +10,7 @@ capacity) is then required. Loads nothing beyond the standard library.
 
 from __future__ import annotations
 
-from .arguments import at_least_zero, count, name_any_case, positive, typed
+from .arguments import at_least_zero, count, count_or_zero, name_any_case, positive, typed
 from .setting import Setting as S
 
 OFFLOAD_PRESETS = ("vllm", "lmcache", "hicache")  # sim.engine.presets.offload's (tested)
@@ -64,4 +64,10 @@ ROWS = (
       "prefetch_timeout_base", parse=float, metavar="S", check=at_least_zero,
       help="offload tiers, --offload-prefetch-policy timeout: the base wait in seconds, >= 0",
       default_help="default 1 (HiCache's prefetch_timeout_base)"),
+    S("offload_prefetch_threshold", ("--offload-prefetch-threshold",), ("kv_tiers",),
+      "prefetch_threshold", parse=int, metavar="N", check=count_or_zero,
+      help="offload tiers under the radix cache (SGLang HiCache's prefetch_threshold): a hit "
+           "reaches the lower tier only when at least N tokens of the prompt lie past its GPU "
+           "and first-tier match, an integer >= 0 (0: always)",
+      default_help="default: the preset's (hicache 256), else 0"),
 )

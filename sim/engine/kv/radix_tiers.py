@@ -42,10 +42,19 @@ mode). The model (tests/test_radix_tiers.py):
   device, ``if not x.evicted: continue``): under write-through that copy is the node's only
   way into the tier (an eviction stores nothing), so dropping it lost the node. When every
   entry is such a copy the store is refused (``write_backup`` finds no host room: the node is
-  not backed up), the node passes on to the next tier, and a selective policy tries again at
-  its next use (HiCache retries at each hit past the threshold). So an L2 the GPU pool's
-  size (``--hicache-ratio 1``) holds little but the GPU's own copies and its hits come from
-  L3 (``experiments/offload_tiers.py``'s ``hicache_pair``, tests/test_hicache_pair.py). Whether all
+  not backed up), the node reaches no lower tier (HiCache writes to storage only what a host
+  write backed up: ``writing_check`` -> ``write_backup_storage``), and a selective policy
+  tries again at its next use (HiCache retries at each hit past the threshold).
+- **An L3 hit needs host room.** The hit stops at its first lower-tier node unless the first
+  tier can take the prompt's rest past the GPU and first-tier match (whole nodes): its free
+  entries plus the copies it may evict, the request's own first-tier hit not among them
+  (SGLang's ``prefetch_from_storage``: host ``alloc`` for that rest after ``evict_host``,
+  the host match protected; nothing prefetched without it). The nodes read from L3 then
+  enter the first tier, evicting per its policy (demoted to L3). So an L2 of 1.25 times
+  the GPU pool holds mostly the GPU's own copies and serves about half the hits, L3 the
+  rest; one the GPU pool's size (``--hicache-ratio 1``, which SGLang refuses) has no room
+  and neither serves (``experiments/offload_tiers.py``'s ``hicache_pair``,
+  tests/test_hicache_pair.py). Whether all
   its copies are kept is remembered until a node leaves the GPU
   (``TieredRadixBlockManager.departures``), so a full L2 refuses without a scan.
 
@@ -53,11 +62,13 @@ Deviations: a node is a tier entry whatever its fill, so a partly filled node (a
 answer's end) takes a whole node's capacity, bytes and link time; a kept copy met at the
 tier's eviction end moves to its most recent end (HiCache orders host leaves by last access);
 an L3 hit is promoted into the first tier as it is read (HiCache prefetches L3 -> L2 while
-the request waits: the same total, one queue); a node the first tier refused still reaches
-L3 (HiCache writes to storage only what its host write backed up, ``writing_check`` ->
-``write_backup_storage``, and prefetches from L3 only into free host memory: with a host
-pool full of the GPU's copies it would store and load less from L3 than here). Block mode (:mod:`sim.engine.kv.tiers`) may
-still drop a block the GPU holds: write-back stores it again when the GPU evicts it.
+the request waits: the same total, one queue); L3 is fed by the first tier's evictions
+(HiCache writes each node to storage once its host write lands, so its L3 also holds what
+its L2 holds: the same hits, more bytes written to L3 there); the host room for an L3 hit
+is judged at admission, not at arrival, and HiCache's cap on tokens in flight to the host
+(``prefetch_capacity_limit``, 0.8 x (host - device) tokens) is not modelled. Block mode
+(:mod:`sim.engine.kv.tiers`) may still drop a block the GPU holds: write-back stores it
+again when the GPU evicts it.
 
 Invariant: a tier capacity of 0 holds nothing (bit-identical to no tier); the tokens a hit
 loads were computed on the GPU under the same chain keys.
@@ -125,6 +136,8 @@ class RadixTierChain(TierChain):
                 break
         if self.prefetch_threshold and took:
             m = self._below_threshold(took, cached, limit, m)
+        if any(k for _c, k, _t in took):
+            m = self._host_room(took, cached, limit, m)
         if self.prefetch_policy is not None and took:
             usable, self.last_wait = self.prefetch(took, start, now)
             m = cached + sum(t for _c, _k, t in took[:usable])
@@ -150,6 +163,21 @@ class RadixTierChain(TierChain):
                     return matched
                 break
         return m
+
+    def _host_room(self, took, cached: int, limit: int, m: int) -> int:
+        """The hit's end (tokens) once ``took`` (cut in place) loses its nodes from the
+        first lower-tier one on when the first tier cannot make room for the prompt's rest
+        past the GPU and first-tier match (``limit`` less that match, in whole nodes): its
+        free entries and the copies it may evict, less the request's own first-tier hit
+        (SGLang's ``prefetch_from_storage`` allocates host memory for that rest, after
+        ``evict_host`` with the host match protected, and prefetches nothing without it)."""
+        i = next(j for j, (_c, k, _t) in enumerate(took) if k > 0)
+        matched = cached + sum(t for _c, _k, t in took[:i])
+        need = -(-(limit - matched) // self.unit)
+        if self.stores[0].room(need, {c for c, _k, _t in took[:i]}):
+            return m
+        del took[i:]
+        return matched
 
     def prefetch(self, took, start: float, now: float):
         """``(usable, wait)``: how many of the hit's nodes ``took`` (``(node, tier, tokens)``,

@@ -19,8 +19,11 @@ the evicted keys down and counts the bytes.
   HiCache's ``evict_host`` evicts only nodes already evicted from the device
   (:mod:`sim.engine.kv.radix_tiers`). Met at the eviction end, a kept key is moved to the
   most recent end and passed over; when every resident key is kept, the key being inserted
-  is refused instead (HiCache's ``write_backup`` finds no host room): it passes on, as
-  evicted, and is not held (a key it already held is never the one refused). With
+  is refused instead (HiCache's ``write_backup`` finds no host room): it is not held and not
+  returned as evicted, so it reaches no lower tier (HiCache writes to storage only what a
+  host write backed up: ``writing_check`` -> ``write_backup_storage``); a key it already
+  held is never the one refused. :meth:`LRUStore.room` says whether ``n`` keys would enter
+  without a refusal (HiCache's host ``alloc`` after ``evict_host``: an L3 prefetch's). With
   ``store.keep_version`` (a count that grows whenever ``keep`` may turn False for a key) a
   store that found every key kept skips the scan until that count moves or a free key
   enters; the lists are ``OrderedDict`` so that their oldest end is found in O(1) however
@@ -75,20 +78,29 @@ class LRUStore:
             fresh = set(added)
             if any(not keep(k) for k in added):
                 self.all_kept_at = None
+            gone = 0  # keys of this insert that left again: nothing written
             for _ in range(int(extra)):
                 k = None if _known_all_kept(self) else _first_free(held, keep)
                 if k is None:  # all kept: the most recent key just inserted is refused
                     _note_all_kept(self)
                     k = next(x for x in reversed(held) if x in fresh)
+                    del held[k]
+                    gone += 1
+                    continue  # (not held, not passed on)
                 del held[k]
                 out.append(k)
-            refused = fresh.intersection(out)  # out as it came in: nothing written
-            return new - len(refused), out
+                gone += k in fresh
+            return new - gone, out
         it = iter(held)
         out = [next(it) for _ in range(int(extra))]
         for k in out:
             del held[k]
         return new, out
+
+    def room(self, n: int, protect=()) -> bool:
+        """Whether ``n`` new keys would enter without a refusal: free slots, then held keys
+        ``keep`` lets go that are not in ``protect``."""
+        return _room(self, n, protect, (self.keys,))
 
     def touch(self, keys) -> None:
         """``keys`` (held) were read: made most recent."""
@@ -108,6 +120,23 @@ def _first_free(held: dict, keep):
         del held[k]
         held[k] = None
     return None
+
+
+def _room(store, n: int, protect, lists) -> bool:
+    """:meth:`LRUStore.room` over the resident ``lists`` (in order; stops once it knows)."""
+    short = n - (store.capacity - len(store))
+    if short <= 0 or not store.capacity:  # (a capacity of 0 passes all on: no tier)
+        return True
+    keep = store.keep
+    if keep is not None and _known_all_kept(store):
+        return False
+    for held in lists:
+        for k in held:
+            if k not in protect and (keep is None or not keep(k)):
+                short -= 1
+                if not short:
+                    return True
+    return False
 
 
 def _known_all_kept(store) -> bool:
@@ -184,8 +213,7 @@ class ARCStore:
             if k in t1 or k in t2:
                 continue
             if self.keep is not None and len(t1) + len(t2) >= c and self._all_kept():
-                out.append(k)  # no room: refused (passes on), ARC's state unchanged
-                continue
+                continue  # no room: refused (not passed on), ARC's state unchanged
             if self.keep is not None and not self.keep(k):
                 self.all_kept_at = None  # (a free key enters)
             new += 1
@@ -222,6 +250,10 @@ class ARCStore:
                     self._replace(False, out)
             t1[k] = None
         return new, out
+
+    def room(self, n: int, protect=()) -> bool:
+        """As :meth:`LRUStore.room` (ARC evicts a free key of ``t1`` or ``t2``)."""
+        return _room(self, n, protect, (self.t1, self.t2))
 
     def touch(self, keys) -> None:
         """``keys`` (held) were read: each moves to the most recent end of ``t2``."""
