@@ -127,3 +127,23 @@ def test_status_column_is_what_pandas_makes_of_the_names(codes):
     want = pd.DataFrame({"status": np.array(STATUS_NAMES, dtype=object)[codes]})["status"]
     assert got.dtype == want.dtype
     assert got.tolist() == want.tolist() and got.equals(want)
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2 * 32768 + 5])
+def test_iterations_frame_is_the_buffer_column_by_column(rows):
+    """Split block by block (more rows than one block here): each column the buffer's, the
+    counts as int64, whatever the rows."""
+    from array import array
+    from sim.engine.core import records
+    assert records.ROWS_PER_BLOCK == 32768
+    rng = np.random.default_rng(rows)
+    k = len(records.ITERATION_COLUMNS)
+    values = rng.random((rows, k)) * 1e3
+    values[:, 2:] = np.floor(values[:, 2:])
+    buf = array("d", values.ravel().tolist())
+    got = records.iterations_frame(buf)
+    assert list(got.columns) == ["iteration", *records.ITERATION_COLUMNS]
+    assert got["iteration"].tolist() == list(range(rows))
+    for j, c in enumerate(records.ITERATION_COLUMNS):
+        want = values[:, j] if j < 2 else values[:, j].astype(np.int64)
+        assert got[c].dtype == want.dtype and got[c].to_numpy().tobytes() == want.tobytes(), c

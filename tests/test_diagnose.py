@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import sim
 import workloads
@@ -274,3 +275,15 @@ def test_rare_stalls_seen_at_the_longest_gap_not_at_p99():
     f = next(f for f in res.diagnose() if f.code == "rare_stalls")
     assert f.value > 20 and "prefills of up to 16," in f.message and "chunked" in f.action
     assert "rare_stalls" not in _codes(sim.run(df, scheduler="chunked"))
+
+
+def test_a_given_summary_is_read_not_made_again(monkeypatch):
+    """The CLI hands its summary (with an SLO) to diagnose: the same findings as made alone,
+    and summary() not called again."""
+    over = sim.run(_df(400, 200.0, 100, 50), scheduler="continuous", cost_model=COST,
+                   max_batch_size=8)
+    alone = over.diagnose()
+    given = over.summary(slo={"ttft": 0.5})
+    monkeypatch.setattr(type(over), "summary", lambda *a, **k: pytest.fail("made again"))
+    assert [(f.code, f.message, f.value) for f in over.diagnose(given)] == \
+        [(f.code, f.message, f.value) for f in alone] and alone

@@ -59,29 +59,20 @@ def cmd_run(args) -> int:
             warnings.filterwarnings("ignore", message="workload column acceptance_rate")
         warn_pool("run", s, cfg, names)
         res = run(df, dataclasses.replace(cfg, progress=show_progress))
-    summary = res.summary(slo=s["slo"] or None)
-    meta = dict(s)
-    meta["cost_model"] = repr(cfg.resolved_cost_model())
-    meta["kv_blocks"] = res.kv_blocks
-    meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
-    if given_value(args, s, "request_path")[1] is not None:  # the seconds used
-        path = cfg.request_path
-        meta["request_path"] = None if path is None else dataclasses.asdict(path)  # (off: None)
-    for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
-        meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
+    made = {}
+
+    def document() -> dict:  # (made while write_outputs writes the parquet files)
+        made["summary"] = res.summary(slo=s["slo"] or None)
+        made["meta"] = _settings_used(s, args, cfg, res, df)
+        made["findings"] = res.diagnose(made["summary"])
+        return {"settings": made["meta"], "summary": made["summary"], "findings": [
+            {"code": f.code, "message": f.message, "action": f.action, "value": f.value}
+            for f in made["findings"]]}
+
+    written = write_outputs(res, out, document, s["plots"], slo=s["slo"] or None)
+    summary, meta, findings = made["summary"], made["meta"], made["findings"]
     policy = cfg.policy()
-    for knob in KNOBS:  # the policy knobs used (resolved)
-        meta[knob] = getattr(res.config, knob)
-    t = df["arrival_time"].to_numpy()
-    if s["rate"] is None and s["closed_loop_users"] is None and len(t) > 1 and t[-1] > t[0]:
-        meta["rate"] = (len(t) - 1) / float(t[-1] - t[0])  # the trace's own mean rate
     resampled = df.attrs.get("resampled_from")
-    if resampled:
-        meta["resampled_from"] = resampled
-    findings = res.diagnose()
-    written = write_outputs(res, out, {"settings": meta, "summary": summary, "findings": [
-        {"code": f.code, "message": f.message, "action": f.action, "value": f.value}
-        for f in findings]}, s["plots"], slo=s["slo"] or None)
     if report is not None:
         from ..results.report import write_report
         write_report(res, report, slo=s["slo"] or None, findings=findings, settings=meta)
@@ -123,6 +114,28 @@ def cmd_run(args) -> int:
         if report is not None:
             print(f"wrote the report to {report}")
     return 0
+
+
+def _settings_used(s, args, cfg, res, df) -> dict:
+    """``summary.json``'s settings: the run's settings and the values it used."""
+    meta = dict(s)
+    meta["cost_model"] = repr(cfg.resolved_cost_model())
+    meta["kv_blocks"] = res.kv_blocks
+    meta["max_model_len"] = cfg.resolved_max_model_len()  # the limit used (None: none)
+    if given_value(args, s, "request_path")[1] is not None:  # the seconds used
+        path = cfg.request_path
+        meta["request_path"] = None if path is None else dataclasses.asdict(path)  # (off: None)
+    for knob in ("max_batch_size", "block_size", "prefix_caching", "gpu_memory_utilization"):
+        meta[knob] = getattr(res.config, knob)  # the values used (a None took the default)
+    for knob in KNOBS:  # the policy knobs used (resolved)
+        meta[knob] = getattr(res.config, knob)
+    t = df["arrival_time"].to_numpy()
+    if s["rate"] is None and s["closed_loop_users"] is None and len(t) > 1 and t[-1] > t[0]:
+        meta["rate"] = (len(t) - 1) / float(t[-1] - t[0])  # the trace's own mean rate
+    resampled = df.attrs.get("resampled_from")
+    if resampled:
+        meta["resampled_from"] = resampled
+    return meta
 
 
 def add_parser(sub):

@@ -85,9 +85,11 @@ class Finding:
         return f"{self.message} — {self.action}"
 
 
-def diagnose(result) -> list:
-    """The findings for ``result`` (empty when nothing looks wrong)."""
-    s = result.summary()
+def diagnose(result, summary=None) -> list:
+    """The findings for ``result`` (empty when nothing looks wrong). ``summary``: its
+    ``result.summary(...)`` when the caller made it (with any ``slo``: no finding reads the
+    SLO keys), else made here."""
+    s = result.summary() if summary is None else summary
     req, it, cfg = result.requests, result.iterations, result.config
     out = []
     fin = req[req["status"] == "finished"]

@@ -102,21 +102,17 @@ KV_POOL = "kv_pool"  # ... of a request needing more KV than the whole pool hold
 SLO_KEYS = ("ttft", "itl", "tpot", "e2e")
 
 
-
 def weighted_cdf(values, weights):
-    """``(v, cum)``: the distinct values of weight > 0, sorted, and their cumulative weights
-    (``cum[k]``: the total weight of the values <= ``v[k]``; ``cum[-1]`` the total); what
-    :func:`cdf_percentiles` reads. Ties are merged, so the result does not depend on how the
-    sort orders equal values: an unstable sort (6x faster than a stable one on 1.2M ITL gaps:
-    0.07 s against 0.43 s) gives the same bytes on any CPU."""
+    """``(v, cum)``: the distinct values of weight > 0, sorted, and the total weight of the
+    values <= each (``cum[-1]``: all); what :func:`cdf_percentiles` reads. Ties merged, an
+    unstable sort (6x a stable one's speed) gives the same bytes on any CPU."""
     values = np.asarray(values, dtype=np.float64)
     weights = np.asarray(weights, dtype=np.int64)
     keep = weights > 0
     values, weights = values[keep], weights[keep]
     order = np.argsort(values)
     v, cum = values[order], np.cumsum(weights[order])
-    last = np.ones(len(v), dtype=bool)  # the last entry of each run of equal values
-    np.not_equal(v[1:], v[:-1], out=last[:-1])
+    last = np.append(v[1:] != v[:-1], True)[:len(v)]  # the last of each run of equal values
     return v[last], cum[last]
 
 
@@ -212,8 +208,7 @@ class Result:
 
     def itl_cdf(self):
         """``(v, cum)``: the distinct gaps of :meth:`itl` sorted, with cumulative counts
-        (:func:`weighted_cdf`). Sorted once per Result and kept (the summary, the findings and
-        the plots all read it: the sort was 0.36 s of each summary at 1M requests)."""
+        (:func:`weighted_cdf`). Sorted once per Result and kept (summary, findings, plots)."""
         source, cdf = self._itl_sorted
         if source is not self._itl:
             gaps, weights, extra = self._itl
@@ -393,11 +388,12 @@ class Result:
                 "ttft_p50": float(p50), "ttft_p99": float(p99)})
         return pd.DataFrame(rows).set_index("replica")
 
-    def diagnose(self) -> list:
+    def diagnose(self, summary=None) -> list:
         """Findings in the cheat sheet's words (:mod:`sim.results.diagnose`): overloaded, idle
-        slots, decode stalls, KV pool too small, no prefix hits; empty when none applies."""
+        slots, decode stalls, KV pool too small, no prefix hits; empty when none applies
+        (``summary``: this result's :meth:`summary` when the caller has it)."""
         from .diagnose import diagnose
-        return diagnose(self)
+        return diagnose(self, summary)
 
     def __repr__(self):
         return (f"Result({len(self.requests)} requests, {len(self.iterations)} iterations, "
