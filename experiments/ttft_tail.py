@@ -25,7 +25,12 @@ does (warm server, the engines' fitted overheads, ``engine_overheads="fitted"``)
   rows only, from :data:`GRID`, by the mean over the eight metrics of their median |error|
   (the rule ``fit_overheads.py`` step 3 uses; ties keep the earlier grid point); the held-out
   rows are reported, never used to choose;
-- ``scores``: per grid point, the fit rows' score and TTFT P50 / P99 median |error| per split.
+- ``scores``: per grid point, the fit rows' score and TTFT P50 / P99 median |error| per split;
+- ``shape``: per grid point, the median |error| of two numbers ``bench_serving`` prints and the
+  score does not use (``sim/data/validation_tails.csv``): the TTFT **mean** and the **longest**
+  inter-token gap. They tell the forms apart: a burst whose requests all wait about the same
+  ``D`` lifts the mean by ``D x N / prompts``, a front-end ramp by about half that per
+  request; both are reported per split, neither is used to choose.
 
 This is a what-if in the replay, not a simulator term: the simulator's closed loops have no
 front-end queue (``sim.engine.fleet.request_path`` refuses them), and the sourced tokeniser
@@ -59,7 +64,10 @@ import validate_independent as vi  # noqa: E402
 OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "ttft_tail.json"
 # (s, D) in seconds: the front end alone, the stall alone, then both
 GRID = ((0.0, 0.0), (0.002, 0.0), (0.004, 0.0), (0.006, 0.0), (0.008, 0.0), (0.012, 0.0),
-        (0.0, 0.15), (0.0, 0.3), (0.0, 0.45), (0.0, 0.6), (0.002, 0.3), (0.004, 0.3))
+        (0.0, 0.15), (0.0, 0.3), (0.0, 0.4), (0.0, 0.5), (0.0, 0.6), (0.002, 0.3),
+        (0.004, 0.3))
+SHAPE = ("ttft_mean", "itl_max")  # validation_tails.csv's columns, ms (reported, never scored)
+TAILS = Path(__file__).resolve().parent.parent / "sim" / "data" / "validation_tails.csv"
 TAIL_GPUS = ("B200-HGX", "MI300X")
 
 
@@ -98,7 +106,21 @@ def replay(i: int, s: float, runs: pd.DataFrame | None = None, stall: float = 0.
     lag = pd.Series(delay, index=wl["request_id"].iloc[burst])
     extra = req["request_id"].map(lag).fillna(0.0).to_numpy()
     req["ttft"], req["e2e"] = req["ttft"] + extra, req["e2e"] + extra
-    return sh.measured_summary(_Shifted(res, req), t0)
+    out = sh.measured_summary(_Shifted(res, req), t0)
+    fin = req[req["request_id"].astype(str).str.startswith("m:")]
+    out["ttft_mean"] = float(fin["ttft"].mean())
+    out["itl_max"] = float(fin["max_itl"].max())  # (the engine's gaps: the delay moves none)
+    return out
+
+
+def load_tails() -> pd.DataFrame:
+    """``sim/data/validation_tails.csv``: the TTFT mean and longest gap per run, checked."""
+    t = pd.read_csv(TAILS, comment="#")
+    for i, r in t.iterrows():
+        if "http" not in str(r.source) or " @ " not in str(r.source):
+            raise ValueError(f"validation_tails.csv row {i}: source {r.source!r} names no "
+                             f"commit and URL")
+    return t.set_index("run_id")
 
 
 def _job(args):
@@ -120,11 +142,14 @@ def table(runs: pd.DataFrame, grid=GRID, workers=2) -> pd.DataFrame:
     jobs = [(i, g) for g in grid for i in range(len(runs))]
     with ProcessPoolExecutor(workers, initializer=_init) as ex:
         sums = list(ex.map(_job, jobs))
-    out = []
+    tails, out = load_tails(), []
     for (i, (s, stall)), summ in zip(jobs, sums):
         r = runs.iloc[i]
-        for m in vi.METRICS:
-            measured = r[vi._measured_column(m)]
+        for m in vi.METRICS + SHAPE:
+            if m in SHAPE:
+                measured = tails[f"{m}_ms"].get(r.run_id, np.nan)
+            else:
+                measured = r[vi._measured_column(m)]
             if pd.isna(measured):
                 continue
             key = "output_token_throughput" if m == "output_throughput" else m
@@ -142,10 +167,10 @@ def scores(tab: pd.DataFrame) -> pd.DataFrame:
     a = tab.assign(a=tab["error"].abs())
     rows = []
     for (s, stall), t in a.groupby(["s", "stall"], sort=False):
-        fit = t[t.split == "fit"]
+        fit = t[(t.split == "fit") & ~t.metric.isin(SHAPE)]
         row = {"s": float(s), "stall": float(stall), "fit_score_all_metrics":
                float(fit.groupby("metric")["a"].median().mean())}
-        for m in ("ttft_p50", "ttft_p99"):
+        for m in ("ttft_p50", "ttft_p99") + SHAPE:
             for sp in vi.SPLITS:
                 row[f"{m}_{sp}"] = float(t[(t.metric == m) & (t.split == sp)]["a"].median())
         rows.append(row)
@@ -178,6 +203,12 @@ def rows_table(runs: pd.DataFrame, tab: pd.DataFrame, point, workers=2) -> pd.Da
             d[f"{m}_warm"] = float(pick(_at(tab, (0.0, 0.0)), m)[r.run_id])
             d[f"{m}_cold"] = float(pick(cold, m)[r.run_id])
             d[f"{m}_what_if"] = float(pick(_at(tab, point), m)[r.run_id])
+        for m in SHAPE:  # (the cold replay has no mean: validate reports percentiles)
+            t = tab[(tab.metric == m) & (tab.run_id == r.run_id)]
+            at = lambda p: t[(t.s == p[0]) & (t.stall == p[1])]  # noqa: E731
+            d[f"{m}_measured"] = float(at((0.0, 0.0))["measured"].iloc[0]) if len(t) else None
+            d[f"{m}_warm"] = float(at((0.0, 0.0))["predicted"].iloc[0]) if len(t) else None
+            d[f"{m}_what_if"] = float(at(point)["predicted"].iloc[0]) if len(t) else None
         d["excess_p99_ms"] = d["ttft_p99_measured"] - d["ttft_p99_warm"]
         out.append(d)
     return pd.DataFrame(out)

@@ -116,14 +116,36 @@ def test_stored_rows_warm_column_is_the_replay(runs, stored):
     assert all(r["split"] in vi.SPLITS for r in stored["rows"])
 
 
-def test_scores_use_fit_rows_only():
-    """Changing a held-out row's measurement leaves the fit score unchanged."""
-    tab = pd.DataFrame({"s": [0.0] * 4, "stall": [0.0] * 4,
-                        "split": ["fit", "fit", "held_out", "held_out"],
-                        "metric": ["ttft_p99", "ttft_p50", "ttft_p99", "ttft_p50"],
-                        "error": [0.1, -0.3, 0.5, 0.7]})
+def test_scores_use_fit_rows_and_scored_metrics_only():
+    """Changing a held-out row's measurement, or a shape metric's, leaves the fit score
+    unchanged; the shape metric is still reported."""
+    tab = pd.DataFrame({"s": [0.0] * 5, "stall": [0.0] * 5,
+                        "split": ["fit", "fit", "held_out", "held_out", "fit"],
+                        "metric": ["ttft_p99", "ttft_p50", "ttft_p99", "ttft_p50", "ttft_mean"],
+                        "error": [0.1, -0.3, 0.5, 0.7, 0.4]})
     a = tt.scores(tab)
-    b = tt.scores(tab.assign(error=[0.1, -0.3, 9.0, 9.0]))
+    b = tt.scores(tab.assign(error=[0.1, -0.3, 9.0, 9.0, 5.0]))
     assert a.fit_score_all_metrics.iloc[0] == pytest.approx(0.2)
     assert b.fit_score_all_metrics.iloc[0] == a.fit_score_all_metrics.iloc[0]
-    assert b.ttft_p99_held_out.iloc[0] == 9.0
+    assert b.ttft_p99_held_out.iloc[0] == 9.0 and b.ttft_mean_fit.iloc[0] == 5.0
+
+
+def test_tails_are_the_runs_blocks(runs):
+    """Every SGLang-cookbook run has its mean TTFT and longest gap, from the same block (same
+    page, commit and line); the mean lies between the run's P50-side and P99-side bounds a
+    mean of positive TTFTs can take."""
+    t = tt.load_tails()
+    ck = runs[runs.run_id.str.startswith("sglang-cookbook:")].set_index("run_id")
+    assert sorted(t.index) == sorted(ck.index)
+    for rid, r in t.iterrows():
+        line = rid.rsplit(":L", 1)[1]
+        assert ck.source[rid].split(",")[0] in r.source and f"#L{line})" in r.source, rid
+        assert 0 < r.ttft_mean_ms <= ck.ttft_p99_ms[rid] and r.itl_max_ms >= ck.itl_p99_ms[rid]
+
+
+def test_a_stall_lifts_the_mean_by_its_share(runs):
+    """The burst is all ``N`` of ``N`` prompts: the mean moves by the whole stall."""
+    one = _burst(runs)
+    base, late = tt.replay(0, 0.0, one), tt.replay(0, 0.0, one, stall=0.25)
+    assert late["ttft_mean"] == pytest.approx(base["ttft_mean"] + 0.25, abs=1e-9)
+    assert late["itl_max"] == pytest.approx(base["itl_max"], abs=1e-12)
