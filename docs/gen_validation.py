@@ -14,6 +14,8 @@ measured, never a number typed by hand):
   independent set of measured serving runs, per metric, GPU and engine, fit and held-out;
 - ``sim/data/engine_overheads.json`` - ``experiments/fit_overheads.py``: the engines'
   overheads fitted on that set's fit split, and the medians before and after;
+- ``sim/data/ttft_tail.json`` - ``experiments/ttft_tail.py``: the TTFT P99 the replay misses,
+  row by row, and the burst front-end what-if;
 - ``sim/data/ttft_residual.json`` - ``experiments/ttft_residual.py``: the first token's
   unpriced time at concurrency 1 beside each sourced candidate.
 
@@ -243,6 +245,52 @@ def ttft_residual() -> str:
     return res + "\n" + sl + "\n" + ba
 
 
+def ttft_tail() -> str:
+    """The TTFT P99 row by row on the warm / cold server and with the chosen burst what-if
+    (experiments/ttft_tail.py), the fit rows' pattern, the grid's scores and the medians."""
+    d = _load("ttft_tail.json")
+    ms = lambda x: f"{x:.0f}"  # noqa: E731
+    opt = lambda x: "-" if x is None else ms(x)  # noqa: E731
+    rows = table(["run", "GPU", "split", "N", "blocks before", "P50: measured / warm",
+                  "P99: measured", "P99: warm / cold / what-if", "P99 excess (ms)",
+                  "mean: measured / warm / what-if", "max ITL: measured / warm"],
+                 [(r["run_id"].split(":", 1)[1], r["gpu"], r["split"].replace("_", "-"),
+                   r["concurrency"], r["blocks_before"],
+                   f"{ms(r['ttft_p50_measured'])} / {ms(r['ttft_p50_warm'])}",
+                   ms(r["ttft_p99_measured"]),
+                   f"{ms(r['ttft_p99_warm'])} / {ms(r['ttft_p99_cold'])} / "
+                   f"{ms(r['ttft_p99_what_if'])}", ms(r["excess_p99_ms"]),
+                   f"{opt(r['ttft_mean_measured'])} / {opt(r['ttft_mean_warm'])} / "
+                   f"{opt(r['ttft_mean_what_if'])}",
+                   f"{opt(r['itl_max_measured'])} / {opt(r['itl_max_warm'])}")
+                  for r in d["rows"]])
+    pat = table(["GPU", "concurrency", "fit rows", "median P99 excess (ms)", "under-predicted"],
+                [(r["gpu"], r["load"], r["rows"], ms(r["median_excess_p99_ms"]),
+                  r["under_predicted"]) for r in d["patterns"]])
+    point = (d["chosen_s"], d["chosen_stall_s"])
+    sc = table(["front end s (ms / request)", "stall D (ms)",
+                "fit: mean of the metrics' median \\|error\\|", "TTFT P50 fit / held-out",
+                "TTFT P99 fit / held-out", "TTFT mean fit / held-out (not scored)"],
+               [(f"{r['s'] * 1e3:g}", f"{r['stall'] * 1e3:g}"
+                 + (" (chosen)" if (r["s"], r["stall"]) == point else ""),
+                 _pct(r["fit_score_all_metrics"]),
+                 f"{_pct(r['ttft_p50_fit'])} / {_pct(r['ttft_p50_held_out'])}",
+                 f"{_pct(r['ttft_p99_fit'])} / {_pct(r['ttft_p99_held_out'])}",
+                 f"{_pct(r['ttft_mean_fit'])} / {_pct(r['ttft_mean_held_out'])}")
+                for r in d["scores"]])
+    by = {(r["at"], r["metric"], r["split"]): r["median_abs_error"] for r in d["by_metric"]}
+    metrics = sorted({m for _, m, _ in by}, key=lambda m: (m == "output_throughput", m))
+    med = table(["metric", "fit: before -> what-if", "held-out: before -> what-if"],
+                [(m + (" (not scored)" if m in ("ttft_mean", "itl_max") else ""),
+                  *(f"{_pct(by['before', m, sp])} -> {_pct(by['after', m, sp])}"
+                    for sp in ("fit", "held_out"))) for m in metrics])
+    gpu = table(["GPU", "engine", "split", "metric", "before -> what-if"],
+                [(r["gpu"], f"`{r['engine']}`", r["split"].replace("_", "-"), r["metric"],
+                  f"{_pct(r['before'])} -> {_pct(r['after'])}") for r in d["per_gpu"]
+                 if r["metric"].startswith("ttft")])
+    return rows + "\n" + pat + "\n" + sc + "\n" + med + "\n" + gpu
+
+
 def gpu_terms() -> str:
     import csv
     from sim.costs.roofline import RooflineCost
@@ -272,6 +320,7 @@ def gpu_kernels() -> str:
 
 
 TABLES = {"independent": independent, "overheads": overheads, "ttft-residual": ttft_residual,
+          "ttft-tail": ttft_tail,
           "gpu-terms": gpu_terms,
           "gpu-kernels": gpu_kernels, "serving": serving, "per-layer": per_layer,
           "attention": attention,
