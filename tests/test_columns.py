@@ -1,14 +1,15 @@
 """sim.engine.core.columns: requests from columns and back, value for value the plain Python
 (compiled: one typed pass; interpreted: None, the caller reads np.fromiter per column)."""
 
+import operator
+
 import numpy as np
 import pytest
 
 import workloads as wl
 from sim import native
 from sim.engine import run
-from sim.engine.core.columns import (INT_COLUMNS, TIME_COLUMNS, make_requests, request_columns,
-                                     request_runs)
+from sim.engine.core.columns import INT_COLUMNS, TIME_COLUMNS, make_requests, request_columns
 from sim.engine.core.request import FINISHED, REJECTED, Request
 
 
@@ -19,6 +20,9 @@ def _plain(requests):
         cols[name] = np.array([getattr(r, name) for r in requests], dtype=np.float64)
     for name in INT_COLUMNS:
         cols[name] = np.fromiter((getattr(r, name) for r in requests), np.int64, n)
+    cols["request_id"] = [r.request_id for r in requests]
+    cols["reason"] = [r.reason for r in requests]
+    cols["runs"] = _plain_runs(requests)
     return cols
 
 
@@ -44,6 +48,13 @@ def test_make_requests_is_the_plain_constructor():
 def _same(got, want):
     assert set(got) == set(want)
     for name, arr in want.items():
+        if name in ("request_id", "reason"):  # (lists of the objects themselves)
+            assert type(got[name]) is list and all(map(operator.is_, got[name], arr)), name
+            continue
+        if name == "runs":  # (per, flat, index)
+            assert [(a.dtype, a.tobytes()) for a in got[name]] == \
+                [(a.dtype, a.tobytes()) for a in arr]
+            continue
         assert got[name].dtype == arr.dtype, name
         assert got[name].tobytes() == arr.tobytes(), name  # (NaN where None, bit for bit)
 
@@ -83,7 +94,6 @@ def test_request_columns_of_a_run_with_rejections_and_preemptions():
 
 def test_interpreted_returns_none_for_the_callers_own_columns():
     assert (request_columns(_requests()) is None) == (native.summary() != "compiled")
-    assert (request_runs(_requests()) is None) == (native.summary() != "compiled")
 
 
 def _plain_runs(requests):
@@ -93,26 +103,20 @@ def _plain_runs(requests):
 
 
 @pytest.mark.skipif(native.summary() != "compiled", reason="interpreted: returns None")
-def test_request_runs_are_the_chained_segments_bit_for_bit():
-    """Runs, points of prefill-only iterations (negative), requests with none, and none at all."""
+def test_request_columns_runs_are_the_chained_segments_bit_for_bit():
+    """Runs, points of prefill-only iterations (negative), more runs than requests (the buffer
+    grown), requests with none, and none at all; then a run's own preempted requests."""
     reqs = _requests()
     reqs[0].segments = [(3, 9), (-1 - 12, -1), (14, 14)]
     reqs[2].segments = [(0, 2**40)]
-    for got, want in zip(request_runs(reqs), _plain_runs(reqs)):
-        assert got.dtype == np.int64 and got.tobytes() == want.tobytes()
-    for got in request_runs([]):
+    reqs[3].segments = [(j, j + 1) for j in range(0, 60, 3)]
+    _same(request_columns(reqs), _plain(reqs))
+    for got in request_columns([])["runs"]:
         assert got.dtype == np.int64 and len(got) == 0
-    from sim.engine.core import decoding
-    reqs = _a_runs_requests(decoding, "request_runs")
+    from sim.engine.core import records
+    reqs = _a_runs_requests(records, "request_columns")
     assert max(map(len, (r.segments for r in reqs))) > 1  # (runs split by preemptions)
-    for got, want in zip(request_runs(reqs), _plain_runs(reqs)):
-        assert got.tobytes() == want.tobytes()
-
-
-def test_the_loops_c_row_holds_every_iteration_column():
-    """process.py writes a row from a C array of 8 doubles (compiled): ROW must be that."""
-    from sim.engine.core.records import ITERATION_COLUMNS, ROW
-    assert len(ITERATION_COLUMNS) == 8 and ROW.size == 64
+    _same(request_columns(reqs), _plain(reqs))
 
 
 @pytest.mark.parametrize("codes", [[3, 4, 3, 0, 1, 2], [], [4] * 5])

@@ -5,10 +5,10 @@ the workload's columns (as lists); :func:`request_columns` reads the attributes 
 built from (:mod:`sim.engine.core.records`) into one array each, in request order, in one pass
 over the requests. Both are the same as the plain Python they replace, value for value:
 ``Request(i, ...)`` for each row; ``np.fromiter`` of each attribute, a time that is None
-(never reached) as NaN; :func:`request_runs` flattens every request's runs of emitting
-iterations (``Request.segments``) for :func:`~sim.engine.core.decoding.inter_token_gaps`.
-Interpreted, both return None and the caller reads the attributes one by one at C speed
-(``np.fromiter``, ``itertools.chain``), which a Python loop over the requests would not match.
+(never reached) as NaN, and flattens every request's runs of emitting iterations
+(``Request.segments``) for :func:`~sim.engine.core.decoding.inter_token_gaps`. Interpreted,
+it returns None and the caller reads the attributes one by one at C speed (``np.fromiter``,
+``itertools.chain``), which a Python loop over the requests would not match.
 
 Invariant (tests/test_columns.py): the arrays equal ``np.fromiter`` / ``np.array`` of each
 attribute (and of the chained runs), bit for bit, for every status a request can end in.
@@ -44,14 +44,19 @@ def make_requests(ids, arrivals, prompts, outputs) -> list:
     return out
 
 
-@cython.locals(r=Request, i=cython.Py_ssize_t, n=cython.Py_ssize_t,
+@cython.locals(r=Request, i=cython.Py_ssize_t, n=cython.Py_ssize_t, k=cython.Py_ssize_t,
                arrival=cython.double[:], fs=cython.double[:], ft=cython.double[:],
                fin=cython.double[:], p=cython.longlong[:], o=cython.longlong[:],
                pre=cython.longlong[:], cac=cython.longlong[:], pc=cython.longlong[:],
-               st=cython.longlong[:])
+               st=cython.longlong[:], per=cython.longlong[:], idx=cython.longlong[:],
+               flat=cython.longlong[:], ids=list, reasons=list, segs=list, run=tuple)
 def request_columns(requests):
-    """``{name: array}`` of ``arrival_time`` and :data:`TIME_COLUMNS` (float64, None as NaN)
-    and :data:`INT_COLUMNS` (int64) over ``requests`` (a list), compiled; None interpreted."""
+    """``{name: array}`` of ``arrival_time`` and :data:`TIME_COLUMNS` (float64, None as NaN),
+    :data:`INT_COLUMNS` (int64), ``request_id`` and ``reason`` (lists) and ``runs``: ``(per,
+    flat, index)``, each request's number of runs (``len(r.segments)``), the runs' ``(first,
+    last)`` one after another, request after request, and each request's ``index`` (int64),
+    over ``requests`` (a list), compiled, in one pass (their objects lie apart in memory: at 1M
+    requests each further pass over them cost ~0.1 s); None interpreted."""
     if not cython.compiled:
         return None
     n = len(requests)
@@ -59,7 +64,14 @@ def request_columns(requests):
     ints = [np.empty(n, dtype=np.longlong) for _ in INT_COLUMNS]  # (C long long buffers)
     arrival, fs, ft, fin = floats[0], floats[1], floats[2], floats[3]
     p, o, pre, cac, pc, st = ints[0], ints[1], ints[2], ints[3], ints[4], ints[5]
+    per_a = np.empty(n, dtype=np.longlong)
+    idx_a = np.empty(n, dtype=np.longlong)
+    flat_a = np.empty(2 * n + 16, dtype=np.longlong)  # (grown when the runs outnumber it)
+    per, idx, flat = per_a, idx_a, flat_a
+    ids = [None] * n
+    reasons = [None] * n
     nan = float("nan")
+    k = 0
     for i in range(n):
         r = requests[i]
         arrival[i] = r.arrival_time
@@ -72,32 +84,10 @@ def request_columns(requests):
         cac[i] = r.num_cached_tokens
         pc[i] = r.num_prefill_computed
         st[i] = r.status
-    cols = dict(zip(("arrival_time",) + TIME_COLUMNS, floats))
-    cols.update(zip(INT_COLUMNS, (a.view(np.int64) for a in ints)))
-    return cols
-
-
-@cython.locals(r=Request, i=cython.Py_ssize_t, n=cython.Py_ssize_t, k=cython.Py_ssize_t,
-               per=cython.longlong[:], idx=cython.longlong[:], flat=cython.longlong[:],
-               segs=list, run=tuple)
-def request_runs(requests):
-    """``(per, flat, index)`` over ``requests`` (a list), int64, compiled; None interpreted:
-    each request's number of runs (``len(r.segments)``), the runs' ``(first, last)`` one after
-    another, request after request, and each request's ``index``. One pass over the requests
-    (their objects lie apart in memory: at 1M requests a second pass cost as much as the first;
-    through ``itertools.chain`` and ``np.fromiter`` all of it was ~0.4 s)."""
-    if not cython.compiled:
-        return None
-    n = len(requests)
-    per_a = np.empty(n, dtype=np.longlong)
-    idx_a = np.empty(n, dtype=np.longlong)
-    flat_a = np.empty(2 * n + 16, dtype=np.longlong)  # (grown when the runs outnumber it)
-    per, idx, flat = per_a, idx_a, flat_a
-    k = 0
-    for i in range(n):
-        r = requests[i]
-        segs = r.segments
+        ids[i] = r.request_id
+        reasons[i] = r.reason
         idx[i] = r.index
+        segs = r.segments
         per[i] = len(segs)
         if k + 2 * per[i] > flat.shape[0]:
             flat_a = np.concatenate([flat_a, np.empty(len(flat_a) + 2 * per[i], np.longlong)])
@@ -106,4 +96,8 @@ def request_runs(requests):
             flat[k] = run[0]
             flat[k + 1] = run[1]
             k += 2
-    return per_a.view(np.int64), flat_a[:k].view(np.int64), idx_a.view(np.int64)
+    cols = dict(zip(("arrival_time",) + TIME_COLUMNS, floats))
+    cols.update(zip(INT_COLUMNS, (a.view(np.int64) for a in ints)))
+    cols["request_id"], cols["reason"] = ids, reasons
+    cols["runs"] = (per_a.view(np.int64), flat_a[:k].view(np.int64), idx_a.view(np.int64))
+    return cols

@@ -38,7 +38,6 @@ from operator import attrgetter
 
 import numpy as np
 
-from .columns import request_runs
 from .request import DECODE
 
 
@@ -186,7 +185,7 @@ def emits_single_token(r, i: int) -> None:
     r.segments.append((i, i))
 
 
-def inter_token_gaps(requests, end, end_iter=None):
+def inter_token_gaps(requests, end, end_iter=None, runs=None):
     """ITL data from token runs: ``((gaps, weights, extra), max_itl)``.
 
     ``end[j]``: end time of decode step ``j`` (of iteration ``j`` unless a policy paused the
@@ -197,13 +196,14 @@ def inter_token_gaps(requests, end, end_iter=None):
     gap weighted by the number of runs covering it (``weights``), plus one ``extra`` gap between
     consecutive runs or points of a request (across a preemption, or from a point to the next
     run). ``max_itl``: each request's largest gap (NaN with fewer than two emissions).
+    ``runs``: the requests' runs flattened, as :func:`~sim.engine.core.columns.request_columns`
+    gives them (None: read from ``requests`` here).
     """
     end_iter = end if end_iter is None else end_iter
     gap = np.diff(end, prepend=end[0] if len(end) else 0.0)  # gap[j] = end[j] - end[j-1]
     n = len(requests)
     max_itl = np.full(n, np.nan)
-    runs = request_runs(requests)  # (compiled: one pass over the requests)
-    if runs is None:
+    if runs is None:  # (given: request_columns' "runs", read in its pass over the requests)
         segs = list(map(attrgetter("segments"), requests))
         per = np.fromiter(map(len, segs), dtype=np.int64, count=n)
         total = int(per.sum())

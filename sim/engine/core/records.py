@@ -149,16 +149,19 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
     end = (iters["start"] + iters["duration"]).to_numpy()  # == env.now after each timeout
     # paused: iterations whose decodes a policy paused (token runs count decode steps)
     end_steps = np.delete(end, np.asarray(paused, dtype=np.int64)) if paused else end
-    itl_data, max_itl = inter_token_gaps(requests, end_steps, end)
+    cols = request_columns(requests)  # (compiled: one pass over the requests)
+    itl_data, max_itl = inter_token_gaps(requests, end_steps, end,
+                                         None if cols is None else cols["runs"])
     if first_gaps is not None and len(first_gaps[0]):
         idx, gaps = first_gaps
         itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))
         np.fmax.at(max_itl, idx, gaps)
-    cols = request_columns(requests)  # (compiled: one pass over the requests)
     if cols is None:  # None (never scheduled / no token / not finished) becomes NaN
         cols = {"arrival_time": _numbers(requests, "arrival_time", np.float64)}
         cols.update((name, _times(requests, name)) for name in TIME_COLUMNS)
         cols.update((name, _numbers(requests, name)) for name in INT_COLUMNS)
+        cols["request_id"] = list(map(attrgetter("request_id"), requests))
+        cols["reason"] = list(map(attrgetter("reason"), requests))
     arrival = cols["arrival_time"]
     first_sched = cols["first_scheduled_time"]
     first_tok = cols["first_token_time"]
@@ -171,7 +174,7 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(done & (n_out > 1), (e2e - ttft) / (n_out - 1), np.nan)
     df = pd.DataFrame({
-        "request_id": list(map(attrgetter("request_id"), requests)),
+        "request_id": cols["request_id"],
         "replica": replica_of,
         "arrival_time": arrival,
         "first_scheduled_time": first_sched,
@@ -183,7 +186,7 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
         "num_cached_tokens": cols["num_cached_tokens"],
         "num_prefill_computed": cols["num_prefill_computed"],
         "status": status,
-        "reason": list(map(attrgetter("reason"), requests)),
+        "reason": cols["reason"],
         "ttft": ttft,
         "e2e": e2e,
         "tpot": tpot,
