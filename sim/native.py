@@ -49,6 +49,7 @@ COMPILED = (
     "sim.engine.core.process",
     "sim.engine.core.events",
     "sim.engine.core.columns",
+    "sim.engine.core.fastforward",
     "sim.engine.kv.blocks",
     "sim.engine.kv.key_ops",
     "sim.costs.roofline_price",

@@ -150,3 +150,17 @@ def test_headroom_is_searched_on_the_frontier_or_as_asked(df, table):
     assert every.attrs["capacity_searches"] == len(ok) and (ok["max_rate"] >= 20.0).all()
     with pytest.raises(ValueError, match="headroom must be one of"):
         plan(df, SLO, space={"gpu": ["h100"]}, base=BASE, rate=1.0, headroom="some")
+
+
+@pytest.mark.parametrize("kw", [dict(gpu="h100", tensor_parallel=2),
+                                dict(gpu="l40s", scheduler="sglang"),
+                                dict(gpu="a100", cost_model=sim.LinearCost(0.004, 2e-5, 1e-4))])
+def test_the_bound_prices_decodes_as_the_batch_would(df, kw, monkeypatch):  # noqa: F811
+    """The decode bound prices b decodes through the cost model's pure-decode price (no
+    Batch per b): the same bound, bit for bit, as pricing each batch."""
+    import sim.engine.core.batch as batch
+    from sim.tools.plan_bounds import _replica_bound, _workload_terms
+    config, w = sim.SimConfig(model="llama-3.1-8b", **kw), _workload_terms(df)
+    fast = _replica_bound(config, w)
+    monkeypatch.setattr(batch, "decode_pricer", lambda cost: None)
+    assert _replica_bound(config, w) == fast

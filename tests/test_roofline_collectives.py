@@ -168,3 +168,22 @@ def test_allreduce_time_never_falls_as_the_message_grows():
         c = RooflineCost("llama-2-7b", "a100", tensor_parallel=tp)
         steps = [c(Batch(0, (), 0, b, b * 140)) for b in (1, 2, 4, 8, 16)]
         assert steps == sorted(steps), tp
+
+
+@pytest.mark.parametrize("gpu, tp", [("h100", 2), ("h100", 8), ("a100", 4), ("h200", 8),
+                                     ("l40s", 4), ("mi300x", 8), ("b200", 4), ("gb200", 16),
+                                     ("h100", 1)])
+def test_allreduce_times_are_the_scalar_allreduce_times_bit_for_bit(gpu, tp):
+    """The vectorised all-reduces the layers' block prices with: each element the scalar
+    method's float, over the measured table and past its end, the custom kernel's range and
+    past it, the ring where no table is measured, and data-parallel attention's fractional
+    token counts."""
+    model = "llama-3.1-70b" if tp <= 8 else "llama-3.1-405b"
+    c = RooflineCost(model, gpu, tensor_parallel=tp)
+    counts = np.concatenate([np.arange(1, 600), np.array([1023, 4096, 8191, 65536, 10 ** 6])])
+    nbytes = counts * (c.model.hidden_size * 2)
+    for sizes in (nbytes, nbytes / 3.0, np.array([c.params.custom_allreduce_max_bytes,
+                                                  c.params.custom_allreduce_max_bytes + 1])):
+        got = c.allreduce_times(sizes)
+        want = np.array([c.allreduce_time(x) for x in sizes.tolist()])
+        assert got.dtype == np.float64 and got.tobytes() == want.tobytes()

@@ -173,8 +173,8 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         array path (one vectorised pass where a miss of an iteration's varying token count
         cost ~40 us of scalar Python, measured): elementwise, the same IEEE operations in the
         same order as the scalar path, so the same floats bit for bit (tests/test_roofline.py
-        checks every preset against the scalar sum); the all-reduces stay scalar, one per
-        token count (``allreduce_time`` reads a table)."""
+        checks every preset against the scalar sum); the all-reduces too
+        (``allreduce_times``, bit for bit ``allreduce_time`` of each)."""
         block, j = divmod(tokens - 1, self.LAYERS_BLOCK)
         row = self._layers_rows.get(block) if tokens > 0 else None
         if row is None:
@@ -193,8 +193,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         layer = sum(ops.values()) + ops["add"]  # two residual adds per layer
         if self.tp > 1:
             nbytes = self.model.hidden_size * ACT_BYTES
-            layer += self._allreduces_per_layer * np.array(
-                [self.allreduce_time(t * nbytes) for t in rank.tolist()])
+            layer += self._allreduces_per_layer * self.allreduce_times(rank * nbytes)
         if self.ep > 1:  # expert parallelism's all-to-alls and busiest GPU (expert_parallel)
             return (self.model.num_hidden_layers * layer
                     + self.expert_parallel_times(counts)).tolist()

@@ -68,7 +68,7 @@ def _finite(n, work, speed, deadline) -> float:
 
 def _replica_bound(config, w) -> tuple:
     """``(prefill rate, decode rate)`` bounds of one replica of ``config``."""
-    from ..engine.core.batch import Batch
+    from ..engine.core.batch import Batch, decode_pricer
     cost = config.resolved_cost_model()
     resolved = config.resolved()
     m = w["min_prompt"]
@@ -82,7 +82,10 @@ def _replica_bound(config, w) -> tuple:
     block = resolved.block_size or 16
     fit = resolved.resolved_kv_blocks() // max(math.ceil((m + 1) / block), 1)
     b_max = max(min(b_max, fit), 1)
-    best_decode = max(b / cost(Batch(0, (), 0, b, b * (m + 1))) for b in range(1, b_max + 1))
+    pure = decode_pricer(cost)  # (bit for bit cost(batch) of b decodes: no Batch per b)
+    best_decode = max(b / (pure(b)(b * (m + 1)) if pure is not None
+                           else cost(Batch(0, (), 0, b, b * (m + 1))))
+                      for b in range(1, b_max + 1))
     return best_prefill, best_decode
 
 

@@ -36,6 +36,11 @@ from __future__ import annotations
 
 import math
 
+try:
+    import cython
+except ImportError:  # interpreted without Cython: its no-op names (sim/cython_shim.py)
+    from sim import cython_shim as cython
+
 from ...checks import declared_with
 from .batch import make_batch
 from .events import delay_until
@@ -55,6 +60,13 @@ def can_fast_forward(policy, replica) -> bool:
             and replica.layers is None)  # (a layer pool's decodes take blocks off-phase)
 
 
+@cython.locals(c=cython.longlong, i=cython.longlong, count=cython.longlong,
+               offset=cython.longlong, free=cython.longlong, n_run=cython.longlong,
+               k=cython.longlong, need=cython.longlong, new=cython.longlong,
+               ctx=cython.longlong, step=cython.longlong, bs=cython.longlong,
+               done=cython.longlong, width=cython.Py_ssize_t, total=cython.longlong,
+               spec=cython.longlong, mask=cython.longlong, t=cython.double, dt=cython.double,
+               rows=list, finishing=cython.bint, by_phase=list, finish_at=dict)
 def decode_stretch(process, now, until):
     """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
     policy is quiet then (``quiet_when_decoding``; its ``decoded_quietly(replica, n)``, if
