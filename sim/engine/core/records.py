@@ -151,7 +151,7 @@ def _build_result(requests, records, config, kv_blocks, wall_seconds, policy, co
     end_steps = np.delete(end, np.asarray(paused, dtype=np.int64)) if paused else end
     cols = request_columns(requests)  # (compiled: one pass over the requests)
     itl_data, max_itl = inter_token_gaps(requests, end_steps, end,
-                                         None if cols is None else cols["runs"])
+                                         None if cols is None else cols.pop("runs"))
     if first_gaps is not None and len(first_gaps[0]):
         idx, gaps = first_gaps
         itl_data = (itl_data[0], itl_data[1], np.concatenate([itl_data[2], gaps]))
