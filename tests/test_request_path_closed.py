@@ -151,3 +151,22 @@ def test_engine_overheads_lag_adds_to_the_path():
     np.testing.assert_allclose(req["arrival_time"].to_numpy()[1:],
                                req["finish_time"].to_numpy()[:-1], rtol=0, atol=1e-12)
     assert res.summary()["engine_overhead_per_request_s"] > 0
+
+
+@pytest.mark.parametrize("join", [True, False])
+def test_agentic_sessions_wait_for_the_client_view(join):
+    """Sub-agents and joins (fleet.sessions) with a path: every turn issued no sooner than
+    its gap after the finish the client saw of the turn before (and of the sub-agent sessions
+    it joins); nothing lost; a zero path is no path there too."""
+    import test_agentic as ta
+    df = wl.agentic(4, turns=wl.Uniform(1, 4), tool_gap=wl.Exponential(0.2), fan_out=2,
+                    sub_turns=wl.Uniform(1, 3), join=join, new_tokens=wl.Uniform(20, 200),
+                    output=wl.Uniform(2, 40), system_prompt_tokens=32, seed=5)
+    res = ta._run(df, users=2, request_path=RequestPath(0.01, 1e-5, 0.02))
+    req = res.requests
+    assert len(req) == len(df) and (req["status"] == "finished").all()
+    ta._check_order(df, req, join)
+    off = ta._run(df, users=2)
+    _same(off, ta._run(df, users=2, request_path=RequestPath()))
+    # the path made each turn later than without it (the users wait for out_s and the rest)
+    assert req["arrival_time"].max() > off.requests["arrival_time"].max()
