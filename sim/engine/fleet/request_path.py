@@ -240,6 +240,26 @@ def triton_path(rows: pd.DataFrame | None = None) -> RequestPath:
     return RequestPath(in_s=half, per_prompt_token_s=float(tok["seconds"].mean()), out_s=half)
 
 
+FRONT_ENDS = {"sglang": "SGLang's TokenizerManager (one process)",
+              "vllm": "vLLM's API server process"}
+
+
+def front_end_path(engine: str, rows: pd.DataFrame | None = None) -> RequestPath:
+    """An engine's own front end (``"sglang"``, ``"vllm"``: :data:`FRONT_ENDS`) from the
+    ``fit`` rows: one tokeniser at the fast tokenizer's time per token (both tokenise the
+    prompt with transformers' AutoTokenizer in the one process that feeds the scheduler);
+    ``in_s = out_s = 0`` (no source times these front ends' round trips: Triton's are
+    Triton's)."""
+    if engine not in FRONT_ENDS:
+        raise ValueError(f"engine must be one of {', '.join(FRONT_ENDS)}, got {engine!r}")
+    rows = overheads() if rows is None else rows
+    tok = rows[(rows["split"] == "fit") & (rows["front_end"] == "hf-tokenizers")
+               & (rows["component"] == "tokenize")]
+    if tok.empty:
+        raise ValueError("request_overheads.csv has no fit rows for the fast tokenizer")
+    return RequestPath(per_prompt_token_s=float(tok["seconds"].mean()))
+
+
 def held_out_errors(path: RequestPath | None = None, rows: pd.DataFrame | None = None):
     """Each held-out row beside the model's value (``triton_path`` unless given): the round
     trip ``in_s + out_s``, or ``per_prompt_token_s``; signed error = model / measured - 1."""
