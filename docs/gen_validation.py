@@ -17,7 +17,9 @@ measured, never a number typed by hand):
 - ``sim/data/ttft_tail.json`` - ``experiments/ttft_tail.py``: the TTFT P99 the replay misses,
   row by row, and the burst front-end what-if;
 - ``sim/data/ttft_residual.json`` - ``experiments/ttft_residual.py``: the first token's
-  unpriced time at concurrency 1 beside each sourced candidate.
+  unpriced time at concurrency 1 beside each sourced candidate;
+- ``sim/data/front_end_path.json`` - ``experiments/front_end_path.py``: the engines' sourced
+  tokenising front ends in the closed loop, before / with / with and refitted.
 
 Errors are signed ``predicted / measured - 1``; "median |error|" is over the rows of a group,
 "worst" the signed error of largest magnitude. :data:`TABLES` names every table a page can ask
@@ -291,6 +293,32 @@ def ttft_tail() -> str:
     return rows + "\n" + pat + "\n" + sc + "\n" + med + "\n" + gpu
 
 
+def front_end_path() -> str:
+    """The engines' sourced front ends in the closed loop (experiments/front_end_path.py): the
+    terms refitted under the path, the fit scores, and the medians per metric and per GPU
+    before, with the path and with the path and the refit."""
+    d = _load("front_end_path.json")
+    terms = table(["engine", "tokeniser (us / prompt token)", "per_request_s: fitted -> refit",
+                   "per_seq_s refit (us)", "per_prefill_iter_s refit (ms)"],
+                  [(f"`{e}`", f"{d['paths'][e]['per_prompt_token_s'] * 1e6:g}",
+                    f"{_load('engine_overheads.json')['engines'][e]['per_request_s'] * 1e3:.1f} "
+                    f"-> {t['per_request_s'] * 1e3:.1f} ms", f"{t['per_seq_s'] * 1e6:.0f}",
+                    f"{t['per_prefill_iter_s'] * 1e3:.0f}") for e, t in d["refit"].items()])
+    v = ("before", "path", "refit")
+    score = table(["variant", "fit: mean of the metrics' median \\|error\\|"],
+                  [(k + (" (best on fit)" if k == d["best_on_fit"] else ""),
+                    _pct(d["fit_scores"][k])) for k in v])
+    by = {(r["metric"], r["split"]): r for r in d["by_metric"]}
+    metrics = sorted({m for m, _ in by}, key=lambda m: (m == "output_throughput", m))
+    med = table(["metric", "fit: before / path / refit", "held-out: before / path / refit"],
+                [(m, *(" / ".join(_pct(by[m, sp][k]) for k in v)
+                       for sp in ("fit", "held_out"))) for m in metrics])
+    gpu = table(["GPU", "engine", "split", "metric", "before / path / refit"],
+                [(r["gpu"], f"`{r['engine']}`", r["split"].replace("_", "-"), r["metric"],
+                  " / ".join(_pct(r[k]) for k in v)) for r in d["per_gpu"]])
+    return terms + "\n" + score + "\n" + med + "\n" + gpu
+
+
 def gpu_terms() -> str:
     import csv
     from sim.costs.roofline import RooflineCost
@@ -320,7 +348,7 @@ def gpu_kernels() -> str:
 
 
 TABLES = {"independent": independent, "overheads": overheads, "ttft-residual": ttft_residual,
-          "ttft-tail": ttft_tail,
+          "ttft-tail": ttft_tail, "front-end-path": front_end_path,
           "gpu-terms": gpu_terms,
           "gpu-kernels": gpu_kernels, "serving": serving, "per-layer": per_layer,
           "attention": attention,

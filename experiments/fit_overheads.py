@@ -98,9 +98,11 @@ def _score(table: pd.DataFrame) -> float:
     return float(t["error"].abs().median())
 
 
-def fit(runs: pd.DataFrame, workers=1):
-    """The terms per engine and the table per candidate's fit score (steps 1 and 2)."""
-    base = vi.validate(runs, workers)
+def fit(runs: pd.DataFrame, workers=1, paths=None):
+    """The terms per engine and the table per candidate's fit score (steps 1 and 2);
+    ``paths``: ``{engine: sim.RequestPath}`` every replay of the fit takes (its time outside
+    the engine is then not the shift's to absorb: experiments/front_end_path.py)."""
+    base = vi.validate(runs, workers, paths=paths)
     terms, scores = {}, []
     for engine in sorted(runs.engine.unique()):
         rows = runs[(runs.engine == engine) & (runs.split == "fit")]
@@ -109,12 +111,13 @@ def fit(runs: pd.DataFrame, workers=1):
         for overlap in (False, True):
             for k in PER_SEQ_GRID:
                 ov = dataclasses.replace(req, per_seq_s=k, overlap=overlap)
-                s = _score(vi.validate(rows, workers, {engine: ov}, runs_all=runs))
+                s = _score(vi.validate(rows, workers, {engine: ov}, runs_all=runs,
+                                       paths=paths))
                 scores.append({"engine": engine, "overlap": overlap, "per_seq_s": k,
                                "fit_score": s})
                 if best is None or s < best[0] - 1e-12:
                     best = (s, ov)
-        terms[engine], split = prefill_split(rows, runs, engine, best[1], workers)
+        terms[engine], split = prefill_split(rows, runs, engine, best[1], workers, paths)
         scores += split
     return base, terms, pd.DataFrame(scores)
 
@@ -124,14 +127,15 @@ def _all_metrics_score(table: pd.DataFrame) -> float:
     return float(t.assign(a=t["error"].abs()).groupby("metric")["a"].median().mean())
 
 
-def prefill_split(rows, runs, engine, ov, workers=1):
+def prefill_split(rows, runs, engine, ov, workers=1, paths=None):
     """Step 3: ``ov`` with the ``per_prefill_iter_s`` of :data:`PREFILL_GRID` that fits the
     fit ``rows`` best, taken out of its flat shift; and one score row per candidate."""
     best, scores = None, []
     for p in PREFILL_GRID if not ov.per_request_layer_s else (0.0,):
         cand = dataclasses.replace(ov, per_prefill_iter_s=p,
                                    per_request_s=max(0.0, ov.per_request_s - p))
-        s = _all_metrics_score(vi.validate(rows, workers, {engine: cand}, runs_all=runs))
+        s = _all_metrics_score(vi.validate(rows, workers, {engine: cand}, runs_all=runs,
+                                           paths=paths))
         scores.append({"engine": engine, "overlap": ov.overlap, "per_seq_s": ov.per_seq_s,
                        "per_prefill_iter_s": p, "fit_score_all_metrics": s})
         if best is None or s < best[0] - 1e-12:

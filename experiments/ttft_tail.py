@@ -32,10 +32,11 @@ does (warm server, the engines' fitted overheads, ``engine_overheads="fitted"``)
   ``D`` lifts the mean by ``D x N / prompts``, a front-end ramp by about half that per
   request; both are reported per split, neither is used to choose.
 
-This is a what-if in the replay, not a simulator term: the simulator's closed loops have no
-front-end queue (``sim.engine.fleet.request_path`` refuses them), and the sourced tokeniser
-rate (1.1 us a prompt token, ``sim/data/request_overheads.csv``) gives a burst of 100
-~500-token prompts 55 ms, where the fit needs several ms a request.
+This is a what-if in the replay, not a simulator term: the sourced tokeniser rate (1.1 us a
+prompt token, ``sim/data/request_overheads.csv``) gives a burst of 100 ~500-token prompts
+55 ms, where the fit needs several ms a request. The simulator's closed loops now take a
+request path (``sim.engine.fleet.request_path``), and ``experiments/front_end_path.py``
+replays the set with the sourced tokeniser itself.
 
 Invariants: ``s = D = 0`` is the validation's replay bit for bit (``test_ttft_tail.py``); the
 burst's delays are ``D + s, D + 2 s, ..., D + N s`` in sending order (``D`` only for

@@ -129,10 +129,11 @@ def workload(row, shape=None) -> pd.DataFrame:
                          "num_output_tokens": o})
 
 
-def config(row, overheads: EngineOverheads | str | None = None) -> SimConfig:
+def config(row, overheads: EngineOverheads | str | None = None, path=None) -> SimConfig:
     """The engine's preset, the roofline at the GPU's fitted parameters, the row's setup;
     ``overheads``: the run's ``SimConfig(engine_overheads=...)`` (``"fitted"``, an
-    ``EngineOverheads`` or None: ``"none"``; :mod:`sim.engine.engine_overheads`)."""
+    ``EngineOverheads`` or None: ``"none"``; :mod:`sim.engine.engine_overheads`); ``path``:
+    its ``request_path`` (a ``sim.RequestPath`` or None)."""
     tp = int(row.tensor_parallel)
     params = fitted_params(RooflineCost(row.model, row.gpu).gpu_key)
     cost = RooflineCost(row.model, row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
@@ -141,7 +142,24 @@ def config(row, overheads: EngineOverheads | str | None = None) -> SimConfig:
                      gpu=row.gpu, tensor_parallel=tp, weight_dtype=row.weight_dtype,
                      kv_dtype=row.kv_dtype,
                      closed_loop=workloads.ClosedLoop(int(row.concurrency)),
-                     engine_overheads=overheads)
+                     engine_overheads=overheads, request_path=path)
+
+
+def front_end(runs: pd.DataFrame):
+    """``(overheads, paths)`` per engine of ``runs`` for ``--front-end``: each engine's sourced
+    tokenising front end (``request_path.front_end_path``) and the overheads refitted under it
+    on the fit rows, as ``experiments/front_end_path.py --write`` stored them
+    (``sim/data/front_end_path.json``)."""
+    from sim.engine.fleet.request_path import front_end_path
+    with DATA.joinpath("front_end_path.json").open() as f:
+        refit = json.load(f)["refit"]
+    engines = sorted(runs.engine.unique())
+    missing = [e for e in engines if e not in refit]
+    if missing:
+        raise ValueError(f"front_end_path.json has no refit for {missing}")
+    ov = {e: EngineOverheads(**refit[e], source="refitted with the front end's path by "
+                             "experiments/front_end_path.py") for e in engines}
+    return ov, {e: front_end_path(e) for e in engines}
 
 
 def _measured_column(metric):
@@ -174,7 +192,7 @@ def _replay(job):
 
 
 def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None, warm=True,
-             runs_all=None) -> pd.DataFrame:
+             runs_all=None, paths=None) -> pd.DataFrame:
     """One row per (run, metric) the source measured: measured, predicted, signed error.
     ``overheads``: ``{engine: EngineOverheads or "fitted"}`` (:func:`config`: the run's
     ``engine_overheads`` setting, whose summary is the client's view). ``bands``: each run also with
@@ -182,11 +200,13 @@ def validate(rows: pd.DataFrame, workers=1, overheads=None, bands=None, warm=Tru
     ``covered`` (the measurement inside ``[lo, hi]``). ``warm`` (default): a row whose server
     ran earlier blocks first (:mod:`server_history`, looked up in ``runs_all``, default
     ``rows``) is replayed after them, its prefix cache as the benchmark found it; False: every
-    row on a cold server."""
+    row on a cold server. ``paths``: ``{engine: sim.RequestPath}``, each run's
+    ``request_path`` (the warm-up blocks take it too; experiments/front_end_path.py)."""
     runs_all = rows if runs_all is None else runs_all
     shape = vs._sharegpt_shape() if (rows["lengths"] == "sharegpt-scaled").any() else None
     ov = [None if overheads is None else overheads.get(r.engine) for r in rows.itertuples()]
-    cfgs = [config(r, o) for r, o in zip(rows.itertuples(), ov)]
+    path = [None if paths is None else paths.get(r.engine) for r in rows.itertuples()]
+    cfgs = [config(r, o, p) for r, o, p in zip(rows.itertuples(), ov, path)]
     if bands is not None:
         cfgs = [dataclasses.replace(c, bands=bands) for c in cfgs]
     hist = [sh.history(runs_all, r) if warm else [] for r in rows.itertuples()]
@@ -251,14 +271,23 @@ def main(argv=None):
                     help="also report the coverage of this error band (e.g. 0.9)")
     ap.add_argument("--cold", action="store_true",
                     help="replay every row on a fresh server (no earlier blocks' cache)")
+    ap.add_argument("--front-end", action="store_true",
+                    help="each engine's sourced tokenising front end (a request path) with "
+                         "the overheads refitted under it (sim/data/front_end_path.json)")
     args = ap.parse_args(argv)
     if args.workers < 1:
         ap.error(f"--workers must be >= 1, got {args.workers}")
-    if args.write and (args.overheads or args.bands is not None or args.cold):
-        ap.error("--write stores the warm roofline alone: drop --overheads, --bands, --cold")
+    if args.write and (args.overheads or args.bands is not None or args.cold or args.front_end):
+        ap.error("--write stores the warm roofline alone: drop --overheads, --bands, --cold, "
+                 "--front-end")
+    if args.overheads and args.front_end:
+        ap.error("--front-end brings its own refitted overheads: drop --overheads")
     runs = load_runs()
     ov = ({e: "fitted" for e in runs.engine.unique()} if args.overheads else None)
-    table = validate(runs, args.workers, ov, args.bands, warm=not args.cold)
+    paths = None
+    if args.front_end:
+        ov, paths = front_end(runs)
+    table = validate(runs, args.workers, ov, args.bands, warm=not args.cold, paths=paths)
     rep = report(table)
     with pd.option_context("display.width", 200, "display.max_rows", 1000):
         print(table.round(4).to_string(index=False))

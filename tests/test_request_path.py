@@ -140,8 +140,8 @@ def test_bad_values_name_the_field(kw, error, words):
 def test_bad_config_is_refused():
     with pytest.raises(TypeError, match="request_path must be a sim.RequestPath or None, got 3"):
         sim.SimConfig(request_path=3)
-    with pytest.raises(ValueError, match="request_path with closed_loop is not modelled"):
-        sim.SimConfig(request_path=PATH, closed_loop=wl.ClosedLoop(2, 0.0))
+    # a closed loop takes it (tests/test_request_path_closed.py): no longer refused
+    assert sim.SimConfig(request_path=PATH, closed_loop=wl.ClosedLoop(2, 0.0)).request_path == PATH
 
 
 def test_the_data_file_is_sourced_and_the_triton_path_is_its_fit_rows():
@@ -197,7 +197,7 @@ def test_cli_flag(tmp_path, capsys):
 def test_toml_key(tmp_path, capsys):
     """``request_path`` in a TOML file (review6: it was an unknown setting there), the same
     spec as the flag's, which overrides it; bad values name the file's key; a closed loop
-    refused naming it."""
+    takes it too (its users issue on the finish the client sees)."""
     out = tmp_path / "o"
     toml = tmp_path / "exp.toml"
     toml.write_text('workload = "azure-code"\nnum_requests = 30\nrequest_path = "2,5,3"\n')
@@ -213,14 +213,16 @@ def test_toml_key(tmp_path, capsys):
     assert main(["run", str(toml), "-q", "--request-path", "off", "-o", str(out / "off")]) == 0
     assert "engine_arrival_time" not in pd.read_parquet(out / "off" / "requests.parquet")
     for text, words in (('request_path = 2', "exp.toml: request_path must be a string"),
-                        ('request_path = "1,x"', "exp.toml: request_path must be triton, off"),
-                        ('request_path = "triton"\nclosed_loop_users = 2',
-                         "exp.toml: request_path: request_path with closed_loop is not "
-                         "modelled")):
+                        ('request_path = "1,x"', "exp.toml: request_path must be triton, off")):
         toml.write_text('workload = "azure-code"\nnum_requests = 30\n' + text + "\n")
         assert main(["run", str(toml), "-q", "-o", str(out / "bad")]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and words in err and "Traceback" not in err, err
+    toml.write_text('workload = "azure-code"\nnum_requests = 30\nrequest_path = "2,5,3"\n'
+                    'closed_loop_users = 2\n')
+    assert main(["run", str(toml), "-q", "-o", str(out / "closed")]) == 0
+    closed = pd.read_parquet(out / "closed" / "requests.parquet")
+    assert (closed["engine_arrival_time"] > closed["arrival_time"]).all()
 
 
 def test_sim_capacity_takes_the_path(capsys):

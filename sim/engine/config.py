@@ -217,7 +217,7 @@ class SimConfig:
                            check_engine_overheads(self.engine_overheads, self.scheduler))
         if self.request_path is not None:  # (the module loads numpy: not for the CLI's parser)
             from .fleet.request_path import check_request_path
-            check_request_path(self.request_path, self.closed_loop)
+            check_request_path(self.request_path)
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")

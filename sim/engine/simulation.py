@@ -272,11 +272,13 @@ def run(workload, config: SimConfig | None = None, **overrides) -> Result:
     over = pool_warning(given, kv_blocks)
     if over:
         warnings.warn(over, UserWarning, stacklevel=2)
-    client = enter(requests, config.request_path)  # None: no time outside the engine
-    turns = conversations(df, requests) if config.closed_loop is not None else None
+    closed = config.closed_loop is not None
+    client = enter(requests, config.request_path, closed)  # None: no time outside the engine
+    turns = conversations(df, requests) if closed else None
     wall = time.perf_counter()
     ctx = RunContext(Environment(), requests, config, given, policy, cost, kv_blocks, wall,
-                     cache_unit=unit, max_model_len=limit, conversations=turns)
+                     cache_unit=unit, max_model_len=limit, conversations=turns,
+                     closed_path=client if closed else None)
     runner = (run_disaggregated if config.disaggregation is not None
               else run_cluster if config.replicas > 1 else run_replica)
     res = as_client_sees_lag(as_client_sees(runner(ctx), client, config.request_path), config)
@@ -302,7 +304,7 @@ def run_replica(ctx: RunContext) -> Result:
     else:  # stretches stop at the clients' next issue and leave finishes to the loop's time
         process.closed = True
         ClosedLoopClients(env, [replica], requests, partial(submit, replica, process),
-                          client_loop(config), ctx.conversations)
+                          client_loop(config), ctx.conversations, ctx.closed_path)
     process.start()
     with gc_frozen():  # the requests are not traversed by the loop's collections
         env.run()

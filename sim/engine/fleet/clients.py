@@ -35,6 +35,12 @@ once, each run by a user of its own beside the ``num_users`` (so more requests m
 and a joined parent issues its next turn (think time, gap) only once they are all over; a
 rejected or abandoned turn's sub-agents are abandoned (tests/test_agentic.py).
 
+A request path (``path``: a :class:`~sim.engine.fleet.request_path.ClosedPath`) puts the
+client outside the engine: a request issued now reaches the engine (``submit``) when the path
+says (after ``in_s`` and the tokeniser's queue), and the user sees a finish or a rejection
+``out_s`` after the engine's: what follows it (think time, gap, sub-agents, the conversation's
+abandoned turns) runs from then. Without a path (None) every request is submitted as issued.
+
 Invariants (tests/test_clients.py): every request comes out once, issued (finished or
 rejected) or abandoned; at most ``num_users`` requests are out at once (sub-agents aside); a
 conversation's turns are issued in order, each at or after the previous turn's finish
@@ -85,8 +91,9 @@ class ClosedLoopClients:
     of requests, see :func:`conversations`) one per user, or, without, ``requests`` in
     order: each one a conversation of its own."""
 
-    def __init__(self, env, replicas, requests, submit, loop, conversations=None):
-        self.env, self.submit = env, submit
+    def __init__(self, env, replicas, requests, submit, loop, conversations=None, path=None):
+        self.env, self.submit, self.path = env, submit, path
+        self.out = path.out_s if path is not None else 0.0  # (the client sees an end later)
         self.think = float(loop.think_time)
         # a loop that honours arrival times (workloads.MaxConcurrency, vLLM's --max-concurrency)
         # sends no request before its arrival_time: a user holds it until then
@@ -140,6 +147,15 @@ class ClosedLoopClients:
                     return
             r.arrival_time = self.env.now
             self.user_of[r.index] = user
+            if self.path is not None:  # (the engine receives it later: request_path)
+                e = r.arrival_time = self.path.issue(r, self.env.now)
+                if e > self.env.now:
+                    self.env.timeout(e - self.env.now).callbacks.append(
+                        partial(self._enter, user, r))
+                    return
+                if not self.submit(r):
+                    self._seen_rejected(user, r)
+                return
             if self.submit(r):
                 return
             del self.user_of[r.index]
@@ -149,12 +165,33 @@ class ClosedLoopClients:
                 self.env.timeout(self.think).callbacks.append(partial(self._issue, user))
                 return
 
+    def _enter(self, user, r, _event=None):
+        """``r`` (issued by ``user``) reaches the engine now, through the request path."""
+        if not self.submit(r):
+            self._seen_rejected(user, r)
+
+    def _seen_rejected(self, user, r):
+        """The engine rejected ``r`` now: its client sees it ``out_s`` later."""
+        if self.out:
+            self.env.timeout(self.out).callbacks.append(partial(self._rejected, user, r))
+        else:
+            self._rejected(user, r)
+
+    def _rejected(self, user, r, _event=None):
+        """The client of ``user`` sees ``r`` rejected (a request path's): as in _issue."""
+        del self.user_of[r.index]
+        self._drop_children(r)
+        self._abandon(self.turns.get(user, ()), r)
+        self._resume(user)
+
     def _abandon(self, turns, rejected):
         """Reject now the turns left in ``turns``, the conversation whose turn ``rejected``
         was just rejected (exhausting the iterator: the user's next is a new conversation)."""
         now = self.env.now
         for r in turns:
             r.arrival_time = now
+            if self.path is not None:
+                self.path.gave_up(r, now)
             self.reject(r, f"{CONVERSATION_ABANDONED}: an earlier turn of its conversation "
                            f"(request {rejected.request_id}) was rejected")
             self._drop_children(r)
@@ -165,6 +202,8 @@ class ClosedLoopClients:
         for conversation in self.children.pop(r.index, ()):
             for t in conversation:
                 t.arrival_time = self.env.now
+                if self.path is not None:
+                    self.path.gave_up(t, self.env.now)
                 self.reject(t, f"{CONVERSATION_ABANDONED}: its parent turn (request "
                                f"{r.request_id}) was never answered")
                 self._drop_children(t)
@@ -181,6 +220,13 @@ class ClosedLoopClients:
             self._resume(user)
 
     def _done(self, r, _now):
+        if self.out:  # (a request path's: the client sees the finish out_s later)
+            self.env.timeout(self.out).callbacks.append(partial(self._finished, r))
+        else:
+            self._finished(r)
+
+    def _finished(self, r, _event=None):
+        """The client of ``r`` sees it finish: its sub-agents start, its user moves on."""
         user = self.user_of.pop(r.index)
         subs = []
         for conversation in self.children.pop(r.index, ()):  # its sub-agents start now

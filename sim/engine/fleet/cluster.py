@@ -75,7 +75,7 @@ class RunContext:
     disaggregated run to resolve their own), the policy, cost model and KV pool size of the
     run's scheduler, the wall clock at the start and what the workload sets (``cache_unit``,
     ``max_model_len``: ``simulation.cache_unit``, ``context_limit``; ``conversations``: a
-    closed loop's turns)."""
+    closed loop's turns; ``closed_path``: its request path)."""
 
     env: object
     requests: list
@@ -88,6 +88,7 @@ class RunContext:
     cache_unit: int | None = None
     max_model_len: int | None = None
     conversations: object = None
+    closed_path: object = None  # a closed loop's request path (request_path.ClosedPath)
 
 
 class Cluster:
@@ -184,12 +185,12 @@ class Cluster:
             self.env.wake(self._dispatch, delay_until(now, arrivals[i].arrival_time),
                           priority=URGENT)
 
-    def closed_loop(self, loop, conversations=None):
+    def closed_loop(self, loop, conversations=None, path=None):
         """``num_users`` users; each issues its next request (or turn of ``conversations``)
-        ``think_time`` after the last finished or was rejected, routed when issued
-        (:mod:`sim.engine.fleet.clients`)."""
+        ``think_time`` after the last finished or was rejected, routed when it reaches the
+        engine (at once, or through ``path``: :mod:`sim.engine.fleet.clients`)."""
         ClosedLoopClients(self.env, self.replicas + list(self.more_replicas), self.requests,
-                          self.submit, loop, conversations)
+                          self.submit, loop, conversations, path)
 
     def start(self):
         for proc in self.processes:
@@ -349,16 +350,16 @@ def assemble(requests, records_per_replica, replicas, replica_of, config, kv_blo
 
 
 def simulate(env, config, entry, *others, busy=False, fast_forward=None,
-             conversations=None) -> None:
+             conversations=None, path=None) -> None:
     """Run the environment: arrivals (open or closed loop) enter at ``entry``, every pool's
     replicas run; raise if a request was neither finished nor rejected (a bug, never a silent
     loss; ``busy``: some other work was left behind). ``fast_forward``: see
-    :meth:`Cluster.open_loop` (open loop only); ``conversations``: a closed loop's
-    (:func:`~sim.engine.fleet.clients.conversations`)."""
+    :meth:`Cluster.open_loop` (open loop only); ``conversations``, ``path``: a closed loop's
+    (:func:`~sim.engine.fleet.clients.conversations`, ``request_path.ClosedPath``)."""
     if config.closed_loop is None:
         entry.open_loop(fast_forward)
     else:
-        entry.closed_loop(client_loop(config), conversations)
+        entry.closed_loop(client_loop(config), conversations, path)
     for pool in (entry, *others):
         pool.start()
     with gc_frozen():  # the requests are not traversed by the loop's collections
@@ -375,7 +376,7 @@ def run_cluster(ctx: RunContext) -> "Result":
     config = ctx.config
     cluster = Cluster(ctx, config, ctx.policy, ctx.cost, ctx.kv_blocks)
     simulate(ctx.env, config, cluster, fast_forward=can_fast_forward,
-             conversations=ctx.conversations)
+             conversations=ctx.conversations, path=ctx.closed_path)
     if config.check:
         check_finished(ctx.requests, cluster.replicas)
     return cluster.result(config, ctx.kv_blocks, wall_seconds=time.perf_counter() - ctx.wall,

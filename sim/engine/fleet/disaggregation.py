@@ -295,7 +295,7 @@ def run_disaggregated(ctx):
                           disagg.bandwidth_bytes(config), prefill.config.kv_dtype)
     simulate(env, config, prefill, decode,
              busy=lambda: any(transfers.pending) or bool(transfers.source),
-             conversations=ctx.conversations)
+             conversations=ctx.conversations, path=ctx.closed_path)
     transfers.close()
     if config.check:
         check_finished(requests, prefill.replicas + decode.replicas)

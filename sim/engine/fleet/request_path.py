@@ -21,8 +21,16 @@ so the order is kept): its iterations and its schedule are those of that workloa
 is ``e``, ``first_token_time`` and ``finish_time`` are the engine's plus ``out_s``, so a
 finished request's ``ttft`` and ``e2e`` are the engine's plus ``e_i - a_i + out_s``; ``tpot``,
 the inter-token gaps and ``queueing_delay`` (first scheduled minus ``e``, the engine's queue)
-are unchanged. A path of zeros is no path: the run is the one without, bit for bit. Closed
-loops are not modelled (a user would issue on the client's finish, not the engine's: refused).
+are unchanged. A path of zeros is no path: the run is the one without, bit for bit.
+
+In a closed loop (:class:`ClosedPath`, driven by :mod:`sim.engine.fleet.clients`) the client
+times are made during the run: a user issues at ``a`` (``env.now``), the same queue gives ``e``
+(``e = max(a + in_s, e_prev) + s``, requests taken in the order they are issued), the engine
+receives the request at ``e``, and the user sees its finish (or its rejection) ``out_s`` after
+the engine's: its next request is issued then, plus its think time (and gap) as without a path.
+The client's view of the Result is the open loop's (``arrival_time`` = ``a``,
+``engine_arrival_time`` = ``e``); a turn abandoned by its conversation never reaches the engine
+(both times are the moment the client gave it up).
 
 Sourced values: :func:`triton_path` from ``sim/data/request_overheads.csv``, whose rows give the
 measurements, their sources and which were fitted or held out (:func:`overheads`,
@@ -74,16 +82,37 @@ class RequestPath:
         return not (self.in_s or self.per_prompt_token_s or self.out_s)
 
 
-def check_request_path(path, closed_loop) -> None:
-    """``SimConfig``'s check: a :class:`RequestPath` or None, and no closed loop beside one."""
-    if path is None:
-        return
-    if not isinstance(path, RequestPath):
+def check_request_path(path) -> None:
+    """``SimConfig``'s check: a :class:`RequestPath` or None."""
+    if path is not None and not isinstance(path, RequestPath):
         raise TypeError(f"request_path must be a sim.RequestPath or None, got {path!r}")
-    if closed_loop is not None and not path.is_zero:
-        raise ValueError("request_path with closed_loop is not modelled: its users would issue "
-                         "on the finish the client sees, after out_s; give an open-loop "
-                         "workload (arrival times) or drop request_path")
+
+
+class ClosedPath:
+    """A closed loop's request path (module docstring): the one tokeniser's queue, fed in the
+    order the users issue, and each request's client issue time (``client``, by request
+    index) for :func:`as_client_sees`."""
+
+    __slots__ = ("in_s", "per_prompt_token_s", "out_s", "client", "free")
+
+    def __init__(self, path: RequestPath, n: int):
+        self.in_s, self.per_prompt_token_s, self.out_s = (path.in_s, path.per_prompt_token_s,
+                                                          path.out_s)
+        self.client = np.full(n, np.nan)
+        self.free = -math.inf  # when the tokeniser finishes the request before
+
+    def issue(self, r, now) -> float:
+        """``r`` issued by its user at ``now``: the time the engine receives it."""
+        self.client[r.index] = now
+        start = now + self.in_s
+        if not self.per_prompt_token_s:
+            return start
+        e = self.free = max(start, self.free) + self.per_prompt_token_s * r.num_prompt_tokens
+        return e
+
+    def gave_up(self, r, now) -> None:
+        """``r`` abandoned by its client at ``now`` (never sent)."""
+        self.client[r.index] = now
 
 
 def engine_arrivals(arrival, num_prompt_tokens, path: RequestPath) -> np.ndarray:
@@ -98,11 +127,14 @@ def engine_arrivals(arrival, num_prompt_tokens, path: RequestPath) -> np.ndarray
     return done + np.maximum.accumulate(start - (done - service))
 
 
-def enter(requests, path) -> np.ndarray | None:
+def enter(requests, path, closed=False):
     """Move each request's ``arrival_time`` to when the engine receives it; returns the
-    client's arrival times (workload order), or None when there is no path to take."""
+    client's arrival times (workload order), or None when there is no path to take; in a
+    closed loop (``closed``) a :class:`ClosedPath` for the users to take, times unset."""
     if path is None or path.is_zero:
         return None
+    if closed:
+        return ClosedPath(path, len(requests))
     client = np.fromiter((r.arrival_time for r in requests), np.float64, len(requests))
     prompts = np.fromiter((r.num_prompt_tokens for r in requests), np.float64, len(requests))
     for r, e in zip(requests, engine_arrivals(client, prompts, path).tolist()):
@@ -115,6 +147,8 @@ def as_client_sees(result, client, path):
     unchanged when :func:`enter` returned None."""
     if client is None:
         return result
+    if isinstance(client, ClosedPath):
+        client = client.client
     req = result.requests
     engine = req["arrival_time"].to_numpy()
     req["arrival_time"] = client
@@ -204,6 +238,26 @@ def triton_path(rows: pd.DataFrame | None = None) -> RequestPath:
                          "fast tokenizer")
     half = float(trip.mean()) / 2
     return RequestPath(in_s=half, per_prompt_token_s=float(tok["seconds"].mean()), out_s=half)
+
+
+FRONT_ENDS = {"sglang": "SGLang's TokenizerManager (one process)",
+              "vllm": "vLLM's API server process"}
+
+
+def front_end_path(engine: str, rows: pd.DataFrame | None = None) -> RequestPath:
+    """An engine's own front end (``"sglang"``, ``"vllm"``: :data:`FRONT_ENDS`) from the
+    ``fit`` rows: one tokeniser at the fast tokenizer's time per token (both tokenise the
+    prompt with transformers' AutoTokenizer in the one process that feeds the scheduler);
+    ``in_s = out_s = 0`` (no source times these front ends' round trips: Triton's are
+    Triton's)."""
+    if engine not in FRONT_ENDS:
+        raise ValueError(f"engine must be one of {', '.join(FRONT_ENDS)}, got {engine!r}")
+    rows = overheads() if rows is None else rows
+    tok = rows[(rows["split"] == "fit") & (rows["front_end"] == "hf-tokenizers")
+               & (rows["component"] == "tokenize")]
+    if tok.empty:
+        raise ValueError("request_overheads.csv has no fit rows for the fast tokenizer")
+    return RequestPath(per_prompt_token_s=float(tok["seconds"].mean()))
 
 
 def held_out_errors(path: RequestPath | None = None, rows: pd.DataFrame | None = None):
