@@ -338,3 +338,27 @@ def test_sim_run_names_the_tp_flag_and_the_domain(tmp_path, capsys):
     assert err.startswith("sim run: error: --tp 16 is more GPUs than one scale-up domain of "
                           "H100-80GB-SXM holds: at most 8 (an HGX H100 8-GPU board; ")
     assert err.count("\n") == 1
+
+
+def test_sim_memory_refuses_tp_past_the_domain_as_sim_run_does(capsys):
+    assert main(["memory", "llama-3.1-8b", "--tp", "16"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sim memory: error: --tp 16 is more GPUs than one scale-up domain of "
+                          "H100-80GB-SXM holds: at most 8") and err.count("\n") == 1
+    assert main(["memory", "llama-3.1-8b", "--gpu-memory-gb", "80", "--tp", "16"]) == 0  # own GPU
+
+
+@pytest.mark.parametrize("gpu, tp, says, never", [
+    # 405B in fp16 needs 16 H100s, past the 8-GPU board: the advice is 8-bit weights on 8
+    ("h100", 1, "Or 8-bit weights on 8 GPUs with tensor parallelism (tensor_parallel=8): "
+                "more than 8 leave one scale-up domain.", "tensor_parallel=16"),
+    ("h100", 8, "Quantize the weights to 8 bits", "tensor_parallel=16"),
+    ("l4", 8, "No tensor_parallel up to 8 (one scale-up domain of this GPU) fits, even with "
+              "4-bit weights: use a GPU with more memory.", "Or add GPUs"),
+    ("gb200", 1, "Or add GPUs: 8 GPUs with tensor parallelism (tensor_parallel=8).", "bit weights on"),
+])
+def test_the_memory_advice_stays_within_the_scale_up_domain(gpu, tp, says, never):
+    """The advice never names a tensor_parallel sim would refuse on that GPU."""
+    with pytest.raises(ValueError) as e:
+        sim.SimConfig(model="llama-3.1-405b", gpu=gpu, tensor_parallel=tp).resolved_kv_blocks()
+    assert says in str(e.value) and never not in str(e.value) and "\n" not in str(e.value)

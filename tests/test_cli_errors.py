@@ -496,3 +496,14 @@ def test_a_warning_repeated_by_a_search_is_printed_once(capsys):
     warned = [x for x in capsys.readouterr().err.splitlines() if "warning:" in x]
     assert len(warned) == 1 and warned[0].startswith(  # (in the flag's words, as sim run's)
         "sim capacity: warning: --kv-blocks 100,000 is a pool of 100,000 KV blocks")
+
+
+def test_without_the_serve_extra_one_line_and_no_banner(monkeypatch, capsys):
+    """Without Starlette/uvicorn, sim serve names the extra and never says it listens."""
+    import sys
+    from sim.cli import main
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # (import uvicorn: ImportError)
+    assert main(["serve", "--port", "18731"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("sim serve: error: sim serve needs Starlette and uvicorn: pip install "
+                   "'llm-serving-sim[serve]'\n")

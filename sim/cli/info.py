@@ -80,7 +80,7 @@ def cmd_memory(args) -> int:
     """``sim memory``: parameters, weight and KV bytes of a model, the serving engine's memory
     accounting on one GPU term by term, and whether it fits with room for KV cache (exit status 1
     when it does not, with the advice to quantize or add GPUs)."""
-    from ..specs.gpus import get_gpu
+    from ..specs.gpus import check_scaleup_domain, get_gpu, scaleup_domain
     from ..specs.memory import READ_BY, GiB, memory_budget
     engine_knobs = {"gpu_memory_utilization": args.utilization,
                     "max_num_batched_tokens": args.max_num_batched_tokens,
@@ -98,10 +98,14 @@ def cmd_memory(args) -> int:
     try:
         gpu = None if args.gpu_memory_gb is not None else get_gpu(name)
         gb = args.gpu_memory_gb if gpu is None else gpu.memory_gb
+        domain = None if gpu is None else scaleup_domain(gpu)
         b = memory_budget(args.model, gb, weight_dtype=args.weight_dtype,
+                          max_tensor_parallel=None if domain is None else domain[0],
                           kv_dtype=args.kv_dtype, **shared, accounting=args.accounting,
                           block_size=accounting_block_size(args.accounting),
                           **{k: v for k, v in engine_knobs.items() if v is not None})
+        if domain is not None:  # (after the model's own checks, in SimConfig's order)
+            check_scaleup_domain(gpu, b.tensor_parallel)
     except (ValueError, TypeError) as e:  # the library names its arguments; name the flags
         msg = str(e)
         field = msg.split(" ", 1)[0].split("=", 1)[0]

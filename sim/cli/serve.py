@@ -25,7 +25,8 @@ TARGETS = ("config", "cost", "speculative")
 
 
 def cmd_serve(args) -> int:
-    from ..serve import serve
+    from ..serve import require_server, serve
+    require_server()  # (the missing extra named before the banner says it listens)
     if not 0 < args.port < 65536:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     if not (math.isfinite(args.time_scale) and args.time_scale > 0):

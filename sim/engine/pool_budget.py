@@ -26,7 +26,7 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
     """The pool's blocks for ``config`` (its ``block_size`` resolved) from the memory budget;
     ``policy`` and ``accounting`` as :meth:`SimConfig._accounting` gives them, ``draft`` the
     speculative draft model (a name or config) or None."""
-    from ..specs.gpus import get_gpu
+    from ..specs.gpus import get_gpu, scaleup_domain
     from ..specs.memory import bytes_per_value, kv_cache_bytes, memory_budget
     from ..specs.models import get_model
     model, gpu = config.model or DEFAULT_MODEL, config.gpu or DEFAULT_GPU
@@ -53,6 +53,8 @@ def budget_kv_blocks(config, policy, accounting, draft) -> int:
                  expert_parallel=config.expert_parallel,
                  expert_weight_dtype=config.expert_weight_dtype, accounting=accounting, **trt)
     memory_gb = get_gpu(gpu).memory_gb
+    domain = scaleup_domain(gpu)  # (the advice's largest tensor_parallel: one domain's GPUs)
+    terms["max_tensor_parallel"] = None if domain is None else domain[0]
     budget = memory_budget(model, memory_gb, overhead_gb=draft_weights + lora_gb, **terms)
     if not budget.fits and draft is not None:  # the draft's fault only if the model alone fits
         alone = memory_budget(model, memory_gb, overhead_gb=lora_gb, **terms)

@@ -25,15 +25,23 @@ def word_tokenizer():
     return resources.files("sim").joinpath("data", "word_tokenizer")
 
 
-def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grace=30.0,
-          log_level="warning", max_concurrency=None):
-    """Serve ``config`` (a ``SimConfig``) on ``host:port`` until SIGINT/SIGTERM, at most
-    ``max_concurrency`` requests in flight (more: HTTP 429)."""
+def require_server():
+    """``uvicorn`` (Starlette with it), or a ``ValueError`` naming the extra that installs them:
+    checked before ``sim serve`` says it listens."""
     try:
+        import starlette  # noqa: F401
         import uvicorn
     except ImportError:
         raise ValueError("sim serve needs Starlette and uvicorn: pip install "
                          "'llm-serving-sim[serve]'") from None
+    return uvicorn
+
+
+def serve(config, host="127.0.0.1", port=8000, time_scale=1.0, model="sim", grace=30.0,
+          log_level="warning", max_concurrency=None):
+    """Serve ``config`` (a ``SimConfig``) on ``host:port`` until SIGINT/SIGTERM, at most
+    ``max_concurrency`` requests in flight (more: HTTP 429)."""
+    uvicorn = require_server()
     from .app import make_app
     from .engine import LiveEngine
 

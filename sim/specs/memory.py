@@ -257,13 +257,38 @@ def _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, s):
     return parts, kv, per_token, tokens, tokens // block_size
 
 
+def _more_gpus(numbers_for, tp, wbytes, limit) -> str:
+    """The advice's last sentence: the fewest GPUs (doubling ``tp``) with tensor parallelism
+    that fit, at most ``limit`` (one scale-up domain; None: 1,024), at the weights' precision
+    or, past the limit, quantized to 8 then 4 bits; '' when none does."""
+    top = 1024 if limit is None else limit
+    for bits, w in ((None, wbytes), (8, 1.0), (4, 0.5)):
+        if bits is not None and w >= wbytes:
+            continue
+        n = tp * 2 if bits is None else tp
+        while n <= top and numbers_for(n=n, **({} if bits is None else {"w": w}))[-1] < 1:
+            n *= 2
+        if n <= top and bits is None:
+            return f"Or add GPUs: {n} GPUs with tensor parallelism (tensor_parallel={n})."
+        if n <= top:  # (on the GPUs given: the quantizing sentence before said so)
+            return "" if n == tp else (
+                f"Or {bits}-bit weights on {n} GPUs with tensor parallelism "
+                f"(tensor_parallel={n})" + ("." if limit is None else
+                                            f": more than {limit} leave one scale-up domain."))
+    if limit is not None:
+        return (f"No tensor_parallel up to {limit} (one scale-up domain of this GPU) fits, even "
+                f"with 4-bit weights: use a GPU with more memory.")
+    return ""
+
+
 def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_parallel=1,
                   gpu_memory_utilization=None, overhead_gb=0.0, block_size=KV_BLOCK_SIZE,
                   advice_seq_len=4096, accounting="vllm",
                   max_num_batched_tokens=terms.VLLM_MAX_NUM_BATCHED_TOKENS,
                   max_num_seqs=terms.VLLM_MAX_NUM_SEQS, non_torch_gb=None,
                   mem_fraction_static=None, free_gpu_memory_fraction=None,
-                  expert_parallel=1, expert_weight_dtype=None) -> MemoryBudget:
+                  expert_parallel=1, expert_weight_dtype=None,
+                  max_tensor_parallel=None) -> MemoryBudget:
     """How much KV cache a model leaves on ``tensor_parallel`` GPUs of ``gpu_memory_gb`` each.
 
     ``gpu_memory_gb``: the memory each GPU reports, in GB of 10**9 bytes (a preset's
@@ -287,7 +312,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
     :mod:`sim.specs.memory_terms`.
     ``fits`` is True when every GPU keeps room for at least one KV block; otherwise ``advice``
     says by how much memory falls short and what would fit: the widest weight precision that
-    fits, or how many GPUs with tensor parallelism.
+    fits, or how many GPUs with tensor parallelism (at most ``max_tensor_parallel``, one
+    scale-up domain of the GPU, where given: then with quantized weights if need be).
     """
     model = get_model(config)
     gpu_memory_gb = positive_float("gpu_memory_gb", gpu_memory_gb)
@@ -370,12 +396,8 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                 break
         else:
             parts_.append("Even 4-bit weights do not fit.")
-        n = tp
-        while n < 1024 and numbers_for(n=n)[-1] < 1:
-            n *= 2
-        if n < 1024:
-            parts_.append(f"Or add GPUs: {n} GPUs with tensor parallelism (tensor_parallel={n}).")
-        advice = " ".join(parts_)
+        parts_.append(_more_gpus(numbers_for, tp, wbytes, max_tensor_parallel))
+        advice = " ".join(p for p in parts_ if p)
     return MemoryBudget(
         model=model, gpu_memory_gb=gpu_memory_gb, tensor_parallel=tp,
         gpu_memory_utilization=util if accounting == "vllm" else None,

@@ -92,6 +92,12 @@ def read_vllm(doc, path) -> Measured:
         df = workload(t, prompts, outputs, path)
         return Measured(TOOL, df, metrics, str(path), concurrency, rate, True, n - len(keep),
                         tuple(notes))
+    some = [k for k in PER_REQUEST if k in doc]
+    if some:  # a --save-detailed file with a list missing: not replayed as means, silently
+        missing = [k for k in PER_REQUEST if k not in doc]
+        fail(path, missing[0], f"missing while {', '.join(some)} "
+                               f"{'is' if len(some) == 1 else 'are'} there (a "
+                               f"--save-detailed file needs all of {', '.join(PER_REQUEST)})")
     if completed < 1:
         fail(path, "completed", "no successful request: nothing to replay")
     prompt = number(doc["total_input_tokens"], path, "total_input_tokens") / completed
