@@ -65,7 +65,7 @@ RUN = ["run", "-w", "azure-code", "-n", "5", "--cost", "constant:0.01", "--no-pl
 
 # (arguments, the message's expected fragment); ``{d}`` is the test's folder
 CASES = [
-    (RUN + ["-n", "-5"], "--num-requests must be > 0, got -5"),
+    (RUN + ["-n", "-5"], "--num-requests must be >= 1, got -5"),  # (as -n 0 says it)
     (RUN + ["-n", "0"], "--num-requests must be >= 1, got 0: an empty workload has nothing"),
     (RUN + ["-w", "{d}/header_only.csv"], "header_only.csv: workload has no requests"),
     (RUN + ["-w", "{d}/zero_bytes.csv"], "zero_bytes.csv: the file is empty"),

@@ -400,3 +400,17 @@ def test_the_shipped_mooncake_traces_have_one_id_per_512_tokens(name):
     df = wl.load(name)
     counts = np.array([len(x) for x in df["hash_ids"]])
     assert (counts == -(-df["num_prompt_tokens"].to_numpy() // 512)).all()
+
+
+def test_a_jsonl_line_that_is_not_json_is_named_by_its_line(tmp_path, capsys):
+    """pandas named a byte position ("at position 400"): the file's line, as an editor counts."""
+    from sim.cli import main
+    rows = ['{"arrival_time": %d, "num_prompt_tokens": 10, "num_output_tokens": 5}' % i
+            for i in range(4)] + ['{"arrival_time": 4, "num_prompt_tokens": 10 '
+                                  '"num_output_tokens": 5}']
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    assert main(["run", "-w", str(path), "-o", str(tmp_path / "o"), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"sim run: error: {path}: cannot be read as JSONL: line 5 is not JSON: "
+                   f"Expecting ',' delimiter (column 45)\n")

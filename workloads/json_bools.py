@@ -6,7 +6,8 @@ for ``arrival_time`` its date parsing runs before any ``dtype=`` could keep the 
 :func:`workloads.validate` never sees the boolean. The token counts are read as objects
 (``traces._AS_READ``) and checked there; the other number columns are checked here, on the
 file read again without conversions, only when its text holds ``true`` or ``false`` at all
-(a file of numbers is read once, as before)."""
+(a file of numbers is read once, as before). :func:`first_bad_line` names the line of a JSONL
+file that is not JSON (pandas names a byte position)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,17 @@ def check_json_booleans(path, suffix, where="") -> None:
                 i = int(np.flatnonzero(bad)[0])
                 raise ValueError(f"{where}{col}: row {i} has {bool(raw[col].iloc[i])!r} "
                                  f"({must})")
+
+
+def first_bad_line(path) -> None:
+    """Raise a ``ValueError`` naming the first line of the JSON Lines file ``path`` that is not
+    JSON (1-based, as an editor counts, and the column); return when every line parses."""
+    import json
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"line {i} is not JSON: {e.msg} (column {e.colno})") from None

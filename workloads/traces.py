@@ -24,7 +24,7 @@ import pandas as pd
 from .agentic import AGENTIC_NAME, load_agentic
 from .arrivals import (CV_KEY, RATE_KEY, _rng, _same, cv_for, drawn_at, gamma, poisson,
                        scale_to_rate, seed_unused)
-from .json_bools import check_json_booleans
+from .json_bools import check_json_booleans, first_bad_line
 from .lines import as_lines
 from .schema import check_hash_id_counts, validate
 from .vllm_bench import BENCH_ARGS, BENCH_WORKLOADS, load_bench
@@ -287,7 +287,12 @@ def _read_file(path, suffix) -> pd.DataFrame:
     if suffix.startswith(".csv"):
         return pd.read_csv(path)
     if suffix.startswith(".json"):  # (counts as read: JSON's true is no 1; validate says so)
-        df = pd.read_json(path, lines=suffix.startswith(".jsonl"), dtype=_AS_READ)
+        try:
+            df = pd.read_json(path, lines=suffix.startswith(".jsonl"), dtype=_AS_READ)
+        except ValueError:
+            if suffix.startswith(".jsonl"):  # pandas names a byte position: the line instead
+                first_bad_line(path)
+            raise
         if isinstance(df, pd.DataFrame) and df.empty and not len(df.columns):
             raise pd.errors.EmptyDataError
         return df

@@ -170,9 +170,10 @@ def at_least_zero(shown, value):
 
 
 def num_requests(shown, value):
-    if value == 0 and not isinstance(value, bool):
-        raise ValueError(f"{shown} must be >= 1, got 0: an empty workload has nothing to "
-                         f"simulate")
+    """An integer >= 1 (0 and negatives said the same way: ``>= 1``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        raise ValueError(f"{shown} must be >= 1, got {value}" + (
+            ": an empty workload has nothing to simulate" if value == 0 else ""))
     return positive_int(shown, value)
 
 

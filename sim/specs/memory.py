@@ -18,7 +18,7 @@ from .fp4 import FP4_DTYPES, fp4_bytes
 from . import memory_terms as terms
 from .memory_terms import GiB, MemoryTerm
 from .models import ModelConfig, get_model
-from .replica_layout import routed_expert_params, weight_bytes_per_gpu
+from .replica_layout import more_gpus_advice, routed_expert_params, weight_bytes_per_gpu
 
 DTYPE_BYTES = {"fp32": 4.0, "float32": 4.0, "fp16": 2.0, "float16": 2.0, "bf16": 2.0,
                "bfloat16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
@@ -257,30 +257,6 @@ def _kv_numbers(model, device, tp, wbytes, kvbytes, block_size, s):
     return parts, kv, per_token, tokens, tokens // block_size
 
 
-def _more_gpus(numbers_for, tp, wbytes, limit) -> str:
-    """The advice's last sentence: the fewest GPUs (doubling ``tp``) with tensor parallelism
-    that fit, at most ``limit`` (one scale-up domain; None: 1,024), at the weights' precision
-    or, past the limit, quantized to 8 then 4 bits; '' when none does."""
-    top = 1024 if limit is None else limit
-    for bits, w in ((None, wbytes), (8, 1.0), (4, 0.5)):
-        if bits is not None and w >= wbytes:
-            continue
-        n = tp * 2 if bits is None else tp
-        while n <= top and numbers_for(n=n, **({} if bits is None else {"w": w}))[-1] < 1:
-            n *= 2
-        if n <= top and bits is None:
-            return f"Or add GPUs: {n} GPUs with tensor parallelism (tensor_parallel={n})."
-        if n <= top:  # (on the GPUs given: the quantizing sentence before said so)
-            return "" if n == tp else (
-                f"Or {bits}-bit weights on {n} GPUs with tensor parallelism "
-                f"(tensor_parallel={n})" + ("." if limit is None else
-                                            f": more than {limit} leave one scale-up domain."))
-    if limit is not None:
-        return (f"No tensor_parallel up to {limit} (one scale-up domain of this GPU) fits, even "
-                f"with 4-bit weights: use a GPU with more memory.")
-    return ""
-
-
 def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_parallel=1,
                   gpu_memory_utilization=None, overhead_gb=0.0, block_size=KV_BLOCK_SIZE,
                   advice_seq_len=4096, accounting="vllm",
@@ -396,7 +372,7 @@ def memory_budget(config, gpu_memory_gb, *, weight_dtype=2, kv_dtype=2, tensor_p
                 break
         else:
             parts_.append("Even 4-bit weights do not fit.")
-        parts_.append(_more_gpus(numbers_for, tp, wbytes, max_tensor_parallel))
+        parts_.append(more_gpus_advice(numbers_for, tp, wbytes, max_tensor_parallel))
         advice = " ".join(p for p in parts_ if p)
     return MemoryBudget(
         model=model, gpu_memory_gb=gpu_memory_gb, tensor_parallel=tp,

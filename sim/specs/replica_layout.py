@@ -14,7 +14,9 @@ over the data-parallel ranks) and ``1 / expert_parallel`` of the routed experts,
 precision where the checkpoint has one (gpt-oss: MXFP4 beside bf16):
 :func:`weight_bytes_per_gpu`, the memory budget's ``weights`` term before rounding
 (:func:`sim.specs.memory.memory_budget`) and what a starting replica loads per GPU
-(:func:`sim.engine.fleet.autoscaler.load_time`).
+(:func:`sim.engine.fleet.autoscaler.load_time`). :func:`more_gpus_advice`: how many GPUs a
+model that does not fit would need, as the memory budget's advice says it (never more than
+one scale-up domain holds).
 
 Invariants (tests/test_replica_layout.py): ``replica_gpus(tp)`` is ``tp``; the weight bytes
 of a dense model are ``params x bytes / tp`` (the same float operations as before this module
@@ -52,3 +54,25 @@ def weight_bytes_per_gpu(model: ModelConfig, tensor_parallel: int, weight_bytes:
         return ((model.total_params() - experts) / tp + experts / ep) * weight_bytes
     n = ep if ep > 1 else tp  # the routed experts in their own precision, over EP or TP
     return (model.total_params() - experts) / tp * weight_bytes + experts / n * expert_bytes
+
+
+def more_gpus_advice(numbers_for, tp, wbytes, limit) -> str:
+    """The memory advice's last sentence (``numbers_for(n=, w=)``: the KV numbers of ``n``
+    GPUs at ``w`` bytes per weight, blocks last): the fewest GPUs (doubling ``tp``, at most ``limit``: one
+    scale-up domain; None: 1,024) that fit at the weights' precision, else quantized to 8 then
+    4 bits ('' where that is what the sentence before said)."""
+    top = 1024 if limit is None else limit
+    for bits, w in ((None, wbytes), (8, 1.0), (4, 0.5)):
+        n = tp * 2 if bits is None else tp
+        while bits is None or w < wbytes:
+            if n > top or numbers_for(n=n, w=w)[-1] >= 1:
+                break
+            n *= 2
+        if n <= top and (bits is None or w < wbytes):
+            tail = "." if limit is None else f": more than {limit} leave one scale-up domain."
+            return (f"Or add GPUs: {n} GPUs with tensor parallelism (tensor_parallel={n})."
+                    if bits is None else "" if n == tp else
+                    f"Or {bits}-bit weights on {n} GPUs with tensor parallelism "
+                    f"(tensor_parallel={n}){tail}")
+    return ("" if limit is None else f"No tensor_parallel up to {limit} (one scale-up domain "
+            f"of this GPU) fits, even with 4-bit weights: use a GPU with more memory.")
