@@ -227,8 +227,9 @@ def write_parquet(data, path) -> None:
 
 
 def arrow_table(df):
-    """``df`` as the Arrow table :func:`write_parquet` writes (no index): a copy that no
-    change to ``df`` reaches, so it may be written in another thread."""
+    """``df`` as the Arrow table :func:`write_parquet` writes (no index): another thread may
+    write it without touching a pandas object (numeric columns may share ``df``'s buffers:
+    nothing changes ``df`` meanwhile; the summary and findings only read it)."""
     import pyarrow as pa
     return pa.Table.from_pandas(df, preserve_index=False)
 
@@ -282,10 +283,10 @@ def split_wall_time(doc) -> tuple[dict, dict]:
 
 
 def write_outputs(res, out, doc, plots, slo=None) -> list[str]:
-    """Write the files (``doc``: the summary document, or a function that makes it, called
-    while the parquet files are written) (``summary.json`` byte-stable for the same inputs, the wall time apart in
+    """Write the files (``summary.json`` byte-stable for the same inputs, the wall time apart in
     ``timing.json``: :func:`split_wall_time`) into a temporary folder inside ``out``, then
-    rename each into place: an
+    rename each into place. ``doc``: the summary document, or a function that makes it (called
+    while a thread writes the parquet files from the frames' Arrow tables). An
     interrupted run leaves the previous files or the new ones, never half a file (and a killed
     run's temporary folder is removed by the next run: :func:`remove_stale_temporaries`). A
     figure of a previous run (``FIGURES``) that this run does not write is removed."""
