@@ -66,7 +66,7 @@ def can_fast_forward(policy, replica) -> bool:
                ctx=cython.longlong, step=cython.longlong, bs=cython.longlong,
                done=cython.longlong, width=cython.Py_ssize_t, total=cython.longlong,
                spec=cython.longlong, mask=cython.longlong, t=cython.double, dt=cython.double,
-               rows=list, finishing=cython.bint, by_phase=list, finish_at=dict)
+               rows=list, finishing=cython.bint, finish_at=dict)
 def decode_stretch(process, now, until):
     """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
     policy is quiet then (``quiet_when_decoding``; its ``decoded_quietly(replica, n)``, if
