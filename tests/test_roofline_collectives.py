@@ -174,10 +174,10 @@ def test_allreduce_time_never_falls_as_the_message_grows():
                                      ("l40s", 4), ("mi300x", 8), ("b200", 4), ("gb200", 16),
                                      ("h100", 1)])
 def test_allreduce_times_are_the_scalar_allreduce_times_bit_for_bit(gpu, tp):
-    """The vectorised all-reduces the layers' block prices with: each element the scalar
-    method's float, over the measured table and past its end, the custom kernel's range and
-    past it, the ring where no table is measured, and data-parallel attention's fractional
-    token counts."""
+    """The vectorised all-reduces the layers' block prices with: each element the float of
+    its size priced alone (the scalar method, the one-size call), sizes mixed over the
+    measured table and past its end, the custom kernel's range and past it, the ring where no
+    table is measured, and data-parallel attention's fractional token counts."""
     model = "llama-3.1-70b" if tp <= 8 else "llama-3.1-405b"
     c = RooflineCost(model, gpu, tensor_parallel=tp)
     counts = np.concatenate([np.arange(1, 600), np.array([1023, 4096, 8191, 65536, 10 ** 6])])

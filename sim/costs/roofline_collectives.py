@@ -97,29 +97,15 @@ class RooflineCollectives:
     def allreduce_time(self, nbytes) -> float:
         """Seconds of one all-reduce of ``nbytes`` over the tensor-parallel group: NCCL (the
         measured table, else a ring), or where the GPUs share NVLink and the message is at most
-        ``custom_allreduce_max_bytes`` the faster of that and :meth:`custom_allreduce_time`."""
-        if self.tp == 1:
-            return 0.0
-        p = self.params
-        table = allreduce_table().get((self.gpu_key, self.tp))
-        if table is not None:
-            sizes, times = table
-            t = float(np.interp(nbytes, sizes, times, right=None)) if nbytes <= sizes[-1] \
-                else float(times[-1] * nbytes / sizes[-1])
-        else:
-            link = group_link_bytes_per_s(self.gpu, self.tp) or 32e9  # else PCIe Gen4 x16
-            t = p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (
-                link * p.allreduce_eff)
-        if nbytes <= p.custom_allreduce_max_bytes and self.gpu.link_bandwidth_gbps \
-                and self.tp <= 8:
-            t = min(t, self.custom_allreduce_time(nbytes))
-        return t
+        ``custom_allreduce_max_bytes`` the faster of that and :meth:`custom_allreduce_time`
+        (:meth:`allreduce_times` of the one size)."""
+        return float(self.allreduce_times(np.asarray([nbytes]))[0])
 
     def allreduce_times(self, nbytes) -> np.ndarray:
-        """:meth:`allreduce_time` of each size of the array ``nbytes``, bit for bit (the same
-        IEEE operations elementwise; tests/test_roofline_collectives.py): one vectorised pass
-        where the layers' block of 512 token counts cost 512 scalar calls (~15 us each: 7 s
-        of a 540-candidate plan)."""
+        """:meth:`allreduce_time` of each size of the array ``nbytes``, elementwise (each size
+        priced as alone: tests/test_roofline_collectives.py), in one vectorised pass: the
+        layers' block of 512 token counts cost 512 scalar calls (~15 us each: 7 s of a
+        540-candidate plan)."""
         nbytes = np.asarray(nbytes)
         if self.tp == 1:
             return np.zeros(len(nbytes))
@@ -134,10 +120,8 @@ class RooflineCollectives:
             t = p.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * nbytes / (
                 link * p.allreduce_eff)
         if self.gpu.link_bandwidth_gbps and self.tp <= 8:
-            t0, rate, tp = p.custom_allreduce_latency_s, p.custom_allreduce_bytes_per_s, self.tp
-            custom = np.minimum(t0 + (tp - 1) * nbytes / rate,
-                                2 * t0 + 2 * (tp - 1) / tp * nbytes / rate)
-            t = np.where(nbytes <= p.custom_allreduce_max_bytes, np.minimum(t, custom), t)
+            t = np.where(nbytes <= p.custom_allreduce_max_bytes,
+                         np.minimum(t, self.custom_allreduce_times(nbytes)), t)
         return np.asarray(t, dtype=np.float64)
 
     def custom_allreduce_time(self, nbytes) -> float:
@@ -145,6 +129,11 @@ class RooflineCollectives:
         all-reduce): one-shot, every GPU reads the ``tp - 1`` other buffers and sums (one stage
         of ``custom_allreduce_latency_s``), or two-shot, a reduce-scatter then an all-gather (two
         stages, ``2 (tp - 1) / tp`` of the bytes); the cheaper of the two."""
+        return float(self.custom_allreduce_times(np.asarray([nbytes]))[0])
+
+    def custom_allreduce_times(self, nbytes) -> np.ndarray:
+        """:meth:`custom_allreduce_time` of each size of the array ``nbytes``."""
         p, tp = self.params, self.tp
         t0, rate = p.custom_allreduce_latency_s, p.custom_allreduce_bytes_per_s
-        return min(t0 + (tp - 1) * nbytes / rate, 2 * t0 + 2 * (tp - 1) / tp * nbytes / rate)
+        return np.minimum(t0 + (tp - 1) * nbytes / rate,
+                          2 * t0 + 2 * (tp - 1) / tp * nbytes / rate)
