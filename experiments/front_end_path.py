@@ -73,17 +73,12 @@ def fit_score(table: pd.DataFrame) -> float:
 
 def by_metric(tabs: dict) -> pd.DataFrame:
     """Median |error| per metric and split, one column per variant."""
-    parts = [vi.medians(t, ("metric", "split")).set_index(["metric", "split"])[
-        "median_abs_error"].rename(v) for v, t in tabs.items()]
-    return pd.concat(parts, axis=1).reset_index()
+    return vi.median_abs_columns(tabs, ("metric", "split"))
 
 
 def per_gpu(tabs: dict) -> pd.DataFrame:
     """Median |error| per GPU, engine, split and metric, one column per variant."""
-    keys = ["gpu", "engine", "split", "metric"]
-    parts = [t.assign(a=t["error"].abs()).groupby(keys)["a"].median().rename(v)
-             for v, t in tabs.items()]
-    return pd.concat(parts, axis=1).reset_index()
+    return vi.median_abs_columns(tabs, ("gpu", "engine", "split", "metric"))
 
 
 def main(argv=None):

@@ -229,10 +229,8 @@ def patterns(rows: pd.DataFrame) -> pd.DataFrame:
 def per_gpu(tab: pd.DataFrame, point) -> pd.DataFrame:
     """Median |error| per GPU, engine, split and metric, before (``s = D = 0``) and at
     ``point``."""
-    keys = ["gpu", "engine", "split", "metric"]
-    med = lambda t: t.assign(a=t["error"].abs()).groupby(keys)["a"].median()  # noqa: E731
-    return pd.DataFrame({"before": med(_at(tab, (0.0, 0.0))),
-                         "after": med(_at(tab, point))}).reset_index()
+    return vi.median_abs_columns({"before": _at(tab, (0.0, 0.0)), "after": _at(tab, point)},
+                                 ("gpu", "engine", "split", "metric"))
 
 
 def main(argv=None):

@@ -250,6 +250,14 @@ def medians(table: pd.DataFrame, by) -> pd.DataFrame:
                  median_error=("error", "median")).reset_index()
 
 
+def median_abs_columns(tables: dict, by) -> pd.DataFrame:
+    """Median |error| per ``by``, one column per entry of ``tables`` (name -> a table of
+    :func:`validate`'s rows): variants of a replay side by side."""
+    parts = [t.assign(a=t["error"].abs()).groupby(list(by))["a"].median().rename(name)
+             for name, t in tables.items()]
+    return pd.concat(parts, axis=1).reset_index()
+
+
 def report(table: pd.DataFrame) -> dict:
     """The medians the docs show: per metric and split, per GPU / engine and split."""
     return {"by_metric": medians(table, ("metric", "split")),

@@ -4,6 +4,7 @@ random sampler reproduced (its totals equal the published ones), and a rerun tha
 the stored report (sim/data/independent_check.json) exactly."""
 
 import json
+import math
 import sys
 from importlib import resources
 from pathlib import Path
@@ -93,3 +94,15 @@ def test_rerun_reproduces_the_stored_report(runs, stored):
     for a, b in zip(m, stored["by_metric"]):
         assert (a["metric"], a["split"], a["rows"]) == (b["metric"], b["split"], b["rows"])
         assert a["median_abs_error"] == pytest.approx(b["median_abs_error"], abs=1e-12)
+
+
+def test_median_abs_columns_sets_variants_side_by_side():
+    """One column per variant, the median |error| of each group (closed form), groups a
+    variant lacks as NaN."""
+    t = pd.DataFrame({"metric": ["a", "a", "a", "b"], "split": ["fit"] * 4,
+                      "error": [-0.3, 0.1, 0.2, -0.5]})
+    out = vi.median_abs_columns({"x": t, "y": t.iloc[:3].assign(error=[0.4, -0.4, 1.0])},
+                                ("metric", "split"))
+    assert list(out.columns) == ["metric", "split", "x", "y"]
+    assert out["x"].tolist() == [0.2, 0.5]
+    assert out["y"].iloc[0] == 0.4 and math.isnan(out["y"].iloc[1])
