@@ -43,10 +43,13 @@ def fraction(name: str, value, *, allow_zero: bool = False) -> float:
 
 
 def did_you_mean(value, choices) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt name, else ``""``."""
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to a misspelt name, or the one
+    whose words' initials it spells (``tp``: ``tensor_parallel``), else ``""``."""
     import difflib
-    close = difflib.get_close_matches(str(value).strip().lower(), [str(c) for c in choices], 1,
-                                      0.6)
+    name, choices = str(value).strip().lower(), [str(c) for c in choices]
+    close = [c for c in choices if "_" in c and "".join(w[:1] for w in c.split("_")) == name]
+    if len(close) != 1:
+        close = difflib.get_close_matches(name, choices, 1, 0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

@@ -122,6 +122,8 @@ def test_sim_serve_takes_no_bands(capsys, no_server):
     ({"n": 3}, r"\['n'\]: n is the workload's"),
     ({"slo": {"ttft": 1.0}}, r"\['slo'\]: slo is the summary's: result\.summary\(slo="),
     ({"schedular": "vllm"}, r"\['schedular'\] \(did you mean 'scheduler'\?\)"),
+    ({"tp": 2}, r"\['tp'\] \(did you mean 'tensor_parallel'\?\)"),  # its words' initials
+    ({"gmu": 0.8}, r"\['gmu'\] \(did you mean 'gpu_memory_utilization'\?\)"),  # not 'gpu'
 ])
 def test_sim_run_says_where_a_cli_setting_goes_in_the_api(kwargs, message):
     # sim run's --rate / --slo-ttft are no SimConfig fields; 'rate' got "did you mean 'router'?"
@@ -362,3 +364,26 @@ def test_the_memory_advice_stays_within_the_scale_up_domain(gpu, tp, says, never
     with pytest.raises(ValueError) as e:
         sim.SimConfig(model="llama-3.1-405b", gpu=gpu, tensor_parallel=tp).resolved_kv_blocks()
     assert says in str(e.value) and never not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"gpuu": "h100"}, r"^unknown SimConfig field\(s\) \['gpuu'\] \(did you mean 'gpu'\?\)$"),
+    ({"tp": 2}, r"^unknown SimConfig field\(s\) \['tp'\] \(did you mean 'tensor_parallel'"),
+    ({"rate": 2.0}, r"^unknown SimConfig field\(s\) \['rate'\]: rate is the workload's"),
+])
+def test_simconfig_names_the_field_an_unknown_keyword_meant(kwargs, message):
+    # the dataclass said only "__init__() got an unexpected keyword argument 'gpuu'"
+    with pytest.raises(TypeError, match=message):
+        sim.SimConfig(**kwargs)
+
+
+def test_simconfig_keeps_the_dataclass_errors_that_name_no_keyword():
+    with pytest.raises(TypeError, match="positional arguments"):
+        sim.SimConfig(*range(60))
+
+
+def test_a_misspelt_gpu_fails_when_the_config_is_made_not_in_the_run():
+    # SimConfig(gpu="h900") was accepted and failed only inside sim.run
+    with pytest.raises(ValueError, match=r"^gpu 'h900' is not a preset \(did you mean 'h200'"):
+        sim.SimConfig(gpu="h900")
+    assert sim.SimConfig(gpu="H200-141GB-SXM").gpu == "H200-141GB-SXM"  # a row's name is kept

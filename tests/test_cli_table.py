@@ -258,6 +258,11 @@ def test_a_toml_file_and_the_same_flags_give_the_same_config(values):
     ("sweep", 'request_path = "triton"\n', "unknown setting(s) ['request_path']"),
     ("run", "[speculative]\nnum_speculative_token = 2\n", "speculative: unknown key(s) "
      "['num_speculative_token'] (did you mean 'num_speculative_tokens'?)"),
+    # a flag's name where its key belongs: --tp's key is tensor_parallel (no close spelling)
+    ("run", "tp = 2\n", "unknown setting(s) ['tp'] ('tp' is the --tp flag; its key is "
+                        "'tensor_parallel')"),
+    ("sweep", "closed_loop = 4\n", "unknown setting(s) ['closed_loop'] ('closed_loop' is the "
+                                   "--closed-loop flag; its key is 'closed_loop_users')"),
 ])
 def test_an_unknown_toml_key_names_the_file_and_the_key(command, text, shown, tmp_path,
                                                         capsys):

@@ -379,6 +379,38 @@ def test_pure_decode_price_is_the_batch_price_bit_for_bit(name, num_decodes, per
         assert price(ctx) == c(batch)
 
 
+@pytest.mark.parametrize("model, gpu, kw", [
+    ("llama-3.1-8b", "h100", {}), ("llama-2-70b", "a100", {"tensor_parallel": 4}),
+    ("mixtral-8x7b", "h100", {"tensor_parallel": 2}), ("deepseek-v3", "h200",
+                                                        {"tensor_parallel": 8}),
+    ("llama-3.1-70b", "h200", {"tensor_parallel": 2, "weight_dtype": "fp8"})])
+def test_every_batch_sizes_pure_decode_price_at_once_is_each_ones_bit_for_bit(model, gpu, kw):
+    """The planner's decode bound prices batch sizes 1..1,300 in one call
+    (``pure_decode_costs``): each must be ``pure_decode_cost(b)(context)`` exactly, across the
+    linear-op memo's 512-count blocks, CUDA-graph sizes and the attention floor - on a fresh
+    cost model and on one whose memo the scalar path filled first."""
+    b = np.arange(1, 1301)
+    for ctx in (b, b * 901 + 5):
+        scalar = RooflineCost(model, gpu, **kw)
+        expected = [scalar.pure_decode_cost(int(n))(int(c)) for n, c in zip(b, ctx)]
+        assert RooflineCost(model, gpu, **kw).pure_decode_costs(b, ctx).tolist() == expected
+        assert scalar.pure_decode_costs(b, ctx).tolist() == expected
+
+
+@pytest.mark.parametrize("model, gpu, kw", [
+    ("llama-3.1-8b", "h100", {}), ("mixtral-8x7b", "h100", {"tensor_parallel": 2}),
+    ("deepseek-v3", "h200", {"tensor_parallel": 8}), ("qwen3-30b-a3b", "h100",
+                                                       {"tensor_parallel": 2})])
+def test_memoised_linear_prices_are_the_ones_linear_time_computes(model, gpu, kw):
+    """``memoise_linear`` fills the memo in one vectorised pass for scattered token counts
+    (the planner's prefill bound): each value must be ``linear_time``'s on a fresh model."""
+    keys = [(37 * 2 ** i, 2 ** i) for i in range(10)] + [(1, 1), (5000, 0), (513, 3)]
+    warm = RooflineCost(model, gpu, **kw)
+    warm.memoise_linear(keys + keys[:2])
+    assert [warm._linear_cache[k] for k in keys] == [
+        RooflineCost(model, gpu, **kw).linear_time(*k) for k in keys]
+
+
 def test_scalar_op_times_equal_the_vectorised_ones_exactly():
     """``_times`` has a scalar branch (Python's max) beside the array one (np.maximum): the
     same values bit for bit, as floats."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..checks import did_you_mean
 from .arguments import not_beside_file
 from .table import (BY_KEY, DEFAULTS, SETTINGS, TABLES, choices_of, flag_of, help_text,
-                    reference_rows, rows_for, table_keys, toml_keys)
+                    key_of_flag, reference_rows, rows_for, table_keys, toml_keys)
 from .table_hetero import ROWS as POOL_ROWS
 
 POOL_KEYS = tuple(row.key for row in POOL_ROWS)  # (a pool of a disaggregated run: its own)
@@ -102,8 +102,10 @@ def read_toml(config, command="run") -> dict:
     known = toml_keys(command)
     unknown = sorted(set(loaded) - set(known))
     if unknown:
-        raise ValueError(f"{config}: unknown setting(s) {unknown}"
-                         f"{did_you_mean(unknown[0], known)}; known: {sorted(known)}")
+        meant = key_of_flag(unknown[0], known)  # a flag's name where its key belongs
+        hint = (f" ({unknown[0]!r} is the {flag_of(meant)} flag; its key is {meant!r})" if meant
+                else did_you_mean(unknown[0], known))
+        raise ValueError(f"{config}: unknown setting(s) {unknown}{hint}; known: {sorted(known)}")
     return loaded
 
 

@@ -339,6 +339,13 @@ def choices_of(row) -> tuple:
     return row.choices() if callable(row.choices) else row.choices
 
 
+def key_of_flag(name, keys) -> str | None:
+    """The setting among ``keys`` whose flag ``name`` spells (a TOML key written as its flag:
+    ``tp`` or ``--tp`` is ``tensor_parallel``), else None."""
+    flag = "--" + str(name).strip().lstrip("-").replace("_", "-")
+    return next((row.key for row in SETTINGS if flag in row.flags and row.key in keys), None)
+
+
 def flag_of(key) -> str:
     """The setting ``key`` as a flag (``--tp``), or its key when it has none."""
     row = BY_KEY.get(key)

@@ -211,13 +211,27 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
             self._linear_cache[key] = t
         return t
 
-    def lm_head_time(self, sampled) -> float:
+    def memoise_linear(self, keys) -> None:
+        """Fill the memo of :meth:`linear_time` for the ``(tokens, sampled)`` pairs ``keys``
+        in one vectorised pass: the values it would compute, bit for bit (elementwise the same
+        operations; tests/test_roofline.py). The planner's prefill bound prices a handful of
+        scattered token counts, each a 512-count block's miss one at a time."""
+        missing = [key for key in dict.fromkeys(keys) if key not in self._linear_cache]
+        if not missing:
+            return
+        tokens, sampled = (np.array(v) for v in zip(*missing))
+        heads = self.lm_head_time(sampled if self.attention_dp == 1
+                                  else sampled / self.attention_dp, np.maximum).tolist()
+        for key, layers, head in zip(missing, self._layers_times(tokens), heads):
+            self._linear_cache[key] = layers + head if key[1] else layers
+
+    def lm_head_time(self, sampled, maximum=max) -> float:
         """The LM head (``hidden x vocab / tp``) for ``sampled`` sampling rows (with data-
-        parallel attention, one rank's share)."""
+        parallel attention, one rank's share); ``maximum=np.maximum``: of each of an array."""
         p, h, v = self.params, self.model.hidden_size, self.model.vocab_size / self.tp
-        return max(2.0 * sampled * h * v / (self.peak * self._gemm_ce),
-                   (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
-                   / (self.bw * p.gemm_memory_eff), p.kernel_floor_s)
+        return maximum(maximum(2.0 * sampled * h * v / (self.peak * self._gemm_ce),
+                               (h * v * self.wb + sampled * (h + v) * ACT_BYTES)
+                               / (self.bw * p.gemm_memory_eff)), p.kernel_floor_s)
 
     def fixed_time(self, num_seqs, *, graphed=False) -> float:
         """The fixed costs of an iteration of ``num_seqs`` sequences (see the module docstring);
@@ -280,6 +294,23 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
             d = context_tokens * per_ctx
             return base + (d if d > floor else floor)
         return price
+
+    def pure_decode_costs(self, num_decodes, context_tokens):
+        """``pure_decode_cost(b)(c)`` for each ``b`` of the int array ``num_decodes`` and ``c``
+        of ``context_tokens``, as an array: the same IEEE operations elementwise, in the same
+        order, so the same floats bit for bit (the planner's decode bound prices every batch
+        size at once; tests/test_roofline.py)."""
+        b, ctx = np.asarray(num_decodes), np.asarray(context_tokens)
+        blocks, j = np.divmod(b - 1, self.LAYERS_BLOCK)
+        for block in np.unique(blocks).tolist():
+            self.layers_time(block * self.LAYERS_BLOCK + 1)  # (memoises the block's row)
+        rows = np.array([self._layers_rows[k] for k in range(int(blocks.max()) + 1)])
+        t = rows[blocks, j] + self.lm_head_time(b if self.attention_dp == 1
+                                                else b / self.attention_dp, np.maximum)
+        t = t + (self._fixed_s + self._per_seq_s * b)
+        t = np.where(b > self._graph_max, t + self._eager_s, t)
+        d = ctx * self._decode_s_per_ctx
+        return t + np.where(d > self._attn_floor, d, self._attn_floor)
 
     def __repr__(self):  # what prices differ by (a sweep keys grid values by repr)
         kv = f", kv={self.kv_dtype}" if self.kvb != 2 else ""

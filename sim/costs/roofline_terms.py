@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import lru_cache
 from importlib import resources
 
 from .roofline_params import KERNEL_FIT, RooflineParams
@@ -36,6 +37,11 @@ def _load(name):
 def provenance(gpu_key: str) -> dict:
     """``{term: (kind, note)}`` for every ``RooflineParams`` field on ``gpu_key`` ("h100",
     "mi300x", ... as ``RooflineCost.gpu_key``)."""
+    return dict(_provenance(gpu_key))
+
+
+@lru_cache(maxsize=None)  # (the package's data files: read once per GPU, not per cost model)
+def _provenance(gpu_key: str) -> tuple:
     fit = _load("roofline_fit.json")
     fits = fit.get("params", {})
     shared = {**fit.get("shared", {}), **_load("moe_fit.json").get("shared", {})}
@@ -61,7 +67,7 @@ def provenance(gpu_key: str) -> dict:
             donors = sorted(g for g, p in fits.items() if p.get(f.name) is not None)
             out[f.name] = (("assumed", f"no {gpu_key} measurement: mean of {', '.join(donors)}")
                            if donors else ("default", "RooflineParams default, not fitted"))
-    return out
+    return tuple(out.items())
 
 
 def counts(gpu_key: str) -> dict:

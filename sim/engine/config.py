@@ -65,7 +65,7 @@ from .kv.offload import KVTier
 from .kv.tiers import KVTierChain
 from .fleet.routers import check_router
 from .pool_budget import DEFAULT_GPU, DEFAULT_MODEL, budget_kv_blocks
-from .schedulers import POLICIES, POOL_SIZING, resolve
+from .schedulers import POLICIES, POOL_SIZING, naming_unknown_fields, resolve
 from .speculation.draft_cost import DraftCost
 from .speculation.settings import SpeculativeConfig
 
@@ -74,6 +74,7 @@ KV_DTYPES = ("fp16", "bf16", "fp8")
 _TWO_BYTES = ("fp16", "bf16")  # the cheat sheet's pool (KV_BLOCKS_AVAILABLE) is sized for these
 
 
+@naming_unknown_fields
 @dataclass(frozen=True, slots=True)
 class SimConfig:
     """Settings of one run; see the module docstring for the defaults."""
@@ -116,8 +117,7 @@ class SimConfig:
     gpu_max_watts: float | None = None
     seed: int = 0  # seeds the engine's own draws (speculative acceptance); in the Result
     progress: bool = False
-    # check the engine's invariants every iteration (sim.engine.core.invariants)
-    check: bool = False
+    check: bool = False  # check the engine's invariants every iteration (core.invariants)
     bands: float | None = None  # run(..., bands=0.9): the error band's runs (sim.engine.bands)
     engine_overheads: object = "none"  # "fitted" | EngineOverheads (sim.engine.engine_overheads)
 
@@ -129,14 +129,14 @@ class SimConfig:
         for knob in ("tensor_parallel", "replicas"):  # stored as ints (2.0 -> 2)
             object.__setattr__(self, knob, positive_int(knob, getattr(self, knob)))
         for name in ("model", "gpu"):  # '' would silently be the default ('x or DEFAULT')
-            value = getattr(self, name)
-            if isinstance(value, str) and not value.strip():
+            if isinstance(value := getattr(self, name), str) and not value.strip():
                 raise ValueError(f"{name} must be a preset name, got {value!r} (leave it out "
                                  f"for the default)")
-        if self.tensor_parallel > 1 and not callable(self.model):  # (the model's heads and the
-            from ..specs import gpus, models  # GPU's scale-up domain bound it: the planner
+        from ..specs import gpus, models  # a misspelt GPU fails here, not in the run
+        gpu = gpus.get_gpu(self.resolved_gpu()) if isinstance(self.gpu, str) else self.gpu
+        if self.tensor_parallel > 1 and not callable(self.model):  # the model's heads and the
             check_tensor_parallel(models.get_model(self.resolved_model()), self.tensor_parallel)
-            gpus.check_scaleup_domain(self.resolved_gpu(), self.tensor_parallel)  # prunes past)
+            gpus.check_scaleup_domain(gpu or DEFAULT_GPU, self.tensor_parallel)  # GPU's domain
         if (self.expert_parallel, self.expert_skew, self.attention_dp,
                 self.expert_weight_dtype) != (1, 0, 1, None):  # (costs.expert_parallel)
             from ..costs.expert_parallel import check_moe_settings

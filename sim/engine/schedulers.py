@@ -10,6 +10,7 @@ Sarathi, Orca, SGLang, TensorRT-LLM). The CLI's
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..checks import did_you_mean
 from .core.policies import (ENGINE_DEFAULTS, KNOBS, ChunkedPrefill, ContinuousBatching,
@@ -86,6 +87,36 @@ ELSEWHERE = {"rate": _LOAD, "n": _LOAD, "num_requests": _LOAD,
              "slo": "the summary's: result.summary(slo={'ttft': 2.0}) (sim.max_rate's too)"}
 
 
+def unknown_fields(fields, given) -> str | None:
+    """The message for the keywords of ``given`` that are not SimConfig ``fields`` (the first
+    one's closest field, or where the API takes it), else None."""
+    unknown = sorted(set(given) - set(fields))
+    if not unknown:
+        return None
+    where = ELSEWHERE.get(unknown[0])
+    return f"unknown SimConfig field(s) {unknown}" + (
+        f": {unknown[0]} is {where}" if where else did_you_mean(unknown[0], fields))
+
+
+def naming_unknown_fields(cls):
+    """``cls`` (SimConfig) with an ``__init__`` whose error for an unknown keyword names the
+    field meant (the dataclass's own says only that it is unexpected)."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        try:
+            init(self, *args, **kwargs)
+        except TypeError:
+            fields = [f.name for f in dataclasses.fields(type(self))]
+            message = unknown_fields(fields, kwargs)
+            if message is None:
+                raise
+            raise TypeError(message) from None
+    cls.__init__ = __init__
+    return cls
+
+
 def override(config, **over):
     """``dataclasses.replace(config, **over)``, where a knob that sizes the KV pool
     (``kv_blocks``, ``kv_tokens``, ``gpu_memory_utilization``, ``free_gpu_memory_fraction``)
@@ -94,12 +125,9 @@ def override(config, **over):
     ``run(df, res.config, kv_blocks=500)``, a sweep's ``kv_blocks`` grid over a run's resolved
     config (its utilization filled in) or a disaggregated pool's own ``kv_blocks`` take the
     pool given, where ``replace`` would give a config that sets both (an error)."""
-    fields = [f.name for f in dataclasses.fields(config)]
-    unknown = sorted(set(over) - set(fields))
-    if unknown:  # replace's own error names the field but not the one meant
-        where = ELSEWHERE.get(unknown[0])
-        raise TypeError(f"unknown SimConfig field(s) {unknown}" + (
-            f": {unknown[0]} is {where}" if where else did_you_mean(unknown[0], fields)))
+    message = unknown_fields([f.name for f in dataclasses.fields(config)], over)
+    if message:  # replace's own error names the field but not the one meant
+        raise TypeError(message)
     if any(k in over for k in SIZING):
         over = {**{k: None for k in SIZING}, **over}
     return dataclasses.replace(config, **over)

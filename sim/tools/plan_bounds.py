@@ -40,6 +40,8 @@ import math
 
 import numpy as np
 
+from ..checks import declared_with
+
 MAX_STEP_TOKENS = 16384  # the largest iteration priced for the prefill bound
 MAX_BATCH = 1024  # the decode batch priced when the scheduler sets no limit
 
@@ -73,19 +75,26 @@ def _replica_bound(config, w) -> tuple:
     resolved = config.resolved()
     m = w["min_prompt"]
     best_prefill = 0.0
-    k = 1
-    while k * m <= MAX_STEP_TOKENS or k == 1:
+    sizes = [1] + [2 ** i for i in range(1, 40) if 2 ** i * m <= MAX_STEP_TOKENS]
+    if hasattr(cost, "memoise_linear"):  # (the layers of every size priced in one pass)
+        cost.memoise_linear([(k * m, k) for k in sizes])
+    for k in sizes:
         t = cost(Batch(0, ((m, 0),) * k, k * m, 0, 0))
         best_prefill = max(best_prefill, k * m / t)
-        k *= 2
     b_max = resolved.max_batch_size or MAX_BATCH
     block = resolved.block_size or 16
     fit = resolved.resolved_kv_blocks() // max(math.ceil((m + 1) / block), 1)
     b_max = max(min(b_max, fit), 1)
     pure = decode_pricer(cost)  # (bit for bit cost(batch) of b decodes: no Batch per b)
-    best_decode = max(b / (pure(b)(b * (m + 1)) if pure is not None
-                           else cost(Batch(0, (), 0, b, b * (m + 1))))
-                      for b in range(1, b_max + 1))
+    every = cost.pure_decode_costs if pure is not None and declared_with(
+        cost, "pure_decode_costs", "__call__") else None  # (all b at once, bit for bit)
+    if every is not None:
+        b = np.arange(1, b_max + 1)
+        best_decode = float((b / every(b, b * (m + 1))).max())
+    else:
+        best_decode = max(b / (pure(b)(b * (m + 1)) if pure is not None
+                               else cost(Batch(0, (), 0, b, b * (m + 1))))
+                          for b in range(1, b_max + 1))
     return best_prefill, best_decode
 
 

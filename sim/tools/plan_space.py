@@ -104,8 +104,9 @@ def static_verdict(base, knobs, objective, seen) -> tuple:
     it, filled in here."""
     try:
         config = candidate_config(base, knobs)
+        pools = [config]
         if config.disaggregation is not None:
-            config.disaggregation.pool_configs(config)
+            pools = config.disaggregation.pool_configs(config)
             config.disaggregation.bandwidth_bytes(config)  # (a GPU with no link: give one)
     except (TypeError, ValueError) as e:
         return None, ("invalid", str(e))
@@ -119,8 +120,6 @@ def static_verdict(base, knobs, objective, seen) -> tuple:
         return None, ("duplicate", why)
     seen[key] = ", ".join(f"{k}={v}" for k, v in knobs.items())
     try:
-        pools = ([config] if config.disaggregation is None
-                 else config.disaggregation.pool_configs(config))
         for pool in pools:
             pool.resolved_kv_blocks()
     except (TypeError, ValueError) as e:
