@@ -397,20 +397,6 @@ def test_every_batch_sizes_pure_decode_price_at_once_is_each_ones_bit_for_bit(mo
         assert scalar.pure_decode_costs(b, ctx).tolist() == expected
 
 
-@pytest.mark.parametrize("model, gpu, kw", [
-    ("llama-3.1-8b", "h100", {}), ("mixtral-8x7b", "h100", {"tensor_parallel": 2}),
-    ("deepseek-v3", "h200", {"tensor_parallel": 8}), ("qwen3-30b-a3b", "h100",
-                                                       {"tensor_parallel": 2})])
-def test_memoised_linear_prices_are_the_ones_linear_time_computes(model, gpu, kw):
-    """``memoise_linear`` fills the memo in one vectorised pass for scattered token counts
-    (the planner's prefill bound): each value must be ``linear_time``'s on a fresh model."""
-    keys = [(37 * 2 ** i, 2 ** i) for i in range(10)] + [(1, 1), (5000, 0), (513, 3)]
-    warm = RooflineCost(model, gpu, **kw)
-    warm.memoise_linear(keys + keys[:2])
-    assert [warm._linear_cache[k] for k in keys] == [
-        RooflineCost(model, gpu, **kw).linear_time(*k) for k in keys]
-
-
 def test_scalar_op_times_equal_the_vectorised_ones_exactly():
     """``_times`` has a scalar branch (Python's max) beside the array one (np.maximum): the
     same values bit for bit, as floats."""

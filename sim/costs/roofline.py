@@ -211,20 +211,6 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
             self._linear_cache[key] = t
         return t
 
-    def memoise_linear(self, keys) -> None:
-        """Fill the memo of :meth:`linear_time` for the ``(tokens, sampled)`` pairs ``keys``
-        in one vectorised pass: the values it would compute, bit for bit (elementwise the same
-        operations; tests/test_roofline.py). The planner's prefill bound prices a handful of
-        scattered token counts, each a 512-count block's miss one at a time."""
-        missing = [key for key in dict.fromkeys(keys) if key not in self._linear_cache]
-        if not missing:
-            return
-        tokens, sampled = (np.array(v) for v in zip(*missing))
-        heads = self.lm_head_time(sampled if self.attention_dp == 1
-                                  else sampled / self.attention_dp, np.maximum).tolist()
-        for key, layers, head in zip(missing, self._layers_times(tokens), heads):
-            self._linear_cache[key] = layers + head if key[1] else layers
-
     def lm_head_time(self, sampled, maximum=max) -> float:
         """The LM head (``hidden x vocab / tp``) for ``sampled`` sampling rows (with data-
         parallel attention, one rank's share); ``maximum=np.maximum``: of each of an array."""
@@ -311,6 +297,36 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         t = np.where(b > self._graph_max, t + self._eager_s, t)
         d = ctx * self._decode_s_per_ctx
         return t + np.where(d > self._attn_floor, d, self._attn_floor)
+
+    def least_prefill_time(self, prompts, max_tokens=None) -> float:
+        """A floor under the time any schedule spends prefilling prompts of the lengths
+        ``prompts`` (ints, nothing cached), for the planner's bound (:mod:`sim.tools.
+        plan_bounds`), valid for any chunking and batching:
+
+        - attention: a chunk of ``n`` new tokens over ``p`` cached costs at least ``a n (p +
+          n/2)`` (the compute side of its max; the saturation factor is at least 1), which
+          sums to ``a L^2 / 2`` over a prompt's chunks however it is cut;
+        - the rest: an iteration of ``T`` prefill tokens costs at least ``c(T)``: the layers
+          of ``T`` tokens, the LM head of one row and the fixed costs of one eager sequence.
+          ``c`` never falls as ``T`` grows (tile rounding makes it a staircase;
+          tests/test_roofline.py checks every GPU), so on a grid ``T_0 < T_1 < ...`` (ratio
+          at most 1.01) no iteration of ``T_j <= T <= T_{j+1}`` tokens does more than
+          ``T_{j+1} / c(T_j)`` tokens a second; the prompts' tokens take at least their sum
+          over the most of that, for iterations of up to ``max_tokens`` (default: the
+          prompts' sum, all of them in one iteration).
+
+        The shortest prompts' own shape (many tiny prefills) is no floor: each pays a sampled
+        row and the per-sequence costs, which a long prompt's chunks share."""
+        L = np.asarray(prompts, dtype=float)
+        top = max(int(L.sum() if max_tokens is None else max_tokens), 1)
+        grid = np.unique(np.round(np.geomspace(1, top, int(np.log(top) / np.log(1.01)) + 2))
+                         .astype(np.int64))
+        one = 1 if self.attention_dp == 1 else 1 / self.attention_dp
+        c = (np.array(self._layers_times(grid)) + self.lm_head_time(one)
+             + (self._fixed_s + self._per_seq_s + self._eager_s))
+        speed = max(float((grid[1:] / c[:-1]).max()) if len(grid) > 1 else 0.0,
+                    float(grid[-1] / c[-1]))
+        return float(L.sum()) / speed + self._prefill_coeffs[0] * float((L * L).sum()) / 2
 
     def __repr__(self):  # what prices differ by (a sweep keys grid values by repr)
         kv = f", kv={self.kv_dtype}" if self.kvb != 2 else ""

@@ -55,6 +55,7 @@ import itertools
 import math
 import sys
 
+import numpy as np
 import pandas as pd
 
 from ..engine.config import as_config
@@ -72,14 +73,16 @@ HEADROOM = ("pareto", "all", "none")  # which candidates meeting a target get a 
 def _pareto(table, objective, latency) -> list:
     """Whether each row is ranked and no other ranked row is at least as good on both
     ``objective`` and ``latency`` and better on one (the cost-latency frontier)."""
-    ranked = table["status"] == "ranked"
-    cost, lat = table[objective].to_numpy(), table[latency].to_numpy()
-    out = []
-    for i, ok in enumerate(ranked):
-        out.append(bool(ok) and not any(
-            ranked.iloc[j] and cost[j] <= cost[i] and lat[j] <= lat[i]
-            and (cost[j] < cost[i] or lat[j] < lat[i]) for j in range(len(table))))
-    return out
+    ranked = (table["status"] == "ranked").to_numpy()
+    cost = table[objective].to_numpy(dtype=float)[ranked]
+    lat = table[latency].to_numpy(dtype=float)[ranked]
+    # (i, j): ranked row j dominates ranked row i (NaN compares false: it dominates nothing
+    # and nothing dominates it, as the pairwise test had it)
+    dominated = ((cost[None, :] <= cost[:, None]) & (lat[None, :] <= lat[:, None])
+                 & ((cost[None, :] < cost[:, None]) | (lat[None, :] < lat[:, None]))).any(1)
+    out = np.zeros(len(ranked), dtype=bool)
+    out[ranked] = ~dominated
+    return out.tolist()
 
 
 def _bar(total, progress):

@@ -4,27 +4,32 @@ serve, from its cost model's price of the cheapest work the workload can ask for
 A replica's iteration computes prefill tokens and decode tokens; the rate it sustains is at
 most the lower of
 
-- **prefill**: ``P / mean_prompt`` requests/s, ``P`` the most prompt tokens per second any one
-  iteration reaches: ``k * m / cost(k prefills of m new tokens, nothing cached)`` over
-  ``k = 1, 2, 4, ...`` up to ``MAX_STEP_TOKENS`` tokens, ``m`` the workload's shortest prompt
-  (pieces of the shortest prompt attend over the least context; a chunked prompt's attention
-  sums to its whole prompt's);
+- **prefill**: the least time the prompts take, from the cost model's own floor where it
+  declares one (the roofline's :meth:`~sim.costs.roofline.RooflineCost.least_prefill_time`:
+  each prompt's attention, which sums to the whole prompt's however it is chunked, plus its
+  tokens at the most prompt tokens a second any iteration reaches), else the prompts' tokens
+  at the most tokens a second of the shapes it prices: ``k`` prefills of the shortest prompt
+  ``m``, or one of ``2^i`` tokens, up to ``MAX_STEP_TOKENS`` tokens (a heuristic: another
+  shape may be faster). The shortest prompts alone are no floor: each tiny prefill pays a
+  sampled row and per-sequence costs that a long prompt's chunks share (the roofline priced
+  them at 60 % of the prompt tokens a second an H100 TP4 reaches, and the bound fell below the
+  rate the simulation served);
 - **decode**: ``D / mean(output - 1)`` requests/s (the first token comes with the prefill),
   ``D`` the most decode tokens per second: ``B / cost(B decodes over B * (m + 1) tokens)``
   over ``B = 1 .. B_max``, ``B_max`` the scheduler's batch limit, and no more than the
   requests whose shortest KV (``m + 1`` tokens) fits the pool at once.
 
 Each iteration's work is priced as if it did nothing else, at the least context, so a real
-iteration mixing both costs at least as much; a cluster's speeds are its replicas' sum (a
-perfect router), a disaggregated one's prefill speed its prefill pool's and decode speed its
-decode pool's.
+iteration mixing both costs at least as much; a cluster's prefill time is one replica's over
+the replica count and its decode speed the replicas' sum (a perfect router), a disaggregated
+one's prefill its prefill pool's and decode speed its decode pool's.
 
 A finite workload need not be sustainable: its queue may grow and still meet the SLO before
 the last arrival. So the bound is the finite one: at rate ``r`` the ``n`` requests arrive over
 ``(n - 1) / r`` seconds, and the ``ceil(attainment * n)`` that meet the SLO have their prefills
 done within the TTFT limit (or E2E) of their arrival and their tokens within the E2E limit (or
 TTFT + the TPOT/ITL limit x the longest output); their work is at least that of the cheapest
-ones (the shortest prompts, the fewest decodes), so ``work / speed <= (n - 1) / r + limit``
+ones (the shortest prompts, the fewest decodes), so ``time(work) <= (n - 1) / r + limit``
 gives the rate. As ``n`` grows it tends to the steady state's ``speed / (attainment x mean
 work)``. The planner prunes a candidate when this bound, raised by ``margin`` (the slack for a
 cost model that prices a mixed iteration below its parts), is below the target rate.
@@ -61,26 +66,28 @@ def _deadlines(slo, max_decode) -> tuple:
     return min(ttft, e2e), min(e2e, ttft + gap * max_decode)
 
 
-def _finite(n, work, speed, deadline) -> float:
-    """The highest rate at which ``work`` done at ``speed`` ends by the last of ``n`` arrivals
-    plus ``deadline`` (``inf``: any rate)."""
-    need = work / speed - deadline
+def _finite(n, seconds, deadline) -> float:
+    """The highest rate at which work of ``seconds`` ends by the last of ``n`` arrivals plus
+    ``deadline`` (``inf``: any rate)."""
+    need = seconds - deadline
     return (n - 1) / need if need > 0 else math.inf
 
 
-def _replica_bound(config, w) -> tuple:
-    """``(prefill rate, decode rate)`` bounds of one replica of ``config``."""
+def _replica_bound(config, w, k) -> tuple:
+    """``(prefill seconds, decode tokens/s)`` of one replica of ``config``: the least time it
+    spends prefilling the ``k`` shortest prompts, and the most decode tokens a second."""
     from ..engine.core.batch import Batch, decode_pricer
     cost = config.resolved_cost_model()
     resolved = config.resolved()
     m = w["min_prompt"]
-    best_prefill = 0.0
-    sizes = [1] + [2 ** i for i in range(1, 40) if 2 ** i * m <= MAX_STEP_TOKENS]
-    if hasattr(cost, "memoise_linear"):  # (the layers of every size priced in one pass)
-        cost.memoise_linear([(k * m, k) for k in sizes])
-    for k in sizes:
-        t = cost(Batch(0, ((m, 0),) * k, k * m, 0, 0))
-        best_prefill = max(best_prefill, k * m / t)
+    if declared_with(cost, "least_prefill_time", "__call__"):  # (the roofline's floor)
+        prefill = cost.least_prefill_time(w["prompts"][:k], int(w["prompts"].sum()))
+    else:  # the most prompt tokens a second of the shapes priced
+        pieces = [2 ** i for i in range(40) if 2 ** i * m <= MAX_STEP_TOKENS]
+        whole = [2 ** i for i in range(40) if m < 2 ** i <= MAX_STEP_TOKENS]
+        speed = max([j * m / cost(Batch(0, ((m, 0),) * j, j * m, 0, 0)) for j in pieces]
+                    + [t / cost(Batch(0, ((t, 0),), t, 0, 0)) for t in whole])
+        prefill = float(w["prompts"][:k].sum()) / speed
     b_max = resolved.max_batch_size or MAX_BATCH
     block = resolved.block_size or 16
     fit = resolved.resolved_kv_blocks() // max(math.ceil((m + 1) / block), 1)
@@ -95,7 +102,7 @@ def _replica_bound(config, w) -> tuple:
         best_decode = max(b / (pure(b)(b * (m + 1)) if pure is not None
                                else cost(Batch(0, (), 0, b, b * (m + 1))))
                           for b in range(1, b_max + 1))
-    return best_prefill, best_decode
+    return prefill, best_decode
 
 
 def rate_bound(config, df, slo, attainment) -> tuple:
@@ -110,15 +117,16 @@ def rate_bound(config, df, slo, attainment) -> tuple:
     if not any(key in slo for key in ("ttft", "e2e")) or k < 1:
         return math.inf, "not bounded (no TTFT or E2E limit)"
     if config.disaggregation is None:
-        p, d = _replica_bound(config, w)
-        p, d = config.replicas * p, config.replicas * d
+        p, d = _replica_bound(config, w, k)
+        p, d = p / config.replicas, config.replicas * d
     else:
         pre, dec = config.disaggregation.pool_configs(config)
-        p = pre.replicas * _replica_bound(pre, w)[0]
-        d = dec.replicas * _replica_bound(dec, w)[1]
+        p = _replica_bound(pre, w, k)[0] / pre.replicas
+        d = dec.replicas * _replica_bound(dec, w, k)[1]
     t_p, t_d = _deadlines(slo, w["max_decode"])
-    rate_p = _finite(n, float(w["prompts"][:k].sum()), p, t_p)
-    rate_d = _finite(n, float(w["decodes"][:k].sum()), d, t_d)
+    rate_p = _finite(n, p, t_p)
+    rate_d = _finite(n, float(w["decodes"][:k].sum()) / d, t_d)
     side = "prefill" if rate_p <= rate_d else "decode"
-    return min(rate_p, rate_d), (f"{side}-bound: at most {p:.4g} prompt and {d:.4g} decode "
-                                 f"tokens/s, the cheapest {k} of {n} requests done in time")
+    return min(rate_p, rate_d), (f"{side}-bound: the cheapest {k} of {n} requests done in time "
+                                 f"need at least {p:.4g} s of prefill and at most {d:.4g} "
+                                 f"decode tokens/s")
