@@ -67,10 +67,31 @@ def test_a_closed_loop_or_limits_no_rate_breaks_are_clear_errors():
     with pytest.raises(ValueError, match=r"^max_rate time-scales an open loop's arrivals; "
                                          r"config.closed_loop=ClosedLoop\(num_users=2"):
         max_rate(_poisson(20), {"ttft": 1.0}, config=cfg)
-    with pytest.raises(ValueError, match=r"^every rate tried, up to .* req/s, meets "
-                                         r"\{'e2e': 1000.0\}: 20 requests cannot load"):
+    with pytest.raises(ValueError, match=r"^every rate tried, up to .* req/s and every "
+                                         r"request at once, meets \{'e2e': 1000.0\}: 20 "
+                                         r"requests cannot load"):
         max_rate(_poisson(20), {"e2e": 1000.0},
                  config=sim.SimConfig(cost_model=sim.ConstantCost(0.01)))
+
+
+def test_a_workload_no_rate_loads_is_found_in_a_few_runs_not_sixty(monkeypatch):
+    """Where every rate passes, the doublings' limit (every request at once) is run after
+    BURST_AFTER passing rates: 7 runs, not the 60 doublings of the same near-burst. Where
+    the burst fails, the search goes on doubling and finds the edge (one run more)."""
+    import sim.tools.capacity as capacity
+    runs = []
+    real = capacity.run
+    monkeypatch.setattr(capacity, "run", lambda df, cfg: runs.append(len(df)) or real(df, cfg))
+    with pytest.raises(ValueError, match="every request at once"):
+        max_rate(_poisson(20), {"e2e": 1000.0},
+                 config=sim.SimConfig(cost_model=sim.ConstantCost(0.01)))
+    assert len(runs) == capacity.BURST_AFTER + 1
+    runs.clear()
+    cfg = sim.SimConfig(scheduler="continuous", cost_model=sim.ConstantCost(0.01),
+                        max_batch_size=1)
+    cap = max_rate(_poisson(200), {"e2e_mean": 0.05}, config=cfg, tol=0.05, start=0.5)
+    assert 0.5 * 2 ** capacity.BURST_AFTER < cap.rate < 100  # (past the burst check)
+    assert len(runs) == len(cap.points) + 1
 
 
 def test_bad_limits_are_clear_errors():

@@ -159,8 +159,8 @@ def test_the_bound_prices_decodes_as_the_batch_would(df, kw, monkeypatch):  # no
     """The decode bound prices b decodes through the cost model's pure-decode price (no
     Batch per b): the same bound, bit for bit, as pricing each batch."""
     import sim.engine.core.batch as batch
-    from sim.tools.plan_bounds import _replica_bound, _workload_terms
-    config, w = sim.SimConfig(model="llama-3.1-8b", **kw), _workload_terms(df)
+    from sim.tools.plan_bounds import _replica_bound, workload_terms
+    config, w = sim.SimConfig(model="llama-3.1-8b", **kw), workload_terms(df)
     fast = _replica_bound(config, w, 100)
     monkeypatch.setattr(batch, "decode_pricer", lambda cost: None)
     assert _replica_bound(config, w, 100) == fast

@@ -64,7 +64,7 @@ from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREA
                               profiled_gpus)
 
 __all__ = ["ELEMENTWISE_OPS", "GEMM_OPS", "MOE_GEMM_OPS", "MOE_STREAM_OPS", "RooflineCost",
-           "RooflineParams", "fitted_params"]
+           "RooflineParams", "fitted_params", "shared_roofline"]
 
 _GPU_KEYS = {"A100-80GB-SXM": "a100", "H100-80GB-SXM": "h100", "H200-141GB-SXM": "h200",
              "L40S": "l40s", "B200-HGX": "b200", "MI300X": "mi300x", "B300-HGX": "b300"}
@@ -319,14 +319,22 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         row and the per-sequence costs, which a long prompt's chunks share."""
         L = np.asarray(prompts, dtype=float)
         top = max(int(L.sum() if max_tokens is None else max_tokens), 1)
-        grid = np.unique(np.round(np.geomspace(1, top, int(np.log(top) / np.log(1.01)) + 2))
-                         .astype(np.int64))
-        one = 1 if self.attention_dp == 1 else 1 / self.attention_dp
-        c = (np.array(self._layers_times(grid)) + self.lm_head_time(one)
-             + (self._fixed_s + self._per_seq_s + self._eager_s))
-        speed = max(float((grid[1:] / c[:-1]).max()) if len(grid) > 1 else 0.0,
-                    float(grid[-1] / c[-1]))
-        return float(L.sum()) / speed + self._prefill_coeffs[0] * float((L * L).sum()) / 2
+        return float(L.sum()) / self._prefill_speed(top) + \
+            self._prefill_coeffs[0] * float((L * L).sum()) / 2
+
+    def _prefill_speed(self, top) -> float:
+        """The most prompt tokens a second of iterations of up to ``top`` tokens (see
+        :meth:`least_prefill_time`), memoised per ``top``."""
+        memo = self.__dict__.setdefault("_prefill_speeds", {})
+        if top not in memo:
+            grid = np.unique(np.round(np.geomspace(1, top, int(np.log(top) / np.log(1.01)) + 2))
+                             .astype(np.int64))
+            one = 1 if self.attention_dp == 1 else 1 / self.attention_dp
+            c = (np.array(self._layers_times(grid)) + self.lm_head_time(one)
+                 + (self._fixed_s + self._per_seq_s + self._eager_s))
+            memo[top] = max(float((grid[1:] / c[:-1]).max()) if len(grid) > 1 else 0.0,
+                            float(grid[-1] / c[-1]))
+        return memo[top]
 
     def __repr__(self):  # what prices differ by (a sweep keys grid values by repr)
         kv = f", kv={self.kv_dtype}" if self.kvb != 2 else ""
@@ -341,3 +349,33 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
             kv = f", experts={self.expert_weight_dtype}{kv}"
         return (f"RooflineCost({self.model.name!r}, {self.gpu.name!r}, tp={self.tp}{ep}, "
                 f"weights={self.weight_dtype}{kv}" + (f", params({own})" if own else "") + ")")
+
+
+def shared_roofline(cls, model, gpu, **kwargs):
+    """``cls(model, gpu, **kwargs)`` (:class:`RooflineCost` or a subclass), one instance per
+    distinct model, GPU and settings in this process: a run's default cost model, so its memo
+    of token counts fills once, not once per run (a capacity search's trials, a plan's
+    candidates of one model, GPU and precision; a run of 400 requests spent ~8 ms of ~40 ms
+    refilling it). Sharing changes no price: a memoised value is what the instance computes
+    for its arguments whenever asked, bit for bit. Keyed by the resolved model and GPU (equal
+    values, not names: a ``config.json`` edited since is another model) and the GPU's fitted
+    terms as they read now (a fit rerun in this process, or patched by a test, is another
+    key); a key that does not hash builds a fresh instance."""
+    spec = get_gpu(gpu)
+    params = kwargs.pop("params", None) or fitted_params(_GPU_KEYS.get(spec.name,
+                                                                       spec.name.lower()))
+    key = (cls, get_model(model), spec, repr(params), tuple(sorted(kwargs.items())))
+    try:
+        cost = _SHARED.pop(key, None)
+    except TypeError:  # (an unhashable setting: priced by an instance of its own)
+        return cls(model, gpu, params=params, **kwargs)
+    if cost is None:
+        cost = cls(model, gpu, params=params, **kwargs)
+        while len(_SHARED) >= SHARED_MAX:
+            _SHARED.pop(next(iter(_SHARED)))  # (the least recently used)
+    _SHARED[key] = cost  # (last: the most recently used)
+    return cost
+
+
+SHARED_MAX = 32  # shared roofline instances kept (each holds its memo of token counts)
+_SHARED = {}  # key -> instance, least recently used first

@@ -359,7 +359,7 @@ class SimConfig:
         ``model`` on ``gpu`` at the run's precisions; with speculative decoding, plus the
         draft's cost (:class:`~sim.engine.speculation.draft_cost.DraftCost`; none for
         ``ngram``)."""
-        from ..costs.roofline import RooflineCost
+        from ..costs.roofline import RooflineCost, shared_roofline
         target = self.cost_model
         if self.expert_skew and target is not None and getattr(
                 target, "expert_skew", None) != self.expert_skew:  # (the roofline's alone)
@@ -368,21 +368,21 @@ class SimConfig:
         if target is None:
             if self.attention_dp > 1:  # (each data-parallel rank's share of the batch)
                 from ..costs.dp_attention import DPAttentionCost as RooflineCost
-            target = RooflineCost(self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
-                                  tensor_parallel=self.tensor_parallel,
-                                  weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype,
-                                  expert_parallel=self.expert_parallel,
-                                  expert_skew=self.expert_skew, attention_dp=self.attention_dp,
-                                  expert_weight_dtype=self.expert_weight_dtype)
+            target = shared_roofline(  # (one instance per setting: its memo fills once)
+                RooflineCost, self.model or DEFAULT_MODEL, self.gpu or DEFAULT_GPU,
+                tensor_parallel=self.tensor_parallel, weight_dtype=self.weight_dtype,
+                kv_dtype=self.kv_dtype, expert_parallel=self.expert_parallel,
+                expert_skew=self.expert_skew, attention_dp=self.attention_dp,
+                expert_weight_dtype=self.expert_weight_dtype)
         spec = self.speculative
         if spec is None or spec.method == "ngram":
             return target
         k = spec.num_speculative_tokens
         if spec.draft_model is None:
             return DraftCost(target, k, ratio=spec.draft_cost_ratio)
-        draft = RooflineCost(spec.draft_model, self.gpu or DEFAULT_GPU,
-                             tensor_parallel=self.tensor_parallel,
-                             weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype)
+        draft = shared_roofline(RooflineCost, spec.draft_model, self.gpu or DEFAULT_GPU,
+                                tensor_parallel=self.tensor_parallel,
+                                weight_dtype=self.weight_dtype, kv_dtype=self.kv_dtype)
         return DraftCost(target, k, draft=draft)
 
 

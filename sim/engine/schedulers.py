@@ -49,24 +49,43 @@ def _fill(config, defaults):
     return dataclasses.replace(config, **missing) if missing else config
 
 
+RESOLVED_MAX = 4096  # configs whose resolution by a scheduler's name is kept
+_RESOLVED = {}  # config -> (defaults filled, resolved), the oldest first
+
+
 def resolve(config):
     """``(resolved config, policy)`` for ``config.scheduler``: a name in :data:`POLICIES` (its
     class's ``engine_defaults(config)`` fill the engine knobs left ``None``, then
     ``from_config`` builds the policy from the config's knobs) or an object with
-    ``schedule(replica, now)`` (used as given; it carries its own settings)."""
+    ``schedule(replica, now)`` (used as given; it carries its own settings).
+
+    By a name, the resolved config is kept per config value (a config is frozen, and its
+    resolution a function of its fields: each ``replace`` that fills a knob validates the new
+    config, resolving it again, so a plan's candidates resolved ~9 times each); the policy is
+    built anew each call (a policy keeps state over a run)."""
     scheduler = config.scheduler
     if isinstance(scheduler, str):
         cls = POLICIES.get(scheduler.strip().lower())
         if cls is None:
             raise ValueError(f"scheduler must be one of {sorted(POLICIES)} or a policy object, "
                              f"got {scheduler!r}")
+        try:
+            kept = _RESOLVED.get(config)
+        except TypeError:  # (a field that does not hash: resolved each time)
+            kept = False
+        if kept:
+            return kept[1], cls.from_config(kept[0])
         defaults = getattr(cls, "engine_defaults", None)
-        config = _fill(config, {**ENGINE_DEFAULTS, **(defaults(config) if defaults else {})})
-        policy = cls.from_config(config)
+        filled = _fill(config, {**ENGINE_DEFAULTS, **(defaults(config) if defaults else {})})
+        policy = cls.from_config(filled)
         knobs = getattr(policy, "knobs", None)
-        if knobs:  # record the policy knobs it uses (a None knob took its default)
-            config = _fill(config, {k: v for k, v in knobs().items() if v is not None})
-        return config, policy
+        resolved = filled if not knobs else _fill(  # record the policy knobs it uses (a
+            filled, {k: v for k, v in knobs().items() if v is not None})  # None: its default)
+        if kept is None:
+            if len(_RESOLVED) >= RESOLVED_MAX:
+                _RESOLVED.pop(next(iter(_RESOLVED)))
+            _RESOLVED[config] = (filled, resolved)
+        return resolved, policy
     if isinstance(scheduler, type) and callable(getattr(scheduler, "schedule", None)):
         raise TypeError(f"scheduler {scheduler.__name__} is a class: pass an instance, "
                         f"scheduler={scheduler.__name__}()")

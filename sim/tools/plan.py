@@ -60,7 +60,7 @@ import pandas as pd
 
 from ..engine.config import as_config
 from .capacity import check_search
-from .plan_bounds import rate_bound
+from .plan_bounds import rate_bound, workload_terms
 from .plan_run import read_rows, run_candidates, write_rows
 from .plan_space import check_space, check_values, static_verdict
 from .sweep_backends import check_workers
@@ -155,6 +155,7 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
     if headroom not in HEADROOM:
         raise ValueError(f"headroom must be one of {HEADROOM}, got {headroom!r}")
     rows, jobs, seen, configs, pruned_before = [], [], {}, {}, 0
+    terms = workload_terms(df)  # (the roofline bound's, computed once)
     verdicts = [static_verdict(base, dict(zip(space, values)), objective, seen)
                 for values in itertools.product(*space.values())]
     check_values(space, [p[0] if p else None for _, p in verdicts])
@@ -165,7 +166,7 @@ def plan(workload, slo, *, space, base=None, attainment=0.9, rate=None,
                "max_rate": math.nan}
         config, pruned = verdicts[order]
         if pruned is None and rate is not None:
-            bound, why = rate_bound(config, df, slo, attainment)
+            bound, why = rate_bound(config, df, slo, attainment, terms)
             if bound * (1 + margin) < rate:
                 pruned = ("roofline", f"at most {bound:.4g} req/s by the roofline bound "
                                       f"({why}), below the target {rate:g}")

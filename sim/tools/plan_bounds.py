@@ -51,7 +51,8 @@ MAX_STEP_TOKENS = 16384  # the largest iteration priced for the prefill bound
 MAX_BATCH = 1024  # the decode batch priced when the scheduler sets no limit
 
 
-def _workload_terms(df) -> dict:
+def workload_terms(df) -> dict:
+    """What the bound reads of the workload: its shortest prompt, sorted prompts and decodes."""
     prompt = df["num_prompt_tokens"].to_numpy()
     out = df["num_output_tokens"].to_numpy()
     return {"min_prompt": max(int(prompt.min()), 1), "prompts": np.sort(prompt),
@@ -105,13 +106,14 @@ def _replica_bound(config, w, k) -> tuple:
     return prefill, best_decode
 
 
-def rate_bound(config, df, slo, attainment) -> tuple:
+def rate_bound(config, df, slo, attainment, terms=None) -> tuple:
     """``(bound, why)``: an upper bound on the rate at which ``config`` serves the workload
     ``df`` time-scaled to it with ``attainment`` of its requests meeting ``slo``'s per-request
-    limits (see the module docstring), and which side sets it, in words."""
+    limits (see the module docstring), and which side sets it, in words. ``terms``: the
+    workload's, ``workload_terms(df)`` (a plan computes them once for every candidate)."""
     if config.speculative is not None or "hash_ids" in df.columns:
         return math.inf, "not bounded (speculative decoding or cached prefixes)"
-    w = _workload_terms(df)
+    w = workload_terms(df) if terms is None else terms
     n = len(df)
     k = math.ceil(attainment * n)
     if not any(key in slo for key in ("ttft", "e2e")) or k < 1:
