@@ -62,6 +62,7 @@ from .roofline_ops import ACT_BYTES, RooflineOps
 from .roofline_params import (ELEMENTWISE_OPS, GEMM_OPS, MOE_GEMM_OPS, MOE_STREAM_OPS,
                               RooflineParams, compute_peak, fitted_gpus, fitted_params,
                               profiled_gpus)
+from .roofline_price import DecodePrice
 
 __all__ = ["ELEMENTWISE_OPS", "GEMM_OPS", "MOE_GEMM_OPS", "MOE_STREAM_OPS", "RooflineCost",
            "RooflineParams", "fitted_params", "shared_roofline"]
@@ -274,12 +275,7 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
         t += self._fixed_s + self._per_seq_s * num_decodes
         if num_decodes > self._graph_max:
             t += self._eager_s
-        per_ctx, floor = self._decode_s_per_ctx, self._attn_floor
-
-        def price(context_tokens, base=t):
-            d = context_tokens * per_ctx
-            return base + (d if d > floor else floor)
-        return price
+        return DecodePrice(t, self._decode_s_per_ctx, self._attn_floor)
 
     def pure_decode_costs(self, num_decodes, context_tokens):
         """``pure_decode_cost(b)(c)`` for each ``b`` of the int array ``num_decodes`` and ``c``

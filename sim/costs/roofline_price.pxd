@@ -15,3 +15,6 @@ cdef class DraftPrice(RooflinePrice):
     cdef public RooflinePrice target, draft
     cdef public long long k
     cdef public double ratio
+
+cdef class DecodePrice:
+    cdef public double base, per_ctx, floor

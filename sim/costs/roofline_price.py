@@ -32,6 +32,22 @@ except ImportError:  # interpreted without Cython: its no-op names (sim/cython_s
     from sim import cython_shim as cython
 
 
+class DecodePrice:
+    """:meth:`~sim.costs.roofline.RooflineCost.pure_decode_cost`'s price of a pure-decode batch
+    as a function of the tokens its decodes attend over: ``base + max(context_tokens x
+    per_ctx, floor)``, the roofline's terms in its order. The engine's fast-forward reads the
+    three doubles and prices each iteration itself (compiled: no call per iteration; the same
+    IEEE operations, so the same floats)."""
+
+    def __init__(self, base, per_ctx, floor):
+        self.base, self.per_ctx, self.floor = base, per_ctx, floor
+
+    @cython.locals(d=cython.double)
+    def __call__(self, context_tokens):
+        d = context_tokens * self.per_ctx
+        return self.base + (d if d > self.floor else self.floor)
+
+
 class RooflinePrice:
     """``cost(batch)`` of a :class:`~sim.costs.roofline.RooflineCost` from the batch's fields
     (see the module docstring)."""

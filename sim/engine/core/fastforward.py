@@ -35,6 +35,7 @@ segment under ``check=True``):
 from __future__ import annotations
 
 import math
+from array import array
 
 try:
     import cython
@@ -42,6 +43,7 @@ except ImportError:  # interpreted without Cython: its no-op names (sim/cython_s
     from sim import cython_shim as cython
 
 from ...checks import declared_with
+from ...costs.roofline_price import DecodePrice
 from .batch import make_batch
 from .events import delay_until
 from .invariants import check_replica
@@ -66,7 +68,10 @@ def can_fast_forward(policy, replica) -> bool:
                ctx=cython.longlong, step=cython.longlong, bs=cython.longlong,
                done=cython.longlong, width=cython.Py_ssize_t, total=cython.longlong,
                spec=cython.longlong, mask=cython.longlong, t=cython.double, dt=cython.double,
-               rows=list, finishing=cython.bint, finish_at=dict)
+               rows=list, finishing=cython.bint, finish_at=dict, inline=cython.bint,
+               base=cython.double, per_ctx=cython.double, floor=cython.double,
+               d_ctx=cython.double, compiled=cython.bint, out=cython.double[::1],
+               n=cython.Py_ssize_t)
 def decode_stretch(process, now, until):
     """Fast-forward pure-decode iterations: when nothing waits, nothing prefills and the
     policy is quiet then (``quiet_when_decoding``; its ``decoded_quietly(replica, n)``, if
@@ -97,7 +102,14 @@ def decode_stretch(process, now, until):
     quietly = getattr(process.policy, "decoded_quietly", None)  # what n schedule calls did
     width = len(ITERATION_COLUMNS)  # rows[-width]: the start of the last iteration
     inf = math.inf
-    rows = []
+    # the stretch's rows: compiled, as C doubles in the process's scratch buffer (``n`` of
+    # them written: no float objects, no packing); interpreted, a list of the values
+    compiled = cython.compiled
+    rows, n = [], 0
+    if compiled:
+        if process.scratch is None:
+            process.scratch = array("d", bytes(8 * width * STRETCH_LIMIT))
+        out = process.scratch
     t = now  # the next iteration's start
     done = 0  # iterations applied
     while replica.running and (not done or t < until):
@@ -106,6 +118,9 @@ def decode_stretch(process, now, until):
         free = blocks.num_free
         n_run = len(replica.running)
         price = None if spec else pricer(count)
+        inline = isinstance(price, DecodePrice)  # (the roofline's: priced here, no call)
+        if inline:
+            base, per_ctx, floor = price.base, price.per_ctx, price.floor
         k = need = 0
         finishing = False
         while done + k < STRETCH_LIMIT:
@@ -116,12 +131,27 @@ def decode_stretch(process, now, until):
                 new, ctx = by_phase[step % bs], offset + count * step
             if new > free - need:
                 break
-            dt = price(ctx) if price is not None else cost(
-                make_batch(i + k, (), 0, count, ctx, None, None, None, spec))
+            if inline:  # (DecodePrice.__call__'s operations, in its order)
+                d_ctx = ctx * per_ctx
+                dt = base + (d_ctx if d_ctx > floor else floor)
+            else:
+                dt = price(ctx) if price is not None else cost(
+                    make_batch(i + k, (), 0, count, ctx, None, None, None, spec))
             if not dt >= 0 or dt == inf:
                 break  # the loop prices it again and says so
             need += new
-            rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
+            if compiled:  # (ITERATION_COLUMNS' order, as the list below)
+                out[n] = t
+                out[n + 1] = dt
+                out[n + 2] = n_run
+                out[n + 3] = 0
+                out[n + 4] = 0
+                out[n + 5] = count
+                out[n + 6] = total - free + need
+                out[n + 7] = 0
+                n += width
+            else:
+                rows += (t, dt, n_run, 0, 0, count, total - free + need, 0)
             t = t + dt
             k += 1
             if step in finish_at:
@@ -133,13 +163,17 @@ def decode_stretch(process, now, until):
         # see them), and SimPy's clock must land on the end: else cut back, the loop forms it
         while k and (finishing and t >= until or now + delay_until(now, t) != t):
             k -= 1
-            t = rows[-width]
             need -= int(ring_need[(c + k) & mask]) if spec else by_phase[(c + k) % bs]
-            del rows[-width:]
+            if compiled:
+                n -= width
+                t = out[n]
+            else:
+                t = rows[-width]
+                del rows[-width:]
             finishing = False
         if not k:
             break
-        replica.skip_decodes(k, need, rows[-width])
+        replica.skip_decodes(k, need, out[n - width] if compiled else rows[-width])
         if quietly is not None:
             quietly(replica, k)
         done += k
@@ -154,5 +188,6 @@ def decode_stretch(process, now, until):
             break
     if not done:
         return None
-    process.records.frombytes(packed_rows(rows))
+    process.records.frombytes(memoryview(process.scratch).cast("B")[:8 * n] if compiled
+                              else packed_rows(rows))
     return delay_until(now, t)

@@ -98,6 +98,7 @@ class ReplicaProcess:
         # arrival (next_arrival(): when the dispatcher next routes)
         self.fast_forward = False
         self.pricer = None  # the cost model's pure_decode_cost, where it may be used
+        self.scratch = None  # a stretch's rows as C doubles (compiled decode_stretch's)
         self.next_arrival = None
         # a closed loop: a finish issues the next request at its time (clients' hooks), so a
         # stretch ends at its first finishing iteration, which the loop finishes once the
