@@ -78,6 +78,9 @@ class RooflineCost(RooflineOps, RooflineCollectives, RooflineAttention, Roofline
 
     name = "roofline"
     splits_attention = False  # DPAttentionCost prices each data-parallel rank's share
+    # costs.roofline_price.batch_pricer may price it from a batch's fields (a subclass
+    # re-pricing __call__ does not inherit the promise: checks.declared_with)
+    fields_priced = True
 
     def __init__(self, model="llama-3.1-8b", gpu="h100", *, tensor_parallel=1,
                  weight_dtype="fp16", kv_dtype="fp16", params: RooflineParams | None = None,

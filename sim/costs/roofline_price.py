@@ -141,15 +141,15 @@ class DraftPrice(RooflinePrice):
 
 def batch_pricer(cost):
     """A :class:`RooflinePrice` equal to ``cost`` (the module docstring's rule), else None."""
+    from ..checks import declared_with
     from .overheads import OverheadCost, PureOverheadCost
-    from .roofline import RooflineCost
     fields_price = getattr(type(cost), "fields_price", None)
     if fields_price is not None:  # a wrapper that knows its price (DraftCost)
         return fields_price(cost)
     overheads = None
     if type(cost) in (OverheadCost, PureOverheadCost):
         cost, overheads = cost.base, cost.overheads
-    if not isinstance(cost, RooflineCost) or type(cost).__call__ is not RooflineCost.__call__ \
-            or cost._upproj or cost._extra_layers:
+    if not declared_with(cost, "fields_priced", "__call__") or cost._upproj \
+            or cost._extra_layers:  # (a RooflineCost whose __call__ is the roofline's)
         return None
     return RooflinePrice(cost, overheads)

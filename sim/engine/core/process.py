@@ -33,6 +33,7 @@ import math
 from heapq import heappop, heappush
 
 from ...costs.roofline_price import RooflinePrice, batch_pricer
+from ..kv.blocks import BlockManager
 from ...results.metrics import CONTEXT_LENGTH, KV_POOL
 from .batch import decode_pricer
 from .events import URGENT, Wakeup, delay_until
@@ -136,7 +137,8 @@ class ReplicaProcess:
                    n_arrivals=cython.longlong, dropped=cython.longlong,
                    n_running=cython.longlong, fast=cython.bint, detail=cython.bint,
                    n_prefill=cython.longlong, n_decode=cython.longlong,
-                   row=cython.double[8], row_bytes=cython.Py_ssize_t, compiled=cython.bint)
+                   row=cython.double[8], row_bytes=cython.Py_ssize_t, compiled=cython.bint,
+                   blocks=BlockManager, check=cython.bint)
     def loop(self):
         yield  # (start(): resumed from here when the environment starts it)
         env, replica, policy, cost = self.env, self.replica, self.policy, self.cost
@@ -152,6 +154,7 @@ class ReplicaProcess:
         # snapshot (costs.roofline_price; None: any other cost model gets its Batch)
         price = None if detail else batch_pricer(cost)
         blocks = replica.blocks
+        check = self.check  # (set before the run starts)
         running, waiting = replica.running, replica.waiting
         arrivals = self.arrivals
         n_arrivals = len(arrivals)
@@ -195,7 +198,7 @@ class ReplicaProcess:
                     if self.pending_finish is not None:  # (closed loop: its hooks issue now)
                         replica.finish_decodes(self.pending_finish, env.now)
                         self.pending_finish = None
-                        if self.check:
+                        if check:
                             check_replica(replica)
                     if bar is not None and first >> 10 != replica.iteration >> 10:
                         bar.n = len(replica.finished)  # (every 1,024 iterations, as below)
@@ -208,7 +211,7 @@ class ReplicaProcess:
             else:
                 replica.form(schedule, now)  # (form_batch without its snapshot)
                 n_prefill, n_decode = replica._prefill_tokens, replica.batch_decodes
-            if self.check:
+            if check:
                 check_replica(replica)
             if not replica._prefills and not n_decode:
                 if replica.num_loading and nxt < n_arrivals:  # until a landing or an arrival
