@@ -52,6 +52,7 @@ COMPILED = (
     "sim.engine.core.fastforward",
     "sim.engine.kv.blocks",
     "sim.engine.kv.key_ops",
+    "sim.engine.kv.prefix_cache",
     "sim.costs.roofline_price",
     "sim.engine.presets.sglang",
     "sim.engine.presets.vllm",

@@ -11,7 +11,17 @@ import workloads
 from sim.engine.kv.prefix_cache import PrefixCachingBlockManager
 from sim.engine.core.replica import Replica
 from sim.engine.core.request import Request
+from sim.engine.core import replica as replica_module
 
+
+class _Watched(PrefixCachingBlockManager):
+    """The pool with methods a test can patch (the compiled pool's class is a C type, whose
+    methods cannot be set: its calls to them still reach a Python subclass's)."""
+
+
+def _watch(monkeypatch):
+    """The engine's block pools are :class:`_Watched` from here on (replica.py builds them)."""
+    monkeypatch.setattr(replica_module, "PrefixCachingBlockManager", _Watched)
 
 
 def _lookup(pool, keys, limit) -> tuple:
@@ -286,12 +296,12 @@ def test_a_lookup_is_kept_while_nothing_changes_and_resumed_while_nothing_is_evi
     """A blocked queue head is asked every iteration: no walk while nothing was cached and none
     of its hit's keys evicted, a walk from the old hit after additions, the hit cut at its
     first evicted key without a walk, and from there after additions."""
-    pool = PrefixCachingBlockManager(4, 16)
+    pool = _Watched(4, 16)
     a = np.arange(4)
     look = pool.lookup(a)
     starts = []
     walk = PrefixCachingBlockManager.hits
-    monkeypatch.setattr(PrefixCachingBlockManager, "hits",
+    monkeypatch.setattr(_Watched, "hits",
                         lambda self, keys, start, limit: starts.append(start) or walk(
                             self, keys, start, limit))
     assert pool.refresh(look, 3) == 0 and starts == [0]
@@ -321,14 +331,14 @@ def test_a_lookup_is_kept_while_nothing_changes_and_resumed_while_nothing_is_evi
 def test_a_prefill_chunk_s_evictions_cut_a_lookup_at_its_first_evicted_key(monkeypatch):
     """Many keys evicted at once (a prefill chunk's blocks) are checked against a remembered
     hit in one pass: it is cut at the first position evicted, with no walk."""
-    pool = PrefixCachingBlockManager(40, 16)
+    pool = _Watched(40, 16)
     a = np.arange(20)
     look = pool.lookup(a)
     pool.allocate(20)
     pool.register(a)
     pool.release(a, 0)  # queue: 20 anonymous blocks, then a19 ... a0
     assert pool.refresh(look, 19) == 19 and pool.refresh_pinned(look) == 19
-    monkeypatch.setattr(PrefixCachingBlockManager, "hits", None)  # no walk from here on
+    monkeypatch.setattr(_Watched, "hits", None)  # no walk from here on
     pool.allocate(35)  # the anonymous blocks, then a19 ... a5 evicted
     assert pool.num_evictions == 15
     assert pool.refresh(look, 19) == 5 and pool.refresh_pinned(look) == 5
@@ -360,9 +370,10 @@ def test_the_engine_s_remembered_lookups_match_a_fresh_walk_on_a_full_pool(monke
         asks["walked from the first key"] += start == 0 and pool.num_evictions > 0
         return walk(pool, keys, start, limit)
 
-    monkeypatch.setattr(PrefixCachingBlockManager, "hits", counted_walk)
-    monkeypatch.setattr(PrefixCachingBlockManager, "refresh", checked_refresh)
-    monkeypatch.setattr(PrefixCachingBlockManager, "refresh_pinned", checked_pinned)
+    _watch(monkeypatch)
+    monkeypatch.setattr(_Watched, "hits", counted_walk)
+    monkeypatch.setattr(_Watched, "refresh", checked_refresh)
+    monkeypatch.setattr(_Watched, "refresh_pinned", checked_pinned)
     res = sim.run(workloads.load("mooncake-conversation", n=200), scheduler="vllm",
                   kv_blocks=2000)
     assert res.summary()["num_preemptions"] > 0 and res.summary()["prefix_hit_rate"] > 0
@@ -433,6 +444,7 @@ def test_the_free_blocks_a_hit_pins_are_counted_only_when_they_can_decide(monkey
     new blocks plus its whole hit the admission does not count them; without that room it does
     (and refuses when they do not fit)."""
     keys = np.arange(4)
+    _watch(monkeypatch)
     rep = Replica(12, 16, 8, prefix_caching=True)
     first = Request(0, 0, 0.0, 64, 4)
     first.block_keys = keys
@@ -442,7 +454,7 @@ def test_the_free_blocks_a_hit_pins_are_counted_only_when_they_can_decide(monkey
     rep.preempt(first)  # its 4 cached blocks are free, keys kept
     counted = []
     pinned = PrefixCachingBlockManager.refresh_pinned
-    monkeypatch.setattr(PrefixCachingBlockManager, "refresh_pinned",
+    monkeypatch.setattr(_Watched, "refresh_pinned",
                         lambda pool, look: counted.append(look) or pinned(pool, look))
     again = Request(1, 1, 0.0, 64, 4)
     again.block_keys = keys
