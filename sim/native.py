@@ -53,6 +53,7 @@ COMPILED = (
     "sim.engine.kv.blocks",
     "sim.engine.kv.key_ops",
     "sim.engine.kv.prefix_cache",
+    "sim.engine.kv.prefix_hits",
     "sim.costs.roofline_price",
     "sim.engine.presets.sglang",
     "sim.engine.presets.vllm",

@@ -4,6 +4,8 @@
 caching needs: a key per cached full block, reference counts, and one LRU queue of free blocks
 whose keys survive until reused; :class:`PrefixLookup` is a waiting request's lookup, kept
 between asks. Its layout and invariants: the class docstring (tests/test_prefix_caching.py).
+Compiled (sim/native.py), both are C types (prefix_cache.pxd): their methods cannot be set on
+the class, a Python subclass overrides them (the offloading pools, the tests' ``_Watched``).
 """
 
 from __future__ import annotations

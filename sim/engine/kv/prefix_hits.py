@@ -7,7 +7,8 @@ its per-request memos ``_hits`` and ``_pins``; they never touch the queue or the
 Block mode asks a :class:`~sim.engine.kv.prefix_cache.PrefixCachingBlockManager`, radix mode a
 :class:`~sim.engine.kv.radix.RadixBlockManager`. A cached prefix only shrinks by evictions and
 only grows by additions, so the last answer per waiting request is kept and reused or resumed
-(:meth:`PrefixHits._hit`).
+(:meth:`PrefixHits._hit`). Block mode's ask is one call, :func:`_block_hit` (compiled, a C call
+into the pool: sim/native.py, prefix_hits.pxd).
 
 Invariants (tests/test_prefix_caching.py, tests/test_radix.py, tests/test_answer_cache.py):
 a hit is capped so that at least a prompt's last token is computed; a memoised answer equals a
@@ -17,6 +18,19 @@ fresh walk's; caching an answer takes no block.
 from __future__ import annotations
 
 import numpy as np
+
+
+def _block_hit(hits, pool, r, bs, remember):
+    """Block mode's hit of waiting ``r`` in blocks: its lookup (``hits[r]``, made and kept
+    there when ``remember``) refreshed by ``pool`` (:meth:`~sim.engine.kv.prefix_cache.
+    PrefixCachingBlockManager.refresh`), capped so that at least its last token is computed.
+    (One C call compiled: the pool, lookup and request typed, sim/engine/kv/prefix_hits.pxd.)"""
+    look = hits.get(r)
+    if look is None:
+        look = pool.lookup(r.block_keys)
+        if remember:
+            hits[r] = look
+    return pool.refresh(look, min(len(r.block_keys), (r.prefill_target - 1) // bs))
 
 
 class PrefixHits:
@@ -29,18 +43,21 @@ class PrefixHits:
         request that may never queue here (a router's look) leaves no memo behind."""
         if not self.caching or r.block_keys is None:
             return 0
-        hit = self._hit(r, remember)[0]
-        return hit if self.radix else hit * self.block_size
+        if not self.radix:
+            bs = self.block_size
+            return _block_hit(self._hits, self.blocks, r, bs, remember) * bs
+        return self._hit(r, remember)[0]
 
     def prefix_pinned(self, r) -> int:
         """KV blocks counted free now that admitting ``r`` would take by referencing its cached
         prefix (SGLang's ``inc_lock_ref`` delta; 0 without caching)."""
         if not self.caching or r.block_keys is None:
             return 0
-        cached, nodes = self._hit(r)
         blocks = self.blocks
-        if not self.radix:  # the lookup _hit just refreshed keeps its free keys
+        if not self.radix:  # the lookup just refreshed keeps its free keys
+            _block_hit(self._hits, blocks, r, self.block_size, True)
             return blocks.refresh_pinned(self._hits[r])
+        cached, nodes = self._hit(r)
         nodes = self._referenced_nodes(r, cached, nodes)
         state = (blocks.num_evictions, blocks.ref_changes, nodes)
         memo = self._pins.get(r)  # valid while no reference and no eviction changed
@@ -61,12 +78,7 @@ class PrefixHits:
         keys = r.block_keys
         bs = self.block_size
         if not self.radix:  # the pool keeps the lookup, or resumes or redoes its walk
-            look = self._hits.get(r)
-            if look is None:
-                look = blocks.lookup(keys)
-                if remember:
-                    self._hits[r] = look
-            hit = blocks.refresh(look, min(len(keys), (r.prefill_target - 1) // bs))
+            hit = _block_hit(self._hits, blocks, r, bs, remember)
             return hit, hit
         evictions, additions = blocks.num_evictions, blocks.additions
         memo = self._hits.get(r)
