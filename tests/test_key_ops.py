@@ -139,3 +139,20 @@ def test_cut_finds_the_first_position_of_a_key_evicted_last(keys, parts, n, data
     last = [int(x) for part in log for x in part][::-1][:n]  # the last n evicted
     ref = min([i for i in range(hit) if int(keys[i]) in last], default=hit)
     assert key_ops.cut(log, pos, keys, n, hit) == ref
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases(), st.integers(0, NUM_IDS), st.integers(0, NUM_IDS), st.booleans())
+def test_place(case, start, upto, fresh):
+    """Positions recorded (position + 1 per key) unless a key sits elsewhere already: then
+    False and ``pos`` unchanged."""
+    state, keys = case
+    upto = min(upto, len(keys))
+    start = min(start, upto)
+    pos = np.zeros(NUM_IDS, dtype=np.int32) if fresh else (np.abs(state) % 3).astype(np.int32)
+    p, k = pos.tolist(), keys.tolist()
+    ok = all(p[x] in (0, i + 1) for i, x in enumerate(k[start:upto], start))
+    if ok:
+        for i in range(start, upto):
+            p[k[i]] = i + 1
+    assert key_ops.place(pos, keys, start, upto) == ok and pos.tolist() == p

@@ -33,6 +33,9 @@ cpdef release(object state, object keys, int32_t serial)
                ov=int64_t[:], k=int64_t, free=int32_t, serial=int32_t)
 cpdef take(object queue, object state, set stale, Py_ssize_t n)
 
+@cython.locals(pv=int32_t[:], kv="const int64_t[:]", i=cython.Py_ssize_t, s=int32_t)
+cpdef bint place(object pos, object keys, Py_ssize_t start, Py_ssize_t upto) except -1
+
 @cython.locals(i=cython.Py_ssize_t, j=cython.Py_ssize_t, pv=int32_t[:], kv="const int64_t[:]",
                ev="const int64_t[:]", e=int64_t,
                q=cython.Py_ssize_t)

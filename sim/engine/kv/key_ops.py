@@ -235,6 +235,29 @@ def take(queue, state, stale, n: int):
     return entries, evicted
 
 
+def place(pos, keys, start: int, upto: int) -> bool:
+    """Record ``keys[start:upto]``'s block positions in ``pos`` (the pool's ``_pos``: position
+    + 1, 0 unplaced), unless one of them was placed at another position: then False and
+    ``pos`` is left as it was."""
+    if cython.compiled and _typed(keys):  # (interpreted: no call)
+        pv = pos
+        kv = keys
+        for i in range(start, upto):
+            s = pv[kv[i]]
+            if s != 0 and s != i + 1:
+                return False
+        for i in range(start, upto):
+            pv[kv[i]] = i + 1
+        return True
+    ids = keys[start:upto]
+    at = np.arange(start + 1, upto + 1, dtype=np.int32)
+    seen = pos[ids]
+    if not ((seen == 0) | (seen == at)).all():
+        return False
+    pos[ids] = at
+    return True
+
+
 def cut(log, pos, keys, n: int, hit: int) -> int:
     """The first block position below ``hit`` at which ``keys`` holds one of the last ``n``
     keys evicted (``hit`` if none): ``log`` the pool's eviction log (arrays or lists, oldest

@@ -161,13 +161,9 @@ class PrefixCachingBlockManager(BlockManager):
         walks from the first key from then on: ``placed`` -1) when one of them was placed at
         another position. A placed position never changes. (A request's keys are distinct, as
         every method of the pool assumes: a chained key names its whole prefix.)"""
-        ids = look.keys[look.placed:upto]
-        at = np.arange(look.placed + 1, upto + 1, dtype=np.int32)
-        seen = self._pos[ids]
-        if not ((seen == 0) | (seen == at)).all():
+        if not key_ops.place(self._pos, look.keys, look.placed, upto):
             look.placed = -1
             return False
-        self._pos[ids] = at
         look.placed = upto
         return True
 
