@@ -203,14 +203,16 @@ def _max_rate(workload, slo, attainment, config, tol, start, max_steps) -> Capac
                          f"it arrival times, e.g. workloads.poisson)")
     rate = float(start) if start else wl.own_rate(df)  # (a drawn workload: its nominal rate)
     lo = hi = None
+    burst = False  # whether every request at once was run (and passed)
     floor = rate / 2 ** 20  # below a millionth of the starting rate: the limits cannot be met
     for step in range(max_steps):  # bracket
         if trial(rate):
             lo = rate
             if hi is not None:
                 break
-            if step + 1 == BURST_AFTER and _burst_passes(df, config, slo, attainment,
-                                                          per_request):
+            burst = step + 1 == BURST_AFTER and _burst_passes(df, config, slo, attainment,
+                                                               per_request)
+            if burst:
                 break  # (every rate passes: the doublings' limit, run once)
             rate *= 2
         else:
@@ -220,8 +222,8 @@ def _max_rate(workload, slo, attainment, config, tol, start, max_steps) -> Capac
             rate /= 2
     if hi is None and lo is not None:  # every rate passed (a finite workload arriving at
         # once still meets the limits)
-        raise ValueError(f"every rate tried, up to {max(results):.4g} req/s and every request "
-                         f"at once, meets {slo}: "
+        raise ValueError(f"every rate tried, up to {max(results):.4g} req/s"
+                         f"{' and every request at once' if burst else ''}, meets {slo}: "
                          f"{len(df):,} requests cannot load this configuration past its "
                          f"limits (give more requests or tighter limits)")
     if lo is not None and hi is not None:
