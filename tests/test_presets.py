@@ -218,3 +218,19 @@ def test_resolved_config_records_the_policy_knobs_and_caching_spellings():
         SimConfig(prefix_caching="LRU")
     df = _df([0.0], [10], [2])
     assert sim.run(df, scheduler="vllm", cost_model=COST).config.chunk_size == 8192
+
+
+def test_resolutions_kept_by_value_survive_eviction(monkeypatch):
+    """Resolved configs are kept by value, keyed on the finished config: a key whose fields
+    changed after it was stored (``engine_overheads`` None -> "none") was never be found or
+    evicted (a KeyError once the memo filled)."""
+    from sim.engine import schedulers
+    monkeypatch.setattr(schedulers, "_RESOLVED", {})
+    monkeypatch.setattr(schedulers, "RESOLVED_MAX", 3)
+    configs = [SimConfig(scheduler=s, max_batch_size=b, engine_overheads=o)
+               for s in ("vllm", "sglang", "orca") for b, o in ((8, None), (16, " None "))]
+    assert len(schedulers._RESOLVED) <= 3
+    assert all(key in schedulers._RESOLVED for key in list(schedulers._RESOLVED))
+    assert configs[-1] in schedulers._RESOLVED  # the newest is kept under its final value
+    assert configs[-1].resolved() == SimConfig(scheduler="orca", max_batch_size=16,
+                                                         engine_overheads="none").resolved()

@@ -197,7 +197,6 @@ class SimConfig:
             if given not in (None, knob) and getattr(self, knob) is not None:
                 raise ValueError(f"{knob}={getattr(self, knob)!r} sizes the KV pool, which "
                                  f"{given}={getattr(self, given)} gives: set one of them")
-        resolve(self)  # the policy validates the knobs it uses
         if self.speculative is not None and not isinstance(self.speculative, SpeculativeConfig):
             raise TypeError(f"speculative must be a sim.SpeculativeConfig or None, got "
                             f"{self.speculative!r}")
@@ -221,6 +220,7 @@ class SimConfig:
         if self.cost_model is not None and not callable(self.cost_model):
             raise TypeError(f"cost_model must be callable(batch) -> seconds, got "
                             f"{self.cost_model!r}")
+        resolve(self)  # the policy validates the knobs it uses (last: it is kept by value)
 
     def _check_max_model_len(self):
         context = self.model_context_length()
