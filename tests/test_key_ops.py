@@ -94,6 +94,8 @@ def test_take_evicts_the_next_live_entries_until_enough(case, pos, n, serial, st
     want = live[:max(0, n - anon)]
     assert [int(x) for part in evicted for x in part] == want
     assert all(len(part) for part in evicted)
+    # a few keys as a list, more as an array (no array to make and free for a decode's block)
+    assert all(isinstance(part, list) == (n - anon <= key_ops.FEW) for part in evicted)
     assert state.tolist() == [0 if i in want else v for i, v in enumerate(s)]
     blocks = anon + len(live) + 50  # what the queue held
     assert sum(len(q[1]) - q[2] if len(q) == 3 else q[0] for q in queue) <= blocks - n
@@ -127,14 +129,16 @@ def test_the_engines_keys_take_the_c_loops_when_compiled():
        st.lists(st.lists(st.integers(0, NUM_IDS - 1), max_size=20), min_size=1, max_size=4),
        st.integers(0, 40), st.data())
 def test_cut_finds_the_first_position_of_a_key_evicted_last(keys, parts, n, data):
-    """The log's last ``n`` keys (parts of any size: per key below 9, vectorised above)
-    against the placed keys: the first position below ``hit`` holding one of them."""
+    """The log's last ``n`` keys (parts of any size, arrays or lists: per key below 9,
+    vectorised above) against the placed keys: the first position below ``hit`` holding one
+    of them."""
     keys = np.array(keys, dtype=np.int64)
     hit = data.draw(st.integers(0, len(keys)))
     pos = np.array(data.draw(st.lists(st.integers(0, len(keys)), min_size=NUM_IDS,
                                       max_size=NUM_IDS)), dtype=np.int32)  # other prompts'
     pos[keys] = np.arange(1, len(keys) + 1)  # placed (a chained key has one position)
-    log = [np.array(p, dtype=np.int64) for p in parts]
+    # (take logs a few keys as a list of ints, more as an int64 array: either, any size)
+    log = [np.array(p, dtype=np.int64) if data.draw(st.booleans()) else list(p) for p in parts]
     n = min(n, sum(map(len, log)))
     last = [int(x) for part in log for x in part][::-1][:n]  # the last n evicted
     ref = min([i for i in range(hit) if int(keys[i]) in last], default=hit)

@@ -30,7 +30,8 @@ cpdef release(object state, object keys, int32_t serial)
 @cython.locals(entries=cython.Py_ssize_t, count=cython.Py_ssize_t, pos=cython.Py_ssize_t,
                end=cython.Py_ssize_t, j=cython.Py_ssize_t, m=cython.Py_ssize_t,
                item=list, evicted=list, st=int32_t[:], kv="const int64_t[:]",
-               ov=int64_t[:], k=int64_t, free=int32_t, serial=int32_t)
+               ov=int64_t[:], k=int64_t, free=int32_t, serial=int32_t, viewed=bint,
+               live=object)
 cpdef take(object queue, object state, set stale, Py_ssize_t n)
 
 @cython.locals(pv=int32_t[:], kv="const int64_t[:]", i=cython.Py_ssize_t, s=int32_t)
