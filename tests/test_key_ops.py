@@ -160,3 +160,22 @@ def test_place(case, start, upto, fresh):
         for i in range(start, upto):
             p[k[i]] = i + 1
     assert key_ops.place(pos, keys, start, upto) == ok and pos.tolist() == p
+
+
+def test_views_kept_between_calls_follow_the_arrays_and_are_let_go():
+    """Compiled, the last state and keys viewed keep their typed views: a change in place is
+    seen, another array gets its own view, and ``forget`` (a run's end) lets them go."""
+    import gc
+    import weakref
+    state, keys = np.zeros(8, dtype=np.int32), np.array([1, 2, 3], dtype=np.int64)
+    assert key_ops.hits(state, keys, 0, 3) == 0
+    state[[1, 2]] = 1  # in place: the kept view reads it
+    assert key_ops.hits(state, keys, 0, 3) == 2
+    assert key_ops.hits(np.ones(8, dtype=np.int32), keys, 0, 3) == 3  # its own view
+    assert key_ops.hits(state, keys[::-1].copy(), 0, 3) == 0  # (keys 3, 2, 1)
+    assert key_ops.hits(state, keys, 0, 3) == 2
+    kept = weakref.ref(keys)
+    del keys
+    key_ops.forget()
+    gc.collect()
+    assert kept() is None

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ...results.metrics import Result
+from ..kv import key_ops
 from .columns import INT_COLUMNS, TIME_COLUMNS, request_columns
 from .decoding import inter_token_gaps
 from .request import FINISHED, STATUS_NAMES
@@ -130,6 +131,7 @@ def build_result(requests, records, config, kv_blocks, *, wall_seconds, policy,
     (disaggregation) and the request's next token, pooled into ITL like the others;
     ``paused``: the iterations whose decodes the policy paused (numbered as ``records``). ``records`` is
     emptied once read (at 1M requests it held 156 MB through the ITL computation)."""
+    key_ops.forget()  # (the loop is over: the views it kept let go of the run's arrays)
     with gc_paused():
         return _build_result(requests, records, config, kv_blocks, wall_seconds, policy,
                              cost_model, replicas, columns, first_gaps, paused)

@@ -3,6 +3,14 @@
 cimport cython
 from libc.stdint cimport int32_t, int64_t
 
+cdef object _last_state, _last_pos, _last_keys
+cdef int32_t[:] _state_v, _pos_v
+cdef const int64_t[:] _keys_v
+cpdef forget()
+cdef int32_t[:] _state_view(object state)
+cdef int32_t[:] _pos_view(object pos)
+cdef const int64_t[:] _keys_view(object keys)
+
 cpdef bint _typed(object keys) except -1
 
 @cython.locals(kv="const int64_t[:]", m=int64_t, i=cython.Py_ssize_t)
@@ -30,8 +38,7 @@ cpdef release(object state, object keys, int32_t serial)
 @cython.locals(entries=cython.Py_ssize_t, count=cython.Py_ssize_t, pos=cython.Py_ssize_t,
                end=cython.Py_ssize_t, j=cython.Py_ssize_t, m=cython.Py_ssize_t,
                item=list, evicted=list, st=int32_t[:], kv="const int64_t[:]",
-               ov=int64_t[:], k=int64_t, free=int32_t, serial=int32_t, viewed=bint,
-               live=object)
+               ov=int64_t[:], k=int64_t, free=int32_t, serial=int32_t, live=object)
 cpdef take(object queue, object state, set stale, Py_ssize_t n)
 
 @cython.locals(pv=int32_t[:], kv="const int64_t[:]", i=cython.Py_ssize_t, s=int32_t)

@@ -27,6 +27,49 @@ FEW = 6  # take's evictions of at most this many keys: a list (compiled and inte
 _empty = np.empty
 
 
+# compiled: the last state, positions and keys viewed, with their typed views. A pool's calls
+# come with the same state and positions every time and with a request's keys several times
+# in a row, and a view costs ~1,350 instructions to make (its memoryview object; ~10 % of the
+# Mooncake trace's loop when made per call). Each holds its array alive until the next one.
+_last_state = _last_pos = _last_keys = None
+_state_v = _pos_v = _keys_v = None
+
+
+def forget():
+    """Drop the kept arrays and views (at a run's end: the last request's keys view the run's
+    whole id array, which they would otherwise keep alive)."""
+    global _last_state, _last_pos, _last_keys, _state_v, _pos_v, _keys_v
+    _last_state = _last_pos = _last_keys = None
+    _state_v = _pos_v = _keys_v = None
+
+
+def _state_view(state):
+    """The typed view of ``state`` (compiled only), kept while the same array comes again."""
+    global _last_state, _state_v
+    if state is not _last_state:
+        _state_v = state
+        _last_state = state
+    return _state_v
+
+
+def _pos_view(pos):
+    """The typed view of ``pos`` (compiled only), kept while the same array comes again."""
+    global _last_pos, _pos_v
+    if pos is not _last_pos:
+        _pos_v = pos
+        _last_pos = pos
+    return _pos_v
+
+
+def _keys_view(keys):
+    """The typed view of ``keys`` (compiled only), kept while the same array comes again."""
+    global _last_keys, _keys_v
+    if keys is not _last_keys:
+        _keys_v = keys
+        _last_keys = keys
+    return _keys_v
+
+
 def _typed(keys) -> bool:
     """Whether the C loops may read ``keys``: a NumPy array of the native int64 dtype
     (compiled only; NumPy's built-in dtypes are singletons, so ``is`` finds it at the cost
@@ -37,7 +80,7 @@ def _typed(keys) -> bool:
 def top(keys) -> int:
     """One more than the largest id of ``keys`` (0 when empty): the state's length needed."""
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        kv = keys
+        kv = _keys_view(keys)
         m = -1
         for i in range(kv.shape[0]):
             if kv[i] > m:
@@ -50,8 +93,8 @@ def hits(state, keys, start: int, limit: int) -> int:
     """How many of ``keys[:limit]`` are cached from the first on, given that the first
     ``start`` are (``start`` itself when ``start >= limit``)."""
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        st = state
-        kv = keys
+        st = _state_view(state)
+        kv = _keys_view(keys)
         stop = min(limit, kv.shape[0])
         for i in range(start, stop):
             if st[kv[i]] == 0:
@@ -69,8 +112,8 @@ def count_free(state, keys, hit: int) -> int:
     if not hit:
         return 0
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        st = state
-        kv = keys
+        st = _state_view(state)
+        kv = _keys_view(keys)
         n = 0
         for i in range(min(hit, kv.shape[0])):
             if st[kv[i]] < 0:
@@ -83,8 +126,8 @@ def acquire(state, keys, stale) -> int:
     """A reference on each cached key of ``keys``; the free ones taken (their runs' serials
     added to the set ``stale``) are counted and returned."""
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        st = state
-        kv = keys
+        st = _state_view(state)
+        kv = _keys_view(keys)
         taken = 0
         last = 0
         for i in range(kv.shape[0]):
@@ -113,8 +156,8 @@ def register(state, keys):
     """The keys of ``keys`` not cached get reference 1; returns them (an int64 array, in
     order)."""
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        st = state
-        kv = keys
+        st = _state_view(state)
+        kv = _keys_view(keys)
         n = 0
         for i in range(kv.shape[0]):
             if st[kv[i]] == 0:
@@ -140,8 +183,8 @@ def release(state, keys, serial: int):
     in the queue run ``serial``). Returns them in reverse key order (the run's eviction
     order: a sequence's last blocks go first), empty when none."""
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        st = state
-        kv = keys
+        st = _state_view(state)
+        kv = _keys_view(keys)
         n = 0
         for i in range(kv.shape[0]):
             k = kv[i]
@@ -180,7 +223,6 @@ def take(queue, state, stale, n: int):
     consumed run's serial leaves ``stale``. The caller checked that ``n`` blocks are free."""
     entries = 0
     evicted = []
-    viewed = False
     while n:
         item = queue[0]
         if len(item) == 1:  # a run of anonymous blocks
@@ -195,10 +237,8 @@ def take(queue, state, stale, n: int):
         end = len(keys)
         free = -serial
         if cython.compiled and _typed(keys):  # (interpreted: no call)
-            if not viewed:  # (the state's view: once a call)
-                st = state
-                viewed = True
-            kv = keys
+            st = _state_view(state)
+            kv = _keys_view(keys)
             j = pos
             m = 0
             if n <= FEW:  # a decode's few blocks: a list (no array to make, slice and free
@@ -255,8 +295,8 @@ def place(pos, keys, start: int, upto: int) -> bool:
     + 1, 0 unplaced), unless one of them was placed at another position: then False and
     ``pos`` is left as it was."""
     if cython.compiled and _typed(keys):  # (interpreted: no call)
-        pv = pos
-        kv = keys
+        pv = _pos_view(pos)
+        kv = _keys_view(keys)
         for i in range(start, upto):
             s = pv[kv[i]]
             if s != 0 and s != i + 1:
@@ -286,15 +326,15 @@ def cut(log, pos, keys, n: int, hit: int) -> int:
             part = part[len(part) - n:]
         n -= len(part)
         if cython.compiled and type(part) is list and _typed(keys):  # (take's few keys)
-            pv = pos
-            kv = keys
+            pv = _pos_view(pos)
+            kv = _keys_view(keys)
             for e in part:
                 q = pv[e] - 1
                 if 0 <= q < hit and kv[q] == e:
                     hit = q
         elif cython.compiled and _typed(part) and _typed(keys):  # (interpreted: no call)
-            pv = pos
-            kv = keys
+            pv = _pos_view(pos)
+            kv = _keys_view(keys)
             ev = part
             for j in range(ev.shape[0]):
                 e = ev[j]
