@@ -85,13 +85,15 @@ HICACHE_RATIO = 2  # --hicache-ratio: the host (L2) pool twice the device pool (
 
 def hicache_pair(sessions=128, users=16, kv_tokens=192_000, l3_gbps=THREEFS_GBPS_PER_GPU,
                  lower_gb=1000.0, ratio=HICACHE_RATIO, scheduler="sglang",
-                 layer_overlap=False) -> dict:
+                 layer_overlap=False, engine_overheads="none") -> dict:
     """The agentic workload without and with SGLang HiCache as Novita ran it: SGLang's
     scheduler and radix cache (page size 1; ``scheduler="vllm"``: vLLM's block cache of
     16-token blocks instead) over a GPU pool of ``kv_tokens``, the preset's L2 at ``ratio``
     times that pool (per GPU), over a 3FS L3 of ``lower_gb`` per GPU read at ``l3_gbps``
     (None: the preset's 25 GB/s); ``layer_overlap``: loads overlap the prefill layer by
-    layer (radix only, :mod:`sim.engine.kv.radix_tiers`). Returns both prefix hit rates and
+    layer (radix only, :mod:`sim.engine.kv.radix_tiers`); ``engine_overheads``: the run's
+    setting (``"fitted"``: SGLang's request path and CPU step, fitted on the independent
+    validation set's fit rows, so the TTFTs are the client's). Returns both prefix hit rates and
     the TTFT and throughput ratios (with over without): the ``hicache_novita_*`` anchor rows
     of ``sim/data/offload_anchors.csv``; ``l2_hit_rate`` / ``l3_hit_rate``: the prompt tokens
     loaded from each tier (every load) over the prompt tokens. At ``ratio=1.25`` the L2 is
@@ -105,7 +107,8 @@ def hicache_pair(sessions=128, users=16, kv_tokens=192_000, l3_gbps=THREEFS_GBPS
     df = agentic_sessions(sessions)
     page = 1 if scheduler == "sglang" else 16
     run = dict(scheduler=scheduler, kv_blocks=kv_tokens // page,
-               closed_loop=workloads.ClosedLoop(users), **AGENTIC)
+               closed_loop=workloads.ClosedLoop(users), engine_overheads=engine_overheads,
+               **AGENTIC)
     pool_gb = kv_cache_bytes(kv_tokens, model=get_model(AGENTIC["model"]), dtype=2,
                              tensor_parallel=AGENTIC["tensor_parallel"]) / 1e9
     chain = sim.offload_preset("hicache", ratio * pool_gb, lower_gb, layer_overlap=layer_overlap)
