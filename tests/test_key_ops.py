@@ -3,6 +3,7 @@ state and stale set as, a plain per-key loop over Python lists does (compiled: t
 interpreted: the NumPy expressions) - on random states, keys and arguments."""
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -179,3 +180,15 @@ def test_views_kept_between_calls_follow_the_arrays_and_are_let_go():
     key_ops.forget()
     gc.collect()
     assert kept() is None
+
+
+def test_a_negative_id_is_an_index_error_when_compiled():
+    """Compiled without wraparound (ids are never negative), a negative id still raises
+    rather than reading another id's state: the bounds checks stay on."""
+    if key_ops.__file__.endswith(".py"):
+        pytest.skip("the interpreted pass indexes as NumPy does")
+    state = np.zeros(4, dtype=np.int32)
+    for call in (lambda: key_ops.hits(state, np.array([-1, 2]), 0, 2),
+                 lambda: key_ops.release(state + 1, np.array([1, -2]), 5)):
+        with pytest.raises(IndexError):
+            call()

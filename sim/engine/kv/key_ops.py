@@ -1,3 +1,5 @@
+# cython: wraparound=False
+# (no index here is negative: compiled, one would raise IndexError, the bounds checks stay on)
 """The per-key passes of the block prefix cache (:mod:`sim.engine.kv.prefix_cache`): a
 request's key ids against the pool's per-key state.
 
