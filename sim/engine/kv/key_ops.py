@@ -160,20 +160,17 @@ def register(state, keys):
     if cython.compiled and _typed(keys):  # (interpreted: no call)
         st = _state_view(state)
         kv = _keys_view(keys)
-        n = 0
-        for i in range(kv.shape[0]):
-            if st[kv[i]] == 0:
-                n += 1
-        new = _empty(n, dtype=INT64)
+        n = kv.shape[0]
+        new = _empty(n, dtype=INT64)  # (room for all: one pass)
         nv = new
         j = 0
-        for i in range(kv.shape[0]):
+        for i in range(n):
             k = kv[i]
             if st[k] == 0:
                 st[k] = 1
                 nv[j] = k
                 j += 1
-        return new
+        return new[:j] if 2 * j >= n else new[:j].copy()  # (a request may keep it)
     new = keys[state[keys] == 0]
     if len(new):
         state[new] = 1
@@ -187,23 +184,19 @@ def release(state, keys, serial: int):
     if cython.compiled and _typed(keys):  # (interpreted: no call)
         st = _state_view(state)
         kv = _keys_view(keys)
-        n = 0
-        for i in range(kv.shape[0]):
+        n = kv.shape[0]
+        unused = _empty(n, dtype=INT64)  # (room for all: one pass, last key first)
+        uv = unused
+        j = 0
+        for i in range(n - 1, -1, -1):
             k = kv[i]
             c = st[k] - 1
             if c == 0:
-                n += 1
                 c = -serial
-            st[k] = c
-        unused = _empty(n, dtype=INT64)
-        uv = unused
-        j = n
-        for i in range(kv.shape[0]):
-            k = kv[i]
-            if st[k] == -serial:
-                j -= 1
                 uv[j] = k
-        return unused
+                j += 1
+            st[k] = c
+        return unused[:j] if 2 * j >= n else unused[:j].copy()  # (the queue keeps it)
     counts = state[keys]
     counts -= 1
     zero = counts == 0
