@@ -3,13 +3,14 @@
 cimport cython
 from libc.stdint cimport int32_t, int64_t
 
-cdef object _last_state, _last_pos, _last_keys
+cdef object _last_state, _last_pos, _last_keys, _last_run
 cdef int32_t[:] _state_v, _pos_v
-cdef const int64_t[:] _keys_v
+cdef const int64_t[:] _keys_v, _run_v
 cpdef forget()
 cdef int32_t[:] _state_view(object state)
 cdef int32_t[:] _pos_view(object pos)
 cdef const int64_t[:] _keys_view(object keys)
+cdef const int64_t[:] _run_view(object keys)
 
 cpdef bint _typed(object keys) except -1
 

@@ -33,16 +33,16 @@ _empty = np.empty
 # come with the same state and positions every time and with a request's keys several times
 # in a row, and a view costs ~1,350 instructions to make (its memoryview object; ~10 % of the
 # Mooncake trace's loop when made per call). Each holds its array alive until the next one.
-_last_state = _last_pos = _last_keys = None
-_state_v = _pos_v = _keys_v = None
+_last_state = _last_pos = _last_keys = _last_run = None
+_state_v = _pos_v = _keys_v = _run_v = None
 
 
 def forget():
     """Drop the kept arrays and views (at a run's end: the last request's keys view the run's
     whole id array, which they would otherwise keep alive)."""
-    global _last_state, _last_pos, _last_keys, _state_v, _pos_v, _keys_v
-    _last_state = _last_pos = _last_keys = None
-    _state_v = _pos_v = _keys_v = None
+    global _last_state, _last_pos, _last_keys, _last_run, _state_v, _pos_v, _keys_v, _run_v
+    _last_state = _last_pos = _last_keys = _last_run = None
+    _state_v = _pos_v = _keys_v = _run_v = None
 
 
 def _state_view(state):
@@ -70,6 +70,16 @@ def _keys_view(keys):
         _keys_v = keys
         _last_keys = keys
     return _keys_v
+
+
+def _run_view(keys):
+    """The typed view of the queue run ``keys`` :func:`take` reads (its own: the head run
+    stays while its blocks are taken a few at a time, between a request's passes)."""
+    global _last_run, _run_v
+    if keys is not _last_run:
+        _run_v = keys
+        _last_run = keys
+    return _run_v
 
 
 def _typed(keys) -> bool:
@@ -233,7 +243,7 @@ def take(queue, state, stale, n: int):
         free = -serial
         if cython.compiled and _typed(keys):  # (interpreted: no call)
             st = _state_view(state)
-            kv = _keys_view(keys)
+            kv = _run_view(keys)
             j = pos
             m = 0
             if n <= FEW:  # a decode's few blocks: a list (no array to make, slice and free

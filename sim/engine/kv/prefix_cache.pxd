@@ -4,6 +4,7 @@
 # precedence.
 cimport cython
 from sim.engine.kv.blocks cimport BlockManager
+from sim.engine.kv cimport key_ops  # (its passes called in C, not through the module)
 
 
 cdef class PrefixLookup:
