@@ -222,7 +222,7 @@ def test_resolved_config_records_the_policy_knobs_and_caching_spellings():
 
 def test_resolutions_kept_by_value_survive_eviction(monkeypatch):
     """Resolved configs are kept by value, keyed on the finished config: a key whose fields
-    changed after it was stored (``engine_overheads`` None -> "none") was never be found or
+    changed after it was stored (``engine_overheads`` None -> "none") could never be found or
     evicted (a KeyError once the memo filled)."""
     from sim.engine import schedulers
     monkeypatch.setattr(schedulers, "_RESOLVED", {})
@@ -232,5 +232,5 @@ def test_resolutions_kept_by_value_survive_eviction(monkeypatch):
     assert len(schedulers._RESOLVED) <= 3
     assert all(key in schedulers._RESOLVED for key in list(schedulers._RESOLVED))
     assert configs[-1] in schedulers._RESOLVED  # the newest is kept under its final value
-    assert configs[-1].resolved() == SimConfig(scheduler="orca", max_batch_size=16,
-                                                         engine_overheads="none").resolved()
+    assert configs[-1].resolved() == SimConfig(
+        scheduler="orca", max_batch_size=16, engine_overheads="none").resolved()
