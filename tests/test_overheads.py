@@ -95,10 +95,18 @@ def test_fitted_per_request_is_the_median_ttft_shortfall_of_the_fit_rows():
     rows = pd.DataFrame(json.loads(resources.files("sim").joinpath(
         "data/independent_check.json").read_text())["rows"])
     stored = json.loads(resources.files("sim").joinpath("data/engine_overheads.json").read_text())
+    forms = {f["engine"]: f for f in stored["shift_forms"]}
     for engine in ("sglang", "vllm"):
-        ov = fitted_overheads(engine)  # (less step 3's prefill iteration's share)
+        # step 1: the roofline-alone replay's median shortfall
+        assert forms[engine]["per_request_s"] == pytest.approx(
+            fit_overheads.per_request(rows, engine), abs=1e-12)
+        # kept: step 2b's shift, re-derived under the chosen host term (less step 3's share)
+        ov = fitted_overheads(engine)
+        host = [r for r in stored["prefill_host"] if r["engine"] == engine
+                and r["prefill_host_layer_s"] == ov.prefill_host_layer_s]
+        assert len(host) == 1
         assert ov.per_request_s == pytest.approx(max(
-            0.0, fit_overheads.per_request(rows, engine) - ov.per_prefill_iter_s), abs=1e-12)
+            0.0, host[0]["per_request_s"] - ov.per_prefill_iter_s), abs=1e-12)
         assert stored["engines"][engine]["per_seq_s"] in fit_overheads.PER_SEQ_GRID
     with pytest.raises(ValueError, match="engine must be one of"):
         fitted_overheads("nope")

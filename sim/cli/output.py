@@ -141,6 +141,11 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                                        summary["engine_overhead_overlap"] else "after the GPU")
                      + (f", {summary['engine_overhead_per_prefill_iter_s'] * 1e3:.3g} ms per "
                         f"prefill iteration" if "engine_overhead_per_prefill_iter_s" in summary
+                        else "")
+                     + (f", a prefill iteration at least "
+                        f"{summary['engine_overhead_prefill_host_s'] * 1e3:.3g} ms (the host's "
+                        f"launches, {summary['engine_overhead_prefill_host_layer_s'] * 1e3:.3g}"
+                        f" ms a layer)" if "engine_overhead_prefill_host_s" in summary
                         else "")))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)

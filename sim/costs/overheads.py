@@ -28,7 +28,18 @@ input preparation, sampling, output processing, detokenising and streaming. Two 
   queued behind it waits for it. ``experiments/ttft_residual.py``: the first token's time the
   roofline misses at concurrency 1 is 58-111 ms per prefill iteration on B200 whatever the
   prompt (1,000 vs 8,000 tokens: the same intercept); fitted, never sourced (the fit keeps
-  0 ms for both engines: what it gains on TTFT it loses on E2E, ITL P99 and throughput).
+  0 ms for both engines: what it gains on TTFT it loses on E2E, ITL P99 and throughput);
+- ``prefill_host_layer_s``: the host's time per layer of the model to run the forward of an
+  iteration that holds prefill work. Prefill iterations are not replayed from CUDA graphs: the
+  host launches each layer's kernels one by one while the GPU runs those already launched, so
+  such an iteration takes at least ``layers x prefill_host_layer_s`` however little the GPU
+  has to do (the step is ``max(GPU, host)``, after ``per_prefill_iter_s``, before the CPU
+  step rule). What it explains (``experiments/ttft_residual.py``): at concurrency 1 the
+  measured first token has an intercept the roofline misses and a slope with the prompt
+  flatter than the roofline's (the GPU's work hides behind the launches until it is the
+  longer), and 100 clients see the first token of one. Fitted per engine, never sourced
+  (no published per-layer launch timing of these prefills); needs the run's model (its
+  layers: :class:`OverheadCost`'s ``layers``).
 
 Invariants: :class:`OverheadCost` with zero terms prices every batch exactly as its base cost
 model (bit for bit); the terms are non-negative; the fast-forward's ``pure_decode_cost`` is
@@ -65,10 +76,11 @@ class EngineOverheads:
     source: str = ""
     per_request_layer_s: float = 0.0
     per_prefill_iter_s: float = 0.0
+    prefill_host_layer_s: float = 0.0
 
     def __post_init__(self):
         for name in ("per_request_s", "per_iter_s", "per_seq_s", "per_request_layer_s",
-                     "per_prefill_iter_s"):
+                     "per_prefill_iter_s", "prefill_host_layer_s"):
             _nonneg(name, getattr(self, name))
         if not isinstance(self.overlap, bool):
             raise ValueError(f"overlap must be True or False, got {self.overlap!r}")
@@ -84,7 +96,8 @@ class EngineOverheads:
     @property
     def prices_steps(self) -> bool:
         """Whether any term changes an iteration's price (else the base's price stands)."""
-        return bool(self.per_iter_s or self.per_seq_s or self.per_prefill_iter_s)
+        return bool(self.per_iter_s or self.per_seq_s or self.per_prefill_iter_s
+                    or self.prefill_host_layer_s)
 
     def step_s(self, gpu_s: float, num_seqs: int) -> float:
         """The step: GPU plus CPU (synchronous) or the longer of the two (overlapped)."""
@@ -97,29 +110,40 @@ class EngineOverheads:
 class OverheadCost:
     """``base`` (any cost model) with ``overheads``' per-iteration CPU time. Built on a base
     with a fast-forward pricer (``pure_decode_cost``, the engine's ``decode_pricer`` rule) it is
-    a :class:`PureOverheadCost`, which keeps one."""
+    a :class:`PureOverheadCost`, which keeps one. ``layers``: the run's model's layers, needed
+    (only) when ``prefill_host_layer_s`` is set: ``prefill_host_s`` is their host time."""
 
-    def __new__(cls, base=None, overheads=None):  # (no arguments: unpickling)
+    def __new__(cls, base=None, overheads=None, layers=None):  # (no arguments: unpickling)
         if cls is OverheadCost and declared_with(base, "pure_decode_cost", "__call__"):
             cls = PureOverheadCost
         return object.__new__(cls)
 
-    def __init__(self, base, overheads: EngineOverheads):
+    def __init__(self, base, overheads: EngineOverheads, layers: int | None = None):
         if not callable(base):
             raise TypeError(f"base must be a cost model callable(batch) -> seconds, got {base!r}")
         if not isinstance(overheads, EngineOverheads):
             raise TypeError(f"overheads must be an EngineOverheads, got {overheads!r}")
-        self.base, self.overheads = base, overheads
+        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int)
+                                   or layers < 1):
+            raise ValueError(f"layers must be an int >= 1, got {layers!r}")
+        if overheads.prefill_host_layer_s and layers is None:
+            raise ValueError("prefill_host_layer_s needs the model's layers (OverheadCost(..., "
+                             "layers=N)): the host's time is per layer")
+        self.base, self.overheads, self.layers = base, overheads, layers
+        self.prefill_host_s = overheads.prefill_host_layer_s * layers if layers else 0.0
         self.needs_decode_lengths = getattr(base, "needs_decode_lengths", False)
 
     def __call__(self, batch) -> float:
         gpu = self.base(batch)
-        if batch.prefills and self.overheads.per_prefill_iter_s:
-            gpu += self.overheads.per_prefill_iter_s  # (the prefill iteration's fixed time)
+        if batch.prefills:
+            if self.overheads.per_prefill_iter_s:
+                gpu += self.overheads.per_prefill_iter_s  # (the prefill iteration's fixed time)
+            if gpu < self.prefill_host_s:  # the host's launches, the GPU behind them
+                gpu = self.prefill_host_s
         return self.overheads.step_s(gpu, batch.num_decode_tokens + len(batch.prefills))
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.base!r}, {self.overheads!r})"
+        return f"{type(self).__name__}({self.base!r}, {self.overheads!r}, {self.layers!r})"
 
 
 class PureOverheadCost(OverheadCost):
@@ -142,4 +166,5 @@ def fitted_overheads(engine: str) -> EngineOverheads:
                            per_seq_s=t["per_seq_s"], overlap=t["overlap"],
                            per_request_layer_s=t.get("per_request_layer_s", 0.0),
                            per_prefill_iter_s=t.get("per_prefill_iter_s", 0.0),
+                           prefill_host_layer_s=t.get("prefill_host_layer_s", 0.0),
                            source=data["source"])

@@ -5,7 +5,7 @@ cdef class RooflinePrice:
     cdef public dict cache
     cdef public double fixed_s, per_seq_s, eager_s, decode_s_per_ctx, decode_flops_s_per_ctx
     cdef public double decode_bytes_s_per_ctx, attn_floor, attn_half, pa, pb, pc
-    cdef public double per_iter_cpu_s, per_seq_cpu_s, prefill_iter_s
+    cdef public double per_iter_cpu_s, per_seq_cpu_s, prefill_iter_s, prefill_host_s
     cdef public long long graph_max
     cdef public bint overheads, overlap
     cpdef double price(self, object prefills, long long num_prefill_tokens, long long n_dec,

@@ -52,7 +52,7 @@ class RooflinePrice:
     """``cost(batch)`` of a :class:`~sim.costs.roofline.RooflineCost` from the batch's fields
     (see the module docstring)."""
 
-    def __init__(self, cost, overheads=None):
+    def __init__(self, cost, overheads=None, prefill_host_s=0.0):
         self.cost = cost
         self.cache = cost._linear_cache
         self.fixed_s, self.per_seq_s, self.eager_s = cost._fixed_s, cost._per_seq_s, cost._eager_s
@@ -68,6 +68,7 @@ class RooflinePrice:
         self.per_iter_cpu_s = overheads.per_iter_s if self.overheads else 0.0
         self.per_seq_cpu_s = overheads.per_seq_s if self.overheads else 0.0
         self.overlap = bool(overheads.overlap) if self.overheads else False
+        self.prefill_host_s = prefill_host_s  # OverheadCost's: a prefill iteration's floor
 
     @cython.locals(num_prefill_tokens=cython.longlong, n_dec=cython.longlong,
                    ctx=cython.longlong, spec=cython.longlong, q=cython.longlong,
@@ -103,6 +104,8 @@ class RooflinePrice:
                 t += x if x > floor else floor
             if self.prefill_iter_s:  # OverheadCost's prefill iteration's fixed time
                 t += self.prefill_iter_s
+            if t < self.prefill_host_s:  # OverheadCost's host launches, the GPU behind them
+                t = self.prefill_host_s
         if not self.overheads:
             return t
         cpu = self.per_iter_cpu_s + self.per_seq_cpu_s * (n_dec + len(prefills))
@@ -146,10 +149,10 @@ def batch_pricer(cost):
     fields_price = getattr(type(cost), "fields_price", None)
     if fields_price is not None:  # a wrapper that knows its price (DraftCost)
         return fields_price(cost)
-    overheads = None
+    overheads, host = None, 0.0
     if type(cost) in (OverheadCost, PureOverheadCost):
-        cost, overheads = cost.base, cost.overheads
+        cost, overheads, host = cost.base, cost.overheads, cost.prefill_host_s
     if not declared_with(cost, "fields_priced", "__call__") or cost._upproj \
             or cost._extra_layers:  # (a RooflineCost whose __call__ is the roofline's)
         return None
-    return RooflinePrice(cost, overheads)
+    return RooflinePrice(cost, overheads, host)

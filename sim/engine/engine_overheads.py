@@ -17,6 +17,8 @@ One meaning everywhere (open loop, closed loop, replicas, disaggregation, bands)
   synchronous loop, the longer of the two when overlapped); the error band's scaled runs
   scale the GPU's part only (:mod:`sim.engine.bands` scales the cost model, the CPU rule is
   applied after);
+- ``prefill_host_layer_s`` x the run's model's layers: the least time an iteration holding
+  prefill work takes (the host launching its forward; ``OverheadCost``'s ``layers``);
 - ``per_request_s`` (plus ``per_request_layer_s`` x the model's layers: the lag below is
   their sum): each request's time outside the iterations. The client sees every token
   and the end ``per_request_s`` later than the engine emits them (``Result.requests``'
@@ -94,12 +96,21 @@ def overheads_of(config) -> EngineOverheads | None:
     return value
 
 
+def _layers(config) -> int:
+    """The run's model's layers (the roofline's model: ``SimConfig.model``, default
+    ``llama-3.1-8b``)."""
+    from ..specs.models import get_model
+    from .pool_budget import DEFAULT_MODEL
+    return get_model(config.model or DEFAULT_MODEL).num_hidden_layers
+
+
 def engine_cost(cost, config):
-    """``cost`` with the run's per-iteration CPU time (``cost`` itself when there is none)."""
+    """``cost`` with the run's per-iteration CPU time and prefill host time (``cost`` itself
+    when there is none)."""
     ov = overheads_of(config)
     if ov is None or not ov.prices_steps:
         return cost
-    return OverheadCost(cost, ov)
+    return OverheadCost(cost, ov, _layers(config) if ov.prefill_host_layer_s else None)
 
 
 def lag_of(config) -> float:
@@ -111,9 +122,7 @@ def lag_of(config) -> float:
         return 0.0
     if not ov.per_request_layer_s:
         return ov.per_request_s
-    from ..specs.models import get_model
-    from .pool_budget import DEFAULT_MODEL
-    return ov.request_s(get_model(config.model or DEFAULT_MODEL).num_hidden_layers)
+    return ov.request_s(_layers(config))
 
 
 def client_loop(config):
@@ -140,6 +149,9 @@ def summary_keys(config) -> dict:
             "engine_overhead_overlap": ov.overlap,
             **({"engine_overhead_per_prefill_iter_s": ov.per_prefill_iter_s}
                if ov.per_prefill_iter_s else {}),
+            **({"engine_overhead_prefill_host_layer_s": ov.prefill_host_layer_s,
+                "engine_overhead_prefill_host_s": ov.prefill_host_layer_s * _layers(config)}
+               if ov.prefill_host_layer_s else {}),
             **({"engine_overhead_per_request_layer_s": ov.per_request_layer_s,
                 "engine_overhead_per_request_total_s": lag_of(config)}
                if ov.per_request_layer_s else {})}

@@ -113,6 +113,10 @@ LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
     "engine_overhead_per_seq_s": ("engine CPU per sequence per iteration", "s"),
     "engine_overhead_overlap": ("engine CPU overlapped with the GPU", ""),
     "engine_overhead_per_prefill_iter_s": ("engine fixed time per prefill iteration", "s"),
+    "engine_overhead_prefill_host_layer_s": ("engine host time per layer of a prefill "
+                                             "iteration", "s"),
+    "engine_overhead_prefill_host_s": ("engine host time of a prefill iteration (its least)",
+                                       "s"),
     "num_replicas": ("replicas", ""), "num_gpus": ("GPUs", ""),
     "wall_seconds": ("wall time to simulate", "s")}
 
