@@ -38,6 +38,11 @@ Per engine:
    median |error|); a larger term is kept only where it beats every smaller one by at least
    :data:`MIN_GAIN` (a flat score, such as vLLM's two fit rows give - their 20,000-token
    prompts keep every prefill GPU-bound - keeps the smallest: no term is fitted to noise).
+   The same in a second form, ``prefill_host_launch_s`` over :data:`LAUNCH_GRID` (the floor
+   is ``launches x`` it, the model's kernel launches counted from SGLang's model files:
+   :mod:`sim.specs.prefill_launches`, so an MLA or Gated DeltaNet layer weighs more than a
+   GQA one); the per-launch form is kept only where its score beats the per-layer form's by
+   :data:`MIN_GAIN` (one form per engine, the other 0).
 
 The roofline under both steps is each GPU's as shipped (``fitted_params``: the profiled
 terms, and a GPU's own published kernel terms, ``sim/data/gpu_kernel_fit.json``): the
@@ -70,6 +75,8 @@ OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "engine_overhead
 PREFILL_GRID = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1)
 MIN_GAIN = 0.001  # step 2b: 0.1 percentage point of the fit score
 HOST_GRID = tuple(float(x) for x in np.round(np.arange(0.0, 0.00251, 0.00025), 6))
+LAUNCH_GRID = tuple(float(x) for x in np.round(np.arange(0.0, 6.1e-5, 5e-6), 7))
+HOST_GRIDS = {"prefill_host_layer_s": HOST_GRID, "prefill_host_launch_s": LAUNCH_GRID}
 PER_SEQ_GRID = tuple(float(x) for x in np.round(np.arange(0.0, 0.00041, 0.00002), 6))
 SOURCE = ("fitted by experiments/fit_overheads.py on the fit split of "
           "sim/data/validation_runs.csv (SGLang cookbook, vLLM blog)")
@@ -129,7 +136,7 @@ def fit(runs: pd.DataFrame, workers=1, paths=None):
                                "fit_score": s})
                 if best is None or s < best[0] - 1e-12:
                     best = (s, ov)
-        host, host_scores = prefill_host(rows, runs, engine, best[1], workers, paths)
+        host, host_scores = prefill_host_form(rows, runs, engine, best[1], workers, paths)
         terms[engine], split = prefill_split(rows, runs, engine, host, workers, paths)
         scores += host_scores + split
     return base, terms, pd.DataFrame(scores)
@@ -145,24 +152,34 @@ def _reshift(table: pd.DataFrame, engine: str, ov: EngineOverheads) -> EngineOve
                                per_request_layer_s=0.0)
 
 
-def prefill_host(rows, runs, engine, ov, workers=1, paths=None):
-    """Step 2b: ``ov`` with the ``prefill_host_layer_s`` of :data:`HOST_GRID` that fits the
-    fit ``rows`` best, its shift re-derived under it; and one score row per candidate."""
+def prefill_host(rows, runs, engine, ov, workers=1, paths=None, field="prefill_host_layer_s"):
+    """Step 2b in one form (``field``: ``prefill_host_layer_s`` over :data:`HOST_GRID` or
+    ``prefill_host_launch_s`` over :data:`LAUNCH_GRID`): ``ov`` with the smallest value that
+    no larger one beats by :data:`MIN_GAIN` on the fit ``rows``, its shift re-derived under
+    it; its score; and one score row per candidate."""
     best, scores = None, []
-    for h in HOST_GRID:
-        bare = dataclasses.replace(ov, prefill_host_layer_s=h, per_request_s=0.0,
-                                   per_request_layer_s=0.0)
+    for h in HOST_GRIDS[field]:
+        bare = dataclasses.replace(ov, per_request_s=0.0, per_request_layer_s=0.0, **{field: h})
         cand = _reshift(vi.validate(rows, workers, {engine: bare}, runs_all=runs, paths=paths),
-                        engine, dataclasses.replace(ov, prefill_host_layer_s=h))
+                        engine, dataclasses.replace(ov, **{field: h}))
         s = _all_metrics_score(vi.validate(rows, workers, {engine: cand}, runs_all=runs,
                                            paths=paths))
-        scores.append({"engine": engine, "prefill_host_layer_s": h,
+        scores.append({"engine": engine, "form": field, field: h,
                        "per_request_s": cand.per_request_s,
                        "per_request_layer_s": cand.per_request_layer_s,
                        "fit_score_all_metrics": s})
         if best is None or s < best[0] - MIN_GAIN:
             best = (s, cand)
-    return best[1], scores
+    return best[1], best[0], scores
+
+
+def prefill_host_form(rows, runs, engine, ov, workers=1, paths=None):
+    """Step 2b: both forms fitted; the one with the better fit score kept (ties, and gains
+    under :data:`MIN_GAIN`, keep the per-layer form); and every candidate's score row."""
+    layer, s_layer, scores = prefill_host(rows, runs, engine, ov, workers, paths)
+    launch, s_launch, more = prefill_host(rows, runs, engine, ov, workers, paths,
+                                          "prefill_host_launch_s")
+    return (launch if s_launch < s_layer - MIN_GAIN else layer), scores + more
 
 
 def _all_metrics_score(table: pd.DataFrame) -> float:
@@ -204,7 +221,8 @@ def main(argv=None):
         print(f"{e}: per_request_s {t.per_request_s:.4f}, per_request_layer_s "
               f"{t.per_request_layer_s:.6f}, per_seq_s {t.per_seq_s:.6f}, overlap {t.overlap}, "
               f"per_prefill_iter_s {t.per_prefill_iter_s:.3f}, prefill_host_layer_s "
-              f"{t.prefill_host_layer_s:.5f}")
+              f"{t.prefill_host_layer_s:.5f}, prefill_host_launch_s "
+              f"{t.prefill_host_launch_s:.6f}")
     print(both.round(4).to_string(index=False))
     if args.write:
         out = {"source": SOURCE,
@@ -213,7 +231,8 @@ def main(argv=None):
                                "per_iter_s": t.per_iter_s, "per_seq_s": t.per_seq_s,
                                "overlap": t.overlap,
                                "per_prefill_iter_s": t.per_prefill_iter_s,
-                               "prefill_host_layer_s": t.prefill_host_layer_s}
+                               "prefill_host_layer_s": t.prefill_host_layer_s,
+                               "prefill_host_launch_s": t.prefill_host_launch_s}
                            for e, t in terms.items()},
                "shift_forms": [{"engine": e, "per_request_s": per_request(base, e),
                                 "per_request_layer_s": per_request_layer(base, e),
@@ -226,8 +245,7 @@ def main(argv=None):
                "prefill_split": vi._records(
                    scores[scores.per_prefill_iter_s.notna()].dropna(axis=1, how="all")),
                "prefill_host": vi._records(
-                   scores[scores.prefill_host_layer_s.notna()
-                          & scores.per_prefill_iter_s.isna()].dropna(axis=1, how="all")),
+                   scores[scores.form.notna()].dropna(axis=1, how="all")),
                "by_metric": vi._records(both),
                "by_gpu_after": vi._records(vi.medians(after, ("gpu", "split"))),
                "by_engine_after": vi._records(vi.medians(after, ("engine", "split")))}

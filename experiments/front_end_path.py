@@ -99,7 +99,8 @@ def main(argv=None):
                   f"per_request_s {terms[e].per_request_s:.4f}, per_seq_s "
                   f"{terms[e].per_seq_s:.6f}, overlap {terms[e].overlap}, per_prefill_iter_s "
                   f"{terms[e].per_prefill_iter_s:.3f}, prefill_host_layer_s "
-                  f"{terms[e].prefill_host_layer_s:.5f}")
+                  f"{terms[e].prefill_host_layer_s:.5f}, prefill_host_launch_s "
+                  f"{terms[e].prefill_host_launch_s:.6f}")
         print("fit score:", {v: round(s, 4) for v, s in scores.items()}, "best:", best)
         print(f"\nby_metric\n{met.round(4).to_string(index=False)}")
         print(f"\nper_gpu\n{gpu.round(4).to_string(index=False)}")
@@ -111,7 +112,8 @@ def main(argv=None):
                           "per_request_layer_s": t.per_request_layer_s,
                           "per_seq_s": t.per_seq_s, "overlap": t.overlap,
                           "per_prefill_iter_s": t.per_prefill_iter_s,
-                          "prefill_host_layer_s": t.prefill_host_layer_s}
+                          "prefill_host_layer_s": t.prefill_host_layer_s,
+                          "prefill_host_launch_s": t.prefill_host_launch_s}
                       for e, t in terms.items()},
             "fit_scores": scores, "best_on_fit": best,
             "by_metric": vi._records(met), "per_gpu": vi._records(gpu)}, indent=1) + "\n")

@@ -117,7 +117,8 @@ CASES = [
     (RUN + ["--engine-overheads", "fitted"], "--engine-overheads 'fitted': scheduler 'chunked' "
                                              "has no fitted overheads (fitted: sglang, vllm)"),
     (RUN + ["--engine-overheads", "1,2,3"], "--engine-overheads must be none, fitted, auto or "
-                                            "REQUEST_MS,ITER_US,SEQ_US,sync|overlap, got '1,2,3'"),
+                                            "REQUEST_MS,ITER_US,SEQ_US,sync|overlap[,NAME=VALUE...], "
+                                            "got '1,2,3'"),
     (RUN + ["--bands", "1.5"], "--bands must be a central probability in (0, 1), e.g. 0.9, got "
                                "1.5"),
     # the error lists every key the command reads, sorted (the table's: hand-kept copies of the

@@ -171,6 +171,23 @@ def test_cli_spec_parses_to_the_terms():
             parse_spec("--engine-overheads", bad)
 
 
+def test_cli_spec_sets_the_other_terms_by_name():
+    ov = parse_spec("x", "70,0,100,sync,host_launch_us=40, prefill_iter_ms=5,"
+                         "host_layer_ms=0.5,request_layer_ms=1")
+    assert (ov.prefill_host_launch_s, ov.per_prefill_iter_s, ov.prefill_host_layer_s,
+            ov.per_request_layer_s) == pytest.approx((40e-6, 5e-3, 0.5e-3, 1e-3))
+    assert ov.per_seq_s == pytest.approx(1e-4) and not ov.overlap
+    for bad, match in (("1,2,3,sync,host_launch_us", "'host_launch_us' must be NAME=VALUE"),
+                       ("1,2,3,sync,launch=4", "NAME one of request_layer_ms, prefill_iter_ms"),
+                       ("1,2,3,sync,host_launch_us=-4", "host_launch_us must be a finite "
+                                                        "number >= 0, got -4"),
+                       ("1,2,3,sync,host_launch_us=x", "host_launch_us must be a number"),
+                       ("1,2,3,sync,host_layer_ms=1,host_layer_ms=2", "host_layer_ms given "
+                                                                      "twice")):
+        with pytest.raises(ValueError, match=match):
+            parse_spec("--engine-overheads", bad)
+
+
 def test_independent_check_reproduced_through_the_setting():
     """experiments/validate_independent.py with engine_overheads="fitted" gives the held-out
     medians experiments/fit_overheads.py stored (it applied the terms by hand: the setting

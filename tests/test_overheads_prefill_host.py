@@ -144,23 +144,32 @@ def test_pickled_it_keeps_the_layers():
 
 
 def test_the_stored_fit_kept_the_grid_point_with_the_best_fit_score():
-    """experiments/fit_overheads.py step 2b: the stored term is the smallest grid point whose
-    stored fit score no smaller one beats, and that beats every smaller one by MIN_GAIN."""
+    """experiments/fit_overheads.py step 2b, in each form (per layer, per kernel launch): the
+    form's point is the smallest grid point no larger one beats by MIN_GAIN; the kept form is
+    the per-launch one only where its point beats the per-layer one's by MIN_GAIN."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
     import fit_overheads as fo
     stored = json.loads(resources.files("sim").joinpath("data/engine_overheads.json")
                         .read_text())
     for engine, t in stored["engines"].items():
-        scores = [r for r in stored["prefill_host"] if r["engine"] == engine]
-        assert sorted(r["prefill_host_layer_s"] for r in scores) == list(fo.HOST_GRID)
-        best = None
-        for r in sorted(scores, key=lambda r: r["prefill_host_layer_s"]):
-            if best is None or r["fit_score_all_metrics"] < best["fit_score_all_metrics"] \
-                    - fo.MIN_GAIN:
-                best = r
-        assert t["prefill_host_layer_s"] == best["prefill_host_layer_s"]
-        assert t["per_request_s"] == best["per_request_s"] or t.get("per_prefill_iter_s")
-        assert fitted_overheads(engine).prefill_host_layer_s == t["prefill_host_layer_s"]
+        best = {}
+        for field, grid in fo.HOST_GRIDS.items():
+            scores = [r for r in stored["prefill_host"] if r["engine"] == engine
+                      and r["form"] == field]
+            assert sorted(r[field] for r in scores) == list(grid)
+            for r in sorted(scores, key=lambda r: r[field]):
+                if field not in best or r["fit_score_all_metrics"] < \
+                        best[field]["fit_score_all_metrics"] - fo.MIN_GAIN:
+                    best[field] = r
+        layer, launch = best["prefill_host_layer_s"], best["prefill_host_launch_s"]
+        kept, other = (("prefill_host_launch_s", "prefill_host_layer_s")
+                       if launch["fit_score_all_metrics"] < layer["fit_score_all_metrics"]
+                       - fo.MIN_GAIN else ("prefill_host_layer_s", "prefill_host_launch_s"))
+        assert t[kept] == best[kept][kept] and t[other] == 0.0
+        assert t["per_request_s"] == best[kept]["per_request_s"] or t.get("per_prefill_iter_s")
+        ov = fitted_overheads(engine)
+        assert (ov.prefill_host_layer_s, ov.prefill_host_launch_s) == (
+            t["prefill_host_layer_s"], t["prefill_host_launch_s"])
 
 
 def test_the_cli_summary_names_it_only_when_set():

@@ -144,12 +144,22 @@ def format_summary(summary, max_batch_size=None, prefix_caching=None,
                         else "")
                      + (f", a prefill iteration at least "
                         f"{summary['engine_overhead_prefill_host_s'] * 1e3:.3g} ms (the host's "
-                        f"launches, {summary['engine_overhead_prefill_host_layer_s'] * 1e3:.3g}"
-                        f" ms a layer)" if "engine_overhead_prefill_host_s" in summary
-                        else "")))
+                        f"launches{_host_terms(summary)})" if "engine_overhead_prefill_host_s"
+                        in summary else "")))
     rows.append(("wall time", f"{summary['wall_seconds']:.2f} s to simulate"))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _host_terms(summary) -> str:
+    """The prefill host floor's terms, as the overheads row states them."""
+    terms = []
+    if "engine_overhead_prefill_host_layer_s" in summary:
+        terms.append(f"{summary['engine_overhead_prefill_host_layer_s'] * 1e3:.3g} ms a layer")
+    if "engine_overhead_prefill_host_launch_s" in summary:
+        terms.append(f"{summary['engine_overhead_prefill_launches']:,} kernels x "
+                     f"{summary['engine_overhead_prefill_host_launch_s'] * 1e6:.3g} us")
+    return ", " + " + ".join(terms)
 
 
 def _lora(summary, lora) -> str:

@@ -39,7 +39,15 @@ input preparation, sampling, output processing, detokenising and streaming. Two 
   flatter than the roofline's (the GPU's work hides behind the launches until it is the
   longer), and 100 clients see the first token of one. Fitted per engine, never sourced
   (no published per-layer launch timing of these prefills); needs the run's model (its
-  layers: :class:`OverheadCost`'s ``layers``).
+  layers: :class:`OverheadCost`'s ``layers``);
+- ``prefill_host_launch_s``: the same floor counted in kernel launches instead of layers: a
+  prefill iteration takes at least ``launches x prefill_host_launch_s``, ``launches`` the
+  kernels one eager prefill forward of the run's model launches (SGLang's model files,
+  counted per layer kind: :mod:`sim.specs.prefill_launches`), so a layer of an MLA, a Gated
+  DeltaNet or a block-FP8 model, which launches more kernels, costs the host more than a
+  dense GQA one. Both floors may be set (their times add). The time per launch is fitted per
+  engine (no published timing); the counts are sourced (:class:`OverheadCost`'s
+  ``launches``).
 
 Invariants: :class:`OverheadCost` with zero terms prices every batch exactly as its base cost
 model (bit for bit); the terms are non-negative; the fast-forward's ``pure_decode_cost`` is
@@ -77,10 +85,11 @@ class EngineOverheads:
     per_request_layer_s: float = 0.0
     per_prefill_iter_s: float = 0.0
     prefill_host_layer_s: float = 0.0
+    prefill_host_launch_s: float = 0.0
 
     def __post_init__(self):
         for name in ("per_request_s", "per_iter_s", "per_seq_s", "per_request_layer_s",
-                     "per_prefill_iter_s", "prefill_host_layer_s"):
+                     "per_prefill_iter_s", "prefill_host_layer_s", "prefill_host_launch_s"):
             _nonneg(name, getattr(self, name))
         if not isinstance(self.overlap, bool):
             raise ValueError(f"overlap must be True or False, got {self.overlap!r}")
@@ -97,7 +106,7 @@ class EngineOverheads:
     def prices_steps(self) -> bool:
         """Whether any term changes an iteration's price (else the base's price stands)."""
         return bool(self.per_iter_s or self.per_seq_s or self.per_prefill_iter_s
-                    or self.prefill_host_layer_s)
+                    or self.prefill_host_layer_s or self.prefill_host_launch_s)
 
     def step_s(self, gpu_s: float, num_seqs: int) -> float:
         """The step: GPU plus CPU (synchronous) or the longer of the two (overlapped)."""
@@ -110,27 +119,35 @@ class EngineOverheads:
 class OverheadCost:
     """``base`` (any cost model) with ``overheads``' per-iteration CPU time. Built on a base
     with a fast-forward pricer (``pure_decode_cost``, the engine's ``decode_pricer`` rule) it is
-    a :class:`PureOverheadCost`, which keeps one. ``layers``: the run's model's layers, needed
-    (only) when ``prefill_host_layer_s`` is set: ``prefill_host_s`` is their host time."""
+    a :class:`PureOverheadCost`, which keeps one. ``layers`` and ``launches``: the run's
+    model's layers and one prefill forward's kernel launches, needed (only) when
+    ``prefill_host_layer_s`` / ``prefill_host_launch_s`` is set: ``prefill_host_s`` is the
+    host's time of such a forward, the least a prefill iteration takes."""
 
-    def __new__(cls, base=None, overheads=None, layers=None):  # (no arguments: unpickling)
+    def __new__(cls, base=None, overheads=None, layers=None, launches=None):  # (unpickling)
         if cls is OverheadCost and declared_with(base, "pure_decode_cost", "__call__"):
             cls = PureOverheadCost
         return object.__new__(cls)
 
-    def __init__(self, base, overheads: EngineOverheads, layers: int | None = None):
+    def __init__(self, base, overheads: EngineOverheads, layers: int | None = None,
+                 launches: int | None = None):
         if not callable(base):
             raise TypeError(f"base must be a cost model callable(batch) -> seconds, got {base!r}")
         if not isinstance(overheads, EngineOverheads):
             raise TypeError(f"overheads must be an EngineOverheads, got {overheads!r}")
-        if layers is not None and (isinstance(layers, bool) or not isinstance(layers, int)
-                                   or layers < 1):
-            raise ValueError(f"layers must be an int >= 1, got {layers!r}")
+        for name, n in (("layers", layers), ("launches", launches)):
+            if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+                raise ValueError(f"{name} must be an int >= 1, got {n!r}")
         if overheads.prefill_host_layer_s and layers is None:
             raise ValueError("prefill_host_layer_s needs the model's layers (OverheadCost(..., "
                              "layers=N)): the host's time is per layer")
-        self.base, self.overheads, self.layers = base, overheads, layers
-        self.prefill_host_s = overheads.prefill_host_layer_s * layers if layers else 0.0
+        if overheads.prefill_host_launch_s and launches is None:
+            raise ValueError("prefill_host_launch_s needs the model's prefill kernel launches "
+                             "(OverheadCost(..., launches=N)): the host's time is per launch")
+        self.base, self.overheads, self.layers, self.launches = base, overheads, layers, launches
+        self.prefill_host_s = ((overheads.prefill_host_layer_s * layers if layers else 0.0)
+                               + (overheads.prefill_host_launch_s * launches if launches
+                                  else 0.0))
         self.needs_decode_lengths = getattr(base, "needs_decode_lengths", False)
 
     def __call__(self, batch) -> float:
@@ -143,7 +160,8 @@ class OverheadCost:
         return self.overheads.step_s(gpu, batch.num_decode_tokens + len(batch.prefills))
 
     def __repr__(self):
-        return f"{type(self).__name__}({self.base!r}, {self.overheads!r}, {self.layers!r})"
+        return (f"{type(self).__name__}({self.base!r}, {self.overheads!r}, {self.layers!r}, "
+                f"{self.launches!r})")
 
 
 class PureOverheadCost(OverheadCost):
@@ -167,4 +185,5 @@ def fitted_overheads(engine: str) -> EngineOverheads:
                            per_request_layer_s=t.get("per_request_layer_s", 0.0),
                            per_prefill_iter_s=t.get("per_prefill_iter_s", 0.0),
                            prefill_host_layer_s=t.get("prefill_host_layer_s", 0.0),
+                           prefill_host_launch_s=t.get("prefill_host_launch_s", 0.0),
                            source=data["source"])

@@ -7,8 +7,9 @@ bit: the same terms added in the same order, from the same memo of linear-op pri
 (``cost._linear_cache``, filled by ``cost.linear_time`` on a miss). ``prefills`` is the
 iteration's ``(new, cached)`` pairs (a list or tuple). With ``overheads`` (an
 :class:`~sim.costs.overheads.EngineOverheads`) it is :class:`~sim.costs.overheads.OverheadCost`'s
-price over that base instead: the prefill iteration's fixed time and the step's CPU time
-added (or overlapped) the same way.
+price over that base instead: the prefill iteration's fixed time added, then the host's
+least time of a prefill forward (``prefill_host_s``: the iteration takes at least that), then
+the step's CPU time added (or overlapped), the same way.
 
 :func:`batch_pricer` is the engine's rule for using it: only for a cost model whose price
 this is - a ``RooflineCost`` whose class does not re-price iterations (``__call__`` not

@@ -17,8 +17,11 @@ One meaning everywhere (open loop, closed loop, replicas, disaggregation, bands)
   synchronous loop, the longer of the two when overlapped); the error band's scaled runs
   scale the GPU's part only (:mod:`sim.engine.bands` scales the cost model, the CPU rule is
   applied after);
-- ``prefill_host_layer_s`` x the run's model's layers: the least time an iteration holding
-  prefill work takes (the host launching its forward; ``OverheadCost``'s ``layers``);
+- ``prefill_host_layer_s`` x the run's model's layers, plus ``prefill_host_launch_s`` x one
+  prefill forward's kernel launches of that model at the run's ``tensor_parallel`` and
+  ``weight_dtype`` (:mod:`sim.specs.prefill_launches`): the least time an iteration holding
+  prefill work takes (the host launching its forward; ``OverheadCost``'s ``layers`` and
+  ``launches``);
 - ``per_request_s`` (plus ``per_request_layer_s`` x the model's layers: the lag below is
   their sum): each request's time outside the iterations. The client sees every token
   and the end ``per_request_s`` later than the engine emits them (``Result.requests``'
@@ -96,12 +99,23 @@ def overheads_of(config) -> EngineOverheads | None:
     return value
 
 
-def _layers(config) -> int:
-    """The run's model's layers (the roofline's model: ``SimConfig.model``, default
-    ``llama-3.1-8b``)."""
+def _model(config):
+    """The run's model (the roofline's model: ``SimConfig.model``, default ``llama-3.1-8b``)."""
     from ..specs.models import get_model
     from .pool_budget import DEFAULT_MODEL
-    return get_model(config.model or DEFAULT_MODEL).num_hidden_layers
+    return get_model(config.model or DEFAULT_MODEL)
+
+
+def _layers(config) -> int:
+    """The run's model's layers."""
+    return _model(config).num_hidden_layers
+
+
+def _launches(config) -> int:
+    """One eager prefill forward's kernel launches of the run's model at its tensor parallel
+    and weight precision (:func:`sim.specs.prefill_launches.prefill_launches`)."""
+    from ..specs.prefill_launches import prefill_launches
+    return prefill_launches(_model(config), config.tensor_parallel, config.weight_dtype)
 
 
 def engine_cost(cost, config):
@@ -110,7 +124,15 @@ def engine_cost(cost, config):
     ov = overheads_of(config)
     if ov is None or not ov.prices_steps:
         return cost
-    return OverheadCost(cost, ov, _layers(config) if ov.prefill_host_layer_s else None)
+    return OverheadCost(cost, ov, _layers(config) if ov.prefill_host_layer_s else None,
+                        _launches(config) if ov.prefill_host_launch_s else None)
+
+
+def _host_s(config, ov) -> float:
+    """A prefill forward's host time (both floors' sum)."""
+    return ((ov.prefill_host_layer_s * _layers(config) if ov.prefill_host_layer_s else 0.0)
+            + (ov.prefill_host_launch_s * _launches(config) if ov.prefill_host_launch_s
+               else 0.0))
 
 
 def lag_of(config) -> float:
@@ -149,9 +171,13 @@ def summary_keys(config) -> dict:
             "engine_overhead_overlap": ov.overlap,
             **({"engine_overhead_per_prefill_iter_s": ov.per_prefill_iter_s}
                if ov.per_prefill_iter_s else {}),
-            **({"engine_overhead_prefill_host_layer_s": ov.prefill_host_layer_s,
-                "engine_overhead_prefill_host_s": ov.prefill_host_layer_s * _layers(config)}
+            **({"engine_overhead_prefill_host_layer_s": ov.prefill_host_layer_s}
                if ov.prefill_host_layer_s else {}),
+            **({"engine_overhead_prefill_host_launch_s": ov.prefill_host_launch_s,
+                "engine_overhead_prefill_launches": _launches(config)}
+               if ov.prefill_host_launch_s else {}),
+            **({"engine_overhead_prefill_host_s": _host_s(config, ov)}
+               if ov.prefill_host_layer_s or ov.prefill_host_launch_s else {}),
             **({"engine_overhead_per_request_layer_s": ov.per_request_layer_s,
                 "engine_overhead_per_request_total_s": lag_of(config)}
                if ov.per_request_layer_s else {})}

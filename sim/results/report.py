@@ -115,6 +115,9 @@ LABELS = {  # key -> (label, unit); unit "%" shows a fraction as a percentage
     "engine_overhead_per_prefill_iter_s": ("engine fixed time per prefill iteration", "s"),
     "engine_overhead_prefill_host_layer_s": ("engine host time per layer of a prefill "
                                              "iteration", "s"),
+    "engine_overhead_prefill_host_launch_s": ("engine host time per kernel launch of a "
+                                              "prefill iteration", "s"),
+    "engine_overhead_prefill_launches": ("kernel launches of a prefill forward", ""),
     "engine_overhead_prefill_host_s": ("engine host time of a prefill iteration (its least)",
                                        "s"),
     "num_replicas": ("replicas", ""), "num_gpus": ("GPUs", ""),
