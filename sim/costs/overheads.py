@@ -98,6 +98,12 @@ class EngineOverheads:
         """One request's time outside the iterations, for a model of ``layers`` layers."""
         return self.per_request_s + self.per_request_layer_s * layers
 
+    def host_s(self, layers: int | None, launches: int | None) -> float:
+        """A prefill forward's host time, the least a prefill iteration takes, for a model of
+        ``layers`` layers and ``launches`` kernel launches (either None: its floor not set)."""
+        return ((self.prefill_host_layer_s * layers if layers else 0.0)
+                + (self.prefill_host_launch_s * launches if launches else 0.0))
+
     def cpu_s(self, num_seqs: int) -> float:
         """One iteration's CPU time over ``num_seqs`` sequences."""
         return self.per_iter_s + self.per_seq_s * num_seqs
@@ -145,9 +151,7 @@ class OverheadCost:
             raise ValueError("prefill_host_launch_s needs the model's prefill kernel launches "
                              "(OverheadCost(..., launches=N)): the host's time is per launch")
         self.base, self.overheads, self.layers, self.launches = base, overheads, layers, launches
-        self.prefill_host_s = ((overheads.prefill_host_layer_s * layers if layers else 0.0)
-                               + (overheads.prefill_host_launch_s * launches if launches
-                                  else 0.0))
+        self.prefill_host_s = overheads.host_s(layers, launches)
         self.needs_decode_lengths = getattr(base, "needs_decode_lengths", False)
 
     def __call__(self, batch) -> float:

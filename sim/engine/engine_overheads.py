@@ -118,21 +118,20 @@ def _launches(config) -> int:
     return prefill_launches(_model(config), config.tensor_parallel, config.weight_dtype)
 
 
+def _host_counts(config, ov) -> tuple:
+    """``(layers, launches)`` of the run's model, each only where ``ov``'s floor of it is set
+    (else None): what :class:`OverheadCost` and ``EngineOverheads.host_s`` take."""
+    return (_layers(config) if ov.prefill_host_layer_s else None,
+            _launches(config) if ov.prefill_host_launch_s else None)
+
+
 def engine_cost(cost, config):
     """``cost`` with the run's per-iteration CPU time and prefill host time (``cost`` itself
     when there is none)."""
     ov = overheads_of(config)
     if ov is None or not ov.prices_steps:
         return cost
-    return OverheadCost(cost, ov, _layers(config) if ov.prefill_host_layer_s else None,
-                        _launches(config) if ov.prefill_host_launch_s else None)
-
-
-def _host_s(config, ov) -> float:
-    """A prefill forward's host time (both floors' sum)."""
-    return ((ov.prefill_host_layer_s * _layers(config) if ov.prefill_host_layer_s else 0.0)
-            + (ov.prefill_host_launch_s * _launches(config) if ov.prefill_host_launch_s
-               else 0.0))
+    return OverheadCost(cost, ov, *_host_counts(config, ov))
 
 
 def lag_of(config) -> float:
@@ -176,7 +175,7 @@ def summary_keys(config) -> dict:
             **({"engine_overhead_prefill_host_launch_s": ov.prefill_host_launch_s,
                 "engine_overhead_prefill_launches": _launches(config)}
                if ov.prefill_host_launch_s else {}),
-            **({"engine_overhead_prefill_host_s": _host_s(config, ov)}
+            **({"engine_overhead_prefill_host_s": ov.host_s(*_host_counts(config, ov))}
                if ov.prefill_host_layer_s or ov.prefill_host_launch_s else {}),
             **({"engine_overhead_per_request_layer_s": ov.per_request_layer_s,
                 "engine_overhead_per_request_total_s": lag_of(config)}
