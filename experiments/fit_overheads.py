@@ -13,7 +13,12 @@ Per engine:
    itself), or ``per_request_layer_s``, the median of that shortfall per layer of the row's
    model (``experiments/ttft_residual.py``: what the shift stands for grows with the model's
    layers, not the request); each at least 0. The form with the smaller median |error| of the
-   fit rows' TTFT P50 (roofline plus the shift alone) is kept; ties keep ``per_request_s``;
+   fit rows' TTFT P50 (roofline plus the shift alone) is kept; ties keep ``per_request_s``.
+   Closed-loop rows only (more prompts than clients): a run that sends every prompt at once
+   (GPUStack's saturation blocks, 1,000 prompts at request rate inf) queues all but its first
+   batch by construction, so its first-token shortfall is the queue's (seconds, from a
+   throughput miss), not a time each request pays (first fitted over them, vLLM's shift came
+   out 68.7 ms a layer, 2.5 s for a 36-layer model at concurrency 1);
 2. the per-iteration CPU term ``per_seq_s`` and its form (``overlap`` False: added to the GPU's
    time; True: the step is the longer of the two): a grid search over :data:`PER_SEQ_GRID` x
    both forms, with ``per_request_s`` applied, minimising the median |error| over the fit rows'
@@ -36,8 +41,9 @@ Per engine:
    1's median, in step 1's form, of the fit rows replayed with the host term and step 2's CPU
    term, the shift 0), scored as step 3 (the mean over the eight metrics of the fit rows'
    median |error|); a larger term is kept only where it beats every smaller one by at least
-   :data:`MIN_GAIN` (a flat score, such as vLLM's two fit rows give - their 20,000-token
-   prompts keep every prefill GPU-bound - keeps the smallest: no term is fitted to noise).
+   :data:`MIN_GAIN` (a flat score, such as the vLLM blog's two fit rows gave alone - their
+   20,000-token prompts keep every prefill GPU-bound - keeps the smallest: no term is
+   fitted to noise).
    The same in a second form, ``prefill_host_launch_s`` over :data:`LAUNCH_GRID` (the floor
    is ``launches x`` it, the model's kernel launches counted from SGLang's model files:
    :mod:`sim.specs.prefill_launches`, so an MLA or Gated DeltaNet layer weighs more than a
@@ -58,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from pathlib import Path
@@ -82,23 +89,42 @@ SOURCE = ("fitted by experiments/fit_overheads.py on the fit split of "
           "sim/data/validation_runs.csv (SGLang cookbook, vLLM blog)")
 
 
+@functools.lru_cache(maxsize=1)
+def _bursts() -> frozenset:
+    """The runs that send every prompt at once (prompts <= clients: request rate inf, no
+    concurrency cap), whose first tokens wait in the engine's queue by construction."""
+    runs = vi.load_runs()
+    return frozenset(runs.run_id[runs.num_prompts <= runs.concurrency])
+
+
+def _shift_rows(base: pd.DataFrame, engine: str) -> pd.DataFrame:
+    """Step 1's rows: ``engine``'s fit rows' TTFT P50, closed loops only (a burst's TTFT
+    shortfall is its queue's, not a time each request pays)."""
+    t = base[(base.engine == engine) & (base.split == "fit") & (base.metric == "ttft_p50")
+             & ~base.run_id.isin(_bursts())]
+    if t.empty:
+        raise ValueError(f"{engine} has no closed-loop fit row to derive its shift from")
+    return t
+
+
 def per_request(base: pd.DataFrame, engine: str) -> float:
-    """Step 1's first form: the median TTFT P50 shortfall (seconds) on ``engine``'s fit rows."""
-    t = base[(base.engine == engine) & (base.split == "fit") & (base.metric == "ttft_p50")]
+    """Step 1's first form: the median TTFT P50 shortfall (seconds) on ``engine``'s
+    closed-loop fit rows."""
+    t = _shift_rows(base, engine)
     return max(0.0, float(np.median(t.measured - t.predicted)) / 1e3)
 
 
 def per_request_layer(base: pd.DataFrame, engine: str) -> float:
     """Step 1's second form: the median TTFT P50 shortfall per layer of the row's model
-    (seconds) on ``engine``'s fit rows."""
-    t = base[(base.engine == engine) & (base.split == "fit") & (base.metric == "ttft_p50")]
+    (seconds) on ``engine``'s closed-loop fit rows."""
+    t = _shift_rows(base, engine)
     layers = t.model.map(lambda m: get_model(m).num_hidden_layers)
     return max(0.0, float(np.median((t.measured - t.predicted) / layers)) / 1e3)
 
 
 def _ttft_score(base: pd.DataFrame, engine: str, ov: EngineOverheads) -> float:
-    """The fit rows' TTFT P50 median |error| with the roofline plus ``ov``'s shift alone."""
-    t = base[(base.engine == engine) & (base.split == "fit") & (base.metric == "ttft_p50")]
+    """Step 1's rows' TTFT P50 median |error| with the roofline plus ``ov``'s shift alone."""
+    t = _shift_rows(base, engine)
     lag = t.model.map(lambda m: ov.request_s(get_model(m).num_hidden_layers)) * 1e3
     return float(((t.predicted + lag) / t.measured - 1).abs().median())
 

@@ -23,7 +23,10 @@ does (numpy's legacy ``RandomState`` seeded with the row's ``seed``: inputs ``ra
 input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``; a 0-token output runs as
 1);
 ``sharegpt-scaled`` is experiments/validate_serving.py's ShareGPT shape scaled to the row's
-mean lengths (``total_*_tokens / num_prompts``); ``vllm-random`` is ``vllm bench serve``'s
+mean lengths (``total_*_tokens / num_prompts``); ``vllm-sharegpt`` is ``vllm bench serve``'s
+ShareGPT sampler (:func:`workloads.vllm_sharegpt`: its shuffle with the row's ``seed``, its
+length filter, the bundled token counts) scaled the same way (the served model's tokenizer
+and its stops at EOS set the published totals); ``vllm-random`` is ``vllm bench serve``'s
 random sampler's distribution (:func:`vllm_random_lengths`).
 
 Metrics: signed error = predicted / measured - 1 for ``ttft_p50/p99``, ``tpot_p50/p99``,
@@ -63,7 +66,7 @@ OUT = Path(__file__).resolve().parent.parent / "sim" / "data" / "independent_che
 METRICS = ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99", "itl_p50", "itl_p99", "e2e_p50",
            "output_throughput")
 ENGINE_PRESETS = {"sglang": "sglang", "vllm": "vllm"}
-LENGTHS = ("sglang-random", "vllm-random", "sharegpt-scaled")
+LENGTHS = ("sglang-random", "vllm-random", "sharegpt-scaled", "vllm-sharegpt")
 SPLITS = ("fit", "held_out")
 BAND_LEVEL = 0.9  # the band whose coverage --write stores
 REQUIRED = ("run_id", "engine", "engine_version", "gpu", "model", "tensor_parallel",
@@ -111,6 +114,15 @@ def vllm_random_lengths(n, input_len, output_len, range_ratio, seed):
     return p, o
 
 
+def _scaled(p, o, row, of_p, of_o):
+    """Lengths ``p``, ``o`` times the row's mean prompt and output over the means ``of_p``,
+    ``of_o`` (of the lengths they were drawn from), at least 1 token each."""
+    n = len(p)
+    mean_p, mean_o = row.total_input_tokens / n, row.total_output_tokens / n
+    return (np.maximum(1, np.rint(p * (mean_p / of_p))).astype(int),
+            np.maximum(1, np.rint(o * (mean_o / of_o))).astype(int))
+
+
 def workload(row, shape=None) -> pd.DataFrame:
     """The row's requests, all queued at t = 0 (the closed loop paces them)."""
     n = int(row.num_prompts)
@@ -119,12 +131,14 @@ def workload(row, shape=None) -> pd.DataFrame:
         o = np.maximum(o, 1)
     elif row.lengths == "vllm-random":
         p, o = vllm_random_lengths(n, row.input_len, row.output_len, row.range_ratio, row.seed)
+    elif row.lengths == "vllm-sharegpt":  # the tool's own draw, scaled to the totals
+        w = workloads.vllm_sharegpt(n, seed=int(row.seed))
+        p, o = w["num_prompt_tokens"].to_numpy(), w["num_output_tokens"].to_numpy()
+        p, o = _scaled(p, o, row, p.mean(), o.mean())
     else:
         sp, so = shape if shape is not None else vs._sharegpt_shape()
         pick = np.random.default_rng(int(row.seed)).integers(0, len(sp), n)
-        mean_p, mean_o = row.total_input_tokens / n, row.total_output_tokens / n
-        p = np.maximum(1, np.rint(sp[pick] * (mean_p / sp.mean()))).astype(int)
-        o = np.maximum(1, np.rint(so[pick] * (mean_o / so.mean()))).astype(int)
+        p, o = _scaled(sp[pick], so[pick], row, sp.mean(), so.mean())
     return pd.DataFrame({"arrival_time": np.zeros(n), "num_prompt_tokens": p,
                          "num_output_tokens": o})
 

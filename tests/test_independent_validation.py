@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+import workloads
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 import validate_independent as vi  # noqa: E402
 
@@ -64,11 +66,57 @@ def test_vllm_random_lengths_lie_in_the_tools_range():
 
 
 def test_sharegpt_rows_keep_the_published_means(runs):
-    for r in runs[runs["lengths"] == "sharegpt-scaled"].itertuples():
+    rows = runs[runs["lengths"].isin(["sharegpt-scaled", "vllm-sharegpt"])]
+    assert (rows["lengths"] == "vllm-sharegpt").sum() >= 15
+    for r in rows.itertuples():
         w = vi.workload(r)
         assert len(w) == r.num_prompts
         assert w["num_prompt_tokens"].mean() == pytest.approx(
             r.total_input_tokens / r.num_prompts, rel=0.15)
+        if r.lengths == "vllm-sharegpt":  # the tool's draw scaled: means within rounding
+            assert w["num_prompt_tokens"].sum() == pytest.approx(r.total_input_tokens, rel=2e-3)
+            assert w["num_output_tokens"].sum() == pytest.approx(r.total_output_tokens, rel=2e-3)
+
+
+def test_vllm_sharegpt_rows_are_the_tools_draw_scaled(runs):
+    """The lengths are vllm bench serve's ShareGPT sampler's (its shuffle and filter), each
+    scaled by one factor: their order by length is the draw's, and the first 100 of a
+    1,000-prompt row are a 100-prompt row's draw (one shuffle, taken in order)."""
+    r = next(runs[(runs["lengths"] == "vllm-sharegpt") & (runs["num_prompts"] == 1000)]
+             .itertuples())
+    w, draw = vi.workload(r), workloads.vllm_sharegpt(1000, seed=int(r.seed))
+    ratio = w["num_prompt_tokens"].to_numpy() / draw["num_prompt_tokens"].to_numpy()
+    assert ratio.max() - ratio.min() < 0.5 / draw["num_prompt_tokens"].min() * 2 + 1e-9
+    small = workloads.vllm_sharegpt(100, seed=int(r.seed))
+    assert (small["num_prompt_tokens"].to_numpy() ==
+            draw["num_prompt_tokens"].to_numpy()[:100]).all()
+
+
+def test_gpustack_random_rows_generated_every_asked_token(runs):
+    """The inclusion rule of the GPUStack rows: a random block is in only where its answers
+    ran to the asked length (fixed lengths: range ratio 0), so the replay's lengths are the
+    run's; the inputs match the client's counts to its tokenisation round trip (< 1 %)."""
+    rnd = runs[runs["run_id"].str.startswith("gpustack") & (runs["lengths"] == "vllm-random")]
+    assert len(rnd) >= 8
+    for r in rnd.itertuples():
+        assert r.total_output_tokens == r.num_prompts * r.output_len, r.run_id
+        p, o = vi.vllm_random_lengths(r.num_prompts, r.input_len, r.output_len,
+                                      r.range_ratio, r.seed)
+        assert o.sum() == r.total_output_tokens
+        assert p.sum() == pytest.approx(r.total_input_tokens, rel=1e-2), r.run_id
+
+
+def test_each_engine_is_measured_on_three_gpus_in_both_splits(runs):
+    for engine, g in runs.groupby("engine"):
+        assert g["gpu"].nunique() >= 3, engine
+        assert g[g["split"] == "held_out"]["gpu"].nunique() >= 3, engine
+
+
+def test_no_measurement_is_in_the_set_twice(runs):
+    """A page that prints one run twice keeps it once (else it could sit in both splits)."""
+    key = ["engine", "gpu", "model", "num_prompts", "concurrency", "total_input_tokens",
+           "total_output_tokens", "ttft_p50_ms", "output_throughput"]
+    assert not runs.duplicated(key).any()
 
 
 def test_bad_rows_are_refused(monkeypatch, tmp_path, runs):

@@ -113,6 +113,28 @@ def test_fitted_per_request_is_the_median_ttft_shortfall_of_the_fit_rows():
         fitted_overheads("nope")
 
 
+def test_the_shift_comes_from_closed_loops_not_bursts():
+    """Step 1 takes the median TTFT shortfall of the closed-loop fit rows: a run that sends
+    every prompt at once queues its first tokens by construction, so a burst's shortfall
+    (here 10 s) leaves the shift (here 10 ms) alone; an engine with no closed loop is an
+    error."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import fit_overheads
+    import validate_independent as vi
+    runs = vi.load_runs()
+    bursts = fit_overheads._bursts()
+    assert bursts == set(runs.run_id[runs.num_prompts <= runs.concurrency]) and len(bursts) >= 20
+    fit = runs[(runs.engine == "vllm") & (runs.split == "fit")]
+    burst = fit.run_id.isin(bursts)
+    assert burst.sum() >= 5 and (~burst).sum() >= 5
+    table = pd.DataFrame({"run_id": fit.run_id, "engine": "vllm", "split": "fit",
+                          "metric": "ttft_p50", "model": fit.model, "predicted": 100.0,
+                          "measured": np.where(burst, 10100.0, 110.0)})
+    assert fit_overheads.per_request(table, "vllm") == pytest.approx(0.010)
+    with pytest.raises(ValueError, match="vllm has no closed-loop fit row"):
+        fit_overheads.per_request(table[burst.to_numpy()], "vllm")
+
+
 def test_stored_sglang_per_seq_is_the_fit_score_minimum_among_its_neighbours():
     """The stored SGLang CPU term is the grid's best on the fit rows with today's roofline
     (each GPU's own kernel terms included): refitted when those terms changed (MI300X's

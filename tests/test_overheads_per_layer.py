@@ -52,9 +52,10 @@ def test_bad_per_layer_value_names_the_field(value):
 
 
 def _frame(rows):
-    return pd.DataFrame([{"engine": "sglang", "split": "fit", "metric": "ttft_p50",
-                          "model": m, "measured": meas, "predicted": pred}
-                         for m, meas, pred in rows])
+    return pd.DataFrame([{"run_id": f"closed-loop-{i}", "engine": "sglang", "split": "fit",
+                          "metric": "ttft_p50", "model": m, "measured": meas,
+                          "predicted": pred}
+                         for i, (m, meas, pred) in enumerate(rows)])
 
 
 def test_the_fit_keeps_the_form_that_fits_the_fit_rows():
