@@ -24,8 +24,9 @@ input_len + 1)``, then outputs ``randint(output_min, output_len + 1)``; a 0-toke
 1);
 ``sharegpt-scaled`` is experiments/validate_serving.py's ShareGPT shape scaled to the row's
 mean lengths (``total_*_tokens / num_prompts``); ``vllm-sharegpt`` is ``vllm bench serve``'s
-ShareGPT sampler (:func:`workloads.vllm_sharegpt`: its shuffle with the row's ``seed``, its
-length filter, the bundled token counts) scaled the same way (the served model's tokenizer
+ShareGPT sampler's rules (:func:`workloads.vllm_sharegpt`: its shuffle with the row's
+``seed`` and its length filter over the bundled ShareGPT subset and token counts: the same
+rules and length distribution, not the same conversations) scaled the same way (the served model's tokenizer
 and its stops at EOS set the published totals); ``vllm-random`` is ``vllm bench serve``'s
 random sampler's distribution (:func:`vllm_random_lengths`).
 
@@ -131,7 +132,7 @@ def workload(row, shape=None) -> pd.DataFrame:
         o = np.maximum(o, 1)
     elif row.lengths == "vllm-random":
         p, o = vllm_random_lengths(n, row.input_len, row.output_len, row.range_ratio, row.seed)
-    elif row.lengths == "vllm-sharegpt":  # the tool's own draw, scaled to the totals
+    elif row.lengths == "vllm-sharegpt":  # the tool's rules' draw, scaled to the totals
         w = workloads.vllm_sharegpt(n, seed=int(row.seed))
         p, o = w["num_prompt_tokens"].to_numpy(), w["num_output_tokens"].to_numpy()
         p, o = _scaled(p, o, row, p.mean(), o.mean())
