@@ -86,7 +86,8 @@ LAUNCH_GRID = tuple(float(x) for x in np.round(np.arange(0.0, 6.1e-5, 5e-6), 7))
 HOST_GRIDS = {"prefill_host_layer_s": HOST_GRID, "prefill_host_launch_s": LAUNCH_GRID}
 PER_SEQ_GRID = tuple(float(x) for x in np.round(np.arange(0.0, 0.00041, 0.00002), 6))
 SOURCE = ("fitted by experiments/fit_overheads.py on the fit split of "
-          "sim/data/validation_runs.csv (SGLang cookbook, vLLM blog)")
+          "sim/data/validation_runs.csv (SGLang cookbook, vLLM blog, GPUStack performance "
+          "lab)")
 
 
 @functools.lru_cache(maxsize=1)
